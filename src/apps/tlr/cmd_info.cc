@@ -1,0 +1,128 @@
+// `tlr info FILE.gguf`: prints a GGUF file's metadata and tensor table (apps layer).
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "apps/tlr/commands.h"
+#include "model/gguf/gguf_reader.h"
+
+namespace tlr::cli {
+namespace {
+
+using nlohmann::json;
+
+json ValueToJson(const GgufValue& v, size_t max_items) {
+  return std::visit(
+      [&](const auto& x) -> json {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, GgufArray>) {
+          json items = json::array();
+          for (size_t i = 0; i < x.items.size() && (max_items == 0 || i < max_items); ++i) {
+            items.push_back(ValueToJson(x.items[i], max_items));
+          }
+          return json{{"elem_type", GgufTypeName(x.elem_type)},
+                      {"count", x.items.size()},
+                      {"items", items},
+                      {"truncated", max_items != 0 && x.items.size() > max_items}};
+        } else {
+          return json(x);
+        }
+      },
+      v.v);
+}
+
+std::string TypeLabel(const GgufValue& v) {
+  if (v.type() != GgufType::kArray) return std::string(GgufTypeName(v.type()));
+  const auto& a = std::get<GgufArray>(v.v);
+  return "arr[" + std::string(GgufTypeName(a.elem_type)) + "," + std::to_string(a.items.size()) +
+         "]";
+}
+
+}  // namespace
+
+Command AddInfoCommand(CLI::App& root) {
+  struct Opts {
+    std::string path;
+    bool json = false;
+    bool no_tensors = false;
+    size_t max_items = 8;
+  };
+  auto opts = std::make_shared<Opts>();
+  CLI::App* app = root.add_subcommand(
+      "info", "Print a GGUF file's metadata and tensor table (checks the whole file's structure)");
+  app->add_option("file", opts->path, "GGUF file (version 2 or 3)")->required();
+  app->add_flag("--json", opts->json, "Machine-readable JSON on stdout");
+  app->add_flag("--no-tensors", opts->no_tensors, "Omit the tensor table");
+  app->add_option("--max-items", opts->max_items,
+                  "Array elements to show per metadata array (0 = all)")
+      ->default_val(8);
+  app->footer(
+      "Exit status: 0 when the file is a well-formed GGUF file, 1 with an error naming the\n"
+      "field and byte offset otherwise.\n"
+      "Example: tlr info model.gguf --json --max-items 0 > model.json");
+  return {app, [opts]() -> int {
+            auto f = GgufFile::Open(opts->path);
+            if (!f.ok()) return ReportError("info", f.status().message());
+            const GgufFile& g = *f;
+            if (opts->json) {
+              json j;
+              j["file"] = opts->path;
+              j["version"] = g.version();
+              j["file_size"] = g.file_size();
+              j["alignment"] = g.alignment();
+              j["data_offset"] = g.data_offset();
+              json md = json::array();
+              for (const auto& [k, v] : g.metadata()) {
+                md.push_back({{"key", k}, {"type", GgufTypeName(v.type())},
+                              {"value", ValueToJson(v, opts->max_items)}});
+              }
+              j["metadata"] = md;
+              if (!opts->no_tensors) {
+                json ts = json::array();
+                for (const auto& t : g.tensors()) {
+                  ts.push_back({{"name", t.name}, {"type", GgmlTraits(t.type).name},
+                                {"dims", t.dims}, {"n_elements", t.n_elements},
+                                {"n_bytes", t.n_bytes}, {"offset", t.file_offset}});
+                }
+                j["tensors"] = ts;
+              }
+              std::cout << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+              return 0;
+            }
+            std::printf("%s: GGUF v%u, %llu bytes, alignment %llu, data at offset %llu\n",
+                        opts->path.c_str(), g.version(),
+                        static_cast<unsigned long long>(g.file_size()),
+                        static_cast<unsigned long long>(g.alignment()),
+                        static_cast<unsigned long long>(g.data_offset()));
+            std::printf("metadata: %zu keys\n", g.metadata().size());
+            for (const auto& [k, v] : g.metadata()) {
+              std::printf("  %-40s %-16s = %s\n", k.c_str(), TypeLabel(v).c_str(),
+                          v.ToString(opts->max_items == 0 ? SIZE_MAX : opts->max_items).c_str());
+            }
+            if (!opts->no_tensors) {
+              uint64_t total = 0;
+              for (const auto& t : g.tensors()) total += t.n_bytes;
+              std::printf("tensors: %zu, %llu bytes of data\n", g.tensors().size(),
+                          static_cast<unsigned long long>(total));
+              if (!g.tensors().empty()) {
+                std::printf("  %-40s %-6s %-26s %12s %12s\n", "name", "type", "shape", "bytes",
+                            "offset");
+              }
+              for (const auto& t : g.tensors()) {
+                std::printf("  %-40s %-6s %-26s %12llu %12llu\n", t.name.c_str(),
+                            std::string(GgmlTraits(t.type).name).c_str(), t.ShapeString().c_str(),
+                            static_cast<unsigned long long>(t.n_bytes),
+                            static_cast<unsigned long long>(t.file_offset));
+              }
+            }
+            return 0;
+          }};
+}
+
+int ReportError(const std::string& command, const std::string& message) {
+  std::cerr << "tlr " << command << ": error: " << message << "\n";
+  return 1;
+}
+
+}  // namespace tlr::cli

