@@ -16,7 +16,12 @@ int main(int argc, char** argv) {
       tlr::cli::AddInfoCommand(app),
       tlr::cli::AddTokenizeCommand(app),
   };
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help/--version exit 0; every usage error exits 2 (runtime errors exit 1).
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   for (auto& c : commands) {
     if (c.app->parsed()) return c.run();
   }

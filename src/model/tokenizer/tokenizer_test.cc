@@ -1,1 +1,177 @@
+// Tokenizer behaviour beyond the reference vectors (unit): special tokens, BOS/EOS, byte
+// fallback, streaming decode of characters split across tokens, ill-formed input,
+// fingerprints, and the BPE merge order on a hand-made vocabulary.
+#include "model/tokenizer/tokenizer.h"
+
 #include <gtest/gtest.h>
+
+#include "model/gguf/gguf_reader.h"
+#include "util/utf8.h"
+
+namespace tlr {
+namespace {
+
+const std::string kVectors = std::string(TLR_SHARED_DIR) + "/tokenizer-vectors/";
+
+// Loads a vocabulary GGUF from ../shared once per process (leaked on purpose).
+const Tokenizer& Shared(const std::string& name) {
+  auto f = GgufFile::Open(kVectors + "ggml-vocab-" + name + ".gguf");
+  EXPECT_TRUE(f.ok()) << f.status().message();
+  auto tok = Tokenizer::FromGguf(*f);
+  EXPECT_TRUE(tok.ok()) << tok.status().message();
+  return *new Tokenizer(std::move(tok).value());
+}
+
+const Tokenizer& Gpt2() {
+  static const Tokenizer& t = Shared("gpt-2");
+  return t;
+}
+
+const Tokenizer& Spm() {
+  static const Tokenizer& t = Shared("llama-spm");
+  return t;
+}
+
+TEST(Tokenizer, HelloWorldGpt2) {
+  EXPECT_EQ(Gpt2().Encode("Hello world"), (std::vector<int32_t>{15496, 995}));
+  EXPECT_EQ(Gpt2().Decode(std::vector<int32_t>{15496, 995}), "Hello world");
+}
+
+TEST(Tokenizer, ControlTokensOnlyWithParseSpecial) {
+  const std::string text = "a<|endoftext|>b";
+  const auto with = Gpt2().Encode(text, false, /*parse_special=*/true);
+  ASSERT_EQ(with.size(), 3u);
+  EXPECT_EQ(with[1], 50256);
+  const auto without = Gpt2().Encode(text, false, /*parse_special=*/false);
+  EXPECT_GT(without.size(), 3u);
+  EXPECT_EQ(std::count(without.begin(), without.end(), 50256), 0);
+  // Control tokens decode to nothing unless asked for.
+  EXPECT_EQ(Gpt2().Decode(with), "ab");
+  EXPECT_EQ(Gpt2().Decode(with, /*render_special=*/true), text);
+  EXPECT_EQ(Gpt2().Decode(without), text);
+}
+
+TEST(Tokenizer, AddSpecialFollowsMetadata) {
+  // llama-spm: add_bos_token = true, add_eos_token = false.
+  const auto ids = Spm().Encode("Hello", /*add_special=*/true);
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids.front(), 1);
+  EXPECT_NE(ids.back(), 2);
+  EXPECT_EQ(Spm().Encode("Hello", false).front(), Spm().Encode("Hello", true)[1]);
+  // gpt-2's metadata asks for no BOS.
+  EXPECT_EQ(Gpt2().Encode("Hello", true), Gpt2().Encode("Hello", false));
+  EXPECT_EQ(Spm().Encode("", true), (std::vector<int32_t>{1}));
+  EXPECT_TRUE(Spm().Encode("", false).empty());
+}
+
+TEST(Tokenizer, SentencePieceDummyPrefixAndByteFallback) {
+  // The dummy prefix: "Hello" is tokenized as "▁Hello" and decodes back without it.
+  const auto ids = Spm().Encode("Hello");
+  EXPECT_EQ(Spm().TokenText(ids[0]).rfind("\xE2\x96\x81", 0), 0u);
+  EXPECT_EQ(Spm().Decode(ids), "Hello");
+  EXPECT_EQ(Spm().Decode(Spm().Encode(" Hello")), " Hello");
+  // A character missing from the vocabulary falls back to its UTF-8 bytes as <0xXX>.
+  const std::string rare = "\xF0\x9F\xA6\x99";  // U+1F999 llama
+  const auto r = Spm().Encode(rare);
+  int byte_tokens = 0;
+  for (int32_t id : r) byte_tokens += Spm().vocab().types[id] == TokenType::kByte;
+  EXPECT_EQ(byte_tokens, 4);
+  EXPECT_EQ(Spm().Decode(r), rare);
+  EXPECT_EQ(Spm().Piece(Spm().Find("<0x0A>")), "\n");
+}
+
+TEST(Tokenizer, StreamingDecodeNeverSplitsACharacter) {
+  for (const Tokenizer* tok : {&Gpt2(), &Spm()}) {
+    const std::string text = "Ma\xC3\xB1" "ana \xF0\x9F\xA6\x99\xF0\x9F\x98\x81 \xE4\xBD\xA0\xE5\xA5\xBD!";
+    const auto ids = tok->Encode(text);
+    StreamDecoder d(*tok);
+    std::string all;
+    int held_back = 0;
+    for (int32_t id : ids) {
+      const std::string part = d.Push(id);
+      EXPECT_TRUE(IsValidUtf8(part)) << "a push returned half a character";
+      if (part.empty()) ++held_back;
+      all += part;
+    }
+    all += d.Flush();
+    EXPECT_EQ(all, text);
+    EXPECT_GT(held_back, 0) << "expected some emoji bytes to be split across tokens";
+  }
+}
+
+TEST(Tokenizer, IllFormedUtf8RoundTripsThroughByteLevelBpe) {
+  const std::string bad = std::string("ok \xFF\xFE bad \xE2\x82 end \xC0\xAF", 20);
+  const auto ids = Gpt2().Encode(bad);
+  EXPECT_EQ(Gpt2().Decode(ids), bad);
+  StreamDecoder d(Gpt2());
+  std::string shown;
+  for (int32_t id : ids) shown += d.Push(id);
+  shown += d.Flush();
+  EXPECT_TRUE(IsValidUtf8(shown));  // streamed text is always printable UTF-8
+}
+
+TEST(Tokenizer, FingerprintIdentifiesTheVocabulary) {
+  EXPECT_NE(Gpt2().Fingerprint(), Spm().Fingerprint());
+  auto f = GgufFile::Open(kVectors + "ggml-vocab-gpt-2.gguf");
+  ASSERT_TRUE(f.ok());
+  auto v = VocabFromGguf(*f);
+  ASSERT_TRUE(v.ok());
+  auto same = Tokenizer::FromVocab(*v);
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(same->Fingerprint(), Gpt2().Fingerprint());
+  v->tokens[500] += "x";
+  auto changed = Tokenizer::FromVocab(*v);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_NE(changed->Fingerprint(), Gpt2().Fingerprint());
+}
+
+// A hand-made byte-level vocabulary: bytes, plus merges "a a" (rank 0) and "b c" (rank 1).
+Vocab TinyVocab() {
+  Vocab v;
+  v.model = VocabModel::kBpe;
+  v.pre = "gpt-2";
+  for (int b = 0; b < 256; ++b) v.tokens.push_back(ByteToBpeChar(static_cast<uint8_t>(b)));
+  v.tokens.push_back("aa");
+  v.tokens.push_back("bc");
+  v.tokens.push_back("aabc");
+  v.tokens.push_back("<|sep|>");
+  v.types.assign(v.tokens.size(), TokenType::kNormal);
+  v.types.back() = TokenType::kUserDefined;
+  v.merges = {{"a", "a"}, {"b", "c"}, {"aa", "bc"}};
+  v.lstrip.assign(v.tokens.size(), 0);
+  v.rstrip.assign(v.tokens.size(), 0);
+  return v;
+}
+
+TEST(Tokenizer, BpeMergesLowestRankFirstLeftmostOnTies) {
+  auto t = Tokenizer::FromVocab(TinyVocab());
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(t->Encode("aaa"), (std::vector<int32_t>{256, 'a'}));   // (aa)a, not a(aa)
+  EXPECT_EQ(t->Encode("aabc"), (std::vector<int32_t>{258}));        // aa + bc -> aabc
+  EXPECT_EQ(t->Encode("abc"), (std::vector<int32_t>{'a', 257}));
+  // User-defined added tokens split out even without parse_special.
+  EXPECT_EQ(t->Encode("aa<|sep|>aa"), (std::vector<int32_t>{256, 259, 256}));
+}
+
+TEST(Tokenizer, LoadErrorsAreClear) {
+  Vocab v = TinyVocab();
+  v.pre = "no-such-pre";
+  auto t = Tokenizer::FromVocab(v);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("unknown pre-tokenizer 'no-such-pre'"), std::string::npos);
+  EXPECT_NE(t.status().message().find("qwen2"), std::string::npos);
+  Vocab bad = TinyVocab();
+  bad.types.pop_back();
+  EXPECT_FALSE(Tokenizer::FromVocab(bad).ok());
+  EXPECT_FALSE(VocabFromHfJson("{not json", "").ok());
+  auto wrong = VocabFromHfJson(R"({"model": {"type": "Unigram", "vocab": []}})", "");
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("Unigram"), std::string::npos);
+  auto shape = VocabFromHfJson(R"({"model": {"type": "BPE", "vocab": {"a": "x"}},
+                                   "decoder": {"type": "ByteLevel"}})", "");
+  ASSERT_FALSE(shape.ok());
+  EXPECT_NE(shape.status().message().find("bad id"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tlr

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# End-to-end checks of the tlr binary (apps layer, label unit): the acceptance commands,
+# help texts, and bad input (corrupt files, bad flags, bad ids) giving a clear error and
+# exit status 1 or 2 — never a crash (an exit status above 128 is a signal).
+# Usage: cli_test.sh path/to/tlr path/to/shared
+set -u
+tlr=$1
+shared=$2
+gpt2="$shared/tokenizer-vectors/ggml-vocab-gpt-2.gguf"
+spm="$shared/tokenizer-vectors/ggml-vocab-llama-spm.gguf"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+
+check() {  # check NAME EXPECTED_STATUS REGEX -- command...
+  local name=$1 want=$2 re=$3
+  shift 4
+  local out status
+  out=$("$@" 2>&1)
+  status=$?
+  if [ "$status" -ne "$want" ] || ! grep -qE -- "$re" <<<"$out"; then
+    echo "FAIL $name: status $status (want $want), output:"
+    head -c 600 <<<"$out"
+    echo
+    fail=$((fail + 1))
+  else
+    pass=$((pass + 1))
+  fi
+}
+
+check help 0 "info.*GGUF" -- "$tlr" --help
+check help_tokenize 0 "--ids-only" -- "$tlr" tokenize --help
+check help_info 0 "--json" -- "$tlr" info --help
+check hello 0 "^15496 995$" -- "$tlr" tokenize --model "$gpt2" --ids-only "Hello world"
+check pieces 0 "995 -> ' world'" -- "$tlr" tokenize --model "$gpt2" "Hello world"
+check decode 0 "^Hello world$" -- "$tlr" tokenize --model "$gpt2" --decode 15496 995
+check spm_bos 0 "^1 15043$" -- "$tlr" tokenize -m "$spm" --ids-only --add-special "Hello"
+check info 0 "tokenizer.ggml.model +str += \"gpt2\"" -- "$tlr" info "$gpt2"
+check info_json 0 "\"key\": \"tokenizer.ggml.pre\"" -- "$tlr" info --json "$gpt2"
+printf 'Hello world' >"$tmp/text.txt"
+check file 0 "^15496 995$" -- "$tlr" tokenize -m "$gpt2" --ids-only -f "$tmp/text.txt"
+
+# Bad input: clear errors, exit 1 (or 2 for usage errors caught by the flag parser).
+head -c 1000 "$gpt2" >"$tmp/truncated.gguf"
+check truncated 1 "error: .*offset [0-9]+" -- "$tlr" info "$tmp/truncated.gguf"
+printf 'not a gguf file at all' >"$tmp/text.gguf"
+check bad_magic 1 "bad magic" -- "$tlr" info "$tmp/text.gguf"
+: >"$tmp/empty.gguf"
+check empty 1 "magic: file ends" -- "$tlr" info "$tmp/empty.gguf"
+check missing 1 "cannot open" -- "$tlr" info "$tmp/nope.gguf"
+check directory 1 "not a regular file" -- "$tlr" info "$tmp"
+printf 'GGUF\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00' >"$tmp/bare.gguf"
+check bare_info 0 "metadata: 0 keys" -- "$tlr" info "$tmp/bare.gguf"
+check no_tokenizer 1 "tokenizer.ggml.model' is missing" -- "$tlr" tokenize -m "$tmp/bare.gguf" x
+check bad_id 1 "outside the vocabulary" -- "$tlr" tokenize -m "$gpt2" --decode 99999999
+check not_id 1 "'abc' is not a token id" -- "$tlr" tokenize -m "$gpt2" --decode abc
+check bad_pre 1 "unknown pre-tokenizer 'zzz'" -- "$tlr" tokenize -m "$gpt2" --pre zzz x
+printf '{"model": ' >"$tmp/tokenizer.json"
+check bad_json 1 "not valid JSON" -- "$tlr" tokenize --tokenizer "$tmp/tokenizer.json" x
+check both_sources 2 "" -- "$tlr" tokenize -m "$gpt2" --tokenizer "$tmp/tokenizer.json" x
+check no_source 2 "" -- "$tlr" tokenize x
+check unknown_cmd 2 "" -- "$tlr" frobnicate
+check unknown_flag 2 "" -- "$tlr" info --frob "$gpt2"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
