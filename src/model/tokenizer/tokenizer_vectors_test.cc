@@ -13,6 +13,10 @@
 #include "model/gguf/gguf_writer.h"
 #include "model/tokenizer/tokenizer.h"
 #include "util/mapped_file.h"
+#include "util/utf8.h"
+
+#include <nlohmann/json.hpp>
+#include <algorithm>
 
 namespace tlr {
 namespace {
@@ -135,6 +139,65 @@ TEST(TokenizerVectors, Qwen2AndLlama3ThroughGguf) {
     ASSERT_TRUE(t.ok()) << t.status().message();
     CheckSet(*t, set, false);
   }
+}
+
+// A SentencePiece vocabulary in Hugging Face's tokenizer.json form (BPE + byte_fallback, with
+// merges derived from the scores the way Hugging Face's converter does), built from the
+// llama-spm GGUF: loading it must tokenize the llama-spm vectors exactly like the GGUF.
+TEST(TokenizerVectors, LlamaSpmFromTokenizerJson) {
+  auto f = GgufFile::Open(kVectors + "ggml-vocab-llama-spm.gguf");
+  ASSERT_TRUE(f.ok());
+  auto v = VocabFromGguf(*f);
+  ASSERT_TRUE(v.ok());
+  nlohmann::json vocab = nlohmann::json::object();
+  std::unordered_map<std::string, int32_t> id;
+  for (int32_t i = 0; i < v->size(); ++i) {
+    vocab[v->tokens[i]] = i;
+    id[v->tokens[i]] = i;
+  }
+  struct Merge {
+    std::string l, r;
+    float score;
+    int32_t il, ir;
+  };
+  std::vector<Merge> merges;
+  for (int32_t i = 0; i < v->size(); ++i) {
+    if (v->types[i] != TokenType::kNormal) continue;
+    const std::string& t = v->tokens[i];
+    size_t pos = 0;
+    char32_t cp;
+    DecodeUtf8(t, &pos, &cp);
+    for (; pos < t.size(); DecodeUtf8(t, &pos, &cp)) {  // split at character boundaries
+      auto l = id.find(t.substr(0, pos)), r = id.find(t.substr(pos));
+      if (l != id.end() && r != id.end()) merges.push_back({l->first, r->first, v->scores[i], l->second, r->second});
+    }
+  }
+  std::stable_sort(merges.begin(), merges.end(), [](const Merge& a, const Merge& b) {
+    if (a.score != b.score) return a.score > b.score;
+    return a.il != b.il ? a.il < b.il : a.ir < b.ir;
+  });
+  nlohmann::json jm = nlohmann::json::array();
+  for (const auto& m : merges) jm.push_back({m.l, m.r});
+  nlohmann::json added = nlohmann::json::array();
+  for (int32_t i : {0, 1, 2}) {
+    added.push_back({{"id", i}, {"content", v->tokens[i]}, {"special", true}});
+  }
+  nlohmann::json j = {
+      {"added_tokens", added},
+      {"normalizer", {{"type", "Sequence"},
+                      {"normalizers", {{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
+                                       {{"type", "Replace"}, {"content", "\xE2\x96\x81"}}}}}},
+      {"pre_tokenizer", nullptr},
+      {"model", {{"type", "BPE"}, {"byte_fallback", true}, {"unk_token", "<unk>"},
+                 {"vocab", vocab}, {"merges", jm}}}};
+  auto hv = VocabFromHfJson(j.dump(), R"({"bos_token": "<s>", "add_bos_token": true})");
+  ASSERT_TRUE(hv.ok()) << hv.status().message();
+  EXPECT_EQ(hv->model, VocabModel::kSpm);
+  EXPECT_TRUE(hv->add_space_prefix);
+  EXPECT_EQ(hv->bos_id, 1);
+  auto t = Tokenizer::FromVocab(std::move(hv).value());
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  CheckSet(*t, "llama-spm", true);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "model/gguf/gguf_keys.h"
 #include "model/gguf/gguf_reader.h"
 #include "model/gguf/gguf_writer.h"
 #include "model/tokenizer/pretokenize.h"
@@ -55,7 +56,7 @@ Expected<bool> OptionalBool(const GgufFile& f, const char* key, bool dflt) {
 
 Expected<Vocab> VocabFromGguf(const GgufFile& f) {
   Vocab v;
-  auto model = f.GetString("tokenizer.ggml.model");
+  auto model = f.GetString(gguf_keys::kTokModel);
   if (!model.ok()) return model.status();
   if (*model == "gpt2") {
     v.model = VocabModel::kBpe;
@@ -66,12 +67,12 @@ Expected<Vocab> VocabFromGguf(const GgufFile& f) {
     return Status::Error("tokenizer.ggml.model '" + *model +
                          "' is not supported (supported: gpt2, llama)");
   }
-  if (f.Find("tokenizer.ggml.pre")) {
-    auto pre = f.GetString("tokenizer.ggml.pre");
+  if (f.Find(gguf_keys::kTokPre)) {
+    auto pre = f.GetString(gguf_keys::kTokPre);
     if (!pre.ok()) return pre.status();
     v.pre = *pre;
   }
-  auto tokens = f.GetArray("tokenizer.ggml.tokens", GgufType::kString);
+  auto tokens = f.GetArray(gguf_keys::kTokTokens, GgufType::kString);
   if (!tokens.ok()) return tokens.status();
   const auto& ta = **tokens;
   const auto n = static_cast<int32_t>(ta.items.size());
@@ -80,8 +81,8 @@ Expected<Vocab> VocabFromGguf(const GgufFile& f) {
   for (const auto& t : ta.items) v.tokens.push_back(std::get<std::string>(t.v));
 
   v.types.assign(n, TokenType::kNormal);
-  if (f.Find("tokenizer.ggml.token_type")) {
-    auto types = f.GetArray("tokenizer.ggml.token_type", GgufType::kInt32);
+  if (f.Find(gguf_keys::kTokTypes)) {
+    auto types = f.GetArray(gguf_keys::kTokTypes, GgufType::kInt32);
     if (!types.ok()) return types.status();
     if (static_cast<int32_t>((*types)->items.size()) != n) {
       return Status::Error("tokenizer.ggml.token_type has " +
@@ -97,8 +98,8 @@ Expected<Vocab> VocabFromGguf(const GgufFile& f) {
       v.types[i] = static_cast<TokenType>(t);
     }
   }
-  if (f.Find("tokenizer.ggml.scores")) {
-    auto scores = f.GetArray("tokenizer.ggml.scores", GgufType::kFloat32);
+  if (f.Find(gguf_keys::kTokScores)) {
+    auto scores = f.GetArray(gguf_keys::kTokScores, GgufType::kFloat32);
     if (!scores.ok()) return scores.status();
     if (static_cast<int32_t>((*scores)->items.size()) != n) {
       return Status::Error("tokenizer.ggml.scores has " + std::to_string((*scores)->items.size()) +
@@ -107,8 +108,8 @@ Expected<Vocab> VocabFromGguf(const GgufFile& f) {
     v.scores.reserve(n);
     for (const auto& s : (*scores)->items) v.scores.push_back(std::get<float>(s.v));
   }
-  if (f.Find("tokenizer.ggml.merges")) {
-    auto merges = f.GetArray("tokenizer.ggml.merges", GgufType::kString);
+  if (f.Find(gguf_keys::kTokMerges)) {
+    auto merges = f.GetArray(gguf_keys::kTokMerges, GgufType::kString);
     if (!merges.ok()) return merges.status();
     v.merges.reserve((*merges)->items.size());
     for (size_t i = 0; i < (*merges)->items.size(); ++i) {
@@ -125,17 +126,17 @@ Expected<Vocab> VocabFromGguf(const GgufFile& f) {
     return Status::Error("tokenizer.ggml.merges is missing (a gpt2 tokenizer needs its merges)");
   }
   const std::pair<const char*, int32_t*> ids[] = {
-      {"tokenizer.ggml.bos_token_id", &v.bos_id}, {"tokenizer.ggml.eos_token_id", &v.eos_id},
-      {"tokenizer.ggml.eot_token_id", &v.eot_id}, {"tokenizer.ggml.unknown_token_id", &v.unk_id},
-      {"tokenizer.ggml.padding_token_id", &v.pad_id}};
+      {gguf_keys::kTokBos, &v.bos_id}, {gguf_keys::kTokEos, &v.eos_id},
+      {gguf_keys::kTokEot, &v.eot_id}, {gguf_keys::kTokUnk, &v.unk_id},
+      {gguf_keys::kTokPad, &v.pad_id}};
   for (const auto& [key, dst] : ids) {
     auto id = OptionalId(f, key, n);
     if (!id.ok()) return id.status();
     *dst = *id;
   }
-  auto add_bos = OptionalBool(f, "tokenizer.ggml.add_bos_token", v.model == VocabModel::kSpm);
-  auto add_eos = OptionalBool(f, "tokenizer.ggml.add_eos_token", false);
-  auto add_space = OptionalBool(f, "tokenizer.ggml.add_space_prefix", v.add_space_prefix);
+  auto add_bos = OptionalBool(f, gguf_keys::kTokAddBos, v.model == VocabModel::kSpm);
+  auto add_eos = OptionalBool(f, gguf_keys::kTokAddEos, false);
+  auto add_space = OptionalBool(f, gguf_keys::kTokAddSpacePrefix, v.add_space_prefix);
   if (!add_bos.ok()) return add_bos.status();
   if (!add_eos.ok()) return add_eos.status();
   if (!add_space.ok()) return add_space.status();
@@ -152,30 +153,30 @@ Expected<Vocab> VocabFromGguf(const GgufFile& f) {
 }
 
 void VocabToGguf(const Vocab& v, GgufWriter* w) {
-  w->Set("tokenizer.ggml.model", GgufValue::Str(v.model == VocabModel::kBpe ? "gpt2" : "llama"));
-  w->Set("tokenizer.ggml.pre", GgufValue::Str(v.pre));
-  w->Set("tokenizer.ggml.tokens", GgufValue::StrArray(v.tokens));
+  w->Set(gguf_keys::kTokModel, GgufValue::Str(v.model == VocabModel::kBpe ? "gpt2" : "llama"));
+  w->Set(gguf_keys::kTokPre, GgufValue::Str(v.pre));
+  w->Set(gguf_keys::kTokTokens, GgufValue::StrArray(v.tokens));
   std::vector<int32_t> types(v.types.size());
   for (size_t i = 0; i < types.size(); ++i) types[i] = static_cast<int32_t>(v.types[i]);
-  w->Set("tokenizer.ggml.token_type", GgufValue::I32Array(types));
-  if (!v.scores.empty()) w->Set("tokenizer.ggml.scores", GgufValue::F32Array(v.scores));
+  w->Set(gguf_keys::kTokTypes, GgufValue::I32Array(types));
+  if (!v.scores.empty()) w->Set(gguf_keys::kTokScores, GgufValue::F32Array(v.scores));
   if (!v.merges.empty()) {
     std::vector<std::string> merges;
     merges.reserve(v.merges.size());
     for (const auto& [a, b] : v.merges) merges.push_back(a + " " + b);
-    w->Set("tokenizer.ggml.merges", GgufValue::StrArray(merges));
+    w->Set(gguf_keys::kTokMerges, GgufValue::StrArray(merges));
   }
   const std::pair<const char*, int32_t> ids[] = {
-      {"tokenizer.ggml.bos_token_id", v.bos_id}, {"tokenizer.ggml.eos_token_id", v.eos_id},
-      {"tokenizer.ggml.eot_token_id", v.eot_id}, {"tokenizer.ggml.unknown_token_id", v.unk_id},
-      {"tokenizer.ggml.padding_token_id", v.pad_id}};
+      {gguf_keys::kTokBos, v.bos_id}, {gguf_keys::kTokEos, v.eos_id},
+      {gguf_keys::kTokEot, v.eot_id}, {gguf_keys::kTokUnk, v.unk_id},
+      {gguf_keys::kTokPad, v.pad_id}};
   for (const auto& [key, id] : ids) {
     if (id >= 0) w->Set(key, GgufValue::U32(static_cast<uint32_t>(id)));
   }
-  w->Set("tokenizer.ggml.add_bos_token", GgufValue(v.add_bos));
-  w->Set("tokenizer.ggml.add_eos_token", GgufValue(v.add_eos));
+  w->Set(gguf_keys::kTokAddBos, GgufValue(v.add_bos));
+  w->Set(gguf_keys::kTokAddEos, GgufValue(v.add_eos));
   if (v.model == VocabModel::kSpm) {
-    w->Set("tokenizer.ggml.add_space_prefix", GgufValue(v.add_space_prefix));
+    w->Set(gguf_keys::kTokAddSpacePrefix, GgufValue(v.add_space_prefix));
   }
 }
 
