@@ -1,0 +1,536 @@
+// SIMD kernels for MatMul (ops layer), compiled once per Highway target and dispatched at
+// run time. See matmul.h for the contract.
+//
+// Quantized weights: each 32-weight block is unpacked to 32 small integers (unsigned for the
+// types with an offset, signed for Q8_0 and Q6_K) and dotted with the token's Q8A block; the
+// 8 int32 partial sums become floats scaled by d_w * d_a and accumulate in a float vector.
+// Offsets (Q4_0's -8, Q4_1's min, K-quant minimums) contribute offset_w * s_a per block,
+// where s_a = d_a * sum(q_a). Up to four tokens share each unpacked weight block (prefill).
+//
+// x86 (AVX2, AVX-512, AVX-512 VNNI) unpacks in registers and uses maddubs / vpdpbusd; every
+// other target unpacks through a small buffer and uses Highway's portable widening
+// multiply-accumulate. Both compute the same integer sums.
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "ops/matmul.h"
+#include "ops/thread_pool.h"
+#include "quant/quantize.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/matmul.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#ifndef TLR_OPS_MATMUL_ONCE
+#define TLR_OPS_MATMUL_ONCE
+namespace tlr {
+// f16 -> f32 for block scales: a table is faster than converting one value at a time.
+inline const float* F16Table() {
+  static const float* table = [] {
+    auto* t = new float[65536];
+    for (uint32_t i = 0; i < 65536; ++i) t[i] = F16ToF32(static_cast<uint16_t>(i));
+    return t;
+  }();
+  return table;
+}
+}  // namespace tlr
+#endif
+
+HWY_BEFORE_NAMESPACE();
+// This file is compiled once per target: forget the previous pass's feature macros.
+#undef TLR_X86_256
+#undef TLR_HAVE_VNNI512
+#if HWY_TARGET == HWY_AVX3_DL && (HWY_COMPILER_GCC_ACTUAL || HWY_COMPILER_CLANG)
+// AVX3_DL implies AVX-512 VNNI. Highway 1.0.3 also enables the VEX "avxvnni" feature for
+// this target, which e.g. Zen 4 lacks, so the compiler may encode vpdpbusd with VEX and the
+// CPU would fault: the instruction is written out with an explicit EVEX encoding instead.
+#define TLR_HAVE_VNNI512 1
+#endif
+namespace tlr {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::CappedTag<float, 8>;
+using DI = hn::RebindToSigned<DF>;
+using VF = hn::Vec<DF>;
+using VI = hn::Vec<DI>;
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+#define TLR_X86_256 1
+// 32 unsigned bytes (< 128 for every type here) times 32 signed bytes -> 8 int32 sums.
+HWY_INLINE __m256i DotU8(__m256i w, __m256i a) {
+#ifdef TLR_HAVE_VNNI512
+  __m256i acc = _mm256_setzero_si256();
+  asm("%{evex%} vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(a));
+  return acc;
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1));
+#endif
+}
+// Signed weights: |w| * (a with w's sign).
+HWY_INLINE __m256i DotI8(__m256i w, __m256i a) {
+  return DotU8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+}
+// Signed weights with an int16 scale per 16 elements (Q6_K): lanes 0-3 use s0, 4-7 use s1.
+HWY_INLINE __m256i DotI8Scaled16(__m256i w, __m256i a, int16_t s0, int16_t s1) {
+  const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+  return _mm256_madd_epi16(p, _mm256_setr_m128i(_mm_set1_epi16(s0), _mm_set1_epi16(s1)));
+}
+HWY_INLINE __m256i Load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+// 16 bytes of packed nibbles -> 32 bytes: low nibbles first, then high nibbles.
+HWY_INLINE __m256i Nibbles(const uint8_t* qs) {
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i m = _mm_set1_epi8(0x0F);
+  return _mm256_setr_m128i(_mm_and_si128(x, m), _mm_and_si128(_mm_srli_epi16(x, 4), m));
+}
+HWY_INLINE VI ToVI(__m256i v) { return VI{v}; }
+#endif
+
+// Portable integer dot of 32 weights (as int8 values) with 32 activations.
+HWY_INLINE VI DotPortable(const int8_t* w, const int8_t* a) {
+  const DI di;
+#if HWY_TARGET == HWY_SCALAR
+  int32_t s = 0;
+  for (int i = 0; i < 32; ++i) s += w[i] * a[i];
+  return hn::Set(di, s);
+#else
+  const hn::Repartition<int16_t, DI> d16;
+  const hn::Rebind<int8_t, decltype(d16)> d8;
+  VI sum0 = hn::Zero(di), sum1 = hn::Zero(di);
+  for (size_t k = 0; k < 32; k += hn::Lanes(d16)) {
+    const auto w16 = hn::PromoteTo(d16, hn::LoadU(d8, w + k));
+    const auto a16 = hn::PromoteTo(d16, hn::LoadU(d8, a + k));
+    sum0 = hn::ReorderWidenMulAccumulate(di, w16, a16, sum0, sum1);
+  }
+  return hn::Add(sum0, sum1);
+#endif
+}
+
+// Per-type unpacking of one 32-element group to int8 (portable path and the types without a
+// register unpack). `sub` is the 32-element group index inside a K-quant super-block.
+// Returns the weight scale and writes the offset coefficient: the group's dot is
+// scale * d_a * isum + offset * s_a.
+struct Group {
+  float scale, offset;
+};
+
+HWY_INLINE Group UnpackQ5_0(const uint8_t* b, bool has_min, int8_t* w) {
+  const float* f16 = F16Table();
+  uint16_t dh, mh = 0;
+  std::memcpy(&dh, b, 2);
+  if (has_min) std::memcpy(&mh, b + 2, 2);
+  uint32_t qh;
+  std::memcpy(&qh, b + (has_min ? 4 : 2), 4);
+  const uint8_t* qs = b + (has_min ? 8 : 6);
+  for (int j = 0; j < 16; ++j) {
+    w[j] = static_cast<int8_t>((qs[j] & 0xF) | (((qh >> j) << 4) & 0x10));
+    w[j + 16] = static_cast<int8_t>((qs[j] >> 4) | ((qh >> (j + 12)) & 0x10));
+  }
+  const float d = f16[dh];
+  return {d, has_min ? f16[mh] : -16.0f * d};
+}
+
+HWY_INLINE Group UnpackQ5K(const BlockQ5_K& x, int sub, int8_t* w) {
+  const float* f16 = F16Table();
+  const uint8_t* ql = x.qs + 32 * (sub / 2);
+  const int shift = (sub & 1) * 4;
+  const uint8_t hbit = static_cast<uint8_t>(1u << sub);
+  for (int l = 0; l < 32; ++l) {
+    w[l] = static_cast<int8_t>(((ql[l] >> shift) & 0xF) | ((x.qh[l] & hbit) ? 16 : 0));
+  }
+  uint8_t sc, m;
+  ScaleMinK4(sub, x.scales, &sc, &m);
+  return {f16[x.d] * sc, -f16[x.dmin] * m};
+}
+
+// Q6_K: 32 signed weights of group `sub` (0..7) and the int8 scales of its two halves.
+HWY_INLINE void UnpackQ6K(const BlockQ6_K& x, int sub, int8_t* w, int16_t* s0, int16_t* s1) {
+  const int half = sub / 4;        // which 128-element half of the super-block
+  const int quarter = sub % 4;     // which 32-element run inside it
+  const uint8_t* ql = x.ql + 64 * half + (quarter & 1) * 32;
+  const uint8_t* qh = x.qh + 32 * half;
+  const int lshift = (quarter >= 2) ? 4 : 0;
+  const int hshift = 2 * quarter;
+  for (int l = 0; l < 32; ++l) {
+    w[l] = static_cast<int8_t>((((ql[l] >> lshift) & 0xF) | (((qh[l] >> hshift) & 3) << 4)) - 32);
+  }
+  *s0 = x.scales[8 * half + 2 * quarter];
+  *s1 = x.scales[8 * half + 2 * quarter + 1];
+}
+
+// Sums NT tokens' dot products with one weight row of a quantized type.
+template <GgmlType kType, int NT>
+HWY_INLINE void DotRowQ(const uint8_t* row, int64_t n_cols, const BlockQ8A* const* a, float* out) {
+  const DF df;
+  const float* f16 = F16Table();
+  VF acc[NT];
+  float off[NT];
+  for (int t = 0; t < NT; ++t) {
+    acc[t] = hn::Zero(df);
+    off[t] = 0;
+  }
+  const int64_t nb = n_cols / 32;
+  HWY_ALIGN int8_t w[32];
+  (void)w;
+  if constexpr (kType == GgmlType::kQ8_0) {
+    const auto* x = reinterpret_cast<const BlockQ8_0*>(row);
+    for (int64_t b = 0; b < nb; ++b) {
+      const float d = f16[x[b].d];
+#ifdef TLR_X86_256
+      const __m256i wv = Load32(x[b].qs);
+      for (int t = 0; t < NT; ++t) {
+        const BlockQ8A& ab = a[t][b];
+        acc[t] = hn::MulAdd(hn::ConvertTo(df, ToVI(DotI8(wv, Load32(ab.qs)))),
+                            hn::Set(df, d * ab.d), acc[t]);
+      }
+#else
+      for (int t = 0; t < NT; ++t) {
+        const BlockQ8A& ab = a[t][b];
+        acc[t] = hn::MulAdd(hn::ConvertTo(df, DotPortable(x[b].qs, ab.qs)), hn::Set(df, d * ab.d),
+                            acc[t]);
+      }
+#endif
+    }
+  } else if constexpr (kType == GgmlType::kQ4_0 || kType == GgmlType::kQ4_1) {
+    constexpr bool kMin = kType == GgmlType::kQ4_1;
+    using B = std::conditional_t<kMin, BlockQ4_1, BlockQ4_0>;
+    const auto* x = reinterpret_cast<const B*>(row);
+    for (int64_t b = 0; b < nb; ++b) {
+      const float d = f16[x[b].d];
+      float o;
+      if constexpr (kMin) o = f16[x[b].m];
+      else o = -8.0f * d;
+#ifdef TLR_X86_256
+      const __m256i wv = Nibbles(x[b].qs);
+#else
+      for (int j = 0; j < 16; ++j) {
+        w[j] = static_cast<int8_t>(x[b].qs[j] & 0xF);
+        w[j + 16] = static_cast<int8_t>(x[b].qs[j] >> 4);
+      }
+#endif
+      for (int t = 0; t < NT; ++t) {
+        const BlockQ8A& ab = a[t][b];
+#ifdef TLR_X86_256
+        const VI s = ToVI(DotU8(wv, Load32(ab.qs)));
+#else
+        const VI s = DotPortable(w, ab.qs);
+#endif
+        acc[t] = hn::MulAdd(hn::ConvertTo(df, s), hn::Set(df, d * ab.d), acc[t]);
+        off[t] += o * ab.s;
+      }
+    }
+  } else if constexpr (kType == GgmlType::kQ5_0 || kType == GgmlType::kQ5_1) {
+    constexpr bool kMin = kType == GgmlType::kQ5_1;
+    constexpr size_t kBytes = kMin ? sizeof(BlockQ5_1) : sizeof(BlockQ5_0);
+    for (int64_t b = 0; b < nb; ++b) {
+      const Group g = UnpackQ5_0(row + b * kBytes, kMin, w);
+      for (int t = 0; t < NT; ++t) {
+        const BlockQ8A& ab = a[t][b];
+#ifdef TLR_X86_256
+        const VI s = ToVI(DotU8(Load32(w), Load32(ab.qs)));
+#else
+        const VI s = DotPortable(w, ab.qs);
+#endif
+        acc[t] = hn::MulAdd(hn::ConvertTo(df, s), hn::Set(df, g.scale * ab.d), acc[t]);
+        off[t] += g.offset * ab.s;
+      }
+    }
+  } else if constexpr (kType == GgmlType::kQ4_K) {
+    const auto* x = reinterpret_cast<const BlockQ4_K*>(row);
+    for (int64_t sb = 0; sb < nb / 8; ++sb) {
+      const float d = f16[x[sb].d], dmin = f16[x[sb].dmin];
+      for (int sub = 0; sub < 8; ++sub) {
+        uint8_t sc, m;
+        ScaleMinK4(sub, x[sb].scales, &sc, &m);
+        const float scale = d * sc, o = -dmin * m;
+        const uint8_t* qs = x[sb].qs + 32 * (sub / 2);
+#ifdef TLR_X86_256
+        const __m256i raw = Load32(qs);
+        const __m256i wv = (sub & 1) ? _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(0x0F))
+                                     : _mm256_and_si256(raw, _mm256_set1_epi8(0x0F));
+#else
+        const int shift = (sub & 1) * 4;
+        for (int l = 0; l < 32; ++l) w[l] = static_cast<int8_t>((qs[l] >> shift) & 0xF);
+#endif
+        const int64_t b = sb * 8 + sub;
+        for (int t = 0; t < NT; ++t) {
+          const BlockQ8A& ab = a[t][b];
+#ifdef TLR_X86_256
+          const VI s = ToVI(DotU8(wv, Load32(ab.qs)));
+#else
+          const VI s = DotPortable(w, ab.qs);
+#endif
+          acc[t] = hn::MulAdd(hn::ConvertTo(df, s), hn::Set(df, scale * ab.d), acc[t]);
+          off[t] += o * ab.s;
+        }
+      }
+    }
+  } else if constexpr (kType == GgmlType::kQ5_K) {
+    const auto* x = reinterpret_cast<const BlockQ5_K*>(row);
+    for (int64_t sb = 0; sb < nb / 8; ++sb) {
+      for (int sub = 0; sub < 8; ++sub) {
+        const Group g = UnpackQ5K(x[sb], sub, w);
+        const int64_t b = sb * 8 + sub;
+        for (int t = 0; t < NT; ++t) {
+          const BlockQ8A& ab = a[t][b];
+#ifdef TLR_X86_256
+          const VI s = ToVI(DotU8(Load32(w), Load32(ab.qs)));
+#else
+          const VI s = DotPortable(w, ab.qs);
+#endif
+          acc[t] = hn::MulAdd(hn::ConvertTo(df, s), hn::Set(df, g.scale * ab.d), acc[t]);
+          off[t] += g.offset * ab.s;
+        }
+      }
+    }
+  } else if constexpr (kType == GgmlType::kQ6_K) {
+    const auto* x = reinterpret_cast<const BlockQ6_K*>(row);
+    for (int64_t sb = 0; sb < nb / 8; ++sb) {
+      const float d = f16[x[sb].d];
+      for (int sub = 0; sub < 8; ++sub) {
+        int16_t s0, s1;
+        UnpackQ6K(x[sb], sub, w, &s0, &s1);
+        const int64_t b = sb * 8 + sub;
+        for (int t = 0; t < NT; ++t) {
+          const BlockQ8A& ab = a[t][b];
+#ifdef TLR_X86_256
+          const VI s = ToVI(DotI8Scaled16(Load32(w), Load32(ab.qs), s0, s1));
+#elif HWY_TARGET == HWY_SCALAR
+          int32_t si = 0;
+          for (int i = 0; i < 32; ++i) si += (i < 16 ? s0 : s1) * w[i] * ab.qs[i];
+          const VI s = hn::Set(DI(), si);
+#else
+          // Portable: scale the weights to int16 per half, then widen-multiply.
+          const DI di;
+          const hn::Repartition<int16_t, DI> d16;
+          const hn::Rebind<int8_t, decltype(d16)> d8;
+          VI s = hn::Zero(di), s_hi = hn::Zero(di);
+          for (size_t k = 0; k < 32; k += hn::Lanes(d16)) {
+            const auto w16 = hn::Mul(hn::PromoteTo(d16, hn::LoadU(d8, w + k)),
+                                     hn::Set(d16, k < 16 ? s0 : s1));
+            s = hn::ReorderWidenMulAccumulate(di, w16, hn::PromoteTo(d16, hn::LoadU(d8, ab.qs + k)),
+                                              s, s_hi);
+          }
+          s = hn::Add(s, s_hi);
+#endif
+          acc[t] = hn::MulAdd(hn::ConvertTo(df, s), hn::Set(df, d * ab.d), acc[t]);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t] = hn::GetLane(hn::SumOfLanes(df, acc[t])) + off[t];
+}
+
+// Float weights times float activations.
+template <GgmlType kType, int NT>
+HWY_INLINE void DotRowF(const uint8_t* row, int64_t n, const float* const* x, float* out) {
+  const hn::ScalableTag<float> df;
+  const size_t L = hn::Lanes(df);
+  using V = hn::Vec<decltype(df)>;
+  V acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + static_cast<int64_t>(L) <= n; i += L) {
+    V wv;
+    if constexpr (kType == GgmlType::kF32) {
+      wv = hn::LoadU(df, reinterpret_cast<const float*>(row) + i);
+    } else if constexpr (kType == GgmlType::kF16) {
+      const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+      wv = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row) + i));
+    } else {
+      const hn::Rebind<hwy::bfloat16_t, decltype(df)> dh;
+      wv = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::bfloat16_t*>(row) + i));
+    }
+    for (int t = 0; t < NT; ++t) acc[t] = hn::MulAdd(wv, hn::LoadU(df, x[t] + i), acc[t]);
+  }
+  for (int t = 0; t < NT; ++t) out[t] = hn::GetLane(hn::SumOfLanes(df, acc[t]));
+  for (; i < n; ++i) {  // tail (rows not a multiple of the vector length)
+    float wf;
+    if constexpr (kType == GgmlType::kF32) {
+      wf = reinterpret_cast<const float*>(row)[i];
+    } else if constexpr (kType == GgmlType::kF16) {
+      wf = F16Table()[reinterpret_cast<const uint16_t*>(row)[i]];
+    } else {
+      wf = Bf16ToF32(reinterpret_cast<const uint16_t*>(row)[i]);
+    }
+    for (int t = 0; t < NT; ++t) out[t] += wf * x[t][i];
+  }
+}
+
+template <GgmlType kType>
+void RowsOfType(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0,
+                int64_t r1) {
+  constexpr bool kFloat =
+      kType == GgmlType::kF32 || kType == GgmlType::kF16 || kType == GgmlType::kBF16;
+  const int64_t nb = in.n_cols / 32;
+  for (int64_t t0 = 0; t0 < in.n_tokens; t0 += 4) {
+    const int nt = static_cast<int>(std::min<int64_t>(4, in.n_tokens - t0));
+    const BlockQ8A* aq[4];
+    const float* af[4];
+    for (int t = 0; t < nt; ++t) {
+      if constexpr (!kFloat) aq[t] = in.q8 + (t0 + t) * nb;
+      af[t] = in.x + (t0 + t) * in.ld;
+    }
+    for (int64_t r = r0; r < r1; ++r) {
+      float out[4] = {0, 0, 0, 0};
+      const uint8_t* row = w.Row(r);
+      if constexpr (kFloat) {
+        switch (nt) {
+          case 4: DotRowF<kType, 4>(row, in.n_cols, af, out); break;
+          case 3: DotRowF<kType, 3>(row, in.n_cols, af, out); break;
+          case 2: DotRowF<kType, 2>(row, in.n_cols, af, out); break;
+          default: DotRowF<kType, 1>(row, in.n_cols, af, out); break;
+        }
+      } else {
+        switch (nt) {
+          case 4: DotRowQ<kType, 4>(row, in.n_cols, aq, out); break;
+          case 3: DotRowQ<kType, 3>(row, in.n_cols, aq, out); break;
+          case 2: DotRowQ<kType, 2>(row, in.n_cols, aq, out); break;
+          default: DotRowQ<kType, 1>(row, in.n_cols, aq, out); break;
+        }
+      }
+      for (int t = 0; t < nt; ++t) y[(t0 + t) * ldy + r] = out[t];
+    }
+  }
+}
+
+void MatMulRowsImpl(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0,
+                    int64_t r1) {
+  switch (w.type) {
+#define TLR_CASE(T) \
+  case GgmlType::T: return RowsOfType<GgmlType::T>(w, in, y, ldy, r0, r1);
+    TLR_CASE(kF32)
+    TLR_CASE(kF16)
+    TLR_CASE(kBF16)
+    TLR_CASE(kQ8_0)
+    TLR_CASE(kQ4_0)
+    TLR_CASE(kQ4_1)
+    TLR_CASE(kQ5_0)
+    TLR_CASE(kQ5_1)
+    TLR_CASE(kQ4_K)
+    TLR_CASE(kQ5_K)
+    TLR_CASE(kQ6_K)
+#undef TLR_CASE
+    default:
+      return;
+  }
+}
+
+void QuantizeQ8ARows(const float* x, int64_t ld, int64_t n_cols, BlockQ8A* out, int64_t t0,
+                     int64_t t1) {
+  const hn::ScalableTag<float> df;
+  const size_t L = hn::Lanes(df);
+  const int64_t nb = n_cols / 32;
+  for (int64_t t = t0; t < t1; ++t) {
+    const float* row = x + t * ld;
+    BlockQ8A* blocks = out + t * nb;
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* v = row + b * 32;
+      float amax = 0;
+      if (L <= 32) {
+        auto m = hn::Zero(df);
+        for (size_t i = 0; i < 32; i += L) m = hn::Max(m, hn::Abs(hn::LoadU(df, v + i)));
+        amax = hn::GetLane(hn::MaxOfLanes(df, m));
+      }
+      const float d = amax / 127.0f;
+      const float id = d > 0 ? 1.0f / d : 0.0f;
+      int sum = 0;
+      for (int j = 0; j < 32; ++j) {
+        const int q = static_cast<int>(std::lrintf(v[j] * id));
+        blocks[b].qs[j] = static_cast<int8_t>(q);
+        sum += q;
+      }
+      blocks[b].d = d;
+      blocks[b].s = d * static_cast<float>(sum);
+    }
+  }
+}
+
+std::string TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace tlr
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace tlr {
+
+HWY_EXPORT(MatMulRowsImpl);
+HWY_EXPORT(QuantizeQ8ARows);
+HWY_EXPORT(TargetNameImpl);
+
+bool MatMulSupports(GgmlType t) {
+  switch (t) {
+    case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16: case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ5_0: case GgmlType::kQ5_1:
+    case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool MatMulUsesQ8A(GgmlType t) {
+  return MatMulSupports(t) && t != GgmlType::kF32 && t != GgmlType::kF16 && t != GgmlType::kBF16;
+}
+
+void MatMulInput::Prepare(GgmlType type, const float* xs, int64_t n_tok, int64_t cols, int64_t ldx,
+                          ThreadPool* pool) {
+  x = xs;
+  n_tokens = n_tok;
+  n_cols = cols;
+  ld = ldx;
+  q8 = nullptr;
+  if (!MatMulUsesQ8A(type)) return;
+  const size_t need = static_cast<size_t>(n_tok * (cols / 32));
+  if (q8_storage_.size() < need) q8_storage_.resize(need);
+  BlockQ8A* out = q8_storage_.data();
+  if (pool && n_tok > 1) {
+    pool->ParallelFor(n_tok, 0, [&](int64_t b, int64_t e, int) {
+      HWY_DYNAMIC_DISPATCH(QuantizeQ8ARows)(xs, ldx, cols, out, b, e);
+    });
+  } else {
+    HWY_DYNAMIC_DISPATCH(QuantizeQ8ARows)(xs, ldx, cols, out, 0, n_tok);
+  }
+  q8 = out;
+}
+
+void MatMulRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0,
+                int64_t r1) {
+  HWY_DYNAMIC_DISPATCH(MatMulRowsImpl)(w, in, y, ldy, r0, r1);
+}
+
+void MatMul(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, ThreadPool* pool) {
+  // Chunks of rows: small enough to balance two cores, large enough to amortise dispatch.
+  const int64_t chunk = std::max<int64_t>(16, w.n_rows / (8 * (pool ? pool->n_threads() : 1)));
+  if (!pool || pool->n_threads() == 1) {
+    MatMulRows(w, in, y, ldy, 0, w.n_rows);
+    return;
+  }
+  pool->ParallelFor(w.n_rows, chunk, [&](int64_t b, int64_t e, int) { MatMulRows(w, in, y, ldy, b, e); });
+}
+
+std::vector<std::string> CompiledSimdTargets() {
+  std::vector<std::string> names;
+  for (int64_t t : hwy::SupportedAndGeneratedTargets()) names.push_back(hwy::TargetName(t));
+  return names;
+}
+
+std::string ActiveSimdTarget() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
+
+bool ForceSimdTarget(const std::string& name) {
+  hwy::SetSupportedTargetsForTest(0);
+  if (name.empty()) return true;
+  for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
+    if (name == hwy::TargetName(t)) {
+      hwy::SetSupportedTargetsForTest(t);
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace tlr
+#endif  // HWY_ONCE

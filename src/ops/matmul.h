@@ -1,0 +1,77 @@
+// Matrix products against GGUF weight matrices (ops layer): the one entry point the model
+// uses for every linear layer, for one token (decode) or many (prefill, batched steps).
+//
+// Float weights (F32, F16, BF16) multiply float activations directly. Quantized weights
+// (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) use integer dot products against the
+// activations quantized on the fly to Q8A blocks (int8 + float scale per 32 values): this is
+// what makes them fast (8-bit multiply-adds, maddubs/VNNI on x86), at a cost of ~0.4% relative
+// error per activation block, far below the weights' own quantization error.
+//
+// SIMD lives in matmul.cc (Google Highway, runtime dispatch over the compiled targets); every
+// kernel has a scalar reference here for tests. Thread-safe: no shared mutable state.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "quant/blocks.h"
+#include "quant/ggml_type.h"
+#include "util/status.h"
+
+namespace tlr {
+
+class ThreadPool;
+
+// A weight matrix as stored in GGUF: n_rows rows of n_cols elements (ggml dims [n_cols,
+// n_rows]), each row row_bytes long. A view: the bytes are owned elsewhere (the mmap).
+struct WeightView {
+  GgmlType type = GgmlType::kF32;
+  const uint8_t* data = nullptr;
+  int64_t n_rows = 0, n_cols = 0;
+  size_t row_bytes = 0;
+  const uint8_t* Row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
+};
+
+// Whether MatMul has a kernel for `type`, and whether that kernel wants Q8A activations.
+bool MatMulSupports(GgmlType type);
+bool MatMulUsesQ8A(GgmlType type);
+
+// Activations for one MatMul call: n_tokens rows of n_cols floats, and their Q8A blocks when
+// the weight type uses them. Reusable across calls without reallocating.
+class MatMulInput {
+ public:
+  // Points at float activations [n_tokens, n_cols] (row stride ld floats) and quantizes them
+  // if `type` needs it. The floats must stay valid until the MatMul calls are done.
+  void Prepare(GgmlType type, const float* x, int64_t n_tokens, int64_t n_cols, int64_t ld,
+               ThreadPool* pool);
+  const float* x = nullptr;
+  int64_t n_tokens = 0, n_cols = 0, ld = 0;
+  const BlockQ8A* q8 = nullptr;  // [n_tokens, n_cols / 32] when quantized
+
+ private:
+  std::vector<BlockQ8A> q8_storage_;
+};
+
+// y[t * ldy + r] = dot(W row r, x row t) for every row r of W and token t of `in`.
+// `in` must have been prepared for w.type with in.n_cols == w.n_cols.
+void MatMul(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, ThreadPool* pool);
+
+// Same over rows [r0, r1) only, single-threaded, with the dispatched SIMD kernel.
+void MatMulRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0,
+                int64_t r1);
+
+// Scalar references. MatMulRowsRef computes what the kernels compute (the same integer dot
+// products against Q8A activations, summed in double); MatMulRowsDequant dequantizes the
+// weights and uses the float activations, i.e. the exact product the model means.
+void MatMulRowsRef(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0,
+                   int64_t r1);
+void MatMulRowsDequant(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy,
+                       int64_t r0, int64_t r1);
+
+// Names of the SIMD targets compiled in and the one dispatch picks on this CPU.
+std::vector<std::string> CompiledSimdTargets();
+std::string ActiveSimdTarget();
+// Tests: restrict dispatch to one compiled target (by name); "" restores the best one.
+bool ForceSimdTarget(const std::string& name);
+
+}  // namespace tlr

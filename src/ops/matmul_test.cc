@@ -1,0 +1,142 @@
+// Kernel tests (kernel label): every MatMul kernel on every SIMD target compiled in, against
+// the scalar references, with tolerances derived from the data:
+//   - vs MatMulRowsRef (same Q8A activations): float rounding only, bounded by
+//     8 * eps * (blocks + 8) * sum|w_i * a_i|;
+//   - vs MatMulRowsDequant (float activations): plus the activation quantization error,
+//     bounded by sum over blocks of d_a / 2 * sum|w_i| (round-to-nearest of each activation).
+#include "ops/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "ops/thread_pool.h"
+#include "quant/quantize.h"
+
+namespace tlr {
+namespace {
+
+// Random weights of `type`: quantized from Gaussian floats where a quantizer exists, random
+// block bytes with sane scales otherwise (covers every code, e.g. q8 = -128).
+std::vector<uint8_t> RandomWeights(GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  const auto& tr = GgmlTraits(type);
+  const size_t row_bytes = cols / tr.block_size * tr.type_size;
+  std::vector<uint8_t> data(rows * row_bytes);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  if (type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1 || type == GgmlType::kQ5_K ||
+      (type == GgmlType::kQ8_0 && (rng() & 1))) {
+    for (auto& b : data) b = static_cast<uint8_t>(rng());
+    std::uniform_real_distribution<float> scale(0.005f, 0.05f);
+    for (size_t off = 0; off < data.size(); off += tr.type_size) {
+      const uint16_t d = F32ToF16(scale(rng)), m = F32ToF16(-scale(rng) * 8);
+      std::memcpy(&data[off], &d, 2);
+      if (type == GgmlType::kQ5_1 || type == GgmlType::kQ5_K) std::memcpy(&data[off + 2], &m, 2);
+      if (type == GgmlType::kQ5_K) {
+        const uint16_t dmin = F32ToF16(scale(rng));
+        std::memcpy(&data[off + 2], &dmin, 2);
+      }
+    }
+    return data;
+  }
+  std::vector<float> f(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (auto& v : f) v = normal(rng);
+    EXPECT_TRUE(Quantize(type, f.data(), data.data() + r * row_bytes, cols).ok());
+  }
+  return data;
+}
+
+struct Case {
+  GgmlType type;
+  int64_t cols;
+};
+
+class MatMulKernels : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { ASSERT_TRUE(ForceSimdTarget(GetParam())) << GetParam(); }
+  void TearDown() override { ForceSimdTarget(""); }
+};
+
+TEST_P(MatMulKernels, MatchScalarReferences) {
+  EXPECT_EQ(ActiveSimdTarget(), GetParam());
+  std::mt19937 rng(1234);
+  const Case cases[] = {
+      {GgmlType::kF32, 100}, {GgmlType::kF16, 96},  {GgmlType::kBF16, 64}, {GgmlType::kQ8_0, 96},
+      {GgmlType::kQ4_0, 128}, {GgmlType::kQ4_1, 64}, {GgmlType::kQ5_0, 96}, {GgmlType::kQ5_1, 64},
+      {GgmlType::kQ4_K, 512}, {GgmlType::kQ5_K, 256}, {GgmlType::kQ6_K, 512},
+  };
+  std::normal_distribution<float> act(0.0f, 1.0f);
+  for (const Case& c : cases) {
+    ASSERT_TRUE(MatMulSupports(c.type));
+    const int64_t rows = 19;
+    auto wdata = RandomWeights(c.type, rows, c.cols, rng);
+    WeightView w{c.type, wdata.data(), rows, c.cols, wdata.size() / rows};
+    std::vector<float> wf(c.cols);
+    for (int64_t n_tokens : {1, 2, 3, 4, 5, 9}) {
+      const int64_t ld = c.cols + 3;  // a row stride that is not the row length
+      std::vector<float> x(n_tokens * ld);
+      for (auto& v : x) v = act(rng);
+      MatMulInput in;
+      in.Prepare(c.type, x.data(), n_tokens, c.cols, ld, nullptr);
+      std::vector<float> y(n_tokens * rows), ref(n_tokens * rows), exact(n_tokens * rows);
+      MatMulRows(w, in, y.data(), rows, 0, rows);
+      MatMulRowsRef(w, in, ref.data(), rows, 0, rows);
+      MatMulRowsDequant(w, in, exact.data(), rows, 0, rows);
+      const double eps = std::numeric_limits<float>::epsilon();
+      for (int64_t r = 0; r < rows; ++r) {
+        ASSERT_TRUE(Dequantize(c.type, w.Row(r), wf.data(), c.cols).ok());
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          double abs_sum = 0, quant_bound = 0;
+          for (int64_t i = 0; i < c.cols; ++i) abs_sum += std::fabs(wf[i] * x[t * ld + i]);
+          if (in.q8) {
+            for (int64_t b = 0; b < c.cols / 32; ++b) {
+              double wsum = 0;
+              for (int i = 0; i < 32; ++i) wsum += std::fabs(wf[b * 32 + i]);
+              quant_bound += in.q8[t * (c.cols / 32) + b].d / 2 * wsum;
+            }
+          }
+          const double round_bound = 8 * eps * (c.cols / 32 + 8) * (abs_sum + quant_bound) + 1e-30;
+          const size_t k = t * rows + r;
+          EXPECT_NEAR(y[k], ref[k], round_bound)
+              << GgmlTraits(c.type).name << " row " << r << " token " << t << " of " << n_tokens;
+          EXPECT_NEAR(y[k], exact[k], round_bound + quant_bound) << GgmlTraits(c.type).name;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(MatMulKernels, ThreadedMatchesSingleThreaded) {
+  std::mt19937 rng(99);
+  const int64_t rows = 301, cols = 256;
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kF16}) {
+    auto wdata = RandomWeights(type, rows, cols, rng);
+    WeightView w{type, wdata.data(), rows, cols, wdata.size() / rows};
+    std::vector<float> x(7 * cols);
+    std::normal_distribution<float> act;
+    for (auto& v : x) v = act(rng);
+    ThreadPool pool(3);
+    MatMulInput in;
+    in.Prepare(type, x.data(), 7, cols, cols, &pool);
+    std::vector<float> y1(7 * rows), y3(7 * rows);
+    MatMulRows(w, in, y1.data(), rows, 0, rows);
+    MatMul(w, in, y3.data(), rows, &pool);
+    EXPECT_EQ(y1, y3);  // same kernel, same sums: bit-identical
+  }
+}
+
+std::vector<std::string> Targets() { return CompiledSimdTargets(); }
+
+INSTANTIATE_TEST_SUITE_P(AllTargets, MatMulKernels, ::testing::ValuesIn(Targets()),
+                         [](const auto& info) { return info.param; });
+
+TEST(MatMul, UnsupportedTypesAreReported) {
+  EXPECT_FALSE(MatMulSupports(GgmlType::kQ2_K));
+  EXPECT_FALSE(MatMulSupports(GgmlType::kI32));
+  EXPECT_TRUE(MatMulUsesQ8A(GgmlType::kQ4_K));
+  EXPECT_FALSE(MatMulUsesQ8A(GgmlType::kBF16));
+}
+
+}  // namespace
+}  // namespace tlr

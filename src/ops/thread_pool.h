@@ -1,0 +1,61 @@
+// ThreadPool (ops layer): a fixed set of worker threads that run one parallel loop at a time.
+//
+// Passed explicitly to everything that computes (no global pool), so two models can run side
+// by side with their own threads. ParallelFor hands out chunks of [0, n) through an atomic
+// counter (so a slow core does not hold everyone up); the calling thread works too. No heap
+// allocation per call. Not reentrant: one ParallelFor at a time per pool (callers on several
+// threads must each own a pool).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace tlr {
+
+class ThreadPool {
+ public:
+  // n_threads >= 1 counts the calling thread: ThreadPool(1) runs everything inline.
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int n_threads() const { return n_threads_; }
+
+  // Calls fn(begin, end, thread_index) over chunks covering [0, n), each of at most `chunk`
+  // items (0 = pick: about four chunks per thread). Returns when all are done.
+  template <typename Fn>
+  void ParallelFor(int64_t n, int64_t chunk, Fn&& fn) {
+    struct Ctx {
+      Fn* fn;
+    } ctx{&fn};
+    Run(n, chunk, [](void* c, int64_t b, int64_t e, int t) { (*static_cast<Ctx*>(c)->fn)(b, e, t); },
+        &ctx);
+  }
+
+ private:
+  using Thunk = void (*)(void*, int64_t, int64_t, int);
+  void Run(int64_t n, int64_t chunk, Thunk thunk, void* ctx);
+  void Work(int thread);
+  void WorkerLoop(int thread);
+
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  // The current job.
+  Thunk thunk_ = nullptr;
+  void* ctx_ = nullptr;
+  int64_t n_ = 0, chunk_ = 1;
+  std::atomic<int64_t> next_{0};
+  std::atomic<int> pending_{0};
+  // Workers wait for generation_ to change.
+  std::atomic<uint64_t> generation_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+};
+
+}  // namespace tlr

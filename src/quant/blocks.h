@@ -1,0 +1,108 @@
+// Block layouts of ggml's quantized types, byte-compatible with GGUF files (quant layer), and
+// the half-precision conversions they need. Each struct's size is checked against the type
+// table in ggml_type.cc. Plain data; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace tlr {
+
+inline constexpr int kQK = 32;    // elements per block of the "legacy" types and of Q8A
+inline constexpr int kQKK = 256;  // elements per K-quant super-block
+
+struct BlockQ4_0 {  // x = d * (q - 8), q in 0..15
+  uint16_t d;       // f16
+  uint8_t qs[16];   // element j in the low nibble of qs[j], element j+16 in the high nibble
+};
+struct BlockQ4_1 {  // x = d * q + m
+  uint16_t d, m;
+  uint8_t qs[16];
+};
+struct BlockQ5_0 {  // x = d * (q - 16), 5th bit of element j in bit j of qh
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+struct BlockQ5_1 {
+  uint16_t d, m;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+struct BlockQ8_0 {  // x = d * q
+  uint16_t d;
+  int8_t qs[32];
+};
+struct BlockQ2_K {
+  uint8_t scales[16];
+  uint8_t qs[64];
+  uint16_t d, dmin;
+};
+struct BlockQ3_K {
+  uint8_t hmask[32];
+  uint8_t qs[64];
+  uint8_t scales[12];
+  uint16_t d;
+};
+// 8 sub-blocks of 32: x = d * sc_j * q - dmin * m_j, with 6-bit sc_j, m_j packed in scales.
+struct BlockQ4_K {
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qs[128];  // 64-element groups: low nibbles = first 32, high nibbles = next 32
+};
+struct BlockQ5_K {
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qh[32];
+  uint8_t qs[128];
+};
+// 16 sub-blocks of 16: x = d * sc_j * (q - 32), 6-bit q split in ql (4 bits) and qh (2 bits).
+struct BlockQ6_K {
+  uint8_t ql[128];
+  uint8_t qh[64];
+  int8_t scales[16];
+  uint16_t d;
+};
+struct BlockQ8_K {
+  float d;
+  int8_t qs[256];
+  int16_t bsums[16];
+};
+
+// Activations quantized on the fly for the integer kernels: 32 values as int8 with a float
+// scale, and s = d * sum(qs) for the weight types with an offset (Q4_1, K-quant minimums).
+struct BlockQ8A {
+  float d;
+  float s;
+  int8_t qs[32];
+};
+
+static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
+              sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ2_K) == 84 &&
+              sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 &&
+              sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292 && sizeof(BlockQ8A) == 40,
+              "block layouts must match ggml");
+
+// IEEE half <-> float, exact for every half value; float -> half rounds to nearest even.
+float F16ToF32(uint16_t h);
+uint16_t F32ToF16(float f);
+inline float Bf16ToF32(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint16_t F32ToBf16(float f);  // round to nearest even; NaN stays NaN
+
+// The 6-bit scale and minimum of sub-block j (0..7) of a Q4_K/Q5_K block.
+inline void ScaleMinK4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+}  // namespace tlr
