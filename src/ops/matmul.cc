@@ -160,167 +160,225 @@ HWY_INLINE void UnpackQ6K(const BlockQ6_K& x, int sub, int8_t* w, int16_t* s0, i
   *s1 = x.scales[8 * half + 2 * quarter + 1];
 }
 
-// Sums NT tokens' dot products with one weight row of a quantized type.
-template <GgmlType kType, int NT>
-HWY_INLINE void DotRowQ(const uint8_t* row, int64_t n_cols, const BlockQ8A* const* a, float* out) {
-  const DF df;
-  const float* f16 = F16Table();
-  VF acc[NT];
-  float off[NT];
-  for (int t = 0; t < NT; ++t) {
-    acc[t] = hn::Zero(df);
-    off[t] = 0;
-  }
-  const int64_t nb = n_cols / 32;
-  HWY_ALIGN int8_t w[32];
-  (void)w;
-  if constexpr (kType == GgmlType::kQ8_0) {
-    const auto* x = reinterpret_cast<const BlockQ8_0*>(row);
-    for (int64_t b = 0; b < nb; ++b) {
-      const float d = f16[x[b].d];
+HWY_INLINE float Half(uint16_t h) {
 #ifdef TLR_X86_256
-      const __m256i wv = Load32(x[b].qs);
-      for (int t = 0; t < NT; ++t) {
-        const BlockQ8A& ab = a[t][b];
-        acc[t] = hn::MulAdd(hn::ConvertTo(df, ToVI(DotI8(wv, Load32(ab.qs)))),
-                            hn::Set(df, d * ab.d), acc[t]);
-      }
+  return _cvtsh_ss(h);
 #else
-      for (int t = 0; t < NT; ++t) {
-        const BlockQ8A& ab = a[t][b];
-        acc[t] = hn::MulAdd(hn::ConvertTo(df, DotPortable(x[b].qs, ab.qs)), hn::Set(df, d * ab.d),
-                            acc[t]);
-      }
+  return F16Table()[h];
 #endif
-    }
+}
+
+// One 32-weight group, unpacked: the weights (in a register on x86, in `w` elsewhere), and
+// the coefficients of its dot product: scale * d_a * isum + offset * s_a.
+struct Unpacked {
+#ifdef TLR_X86_256
+  __m256i v;
+#endif
+  HWY_ALIGN int8_t w[32];
+  float scale, offset;
+  int16_t s0, s1;  // Q6_K: int scales of the two 16-element halves
+};
+
+// Decoded scales of the current K-quant super-block, so its 8 groups decode them once.
+struct SuperBlockCache {
+  int64_t index = -1;
+  float scale[8], offset[8];
+};
+
+template <GgmlType kType>
+HWY_INLINE void Fetch(const uint8_t* row, int64_t g, Unpacked& u, SuperBlockCache& cache) {
+  if constexpr (kType == GgmlType::kQ8_0) {
+    const auto& x = reinterpret_cast<const BlockQ8_0*>(row)[g];
+    u.scale = Half(x.d);
+    u.offset = 0;
+#ifdef TLR_X86_256
+    u.v = Load32(x.qs);
+#else
+    std::memcpy(u.w, x.qs, 32);
+#endif
   } else if constexpr (kType == GgmlType::kQ4_0 || kType == GgmlType::kQ4_1) {
     constexpr bool kMin = kType == GgmlType::kQ4_1;
     using B = std::conditional_t<kMin, BlockQ4_1, BlockQ4_0>;
-    const auto* x = reinterpret_cast<const B*>(row);
-    for (int64_t b = 0; b < nb; ++b) {
-      const float d = f16[x[b].d];
-      float o;
-      if constexpr (kMin) o = f16[x[b].m];
-      else o = -8.0f * d;
+    const auto& x = reinterpret_cast<const B*>(row)[g];
+    u.scale = Half(x.d);
+    if constexpr (kMin) u.offset = Half(x.m);
+    else u.offset = -8.0f * u.scale;
 #ifdef TLR_X86_256
-      const __m256i wv = Nibbles(x[b].qs);
+    u.v = Nibbles(x.qs);
 #else
-      for (int j = 0; j < 16; ++j) {
-        w[j] = static_cast<int8_t>(x[b].qs[j] & 0xF);
-        w[j + 16] = static_cast<int8_t>(x[b].qs[j] >> 4);
-      }
-#endif
-      for (int t = 0; t < NT; ++t) {
-        const BlockQ8A& ab = a[t][b];
-#ifdef TLR_X86_256
-        const VI s = ToVI(DotU8(wv, Load32(ab.qs)));
-#else
-        const VI s = DotPortable(w, ab.qs);
-#endif
-        acc[t] = hn::MulAdd(hn::ConvertTo(df, s), hn::Set(df, d * ab.d), acc[t]);
-        off[t] += o * ab.s;
-      }
+    for (int j = 0; j < 16; ++j) {
+      u.w[j] = static_cast<int8_t>(x.qs[j] & 0xF);
+      u.w[j + 16] = static_cast<int8_t>(x.qs[j] >> 4);
     }
+#endif
   } else if constexpr (kType == GgmlType::kQ5_0 || kType == GgmlType::kQ5_1) {
     constexpr bool kMin = kType == GgmlType::kQ5_1;
     constexpr size_t kBytes = kMin ? sizeof(BlockQ5_1) : sizeof(BlockQ5_0);
-    for (int64_t b = 0; b < nb; ++b) {
-      const Group g = UnpackQ5_0(row + b * kBytes, kMin, w);
-      for (int t = 0; t < NT; ++t) {
-        const BlockQ8A& ab = a[t][b];
+    const Group gr = UnpackQ5_0(row + g * kBytes, kMin, u.w);
+    u.scale = gr.scale;
+    u.offset = gr.offset;
 #ifdef TLR_X86_256
-        const VI s = ToVI(DotU8(Load32(w), Load32(ab.qs)));
-#else
-        const VI s = DotPortable(w, ab.qs);
+    u.v = Load32(u.w);
 #endif
-        acc[t] = hn::MulAdd(hn::ConvertTo(df, s), hn::Set(df, g.scale * ab.d), acc[t]);
-        off[t] += g.offset * ab.s;
-      }
-    }
   } else if constexpr (kType == GgmlType::kQ4_K) {
-    const auto* x = reinterpret_cast<const BlockQ4_K*>(row);
-    for (int64_t sb = 0; sb < nb / 8; ++sb) {
-      const float d = f16[x[sb].d], dmin = f16[x[sb].dmin];
-      for (int sub = 0; sub < 8; ++sub) {
+    const auto& x = reinterpret_cast<const BlockQ4_K*>(row)[g / 8];
+    const int sub = static_cast<int>(g % 8);
+    if (cache.index != g / 8) {
+      cache.index = g / 8;
+      const float d = Half(x.d), dmin = Half(x.dmin);
+      for (int j = 0; j < 8; ++j) {
         uint8_t sc, m;
-        ScaleMinK4(sub, x[sb].scales, &sc, &m);
-        const float scale = d * sc, o = -dmin * m;
-        const uint8_t* qs = x[sb].qs + 32 * (sub / 2);
-#ifdef TLR_X86_256
-        const __m256i raw = Load32(qs);
-        const __m256i wv = (sub & 1) ? _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(0x0F))
-                                     : _mm256_and_si256(raw, _mm256_set1_epi8(0x0F));
-#else
-        const int shift = (sub & 1) * 4;
-        for (int l = 0; l < 32; ++l) w[l] = static_cast<int8_t>((qs[l] >> shift) & 0xF);
-#endif
-        const int64_t b = sb * 8 + sub;
-        for (int t = 0; t < NT; ++t) {
-          const BlockQ8A& ab = a[t][b];
-#ifdef TLR_X86_256
-          const VI s = ToVI(DotU8(wv, Load32(ab.qs)));
-#else
-          const VI s = DotPortable(w, ab.qs);
-#endif
-          acc[t] = hn::MulAdd(hn::ConvertTo(df, s), hn::Set(df, scale * ab.d), acc[t]);
-          off[t] += o * ab.s;
-        }
+        ScaleMinK4(j, x.scales, &sc, &m);
+        cache.scale[j] = d * sc;
+        cache.offset[j] = -dmin * m;
       }
     }
+    u.scale = cache.scale[sub];
+    u.offset = cache.offset[sub];
+    const uint8_t* qs = x.qs + 32 * (sub / 2);
+#ifdef TLR_X86_256
+    const __m256i raw = Load32(qs);
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    u.v = (sub & 1) ? _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask) : _mm256_and_si256(raw, mask);
+#else
+    const int shift = (sub & 1) * 4;
+    for (int l = 0; l < 32; ++l) u.w[l] = static_cast<int8_t>((qs[l] >> shift) & 0xF);
+#endif
   } else if constexpr (kType == GgmlType::kQ5_K) {
-    const auto* x = reinterpret_cast<const BlockQ5_K*>(row);
-    for (int64_t sb = 0; sb < nb / 8; ++sb) {
-      for (int sub = 0; sub < 8; ++sub) {
-        const Group g = UnpackQ5K(x[sb], sub, w);
-        const int64_t b = sb * 8 + sub;
-        for (int t = 0; t < NT; ++t) {
-          const BlockQ8A& ab = a[t][b];
+    const Group gr = UnpackQ5K(reinterpret_cast<const BlockQ5_K*>(row)[g / 8], g % 8, u.w);
+    u.scale = gr.scale;
+    u.offset = gr.offset;
 #ifdef TLR_X86_256
-          const VI s = ToVI(DotU8(Load32(w), Load32(ab.qs)));
-#else
-          const VI s = DotPortable(w, ab.qs);
+    u.v = Load32(u.w);
 #endif
-          acc[t] = hn::MulAdd(hn::ConvertTo(df, s), hn::Set(df, g.scale * ab.d), acc[t]);
-          off[t] += g.offset * ab.s;
-        }
+  } else if constexpr (kType == GgmlType::kQ6_K) {
+    const auto& x = reinterpret_cast<const BlockQ6_K*>(row)[g / 8];
+    UnpackQ6K(x, static_cast<int>(g % 8), u.w, &u.s0, &u.s1);
+    u.scale = Half(x.d);
+    u.offset = 0;
+#ifdef TLR_X86_256
+    u.v = Load32(u.w);
+#endif
+  }
+}
+
+// Integer dot of an unpacked group with 32 activation bytes, as int32 lanes.
+template <GgmlType kType>
+HWY_INLINE VI DotGroup(const Unpacked& u, const int8_t* a) {
+#ifdef TLR_X86_256
+  const __m256i av = Load32(a);
+  if constexpr (kType == GgmlType::kQ8_0) return ToVI(DotI8(u.v, av));
+  else if constexpr (kType == GgmlType::kQ6_K) return ToVI(DotI8Scaled16(u.v, av, u.s0, u.s1));
+  else return ToVI(DotU8(u.v, av));
+#else
+  if constexpr (kType == GgmlType::kQ6_K) {
+#if HWY_TARGET == HWY_SCALAR
+    int32_t si = 0;
+    for (int i = 0; i < 32; ++i) si += (i < 16 ? u.s0 : u.s1) * u.w[i] * a[i];
+    return hn::Set(DI(), si);
+#else
+    // Scale the weights to int16 per half, then widen-multiply.
+    const DI di;
+    const hn::Repartition<int16_t, DI> d16;
+    const hn::Rebind<int8_t, decltype(d16)> d8;
+    VI s = hn::Zero(di), s_hi = hn::Zero(di);
+    for (size_t k = 0; k < 32; k += hn::Lanes(d16)) {
+      const auto w16 = hn::Mul(hn::PromoteTo(d16, hn::LoadU(d8, u.w + k)),
+                               hn::Set(d16, k < 16 ? u.s0 : u.s1));
+      s = hn::ReorderWidenMulAccumulate(di, w16, hn::PromoteTo(d16, hn::LoadU(d8, a + k)), s, s_hi);
+    }
+    return hn::Add(s, s_hi);
+#endif
+  } else {
+    return DotPortable(u.w, a);
+  }
+#endif
+}
+
+#ifdef TLR_X86_256
+// Q4_K on x86: per super-block, decode the 8 scales once and split each 32-byte load of
+// nibbles into its two groups.
+template <int NT>
+HWY_INLINE void DotRowQ4K(const uint8_t* row, int64_t n_cols, const BlockQ8A* const* a, float* out) {
+  const DF df;
+  VF acc0[NT], acc1[NT];
+  float off[NT];
+  for (int t = 0; t < NT; ++t) {
+    acc0[t] = acc1[t] = hn::Zero(df);
+    off[t] = 0;
+  }
+  const auto* x = reinterpret_cast<const BlockQ4_K*>(row);
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  for (int64_t sb = 0; sb < n_cols / 256; ++sb) {
+    const float d = Half(x[sb].d), dmin = Half(x[sb].dmin);
+    uint8_t sc[8], mn[8];
+    for (int j = 0; j < 8; ++j) ScaleMinK4(j, x[sb].scales, &sc[j], &mn[j]);
+    const BlockQ8A* ab[NT];
+    for (int t = 0; t < NT; ++t) ab[t] = a[t] + sb * 8;
+    for (int j = 0; j < 4; ++j) {
+      const __m256i raw = Load32(x[sb].qs + 32 * j);
+      const __m256i lo = _mm256_and_si256(raw, mask);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+      const float s_lo = d * sc[2 * j], s_hi = d * sc[2 * j + 1];
+      for (int t = 0; t < NT; ++t) {
+        const BlockQ8A& a0 = ab[t][2 * j];
+        const BlockQ8A& a1 = ab[t][2 * j + 1];
+        acc0[t] = hn::MulAdd(hn::ConvertTo(df, ToVI(DotU8(lo, Load32(a0.qs)))), hn::Set(df, s_lo * a0.d), acc0[t]);
+        acc1[t] = hn::MulAdd(hn::ConvertTo(df, ToVI(DotU8(hi, Load32(a1.qs)))), hn::Set(df, s_hi * a1.d), acc1[t]);
       }
     }
-  } else if constexpr (kType == GgmlType::kQ6_K) {
-    const auto* x = reinterpret_cast<const BlockQ6_K*>(row);
-    for (int64_t sb = 0; sb < nb / 8; ++sb) {
-      const float d = f16[x[sb].d];
-      for (int sub = 0; sub < 8; ++sub) {
-        int16_t s0, s1;
-        UnpackQ6K(x[sb], sub, w, &s0, &s1);
-        const int64_t b = sb * 8 + sub;
-        for (int t = 0; t < NT; ++t) {
-          const BlockQ8A& ab = a[t][b];
-#ifdef TLR_X86_256
-          const VI s = ToVI(DotI8Scaled16(Load32(w), Load32(ab.qs), s0, s1));
-#elif HWY_TARGET == HWY_SCALAR
-          int32_t si = 0;
-          for (int i = 0; i < 32; ++i) si += (i < 16 ? s0 : s1) * w[i] * ab.qs[i];
-          const VI s = hn::Set(DI(), si);
-#else
-          // Portable: scale the weights to int16 per half, then widen-multiply.
-          const DI di;
-          const hn::Repartition<int16_t, DI> d16;
-          const hn::Rebind<int8_t, decltype(d16)> d8;
-          VI s = hn::Zero(di), s_hi = hn::Zero(di);
-          for (size_t k = 0; k < 32; k += hn::Lanes(d16)) {
-            const auto w16 = hn::Mul(hn::PromoteTo(d16, hn::LoadU(d8, w + k)),
-                                     hn::Set(d16, k < 16 ? s0 : s1));
-            s = hn::ReorderWidenMulAccumulate(di, w16, hn::PromoteTo(d16, hn::LoadU(d8, ab.qs + k)),
-                                              s, s_hi);
-          }
-          s = hn::Add(s, s_hi);
-#endif
-          acc[t] = hn::MulAdd(hn::ConvertTo(df, s), hn::Set(df, d * ab.d), acc[t]);
-        }
-      }
+    for (int t = 0; t < NT; ++t) {
+      float o = 0;
+      for (int j = 0; j < 8; ++j) o += mn[j] * ab[t][j].s;
+      off[t] -= dmin * o;
     }
   }
-  for (int t = 0; t < NT; ++t) out[t] = hn::GetLane(hn::SumOfLanes(df, acc[t])) + off[t];
+  for (int t = 0; t < NT; ++t) out[t] = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0[t], acc1[t]))) + off[t];
+}
+#endif
+
+// Sums NT tokens' dot products with one weight row of a quantized type. Groups go in pairs
+// with separate accumulators so the float adds of consecutive groups do not wait on each
+// other (a single chain of FMAs would bound a decode step by FMA latency, not memory).
+template <GgmlType kType, int NT>
+HWY_INLINE void DotRowQ(const uint8_t* row, int64_t n_cols, const BlockQ8A* const* a, float* out) {
+#ifdef TLR_X86_256
+  if constexpr (kType == GgmlType::kQ4_K) return DotRowQ4K<NT>(row, n_cols, a, out);
+#endif
+  const DF df;
+  VF acc0[NT], acc1[NT];
+  float off0[NT], off1[NT];
+  for (int t = 0; t < NT; ++t) {
+    acc0[t] = acc1[t] = hn::Zero(df);
+    off0[t] = off1[t] = 0;
+  }
+  const int64_t ng = n_cols / 32;
+  Unpacked u0, u1;
+  SuperBlockCache cache;
+  int64_t g = 0;
+  for (; g + 1 < ng; g += 2) {
+    Fetch<kType>(row, g, u0, cache);
+    Fetch<kType>(row, g + 1, u1, cache);
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8A& a0 = a[t][g];
+      const BlockQ8A& a1 = a[t][g + 1];
+      acc0[t] = hn::MulAdd(hn::ConvertTo(df, DotGroup<kType>(u0, a0.qs)), hn::Set(df, u0.scale * a0.d), acc0[t]);
+      acc1[t] = hn::MulAdd(hn::ConvertTo(df, DotGroup<kType>(u1, a1.qs)), hn::Set(df, u1.scale * a1.d), acc1[t]);
+      off0[t] += u0.offset * a0.s;
+      off1[t] += u1.offset * a1.s;
+    }
+  }
+  if (g < ng) {
+    Fetch<kType>(row, g, u0, cache);
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8A& a0 = a[t][g];
+      acc0[t] = hn::MulAdd(hn::ConvertTo(df, DotGroup<kType>(u0, a0.qs)), hn::Set(df, u0.scale * a0.d), acc0[t]);
+      off0[t] += u0.offset * a0.s;
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    out[t] = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0[t], acc1[t]))) + off0[t] + off1[t];
+  }
 }
 
 // Float weights times float activations.
