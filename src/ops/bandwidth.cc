@@ -34,6 +34,22 @@ float SumRange(const float* p, size_t n) {
   return s;
 }
 
+// Runs `iters` rounds of 8 independent FMA chains; returns a value so nothing is optimised out.
+float FmaLoop(int64_t iters) {
+  const hn::ScalableTag<float> d;
+  auto a0 = hn::Set(d, 1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  const auto m = hn::Set(d, 0.999999f), c = hn::Set(d, 1e-7f);
+  for (int64_t i = 0; i < iters; ++i) {
+    a0 = hn::MulAdd(a0, m, c); a1 = hn::MulAdd(a1, m, c); a2 = hn::MulAdd(a2, m, c);
+    a3 = hn::MulAdd(a3, m, c); a4 = hn::MulAdd(a4, m, c); a5 = hn::MulAdd(a5, m, c);
+    a6 = hn::MulAdd(a6, m, c); a7 = hn::MulAdd(a7, m, c);
+  }
+  const auto s = hn::Add(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)), hn::Add(hn::Add(a4, a5), hn::Add(a6, a7)));
+  return hn::GetLane(hn::SumOfLanes(d, s));
+}
+
+size_t FloatLanes() { return hn::Lanes(hn::ScalableTag<float>()); }
+
 }  // namespace HWY_NAMESPACE
 }  // namespace tlr
 HWY_AFTER_NAMESPACE();
@@ -41,6 +57,27 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace tlr {
 HWY_EXPORT(SumRange);
+HWY_EXPORT(FmaLoop);
+HWY_EXPORT(FloatLanes);
+
+double MeasurePeakGflops(ThreadPool* pool) {
+  const int threads = pool->n_threads();
+  const int64_t iters = 20'000'000;
+  const double lanes = static_cast<double>(HWY_DYNAMIC_DISPATCH(FloatLanes)());
+  double best = 0;
+  std::vector<float> sink(threads);
+  for (int r = 0; r < 3; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    pool->ParallelFor(threads, 1, [&](int64_t b, int64_t, int) {
+      sink[b] = HWY_DYNAMIC_DISPATCH(FmaLoop)(iters);
+    });
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, threads * iters * 8.0 * lanes * 2.0 / s / 1e9);
+  }
+  volatile float keep = sink[0];
+  (void)keep;
+  return best;
+}
 
 BandwidthResult MeasureReadBandwidth(ThreadPool* pool, size_t bytes, int repetitions) {
   const size_t n = bytes / sizeof(float);

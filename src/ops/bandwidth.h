@@ -1,4 +1,4 @@
-// Memory read bandwidth of this machine (ops layer), measured the way a decode step reads
+// Machine roofline numbers: memory read bandwidth and peak FMA throughput (ops layer), measured the way a decode step reads
 // weights: every thread of the pool streams through its share of a buffer much larger than
 // the caches. Used by `tlr bench` for the roofline. Allocates and touches `bytes` of memory.
 #pragma once
@@ -16,5 +16,9 @@ struct BandwidthResult {
 
 BandwidthResult MeasureReadBandwidth(ThreadPool* pool, size_t bytes = size_t{1} << 30,
                                      int repetitions = 7);
+
+// Peak single-precision FMA throughput of the pool's threads (GFLOP/s, 2 FLOP per lane per
+// FMA), from a register-only loop with enough independent accumulators to hide latency.
+double MeasurePeakGflops(ThreadPool* pool);
 
 }  // namespace tlr

@@ -82,7 +82,8 @@ bool CanDequantize(GgmlType t) {
 bool CanQuantize(GgmlType t) {
   switch (t) {
     case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16: case GgmlType::kQ4_0:
-    case GgmlType::kQ4_1: case GgmlType::kQ8_0: case GgmlType::kQ4_K: case GgmlType::kQ6_K:
+    case GgmlType::kQ4_1: case GgmlType::kQ5_0: case GgmlType::kQ8_0: case GgmlType::kQ4_K:
+    case GgmlType::kQ6_K:
       return true;
     default:
       return false;
@@ -402,6 +403,31 @@ Status Quantize(GgmlType type, const float* x, void* dst, int64_t n) {
           const int q1 = std::min(15, static_cast<int>((x[j + 16] - lo) * id + 0.5f));
           y[i].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
         }
+      }
+      return Status::Ok();
+    }
+    case GgmlType::kQ5_0: {
+      auto* y = static_cast<BlockQ5_0*>(dst);
+      for (int64_t i = 0; i < nb; ++i, x += 32) {
+        float amax = 0, max = 0;
+        for (int j = 0; j < 32; ++j) {
+          if (std::fabs(x[j]) > amax) {
+            amax = std::fabs(x[j]);
+            max = x[j];
+          }
+        }
+        const float d = max / -16.0f;
+        const float id = d != 0 ? 1.0f / d : 0.0f;
+        y[i].d = F32ToF16(d);
+        uint32_t qh = 0;
+        for (int j = 0; j < 16; ++j) {
+          const int q0 = std::min(31, static_cast<int>(x[j] * id + 16.5f));
+          const int q1 = std::min(31, static_cast<int>(x[j + 16] * id + 16.5f));
+          y[i].qs[j] = static_cast<uint8_t>((q0 & 0xF) | ((q1 & 0xF) << 4));
+          qh |= ((q0 & 0x10u) >> 4) << j;
+          qh |= ((q1 & 0x10u) >> 4) << (j + 16);
+        }
+        std::memcpy(y[i].qh, &qh, 4);
       }
       return Status::Ok();
     }

@@ -78,33 +78,57 @@ Expected<std::string> ReadFileToString(const std::string& path) {
   return ss.str();
 }
 
-Status WriteFileAtomic(const std::string& path, std::span<const uint8_t> bytes) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::Error("cannot create '" + tmp + "': " + ErrnoText());
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+  }
+}
+
+Status AtomicFileWriter::Open(const std::string& path) {
+  path_ = path;
+  tmp_ = path + ".tmp." + std::to_string(::getpid());
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) return Status::Error("cannot create '" + tmp_ + "': " + ErrnoText());
+  return Status::Ok();
+}
+
+Status AtomicFileWriter::Write(std::span<const uint8_t> bytes) {
+  if (fd_ < 0) return Status::Error("write to a file that is not open");
   size_t done = 0;
   while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      std::string e = ErrnoText();
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return Status::Error("cannot write '" + tmp + "': " + e);
+      return Status::Error("cannot write '" + tmp_ + "': " + ErrnoText());
     }
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+  return Status::Ok();
+}
+
+Status AtomicFileWriter::Commit() {
+  if (fd_ < 0) return Status::Error("commit of a file that is not open");
+  if (::fsync(fd_) != 0 || ::close(fd_) != 0) {
+    fd_ = -1;
     std::string e = ErrnoText();
-    ::unlink(tmp.c_str());
-    return Status::Error("cannot flush '" + tmp + "': " + e);
+    ::unlink(tmp_.c_str());
+    return Status::Error("cannot flush '" + tmp_ + "': " + e);
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+  fd_ = -1;
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
     std::string e = ErrnoText();
-    ::unlink(tmp.c_str());
-    return Status::Error("cannot rename '" + tmp + "' to '" + path + "': " + e);
+    ::unlink(tmp_.c_str());
+    return Status::Error("cannot rename '" + tmp_ + "' to '" + path_ + "': " + e);
   }
   return Status::Ok();
+}
+
+Status WriteFileAtomic(const std::string& path, std::span<const uint8_t> bytes) {
+  AtomicFileWriter w;
+  TLR_RETURN_IF_ERROR(w.Open(path));
+  TLR_RETURN_IF_ERROR(w.Write(bytes));
+  return w.Commit();
 }
 
 }  // namespace tlr

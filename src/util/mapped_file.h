@@ -38,6 +38,24 @@ class MappedFile {
 // Reads a whole (small) file into a string, e.g. a tokenizer.json.
 Expected<std::string> ReadFileToString(const std::string& path);
 
+// Writes a file atomically in pieces: bytes go to a temporary file beside `path`, and only
+// Commit (fsync + rename) makes it appear under its name. Destroyed without Commit, the
+// temporary file is removed. Not thread-safe.
+class AtomicFileWriter {
+ public:
+  AtomicFileWriter() = default;
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+  Status Open(const std::string& path);
+  Status Write(std::span<const uint8_t> bytes);
+  Status Commit();
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+};
+
 // Writes `bytes` to `path` atomically: a temporary file beside it, fsync, rename. A crash
 // half-way never leaves a truncated file under the final name.
 Status WriteFileAtomic(const std::string& path, std::span<const uint8_t> bytes);

@@ -8,6 +8,8 @@
 #include <functional>
 #include <string>
 
+#include "util/status.h"
+
 namespace tlr::cli {
 
 using RunFn = std::function<int()>;
@@ -19,8 +21,18 @@ struct Command {
 
 Command AddInfoCommand(CLI::App& root);
 Command AddTokenizeCommand(CLI::App& root);
+Command AddRunCommand(CLI::App& root);
+Command AddMakeRandomCommand(CLI::App& root);
+Command AddBenchCommand(CLI::App& root);
 
 // Prints "tlr <cmd>: error: <message>" to stderr and returns the exit code for errors (1).
 int ReportError(const std::string& command, const std::string& message);
 
 }  // namespace tlr::cli
+
+// Returns the error exit code from the enclosing command when `expr` (a Status) failed.
+#define TLR_CLI_CHECK(cmd, expr)                                               \
+  do {                                                                          \
+    ::tlr::Status tlr_cli_status_ = (expr);                                     \
+    if (!tlr_cli_status_.ok()) return ::tlr::cli::ReportError(cmd, tlr_cli_status_.message()); \
+  } while (0)

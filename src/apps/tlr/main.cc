@@ -15,6 +15,9 @@ int main(int argc, char** argv) {
   std::vector<tlr::cli::Command> commands = {
       tlr::cli::AddInfoCommand(app),
       tlr::cli::AddTokenizeCommand(app),
+      tlr::cli::AddRunCommand(app),
+      tlr::cli::AddBenchCommand(app),
+      tlr::cli::AddMakeRandomCommand(app),
   };
   try {
     app.parse(argc, argv);

@@ -78,8 +78,8 @@ void GgufWriter::Set(const std::string& key, GgufValue value) {
   kv_.emplace_back(key, std::move(value));
 }
 
-Status GgufWriter::AddTensor(const std::string& name, GgmlType type, std::vector<int64_t> dims,
-                             std::span<const uint8_t> data) {
+Status GgufWriter::CheckNewTensor(const std::string& name, GgmlType type,
+                                  const std::vector<int64_t>& dims, uint64_t* n_bytes) const {
   if (name.empty() || name.size() > kMaxTensorNameForInterop) {
     return Status::Error("tensor name '" + name + "' must be 1.." +
                          std::to_string(kMaxTensorNameForInterop) + " bytes");
@@ -99,11 +99,27 @@ Status GgufWriter::AddTensor(const std::string& name, GgmlType type, std::vector
   }
   auto bytes = GgmlTensorBytes(type, static_cast<uint64_t>(dims[0]), n);
   if (!bytes.ok()) return bytes.status().WithPrefix("tensor '" + name + "'");
-  if (*bytes != data.size()) {
+  *n_bytes = *bytes;
+  return Status::Ok();
+}
+
+Status GgufWriter::AddTensor(const std::string& name, GgmlType type, std::vector<int64_t> dims,
+                             std::span<const uint8_t> data) {
+  uint64_t n_bytes;
+  TLR_RETURN_IF_ERROR(CheckNewTensor(name, type, dims, &n_bytes));
+  if (n_bytes != data.size()) {
     return Status::Error("tensor '" + name + "': " + std::to_string(data.size()) +
-                         " bytes given, its shape and type need " + std::to_string(*bytes));
+                         " bytes given, its shape and type need " + std::to_string(n_bytes));
   }
-  tensors_.push_back({name, type, std::move(dims), {data.begin(), data.end()}});
+  tensors_.push_back({name, type, std::move(dims), n_bytes, {data.begin(), data.end()}, nullptr});
+  return Status::Ok();
+}
+
+Status GgufWriter::AddTensorLazy(const std::string& name, GgmlType type, std::vector<int64_t> dims,
+                                 Filler fill) {
+  uint64_t n_bytes;
+  TLR_RETURN_IF_ERROR(CheckNewTensor(name, type, dims, &n_bytes));
+  tensors_.push_back({name, type, std::move(dims), n_bytes, {}, std::move(fill)});
   return Status::Ok();
 }
 
@@ -113,7 +129,7 @@ Status GgufWriter::AddTensorF32(const std::string& name, std::vector<int64_t> di
                    {reinterpret_cast<const uint8_t*>(data.data()), data.size_bytes()});
 }
 
-Expected<std::vector<uint8_t>> GgufWriter::ToBytes() const {
+Expected<std::vector<uint8_t>> GgufWriter::Header(uint64_t* alignment_out) const {
   uint64_t alignment = kGgufDefaultAlignment;
   for (const auto& [k, v] : kv_) {
     if (v.type() == GgufType::kArray) TLR_RETURN_IF_ERROR(CheckArray(k, std::get<GgufArray>(v.v)));
@@ -142,21 +158,61 @@ Expected<std::vector<uint8_t>> GgufWriter::ToBytes() const {
     for (int64_t d : t.dims) sink.Put<int64_t>(d);
     sink.Put<uint32_t>(static_cast<uint32_t>(t.type));
     sink.Put<uint64_t>(offset);
-    offset += t.data.size();
+    offset += t.n_bytes;
     offset += (alignment - offset % alignment) % alignment;
   }
   if (!tensors_.empty()) sink.PadTo(alignment);
-  for (const auto& t : tensors_) {
-    sink.bytes().insert(sink.bytes().end(), t.data.begin(), t.data.end());
-    sink.PadTo(alignment);
-  }
+  *alignment_out = alignment;
   return std::move(sink.bytes());
 }
 
-Status GgufWriter::WriteFile(const std::string& path) const {
-  auto bytes = ToBytes();
-  if (!bytes.ok()) return bytes.status();
-  return WriteFileAtomic(path, *bytes);
+namespace {
+// The bytes of one tensor: given, or produced by its filler.
+Status TensorBytes(const std::vector<uint8_t>& data, const GgufWriter::Filler& fill,
+                   uint64_t n_bytes, const std::string& name, std::vector<uint8_t>* out) {
+  if (!fill) {
+    out->assign(data.begin(), data.end());
+    return Status::Ok();
+  }
+  out->assign(n_bytes, 0);
+  return fill(*out).WithPrefix("tensor '" + name + "'");
+}
+}  // namespace
+
+Expected<std::vector<uint8_t>> GgufWriter::ToBytes() const {
+  uint64_t alignment;
+  auto header = Header(&alignment);
+  if (!header.ok()) return header.status();
+  std::vector<uint8_t> out = std::move(header).value();
+  std::vector<uint8_t> buf;
+  for (const auto& t : tensors_) {
+    TLR_RETURN_IF_ERROR(TensorBytes(t.data, t.fill, t.n_bytes, t.name, &buf));
+    out.insert(out.end(), buf.begin(), buf.end());
+    while (out.size() % alignment) out.push_back(0);
+  }
+  return out;
+}
+
+Status GgufWriter::WriteFile(const std::string& path,
+                             const std::function<void(size_t, size_t)>& progress) const {
+  uint64_t alignment;
+  auto header = Header(&alignment);
+  if (!header.ok()) return header.status();
+  AtomicFileWriter out;
+  TLR_RETURN_IF_ERROR(out.Open(path));
+  TLR_RETURN_IF_ERROR(out.Write(*header));
+  std::vector<uint8_t> buf;
+  uint64_t written = header->size();
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const auto& t = tensors_[i];
+    TLR_RETURN_IF_ERROR(TensorBytes(t.data, t.fill, t.n_bytes, t.name, &buf));
+    const size_t pad = (alignment - (written + buf.size()) % alignment) % alignment;
+    buf.resize(buf.size() + pad, 0);
+    TLR_RETURN_IF_ERROR(out.Write(buf));
+    written += buf.size();
+    if (progress) progress(i + 1, tensors_.size());
+  }
+  return out.Commit();
 }
 
 }  // namespace tlr

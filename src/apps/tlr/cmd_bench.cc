@@ -1,0 +1,178 @@
+// `tlr bench`: prompt-processing and generation speed of a model, next to this machine's
+// memory-bandwidth roofline, measured in the same run (apps layer).
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "apps/tlr/commands.h"
+#include "apps/tlr/model_args.h"
+#include "model/model.h"
+#include "ops/bandwidth.h"
+#include "ops/matmul.h"
+#include "ops/thread_pool.h"
+
+namespace tlr::cli {
+namespace {
+
+struct Stat {
+  double median = 0, min = 0, max = 0;
+};
+Stat Summarize(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+double Seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+Command AddBenchCommand(CLI::App& root) {
+  struct Opts {
+    std::string model;
+    int pp = 128, tg = 64, reps = 5;
+    int64_t depth = 0;
+    bool json = false;
+    RunArgs run;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* app = root.add_subcommand(
+      "bench", "Measure prompt processing and generation speed against the memory roofline");
+  app->add_option("-m,--model", o->model, "GGUF model")->required();
+  app->add_option("--pp", o->pp, "Prompt tokens per prompt-processing run")->default_val(128)
+      ->check(CLI::Range(1, 1 << 16));
+  app->add_option("--tg", o->tg, "Tokens per generation run")->default_val(64)->check(CLI::Range(1, 1 << 16));
+  app->add_option("-r,--reps", o->reps, "Repetitions (median and range are reported)")
+      ->default_val(5)->check(CLI::Range(1, 1000));
+  app->add_option("--depth", o->depth,
+                  "Also measure generation after DEPTH tokens of context (long-context decode)")
+      ->default_val(0);
+  app->add_flag("--json", o->json, "One JSON object on stdout");
+  AddThreadArgs(app, &o->run);
+  app->footer(
+      "Roofline: generation must read every weight once per token, so tok/s cannot exceed\n"
+      "bandwidth / bytes per token. tg_roofline_pct is generation speed as a percentage of that.");
+  return {app, [o]() -> int {
+            const char* cmd = "bench";
+            auto loaded = Model::Load(o->model);
+            if (!loaded.ok()) return ReportError(cmd, loaded.status().message());
+            const Model& model = **loaded;
+            const int64_t V = model.config().n_vocab;
+            const int64_t need_ctx = std::max<int64_t>(o->pp, o->depth + o->tg) + o->tg + 8;
+            ThreadPool pool(o->run.threads);
+            ForwardContext fctx(&pool);
+            std::vector<float> logits(V);
+            const bool tty = isatty(2) && !o->json;
+            auto say = [&](const char* what) {
+              if (tty) std::fprintf(stderr, "\r%-60s", what);
+            };
+            say("measuring memory bandwidth...");
+            const BandwidthResult bw = MeasureReadBandwidth(&pool);
+            say("measuring peak FMA throughput...");
+            const double peak = MeasurePeakGflops(&pool);
+            // Prompt tokens: a fixed pseudo-random sequence over the vocabulary.
+            std::vector<int32_t> prompt(std::max<int64_t>(o->pp, o->depth));
+            uint64_t st = 12345;
+            for (auto& t : prompt) {
+              st = st * 6364136223846793005ull + 1442695040888963407ull;
+              t = static_cast<int32_t>((st >> 33) % static_cast<uint64_t>(model.tokenizer().n_vocab()));
+            }
+            auto run_tg = [&](KvCache& cache, int n, double* secs) -> Status {
+              int32_t tok = prompt[0];
+              const auto t0 = std::chrono::steady_clock::now();
+              for (int i = 0; i < n; ++i) {
+                SequenceInput in{&cache, {&tok, 1}, OutputRows::kLast, logits.data(), nullptr};
+                TLR_RETURN_IF_ERROR(model.Forward({&in, 1}, &fctx));
+                tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+              }
+              *secs = Seconds(t0);
+              return Status::Ok();
+            };
+            std::vector<double> pp_rates, tg_rates;
+            for (int r = 0; r < o->reps + 1; ++r) {  // the first repetition warms up
+              say(("prompt processing, repetition " + std::to_string(r) + "...").c_str());
+              auto cache = model.NewCache(need_ctx);
+              if (!cache.ok()) return ReportError(cmd, cache.status().message());
+              SequenceInput in{&*cache, {prompt.data(), static_cast<size_t>(o->pp)}, OutputRows::kLast,
+                               logits.data(), nullptr};
+              const auto t0 = std::chrono::steady_clock::now();
+              TLR_CLI_CHECK(cmd, model.Forward({&in, 1}, &fctx));
+              if (r > 0) pp_rates.push_back(o->pp / Seconds(t0));
+            }
+            for (int r = 0; r < o->reps + 1; ++r) {
+              say(("generation, repetition " + std::to_string(r) + "...").c_str());
+              auto cache = model.NewCache(need_ctx);
+              if (!cache.ok()) return ReportError(cmd, cache.status().message());
+              double s;
+              TLR_CLI_CHECK(cmd, run_tg(*cache, o->tg, &s));
+              if (r > 0) tg_rates.push_back(o->tg / s);
+            }
+            Stat depth_stat;
+            if (o->depth > 0) {
+              std::vector<double> rates;
+              for (int r = 0; r < std::max(1, o->reps / 2); ++r) {
+                say(("generation at depth " + std::to_string(o->depth) + "...").c_str());
+                auto cache = model.NewCache(need_ctx);
+                if (!cache.ok()) return ReportError(cmd, cache.status().message());
+                SequenceInput in{&*cache, {prompt.data(), static_cast<size_t>(o->depth)}, OutputRows::kNone,
+                                 nullptr, nullptr};
+                TLR_CLI_CHECK(cmd, model.Forward({&in, 1}, &fctx));
+                double s;
+                TLR_CLI_CHECK(cmd, run_tg(*cache, o->tg, &s));
+                rates.push_back(o->tg / s);
+              }
+              depth_stat = Summarize(rates);
+            }
+            if (tty) std::fprintf(stderr, "\r%-60s\r", "");
+            const Stat pp = Summarize(pp_rates), tg = Summarize(tg_rates);
+            const double bytes_per_token = static_cast<double>(model.weight_bytes_per_token());
+            const double roofline = bw.best_gbps * 1e9 / bytes_per_token;
+            const double pct = 100.0 * tg.median / roofline;
+            // Matrix FLOPs per token: 2 per weight of every matrix read for a token.
+            double params = 0;
+            const auto& c = model.config();
+            params = static_cast<double>(c.n_layers) *
+                         (c.n_embd * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * c.n_embd + 3.0 * c.n_embd * c.n_ff) +
+                     static_cast<double>(c.n_embd) * c.n_vocab;
+            const double pp_gflops = pp.median * 2 * params / 1e9;
+            if (o->json) {
+              nlohmann::json j = {
+                  {"model", o->model}, {"arch", c.arch_name}, {"threads", o->run.threads},
+                  {"simd", ActiveSimdTarget()}, {"model_bytes", model.total_weight_bytes()},
+                  {"bytes_per_token", bytes_per_token}, {"pp", o->pp}, {"tg", o->tg}, {"reps", o->reps},
+                  {"pp_tok_s", pp.median}, {"pp_tok_s_min", pp.min}, {"pp_tok_s_max", pp.max},
+                  {"tg_tok_s", tg.median}, {"tg_tok_s_min", tg.min}, {"tg_tok_s_max", tg.max},
+                  {"bandwidth_gbps", bw.best_gbps}, {"bandwidth_median_gbps", bw.median_gbps},
+                  {"tg_roofline_tok_s", roofline}, {"tg_roofline_pct", pct},
+                  {"pp_gflops", pp_gflops}, {"peak_fma_gflops", peak},
+                  {"pp_peak_pct", 100.0 * pp_gflops / peak}};
+              if (o->depth > 0) {
+                j["depth"] = o->depth;
+                j["tg_at_depth_tok_s"] = depth_stat.median;
+              }
+              std::cout << j.dump(2) << "\n";
+              return 0;
+            }
+            std::printf("model       %s (%s, %.1f MiB, %s)\n", o->model.c_str(), c.arch_name.c_str(),
+                        model.total_weight_bytes() / 1048576.0, ActiveSimdTarget().c_str());
+            std::printf("threads     %d\n", o->run.threads);
+            std::printf("bandwidth   %.1f GB/s (best of 7; median %.1f)\n", bw.best_gbps, bw.median_gbps);
+            std::printf("pp%-4d      %8.1f tok/s  (range %.1f-%.1f)  %.1f GFLOP/s = %.0f%% of %.0f GFLOP/s FP32 FMA peak\n",
+                        o->pp, pp.median, pp.min, pp.max, pp_gflops, 100.0 * pp_gflops / peak, peak);
+            std::printf("tg%-4d      %8.1f tok/s  (range %.1f-%.1f)\n", o->tg, tg.median, tg.min, tg.max);
+            std::printf("roofline    %8.1f tok/s  (%.1f MiB read per token)  -> generation at %.0f%%\n",
+                        roofline, bytes_per_token / 1048576.0, pct);
+            if (o->depth > 0) {
+              std::printf("tg at %-5lld %8.1f tok/s  (%.0f%% of the speed at the start)\n",
+                          static_cast<long long>(o->depth), depth_stat.median, 100.0 * depth_stat.median / tg.median);
+            }
+            return 0;
+          }};
+}
+
+}  // namespace tlr::cli

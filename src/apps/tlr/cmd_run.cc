@@ -1,0 +1,120 @@
+// `tlr run`: generate text with one model, streaming to stdout (apps layer).
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "apps/tlr/commands.h"
+#include "apps/tlr/model_args.h"
+#include "model/chat.h"
+#include "model/model.h"
+#include "model/sampler.h"
+#include "ops/matmul.h"
+#include "ops/thread_pool.h"
+#include "util/mapped_file.h"
+
+namespace tlr::cli {
+namespace {
+double Seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+Command AddRunCommand(CLI::App& root) {
+  struct Opts {
+    std::string model, prompt, prompt_file, system;
+    int n = 128;
+    bool chat = false, verbose = false;
+    RunArgs run;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* app = root.add_subcommand("run", "Generate text with a GGUF model, streaming it");
+  app->add_option("-m,--model", o->model, "GGUF model (qwen2 or llama)")->required();
+  app->add_option("-p,--prompt", o->prompt, "Prompt text");
+  app->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
+  app->add_option("-n,--max-tokens", o->n, "Maximum tokens to generate")->default_val(128)
+      ->check(CLI::Range(0, 1 << 24));
+  app->add_flag("--chat", o->chat,
+                "Wrap the prompt as a user message in the model's chat template (ChatML for "
+                "Qwen, Llama 3 format for Llama)");
+  app->add_option("--system", o->system, "With --chat: a system message");
+  app->add_flag("-v,--verbose", o->verbose, "Print model details, load notes and timings");
+  AddThreadArgs(app, &o->run);
+  AddSamplingArgs(app, &o->run);
+  app->footer("Example: tlr run -m qwen2.5-0.5b-instruct-q8_0.gguf --chat -p \"Why is the sky blue?\"");
+  return {app, [o]() -> int {
+            const char* cmd = "run";
+            TLR_CLI_CHECK(cmd, o->run.sampling.Validate());
+            std::string prompt = o->prompt;
+            if (!o->prompt_file.empty()) {
+              auto s = ReadFileToString(o->prompt_file);
+              if (!s.ok()) return ReportError(cmd, s.status().message());
+              prompt = *s;
+            }
+            const auto t_load = std::chrono::steady_clock::now();
+            auto loaded = Model::Load(o->model);
+            if (!loaded.ok()) return ReportError(cmd, loaded.status().message());
+            const Model& model = **loaded;
+            const Tokenizer& tok = model.tokenizer();
+            if (o->verbose) {
+              std::fprintf(stderr, "model: %s\n", model.config().Summary().c_str());
+              std::fprintf(stderr, "weights: %.1f MiB mapped, load %.2f s, SIMD %s, %d threads\n",
+                           model.total_weight_bytes() / 1048576.0, Seconds(t_load),
+                           ActiveSimdTarget().c_str(), o->run.threads);
+              for (const auto& note : model.load_notes()) std::fprintf(stderr, "note: %s\n", note.c_str());
+            }
+            std::vector<int32_t> ids;
+            if (o->chat) {
+              std::string tmpl;
+              if (auto t = model.file().GetString("tokenizer.chat_template"); t.ok()) tmpl = *t;
+              const ChatFormat fmt = DetectChatFormat(tmpl, model.config().arch_name);
+              std::vector<ChatMessage> msgs;
+              if (!o->system.empty()) msgs.push_back({"system", o->system});
+              msgs.push_back({"user", prompt});
+              ids = tok.Encode(FormatChat(fmt, msgs, true), false, true);
+              if (o->verbose) std::fprintf(stderr, "chat format: %s\n", ChatFormatName(fmt));
+            } else {
+              ids = tok.Encode(prompt, true, false);
+            }
+            if (ids.empty()) return ReportError(cmd, "the prompt is empty");
+            if (static_cast<int64_t>(ids.size()) + o->n > o->run.ctx) {
+              return ReportError(cmd, "prompt (" + std::to_string(ids.size()) + " tokens) plus " +
+                                          std::to_string(o->n) + " new tokens exceed the context of " +
+                                          std::to_string(o->run.ctx) + " (raise --ctx)");
+            }
+            auto cache = model.NewCache(o->run.ctx);
+            if (!cache.ok()) return ReportError(cmd, cache.status().message());
+            ThreadPool pool(o->run.threads);
+            ForwardContext fctx(&pool);
+            std::vector<float> logits(model.config().n_vocab);
+            Sampler sampler(o->run.sampling, static_cast<int32_t>(model.config().n_vocab));
+            const auto t_pp = std::chrono::steady_clock::now();
+            SequenceInput in{&*cache, ids, OutputRows::kLast, logits.data(), nullptr};
+            TLR_CLI_CHECK(cmd, model.Forward({&in, 1}, &fctx));
+            const double pp_s = Seconds(t_pp);
+            StreamDecoder dec(tok);
+            std::vector<int32_t> history = ids;
+            int generated = 0;
+            const auto t_tg = std::chrono::steady_clock::now();
+            for (; generated < o->n; ++generated) {
+              const int32_t next = sampler.Sample(logits.data(), history);
+              if (tok.IsEndOfGeneration(next)) break;
+              history.push_back(next);
+              std::cout << dec.Push(next) << std::flush;
+              if (generated + 1 == o->n) {
+                ++generated;
+                break;
+              }
+              SequenceInput step{&*cache, {&history.back(), 1}, OutputRows::kLast, logits.data(), nullptr};
+              TLR_CLI_CHECK(cmd, model.Forward({&step, 1}, &fctx));
+            }
+            std::cout << dec.Flush() << "\n";
+            const double tg_s = Seconds(t_tg);
+            std::fprintf(stderr, "\nprompt: %zu tokens, %.1f tok/s; generated: %d tokens, %.1f tok/s\n",
+                         ids.size(), ids.size() / pp_s, generated,
+                         generated > 0 ? generated / tg_s : 0.0);
+            return 0;
+          }};
+}
+
+}  // namespace tlr::cli

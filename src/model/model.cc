@@ -1,0 +1,350 @@
+// Model loading and the forward pass (model layer). The pass reads top to bottom:
+//   embed -> per layer [rms norm -> q,k,v (+bias) -> rope -> cache -> attention -> o -> add
+//   -> rms norm -> gate, up -> swiglu -> down -> add] -> final norm -> LM head.
+#include "model/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "model/gguf/gguf_keys.h"
+#include "ops/nn.h"
+#include "ops/thread_pool.h"
+#include "quant/quantize.h"
+
+namespace tlr {
+
+namespace k = gguf_keys;
+
+Expected<std::unique_ptr<Model>> Model::Load(const std::string& path, const Options& opts) {
+  std::unique_ptr<Model> m(new Model());
+  auto f = GgufFile::Open(path);
+  if (!f.ok()) return f.status();
+  m->file_ = std::move(f).value();
+  auto cfg = ModelConfig::FromGguf(m->file_);
+  if (!cfg.ok()) return cfg.status().WithPrefix("'" + path + "'");
+  m->config_ = *cfg;
+  TokenizerOptions topts;
+  topts.pre_override = opts.pre_override;
+  auto tok = Tokenizer::FromGguf(m->file_, topts);
+  if (!tok.ok()) return tok.status().WithPrefix("'" + path + "' tokenizer");
+  m->tokenizer_ = std::make_unique<Tokenizer>(std::move(tok).value());
+  Status s = m->Bind();
+  if (!s.ok()) return s.WithPrefix("'" + path + "'");
+  return m;
+}
+
+Expected<WeightView> Model::Matrix(const std::string& name, int64_t n_cols, int64_t n_rows) {
+  const GgufTensorInfo* t = file_.FindTensor(name);
+  if (!t) return Status::Error("tensor '" + name + "' is missing");
+  if (t->dims.size() != 2 || t->dims[0] != n_cols || t->dims[1] != n_rows) {
+    return Status::Error("tensor '" + name + "' has shape " + t->ShapeString() + ", expected [" +
+                         std::to_string(n_cols) + ", " + std::to_string(n_rows) + "]");
+  }
+  if (!MatMulSupports(t->type)) {
+    return Status::Error("tensor '" + name + "' has type " + std::string(GgmlTraits(t->type).name) +
+                         ", which has no kernel (supported: f32, f16, bf16, q8_0, q4_0, q4_1, "
+                         "q5_0, q5_1, q4_K, q5_K, q6_K)");
+  }
+  return WeightView{t->type, t->data, n_rows, n_cols, static_cast<size_t>(t->n_bytes / n_rows)};
+}
+
+Expected<const float*> Model::FloatVector(const std::string& name, int64_t n, bool required) {
+  const GgufTensorInfo* t = file_.FindTensor(name);
+  if (!t) {
+    if (required) return Status::Error("tensor '" + name + "' is missing");
+    return static_cast<const float*>(nullptr);
+  }
+  if (static_cast<int64_t>(t->n_elements) != n || t->dims[0] != n) {
+    return Status::Error("tensor '" + name + "' has shape " + t->ShapeString() + ", expected [" +
+                         std::to_string(n) + "]");
+  }
+  if (t->type == GgmlType::kF32) return reinterpret_cast<const float*>(t->data);
+  if (!CanDequantize(t->type)) {
+    return Status::Error("tensor '" + name + "' has unsupported type " +
+                         std::string(GgmlTraits(t->type).name));
+  }
+  auto buf = std::make_unique<float[]>(n);
+  TLR_RETURN_IF_ERROR(Dequantize(t->type, t->data, buf.get(), n));
+  notes_.push_back("converted " + name + " (" + std::string(GgmlTraits(t->type).name) + ") to f32");
+  owned_.push_back(std::move(buf));
+  return static_cast<const float*>(owned_.back().get());
+}
+
+Status Model::Bind() {
+  const ModelConfig& c = config_;
+  const GgufTensorInfo* emb = file_.FindTensor(k::kTokenEmbd);
+  if (!emb) return Status::Error("tensor 'token_embd.weight' is missing");
+  if (emb->dims.size() != 2 || emb->dims[0] != c.n_embd) {
+    return Status::Error("tensor 'token_embd.weight' has shape " + emb->ShapeString() +
+                         ", expected [" + std::to_string(c.n_embd) + ", n_vocab]");
+  }
+  if (!CanDequantize(emb->type)) {
+    return Status::Error("tensor 'token_embd.weight' has unsupported type " +
+                         std::string(GgmlTraits(emb->type).name));
+  }
+  config_.n_vocab = emb->dims[1];
+  if (tokenizer_->n_vocab() > config_.n_vocab) {
+    return Status::Error("the tokenizer has " + std::to_string(tokenizer_->n_vocab()) +
+                         " tokens but the embedding only " + std::to_string(config_.n_vocab));
+  }
+  embd_ = {emb->type, emb->data, config_.n_vocab, c.n_embd,
+           static_cast<size_t>(emb->n_bytes / config_.n_vocab)};
+  if (file_.FindTensor(k::kOutput)) {
+    auto out = Matrix(k::kOutput, c.n_embd, config_.n_vocab);
+    if (!out.ok()) return out.status();
+    output_ = *out;
+  } else {
+    if (!MatMulSupports(emb->type)) {
+      return Status::Error("no output.weight and token_embd.weight's type has no kernel");
+    }
+    output_ = embd_;
+    notes_.push_back("output.weight absent: the LM head is the (tied) token embedding");
+  }
+  auto on = FloatVector(k::kOutputNorm, c.n_embd, true);
+  if (!on.ok()) return on.status();
+  output_norm_ = *on;
+
+  layers_.resize(c.n_layers);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    Layer& L = layers_[l];
+    auto name = [&](const char* s) { return k::BlockTensor(static_cast<int>(l), s); };
+    struct M {
+      const char* n;
+      int64_t cols, rows;
+      WeightView* dst;
+    } mats[] = {
+        {"attn_q.weight", c.n_embd, c.q_dim(), &L.q},     {"attn_k.weight", c.n_embd, c.kv_dim(), &L.k},
+        {"attn_v.weight", c.n_embd, c.kv_dim(), &L.v},    {"attn_output.weight", c.q_dim(), c.n_embd, &L.o},
+        {"ffn_gate.weight", c.n_embd, c.n_ff, &L.gate},   {"ffn_up.weight", c.n_embd, c.n_ff, &L.up},
+        {"ffn_down.weight", c.n_ff, c.n_embd, &L.down},
+    };
+    for (const M& mt : mats) {
+      auto w = Matrix(name(mt.n), mt.cols, mt.rows);
+      if (!w.ok()) return w.status();
+      *mt.dst = *w;
+    }
+    struct V {
+      const char* n;
+      int64_t len;
+      bool required;
+      const float** dst;
+    } vecs[] = {
+        {"attn_norm.weight", c.n_embd, true, &L.attn_norm},
+        {"ffn_norm.weight", c.n_embd, true, &L.ffn_norm},
+        {"attn_q.bias", c.q_dim(), c.attn_bias, &L.bq},
+        {"attn_k.bias", c.kv_dim(), c.attn_bias, &L.bk},
+        {"attn_v.bias", c.kv_dim(), c.attn_bias, &L.bv},
+    };
+    for (const V& vt : vecs) {
+      auto p = FloatVector(name(vt.n), vt.len, vt.required);
+      if (!p.ok()) return p.status();
+      *vt.dst = *p;
+    }
+  }
+
+  // RoPE inverse frequencies, divided by per-dimension factors when the file has them
+  // (Llama 3.1+ stores its rope scaling as rope_freqs.weight).
+  const int64_t half = c.head_dim / 2;
+  inv_freq_.resize(half);
+  auto factors = FloatVector("rope_freqs.weight", half, false);
+  if (!factors.ok()) return factors.status();
+  for (int64_t i = 0; i < half; ++i) {
+    inv_freq_[i] = static_cast<float>(std::pow(static_cast<double>(c.rope_base),
+                                               -2.0 * static_cast<double>(i) / c.head_dim)) *
+                   c.rope_scale;
+    if (*factors) inv_freq_[i] /= (*factors)[i];
+  }
+  if (*factors) notes_.push_back("rope frequencies scaled by rope_freqs.weight");
+  return Status::Ok();
+}
+
+uint64_t Model::weight_bytes_per_token() const {
+  uint64_t b = embd_.row_bytes + output_.row_bytes * output_.n_rows;
+  for (const Layer& L : layers_) {
+    for (const WeightView* w : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) {
+      b += w->row_bytes * w->n_rows;
+    }
+  }
+  return b;
+}
+
+namespace {
+template <typename T>
+T* Grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+void RunMatMul(const WeightView& w, const float* x, int64_t n, int64_t ld, float* y, int64_t ldy,
+               MatMulInput& in, ThreadPool* pool) {
+  in.Prepare(w.type, x, n, w.n_cols, ld, pool);
+  MatMul(w, in, y, ldy, pool);
+}
+}  // namespace
+
+Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const {
+  const ModelConfig& c = config_;
+  ThreadPool* pool = ctx->pool_;
+  // Validate everything before touching any cache.
+  int64_t n = 0, max_kv = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const SequenceInput& in = seqs[s];
+    if (!in.cache) return Status::Error("sequence " + std::to_string(s) + " has no cache");
+    if (in.tokens.empty()) return Status::Error("sequence " + std::to_string(s) + " has no tokens");
+    for (size_t j = 0; j < s; ++j) {
+      if (seqs[j].cache == in.cache) return Status::Error("a cache appears twice in one batch");
+    }
+    if (in.cache->n_layers() != c.n_layers || in.cache->kv_dim() != c.kv_dim()) {
+      return Status::Error("sequence " + std::to_string(s) + "'s cache was made for another model");
+    }
+    for (int32_t t : in.tokens) {
+      if (t < 0 || t >= c.n_vocab) {
+        return Status::Error("token id " + std::to_string(t) + " is outside the vocabulary (0.." +
+                             std::to_string(c.n_vocab - 1) + ")");
+      }
+    }
+    const int64_t end = in.cache->size() + static_cast<int64_t>(in.tokens.size());
+    if (end > in.cache->n_ctx()) {
+      return Status::Error("sequence of " + std::to_string(end) + " tokens exceeds the context of " +
+                           std::to_string(in.cache->n_ctx()) + " (prompt too long?)");
+    }
+    n += static_cast<int64_t>(in.tokens.size());
+    max_kv = std::max(max_kv, end);
+  }
+  if (n == 0) return Status::Error("empty batch");
+  for (SequenceInput& in : seqs) {
+    TLR_RETURN_IF_ERROR(in.cache->Reserve(in.cache->size() + static_cast<int64_t>(in.tokens.size())));
+  }
+
+  const int64_t E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), F = c.n_ff, hd = c.head_dim;
+  float* x = Grow(ctx->x_, n * E);       // [n, E] residual stream
+  float* xn = Grow(ctx->xn_, n * E);     // [n, E] normed input / sublayer output
+  float* q = Grow(ctx->q_, n * Q);       // [n, Q]
+  float* kk = Grow(ctx->k_, n * KV);     // [n, KV]
+  float* vv = Grow(ctx->v_, n * KV);     // [n, KV]
+  float* att = Grow(ctx->attn_, n * Q);  // [n, Q]
+  float* gate = Grow(ctx->gate_, n * F); // [n, F]
+  float* up = Grow(ctx->up_, n * F);     // [n, F]
+  float* scores = Grow(ctx->scores_, static_cast<size_t>(pool->n_threads() * max_kv));
+  int32_t* seq_of = Grow(ctx->seq_of_, n);
+  int32_t* pos_of = Grow(ctx->pos_of_, n);
+  {
+    int64_t i = 0;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      for (size_t j = 0; j < seqs[s].tokens.size(); ++j, ++i) {
+        seq_of[i] = static_cast<int32_t>(s);
+        pos_of[i] = static_cast<int32_t>(seqs[s].cache->size() + static_cast<int64_t>(j));
+      }
+    }
+  }
+  auto token_at = [&](int64_t i) {
+    const SequenceInput& in = seqs[seq_of[i]];
+    return in.tokens[pos_of[i] - in.cache->size()];
+  };
+
+  // Embedding rows.
+  pool->ParallelFor(n, 0, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) (void)Dequantize(embd_.type, embd_.Row(token_at(i)), x + i * E, E);
+  });
+
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int64_t group = c.n_heads / c.n_kv_heads;
+  const bool neox = c.rope_style == RopeStyle::kNeox;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const Layer& L = layers_[l];
+    // Attention: norm, projections, biases, RoPE.
+    pool->ParallelFor(n, 0, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) RmsNorm(x + i * E, L.attn_norm, xn + i * E, E, c.rms_eps);
+    });
+    RunMatMul(L.q, xn, n, E, q, Q, ctx->in_, pool);
+    RunMatMul(L.k, xn, n, E, kk, KV, ctx->in_, pool);
+    RunMatMul(L.v, xn, n, E, vv, KV, ctx->in_, pool);
+    pool->ParallelFor(n, 0, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) {
+        float* qi = q + i * Q;
+        float* ki = kk + i * KV;
+        float* vi = vv + i * KV;
+        if (L.bq) AddInPlace(qi, L.bq, Q);
+        if (L.bk) AddInPlace(ki, L.bk, KV);
+        if (L.bv) AddInPlace(vi, L.bv, KV);
+        const float pos = static_cast<float>(pos_of[i]);
+        for (int64_t h = 0; h < c.n_heads; ++h) Rope(qi + h * hd, hd, inv_freq_.data(), pos, neox);
+        for (int64_t h = 0; h < c.n_kv_heads; ++h) Rope(ki + h * hd, hd, inv_freq_.data(), pos, neox);
+        KvCache* cache = seqs[seq_of[i]].cache;
+        std::memcpy(cache->K(l, pos_of[i]), ki, KV * sizeof(float));
+        std::memcpy(cache->V(l, pos_of[i]), vi, KV * sizeof(float));
+      }
+    });
+    // Each (token, head) attends to its sequence's positions up to its own.
+    pool->ParallelFor(n * c.n_heads, 0, [&](int64_t b, int64_t e, int thread) {
+      float* sc = scores + thread * max_kv;
+      for (int64_t ih = b; ih < e; ++ih) {
+        const int64_t i = ih / c.n_heads, h = ih % c.n_heads;
+        const KvCache* cache = seqs[seq_of[i]].cache;
+        const int64_t kvh = h / group;
+        Attention(q + i * Q + h * hd, cache->K(l, 0) + kvh * hd, cache->V(l, 0) + kvh * hd, KV,
+                  pos_of[i] + 1, hd, scale, sc, att + i * Q + h * hd);
+      }
+    });
+    RunMatMul(L.o, att, n, Q, xn, E, ctx->in_, pool);
+    pool->ParallelFor(n, 0, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) {
+        AddInPlace(x + i * E, xn + i * E, E);
+        RmsNorm(x + i * E, L.ffn_norm, xn + i * E, E, c.rms_eps);
+      }
+    });
+    // Feed-forward: SwiGLU.
+    RunMatMul(L.gate, xn, n, E, gate, F, ctx->in_, pool);
+    RunMatMul(L.up, xn, n, E, up, F, ctx->in_, pool);
+    pool->ParallelFor(n, 0, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) SwiGlu(gate + i * F, up + i * F, F);
+    });
+    RunMatMul(L.down, gate, n, F, xn, E, ctx->in_, pool);
+    pool->ParallelFor(n, 0, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) AddInPlace(x + i * E, xn + i * E, E);
+    });
+  }
+  for (SequenceInput& in : seqs) in.cache->Commit(in.cache->size() + static_cast<int64_t>(in.tokens.size()));
+
+  // Outputs: final norm for the requested rows, then the LM head over just those rows.
+  int64_t m = 0;
+  bool any_logits = false;
+  for (const SequenceInput& in : seqs) {
+    if (in.rows == OutputRows::kNone || (!in.logits && !in.hidden)) continue;
+    m += in.rows == OutputRows::kAll ? static_cast<int64_t>(in.tokens.size()) : 1;
+    any_logits |= in.logits != nullptr;
+  }
+  if (m == 0) return Status::Ok();
+  float* hid = Grow(ctx->out_hidden_, m * E);
+  {
+    int64_t r = 0, i = 0;
+    for (const SequenceInput& in : seqs) {
+      const int64_t cnt = static_cast<int64_t>(in.tokens.size());
+      if (in.rows != OutputRows::kNone && (in.logits || in.hidden)) {
+        const int64_t first = in.rows == OutputRows::kAll ? 0 : cnt - 1;
+        for (int64_t j = first; j < cnt; ++j, ++r) {
+          RmsNorm(x + (i + j) * E, output_norm_, hid + r * E, E, c.rms_eps);
+        }
+      }
+      i += cnt;
+    }
+  }
+  float* logits = nullptr;
+  const int64_t V = c.n_vocab;
+  if (any_logits) {
+    logits = Grow(ctx->out_logits_, m * V);
+    RunMatMul(output_, hid, m, E, logits, V, ctx->in_, pool);
+  }
+  int64_t r = 0;
+  for (SequenceInput& in : seqs) {
+    if (in.rows == OutputRows::kNone || (!in.logits && !in.hidden)) continue;
+    const int64_t rows = in.rows == OutputRows::kAll ? static_cast<int64_t>(in.tokens.size()) : 1;
+    if (in.hidden) std::memcpy(in.hidden, hid + r * E, rows * E * sizeof(float));
+    if (in.logits) std::memcpy(in.logits, logits + r * V, rows * V * sizeof(float));
+    r += rows;
+  }
+  return Status::Ok();
+}
+
+}  // namespace tlr

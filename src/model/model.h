@@ -1,0 +1,107 @@
+// Model (model layer): a qwen2 or llama transformer loaded from a GGUF file, with a forward
+// pass over batches of tokens from one or several sequences (each with its own KvCache).
+//
+// One Forward call does everything the callers need: batched prefill (real matrix products
+// over all tokens), single-token decode, and a step over many independent sequences at once
+// (the server's continuous batching), returning per requested position the logits and/or
+// the final hidden state (after the final norm: the LM head's input, which routers read).
+//
+// Weights stay in the memory map (no copies) except tiny norm/bias vectors stored in a type
+// other than F32, which are converted at load. A Model is immutable after Load and can be
+// shared by threads; each concurrent Forward needs its own ForwardContext and caches.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/gguf/gguf_reader.h"
+#include "model/kv_cache.h"
+#include "model/tokenizer/tokenizer.h"
+#include "ops/matmul.h"
+#include "util/status.h"
+
+namespace tlr {
+
+class ThreadPool;
+
+// Which positions of a sequence's new tokens produce outputs.
+enum class OutputRows { kNone, kLast, kAll };
+
+// One sequence's part of a Forward call.
+struct SequenceInput {
+  KvCache* cache = nullptr;            // tokens are appended at cache->size()
+  std::span<const int32_t> tokens;     // new tokens (at least one)
+  OutputRows rows = OutputRows::kLast;
+  float* logits = nullptr;             // [n_rows, n_vocab] if non-null
+  float* hidden = nullptr;             // [n_rows, n_embd] if non-null
+};
+
+// Scratch memory for Forward, reused across calls (no allocation once warmed up).
+class ForwardContext {
+ public:
+  explicit ForwardContext(ThreadPool* pool) : pool_(pool) {}
+  ThreadPool* pool() const { return pool_; }
+
+ private:
+  friend class Model;
+  ThreadPool* pool_;
+  std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, out_hidden_, out_logits_;
+  std::vector<float> scores_;
+  std::vector<int32_t> seq_of_, pos_of_;
+  MatMulInput in_;
+};
+
+class Model {
+ public:
+  struct Options {
+    // Override the tokenizer's pre-tokenizer (see TokenizerOptions).
+    std::string pre_override;
+  };
+
+  // Maps and validates a GGUF model: architecture, hyperparameters, every tensor's presence,
+  // shape and type. Errors name the tensor or key.
+  static Expected<std::unique_ptr<Model>> Load(const std::string& path, const Options& opts);
+  static Expected<std::unique_ptr<Model>> Load(const std::string& path) { return Load(path, Options{}); }
+
+  const ModelConfig& config() const { return config_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const GgufFile& file() const { return file_; }
+  // Bytes of weights read per generated token (all matrices + the embedding row).
+  uint64_t weight_bytes_per_token() const;
+  uint64_t total_weight_bytes() const { return file_.file_size() - file_.data_offset(); }
+  // Notes on load (converted tensors, tied output), for --verbose.
+  const std::vector<std::string>& load_notes() const { return notes_; }
+
+  Expected<KvCache> NewCache(int64_t n_ctx) const { return KvCache::Create(config_, n_ctx); }
+
+  // Runs the tokens of every sequence through the model, appends them to the caches and
+  // writes the requested outputs. Fails (changing no cache) on an empty token list, a token
+  // id outside the vocabulary, or a sequence that would exceed its cache's n_ctx.
+  Status Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const;
+
+ private:
+  Model() = default;
+  struct Layer {
+    WeightView q, k, v, o, gate, up, down;
+    const float *attn_norm, *ffn_norm, *bq, *bk, *bv;
+  };
+  Status Bind();
+  Expected<const float*> FloatVector(const std::string& name, int64_t n, bool required);
+  Expected<WeightView> Matrix(const std::string& name, int64_t n_cols, int64_t n_rows);
+
+  GgufFile file_;
+  ModelConfig config_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::vector<Layer> layers_;
+  WeightView embd_, output_;
+  const float* output_norm_ = nullptr;
+  std::vector<float> inv_freq_;                   // [head_dim / 2]
+  std::vector<std::unique_ptr<float[]>> owned_;   // converted norm/bias vectors
+  std::vector<std::string> notes_;
+};
+
+}  // namespace tlr

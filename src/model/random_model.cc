@@ -1,0 +1,299 @@
+// Random-weight GGUF models (model layer). See random_model.h.
+//
+// Weight scales keep activations O(1) through any depth and the logits informative:
+// matrices ~ N(0, 1/n_cols), embedding / LM head ~ N(0, (2.5)^2 / n_embd) (logit spread of a
+// few nats), norms ~ 1 + N(0, 0.1^2), biases ~ N(0, 0.1^2).
+#include "model/random_model.h"
+
+#include <cmath>
+#include <map>
+
+#include "model/gguf/gguf_keys.h"
+#include "model/gguf/gguf_reader.h"
+#include "model/gguf/gguf_writer.h"
+#include "model/tokenizer/tokenizer.h"
+#include "quant/quantize.h"
+#include "util/utf8.h"
+
+namespace tlr {
+namespace {
+
+struct Preset {
+  const char* name;
+  const char* arch;
+  int64_t n_embd, n_layers, n_heads, n_kv_heads, n_ff, n_vocab, n_ctx;
+  double rope_base, rms_eps;
+  bool tied;
+  bool llama3_rope;  // Llama 3.x frequency scaling (rope_freqs.weight)
+};
+
+const Preset kPresets[] = {
+    {"tiny", "qwen2", 64, 2, 4, 2, 192, 512, 4096, 1e6, 1e-6, true, false},
+    {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1e6, 1e-6, true, false},
+    {"qwen2.5-1.5b", "qwen2", 1536, 28, 12, 2, 8960, 151936, 32768, 1e6, 1e-6, true, false},
+    {"qwen2.5-7b", "qwen2", 3584, 28, 28, 4, 18944, 152064, 32768, 1e6, 1e-6, false, false},
+    {"llama3.2-1b", "llama", 2048, 16, 32, 8, 8192, 128256, 131072, 500000, 1e-5, true, true},
+};
+
+// SplitMix64: a seedable, portable generator; one stream per tensor (seeded from the tensor
+// name), so tensors can be generated lazily in any order with the same result.
+struct Rng {
+  uint64_t s;
+  uint64_t Next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double Uniform() { return (static_cast<double>(Next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+  void Normals(float* out, int64_t n, double sigma, double mean) {
+    for (int64_t i = 0; i < n; i += 2) {  // Box-Muller
+      const double r = std::sqrt(-2.0 * std::log(Uniform())), t = 2.0 * M_PI * Uniform();
+      out[i] = static_cast<float>(mean + sigma * r * std::cos(t));
+      if (i + 1 < n) out[i + 1] = static_cast<float>(mean + sigma * r * std::sin(t));
+    }
+  }
+};
+
+uint64_t SeedFor(uint64_t seed, const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ull ^ seed;
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// The built-in vocabulary: the 256 byte-level characters, merges that spell a few hundred
+// common English words, the architecture's special tokens, then reserved tokens up to n_vocab.
+Vocab BuiltinVocab(const std::string& arch) {
+  Vocab v;
+  v.model = VocabModel::kBpe;
+  v.pre = arch == "llama" ? "llama-bpe" : "qwen2";
+  v.ignore_merges = arch == "llama";
+  std::map<std::string, int> index;
+  auto add = [&](const std::string& t, TokenType type) {
+    if (index.count(t)) return index[t];
+    index[t] = static_cast<int>(v.tokens.size());
+    v.tokens.push_back(t);
+    v.types.push_back(type);
+    return index[t];
+  };
+  for (int b = 0; b < 256; ++b) add(ByteToBpeChar(static_cast<uint8_t>(b)), TokenType::kNormal);
+  static const char* kWords[] = {
+      "the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at",
+      "from", "it", "an", "are", "which", "be", "this", "or", "have", "not", "one", "but", "they",
+      "all", "can", "will", "there", "into", "some", "time", "new", "after", "first", "other",
+      "what", "where", "when", "who", "how", "answer", "question", "made", "found", "used",
+      "Answer", "Question", "The", "A", "is", "you", "your", "would", "should", "most", "likely",
+      "place", "thing", "people", "water", "house", "store", "city", "animal", "food", "work"};
+  for (const char* w : kWords) {
+    for (const std::string word : {std::string(w), "\xC4\xA0" + std::string(w)}) {  // "Ġ" prefix
+      // Merge left to right: ((Ġ t) h) e ...
+      size_t pos = 0;
+      char32_t cp;
+      std::vector<std::string> chars;
+      while (pos < word.size()) {
+        const size_t start = pos;
+        DecodeUtf8(word, &pos, &cp);
+        chars.push_back(word.substr(start, pos - start));
+      }
+      std::string acc = chars[0];
+      for (size_t i = 1; i < chars.size(); ++i) {
+        const std::string merged = acc + chars[i];
+        if (!index.count(merged)) {
+          v.merges.emplace_back(acc, chars[i]);
+          add(merged, TokenType::kNormal);
+        }
+        acc = merged;
+      }
+    }
+  }
+  if (arch == "llama") {
+    v.bos_id = add("<|begin_of_text|>", TokenType::kControl);
+    v.eos_id = add("<|end_of_text|>", TokenType::kControl);
+    add("<|start_header_id|>", TokenType::kControl);
+    add("<|end_header_id|>", TokenType::kControl);
+    v.eot_id = add("<|eot_id|>", TokenType::kControl);
+    v.add_bos = true;
+  } else {
+    v.bos_id = add("<|endoftext|>", TokenType::kControl);
+    add("<|im_start|>", TokenType::kControl);
+    v.eos_id = add("<|im_end|>", TokenType::kControl);
+    v.eot_id = v.eos_id;
+    v.add_bos = false;
+  }
+  v.lstrip.assign(v.tokens.size(), 0);
+  v.rstrip.assign(v.tokens.size(), 0);
+  return v;
+}
+
+constexpr const char* kChatMl =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}";
+constexpr const char* kLlama3Chat =
+    "{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
+    "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+    "{% endif %}";
+
+}  // namespace
+
+std::vector<std::string> RandomModelPresets() {
+  std::vector<std::string> out;
+  for (const Preset& p : kPresets) out.push_back(p.name);
+  return out;
+}
+
+Status WriteRandomModel(const RandomModelOptions& opts, const std::string& path,
+                        const std::function<void(size_t, size_t)>& progress) {
+  const Preset* p = nullptr;
+  for (const Preset& q : kPresets) {
+    if (opts.preset == q.name) p = &q;
+  }
+  if (!p) {
+    std::string names;
+    for (const auto& n : RandomModelPresets()) names += (names.empty() ? "" : ", ") + n;
+    return Status::Error("unknown preset '" + opts.preset + "' (known: " + names + ")");
+  }
+  const std::string arch = opts.arch.empty() ? p->arch : opts.arch;
+  if (arch != "qwen2" && arch != "llama") {
+    return Status::Error("unknown architecture '" + arch + "' (qwen2 or llama)");
+  }
+  if (opts.preset != "tiny" && arch != p->arch) {
+    return Status::Error("preset '" + opts.preset + "' is a " + p->arch + " model, not " + arch);
+  }
+  struct TypeChoice {
+    const char* name;
+    GgmlType main;
+    uint32_t file_type;  // llama_ftype
+  };
+  static const TypeChoice kTypes[] = {{"f32", GgmlType::kF32, 0}, {"f16", GgmlType::kF16, 1},
+                                      {"q8_0", GgmlType::kQ8_0, 7}, {"q4_0", GgmlType::kQ4_0, 2},
+                                      {"q4_k", GgmlType::kQ4_K, 15}};
+  const TypeChoice* tc = nullptr;
+  for (const auto& t : kTypes) {
+    if (opts.type == t.name) tc = &t;
+  }
+  if (!tc) return Status::Error("unknown type '" + opts.type + "' (f32, f16, q8_0, q4_0, q4_k)");
+
+  // Tokenizer.
+  Vocab vocab;
+  if (opts.tokenizer_path.empty()) {
+    vocab = BuiltinVocab(arch);
+  } else if (opts.tokenizer_path.size() > 5 &&
+             opts.tokenizer_path.compare(opts.tokenizer_path.size() - 5, 5, ".gguf") == 0) {
+    auto f = GgufFile::Open(opts.tokenizer_path);
+    if (!f.ok()) return f.status();
+    auto v = VocabFromGguf(*f);
+    if (!v.ok()) return v.status().WithPrefix("'" + opts.tokenizer_path + "'");
+    vocab = std::move(v).value();
+  } else {
+    auto v = VocabFromHfFile(opts.tokenizer_path);
+    if (!v.ok()) return v.status();
+    vocab = std::move(v).value();
+  }
+  const int64_t n_vocab = std::max<int64_t>(p->n_vocab, vocab.size());
+  while (vocab.size() < n_vocab) {
+    vocab.tokens.push_back("<|reserved_" + std::to_string(vocab.size()) + "|>");
+    vocab.types.push_back(TokenType::kUnused);
+    vocab.lstrip.push_back(0);
+    vocab.rstrip.push_back(0);
+    if (!vocab.scores.empty()) vocab.scores.push_back(-1e9f);
+  }
+
+  const int64_t E = p->n_embd, H = p->n_heads, KVH = p->n_kv_heads, F = p->n_ff;
+  const int64_t hd = E / H;
+  GgufWriter w;
+  w.Set(gguf_keys::kArchitecture, GgufValue::Str(arch));
+  w.Set(gguf_keys::kName, GgufValue::Str("random " + opts.preset + " (" + opts.type + ", seed " +
+                                         std::to_string(opts.seed) + ")"));
+  w.Set(gguf_keys::kFileType, GgufValue::U32(tc->file_type));
+  if (tc->main != GgmlType::kF32 && tc->main != GgmlType::kF16) {
+    w.Set("general.quantization_version", GgufValue::U32(2));
+  }
+  auto ak = [&](const char* key) { return gguf_keys::ArchKey(arch, key); };
+  w.Set(ak(gguf_keys::kContextLength), GgufValue::U32(static_cast<uint32_t>(p->n_ctx)));
+  w.Set(ak(gguf_keys::kEmbeddingLength), GgufValue::U32(static_cast<uint32_t>(E)));
+  w.Set(ak(gguf_keys::kBlockCount), GgufValue::U32(static_cast<uint32_t>(p->n_layers)));
+  w.Set(ak(gguf_keys::kFeedForwardLength), GgufValue::U32(static_cast<uint32_t>(F)));
+  w.Set(ak(gguf_keys::kHeadCount), GgufValue::U32(static_cast<uint32_t>(H)));
+  w.Set(ak(gguf_keys::kHeadCountKv), GgufValue::U32(static_cast<uint32_t>(KVH)));
+  w.Set(ak(gguf_keys::kRmsEps), GgufValue::F32(static_cast<float>(p->rms_eps)));
+  w.Set(ak(gguf_keys::kRopeFreqBase), GgufValue::F32(static_cast<float>(p->rope_base)));
+  if (arch == "llama") {
+    w.Set(ak(gguf_keys::kRopeDimensionCount), GgufValue::U32(static_cast<uint32_t>(hd)));
+    w.Set(ak(gguf_keys::kVocabSize), GgufValue::U32(static_cast<uint32_t>(n_vocab)));
+  }
+  VocabToGguf(vocab, &w);
+  w.Set(gguf_keys::kTokChatTemplate, GgufValue::Str(arch == "llama" ? kLlama3Chat : kChatMl));
+
+  // Tensor types: like llama.cpp's mixes, K-quants need rows that are a multiple of 256;
+  // other rows fall back to q5_0; the embedding / LM head get more bits in q4_k files.
+  auto type_for = [&](int64_t n_cols, bool is_embedding) {
+    GgmlType t = tc->main;
+    if (t == GgmlType::kQ4_K) {
+      if (is_embedding) return n_cols % 256 == 0 ? GgmlType::kQ6_K : GgmlType::kQ8_0;
+      if (n_cols % 256 != 0) return GgmlType::kQ5_0;
+    }
+    return t;
+  };
+  const uint64_t seed = opts.seed;
+  auto add = [&](const std::string& name, std::vector<int64_t> dims, GgmlType type, double sigma,
+                 double mean) -> Status {
+    return w.AddTensorLazy(name, type, dims, [=](std::span<uint8_t> out) -> Status {
+      int64_t n = 1;
+      for (int64_t d : dims) n *= d;
+      const int64_t row = dims[0];
+      Rng rng{SeedFor(seed, name)};
+      std::vector<float> buf(row);
+      const size_t row_bytes = out.size() / (n / row);
+      for (int64_t r = 0; r < n / row; ++r) {
+        rng.Normals(buf.data(), row, sigma, mean);
+        TLR_RETURN_IF_ERROR(Quantize(type, buf.data(), out.data() + r * row_bytes, row));
+      }
+      return Status::Ok();
+    });
+  };
+  const double s_emb = 2.5 / std::sqrt(static_cast<double>(E));
+  TLR_RETURN_IF_ERROR(add(gguf_keys::kTokenEmbd, {E, n_vocab}, type_for(E, true), s_emb, 0));
+  for (int64_t l = 0; l < p->n_layers; ++l) {
+    auto n = [&](const char* s) { return gguf_keys::BlockTensor(static_cast<int>(l), s); };
+    const double se = 1.0 / std::sqrt(static_cast<double>(E)), sf = 1.0 / std::sqrt(static_cast<double>(F));
+    const double sq = 1.0 / std::sqrt(static_cast<double>(H * hd));
+    TLR_RETURN_IF_ERROR(add(n("attn_norm.weight"), {E}, GgmlType::kF32, 0.1, 1.0));
+    TLR_RETURN_IF_ERROR(add(n("attn_q.weight"), {E, H * hd}, type_for(E, false), se, 0));
+    TLR_RETURN_IF_ERROR(add(n("attn_k.weight"), {E, KVH * hd}, type_for(E, false), se, 0));
+    TLR_RETURN_IF_ERROR(add(n("attn_v.weight"), {E, KVH * hd}, type_for(E, false), se, 0));
+    if (arch == "qwen2") {
+      TLR_RETURN_IF_ERROR(add(n("attn_q.bias"), {H * hd}, GgmlType::kF32, 0.1, 0));
+      TLR_RETURN_IF_ERROR(add(n("attn_k.bias"), {KVH * hd}, GgmlType::kF32, 0.1, 0));
+      TLR_RETURN_IF_ERROR(add(n("attn_v.bias"), {KVH * hd}, GgmlType::kF32, 0.1, 0));
+    }
+    TLR_RETURN_IF_ERROR(add(n("attn_output.weight"), {H * hd, E}, type_for(H * hd, false), sq, 0));
+    TLR_RETURN_IF_ERROR(add(n("ffn_norm.weight"), {E}, GgmlType::kF32, 0.1, 1.0));
+    TLR_RETURN_IF_ERROR(add(n("ffn_gate.weight"), {E, F}, type_for(E, false), se, 0));
+    TLR_RETURN_IF_ERROR(add(n("ffn_up.weight"), {E, F}, type_for(E, false), se, 0));
+    TLR_RETURN_IF_ERROR(add(n("ffn_down.weight"), {F, E}, type_for(F, false), sf, 0));
+  }
+  TLR_RETURN_IF_ERROR(add(gguf_keys::kOutputNorm, {E}, GgmlType::kF32, 0.1, 1.0));
+  if (!p->tied) TLR_RETURN_IF_ERROR(add(gguf_keys::kOutput, {E, n_vocab}, type_for(E, true), s_emb, 0));
+  if (p->llama3_rope) {
+    // Llama 3.1/3.2 rope scaling (factor 32, low 1, high 4, original context 8192), as
+    // llama.cpp's converter stores it.
+    const double factor = 32, low = 1, high = 4, old_ctx = 8192;
+    std::vector<float> f(hd / 2);
+    for (int64_t i = 0; i < hd / 2; ++i) {
+      const double freq = 1.0 / std::pow(p->rope_base, 2.0 * i / hd);
+      const double wavelen = 2 * M_PI / freq;
+      if (wavelen < old_ctx / high) f[i] = 1;
+      else if (wavelen > old_ctx / low) f[i] = static_cast<float>(factor);
+      else {
+        const double smooth = (old_ctx / wavelen - low) / (high - low);
+        f[i] = static_cast<float>(1.0 / ((1 - smooth) / factor + smooth));
+      }
+    }
+    TLR_RETURN_IF_ERROR(w.AddTensorF32("rope_freqs.weight", {hd / 2}, f));
+  }
+  return w.WriteFile(path, progress);
+}
+
+}  // namespace tlr

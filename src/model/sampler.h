@@ -1,0 +1,46 @@
+// Sampler (model layer): picks the next token from logits. Greedy, or temperature with
+// top-k, top-p (nucleus), min-p and a repetition penalty, in llama.cpp's order (penalty ->
+// top-k -> top-p -> min-p -> temperature -> draw). Deterministic for a given seed; no heap
+// allocation per call after construction. Not thread-safe (one per sequence).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "util/status.h"
+
+namespace tlr {
+
+struct SamplerParams {
+  float temperature = 0.0f;    // <= 0: greedy
+  int32_t top_k = 40;          // <= 0: all tokens
+  float top_p = 1.0f;          // 1: off
+  float min_p = 0.0f;          // 0: off
+  float repeat_penalty = 1.0f; // 1: off; > 1 discourages tokens seen in the last n
+  int32_t repeat_last_n = 64;
+  uint64_t seed = 42;
+  Status Validate() const;
+};
+
+class Sampler {
+ public:
+  Sampler(const SamplerParams& params, int32_t n_vocab);
+  // `history`: the tokens so far (prompt and generated), for the repetition penalty.
+  int32_t Sample(const float* logits, std::span<const int32_t> history);
+  const SamplerParams& params() const { return params_; }
+
+ private:
+  double Uniform();
+  SamplerParams params_;
+  int32_t n_vocab_;
+  uint64_t state_;
+  std::vector<std::pair<float, int32_t>> cand_;
+  std::vector<float> probs_;
+};
+
+// Index of the largest value (lowest index on ties).
+int32_t ArgMax(const float* x, int64_t n);
+
+}  // namespace tlr

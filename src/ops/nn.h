@@ -1,0 +1,31 @@
+// Elementwise and attention kernels of the transformer forward pass (ops layer): RMS norm,
+// RoPE, SwiGLU, softmax and single-query attention over a KV cache. Highway SIMD for the
+// vector dot/axpy inside attention (the part that grows with context); pure functions,
+// thread-safe.
+#pragma once
+
+#include <cstdint>
+
+namespace tlr {
+
+// y = x / sqrt(mean(x^2) + eps) * w   (y may alias x)
+void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps);
+
+// Rotates one head vector (head_dim values) in place for position `pos`. `inv_freq` holds
+// head_dim/2 inverse frequencies (base^(-2i/head_dim), already divided by any per-dimension
+// rope factors). neox: pairs (i, i + head_dim/2); otherwise pairs (2i, 2i + 1).
+void Rope(float* v, int64_t head_dim, const float* inv_freq, float pos, bool neox);
+
+// g = silu(g) * u, in place on g.
+void SwiGlu(float* g, const float* u, int64_t n);
+
+// out[0:head_dim] = softmax(q . K_j * scale) . V_j over j < n_kv, where K_j = k + j * stride,
+// V_j = v + j * stride. `scores` is scratch for n_kv floats.
+void Attention(const float* q, const float* k, const float* v, int64_t stride, int64_t n_kv,
+               int64_t head_dim, float scale, float* scores, float* out);
+
+// Simple vector helpers.
+void AddInPlace(float* y, const float* x, int64_t n);  // y += x
+float DotF32(const float* a, const float* b, int64_t n);
+
+}  // namespace tlr
