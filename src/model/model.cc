@@ -4,6 +4,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -181,6 +182,23 @@ void RunMatMul(const WeightView& w, const float* x, int64_t n, int64_t ld, float
   in.Prepare(w.type, x, n, w.n_cols, ld, pool);
   MatMul(w, in, y, ldy, pool);
 }
+
+// Matrices sharing one input in one parallel loop when their kernels take the same input
+// kind (the usual case); one after the other otherwise. Outputs are [n, rows_i].
+template <size_t N>
+void RunMatMuls(const std::array<const WeightView*, N>& ws, const float* x, int64_t n, int64_t ld,
+                const std::array<float*, N>& ys, MatMulInput& in, ThreadPool* pool) {
+  bool same = true;
+  for (size_t i = 1; i < N; ++i) same &= MatMulUsesQ8A(ws[i]->type) == MatMulUsesQ8A(ws[0]->type);
+  if (!same) {
+    for (size_t i = 0; i < N; ++i) RunMatMul(*ws[i], x, n, ld, ys[i], ws[i]->n_rows, in, pool);
+    return;
+  }
+  in.Prepare(ws[0]->type, x, n, ws[0]->n_cols, ld, pool);
+  std::array<WeightView, N> views;
+  for (size_t i = 0; i < N; ++i) views[i] = *ws[i];
+  MatMulFused(views, in, ys, pool);
+}
 }  // namespace
 
 Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const {
@@ -227,6 +245,7 @@ Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const 
   float* gate = Grow(ctx->gate_, n * F); // [n, F]
   float* up = Grow(ctx->up_, n * F);     // [n, F]
   float* scores = Grow(ctx->scores_, static_cast<size_t>(pool->n_threads() * max_kv));
+  float* rope_cs = Grow(ctx->rope_cs_, n * hd);  // [n, head_dim/2, (cos, sin)]
   int32_t* seq_of = Grow(ctx->seq_of_, n);
   int32_t* pos_of = Grow(ctx->pos_of_, n);
   {
@@ -243,9 +262,12 @@ Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const 
     return in.tokens[pos_of[i] - in.cache->size()];
   };
 
-  // Embedding rows.
+  // Embedding rows, and each position's RoPE angles.
   pool->ParallelFor(n, 0, [&](int64_t b, int64_t e, int) {
-    for (int64_t i = b; i < e; ++i) (void)Dequantize(embd_.type, embd_.Row(token_at(i)), x + i * E, E);
+    for (int64_t i = b; i < e; ++i) {
+      (void)Dequantize(embd_.type, embd_.Row(token_at(i)), x + i * E, E);
+      RopeAngles(static_cast<float>(pos_of[i]), inv_freq_.data(), hd / 2, rope_cs + i * hd);
+    }
   });
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -257,9 +279,7 @@ Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const 
     pool->ParallelFor(n, 0, [&](int64_t b, int64_t e, int) {
       for (int64_t i = b; i < e; ++i) RmsNorm(x + i * E, L.attn_norm, xn + i * E, E, c.rms_eps);
     });
-    RunMatMul(L.q, xn, n, E, q, Q, ctx->in_, pool);
-    RunMatMul(L.k, xn, n, E, kk, KV, ctx->in_, pool);
-    RunMatMul(L.v, xn, n, E, vv, KV, ctx->in_, pool);
+    RunMatMuls<3>({&L.q, &L.k, &L.v}, xn, n, E, {q, kk, vv}, ctx->in_, pool);
     pool->ParallelFor(n, 0, [&](int64_t b, int64_t e, int) {
       for (int64_t i = b; i < e; ++i) {
         float* qi = q + i * Q;
@@ -268,9 +288,9 @@ Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const 
         if (L.bq) AddInPlace(qi, L.bq, Q);
         if (L.bk) AddInPlace(ki, L.bk, KV);
         if (L.bv) AddInPlace(vi, L.bv, KV);
-        const float pos = static_cast<float>(pos_of[i]);
-        for (int64_t h = 0; h < c.n_heads; ++h) Rope(qi + h * hd, hd, inv_freq_.data(), pos, neox);
-        for (int64_t h = 0; h < c.n_kv_heads; ++h) Rope(ki + h * hd, hd, inv_freq_.data(), pos, neox);
+        const float* cs = rope_cs + i * hd;
+        for (int64_t h = 0; h < c.n_heads; ++h) Rope(qi + h * hd, hd, cs, neox);
+        for (int64_t h = 0; h < c.n_kv_heads; ++h) Rope(ki + h * hd, hd, cs, neox);
         KvCache* cache = seqs[seq_of[i]].cache;
         std::memcpy(cache->K(l, pos_of[i]), ki, KV * sizeof(float));
         std::memcpy(cache->V(l, pos_of[i]), vi, KV * sizeof(float));
@@ -295,8 +315,7 @@ Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const 
       }
     });
     // Feed-forward: SwiGLU.
-    RunMatMul(L.gate, xn, n, E, gate, F, ctx->in_, pool);
-    RunMatMul(L.up, xn, n, E, up, F, ctx->in_, pool);
+    RunMatMuls<2>({&L.gate, &L.up}, xn, n, E, {gate, up}, ctx->in_, pool);
     pool->ParallelFor(n, 0, [&](int64_t b, int64_t e, int) {
       for (int64_t i = b; i < e; ++i) SwiGlu(gate + i * F, up + i * F, F);
     });

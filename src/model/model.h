@@ -50,7 +50,7 @@ class ForwardContext {
   friend class Model;
   ThreadPool* pool_;
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, out_hidden_, out_logits_;
-  std::vector<float> scores_;
+  std::vector<float> scores_, rope_cs_;
   std::vector<int32_t> seq_of_, pos_of_;
   MatMulInput in_;
 };

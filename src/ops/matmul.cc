@@ -21,6 +21,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/matmul.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
 #ifndef TLR_OPS_MATMUL_ONCE
@@ -82,8 +83,7 @@ HWY_INLINE __m256i Load32(const void* p) { return _mm256_loadu_si256(static_cast
 // 16 bytes of packed nibbles -> 32 bytes: low nibbles first, then high nibbles.
 HWY_INLINE __m256i Nibbles(const uint8_t* qs) {
   const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i m = _mm_set1_epi8(0x0F);
-  return _mm256_setr_m128i(_mm_and_si128(x, m), _mm_and_si128(_mm_srli_epi16(x, 4), m));
+  return _mm256_and_si256(_mm256_setr_m128i(x, _mm_srli_epi16(x, 4)), _mm256_set1_epi8(0x0F));
 }
 HWY_INLINE VI ToVI(__m256i v) { return VI{v}; }
 #endif
@@ -202,7 +202,7 @@ HWY_INLINE void Fetch(const uint8_t* row, int64_t g, Unpacked& u, SuperBlockCach
     const auto& x = reinterpret_cast<const B*>(row)[g];
     u.scale = Half(x.d);
     if constexpr (kMin) u.offset = Half(x.m);
-    else u.offset = -8.0f * u.scale;
+    else u.offset = u.scale;  // times kOffsetScale<kType> = -8, applied once per row
 #ifdef TLR_X86_256
     u.v = Nibbles(x.qs);
 #else
@@ -216,7 +216,7 @@ HWY_INLINE void Fetch(const uint8_t* row, int64_t g, Unpacked& u, SuperBlockCach
     constexpr size_t kBytes = kMin ? sizeof(BlockQ5_1) : sizeof(BlockQ5_0);
     const Group gr = UnpackQ5_0(row + g * kBytes, kMin, u.w);
     u.scale = gr.scale;
-    u.offset = gr.offset;
+    u.offset = kMin ? gr.offset : gr.scale;  // Q5_0: times -16, applied once per row
 #ifdef TLR_X86_256
     u.v = Load32(u.w);
 #endif
@@ -261,6 +261,17 @@ HWY_INLINE void Fetch(const uint8_t* row, int64_t g, Unpacked& u, SuperBlockCach
 #endif
   }
 }
+
+// Types whose offset is a constant multiple of the scale (Q4_0: -8, Q5_0: -16) accumulate
+// scale * s_a and multiply the sum once per row: one multiply fewer per group.
+template <GgmlType kType>
+constexpr float kOffsetScale = kType == GgmlType::kQ4_0 ? -8.0f : kType == GgmlType::kQ5_0 ? -16.0f : 1.0f;
+
+// Bytes of weight data per 32-element group (rounded down for Q6_K).
+template <GgmlType kType>
+constexpr size_t kGroupBytes = GgmlType::kQ8_0 == kType ? 34 : GgmlType::kQ4_1 == kType ? 20
+                               : (GgmlType::kQ5_0 == kType || GgmlType::kQ5_K == kType) ? 22
+                               : GgmlType::kQ5_1 == kType ? 24 : GgmlType::kQ6_K == kType ? 26 : 18;
 
 // Integer dot of an unpacked group with 32 activation bytes, as int32 lanes.
 template <GgmlType kType>
@@ -357,6 +368,9 @@ HWY_INLINE void DotRowQ(const uint8_t* row, int64_t n_cols, const BlockQ8A* cons
   SuperBlockCache cache;
   int64_t g = 0;
   for (; g + 1 < ng; g += 2) {
+    // Software prefetch ~1 KiB ahead: a row of a few hundred bytes is over before the
+    // hardware prefetcher ramps up, and decode is one long stream of such rows.
+    hwy::Prefetch(row + g * kGroupBytes<kType> + 1024);
     Fetch<kType>(row, g, u0, cache);
     Fetch<kType>(row, g + 1, u1, cache);
     for (int t = 0; t < NT; ++t) {
@@ -377,7 +391,8 @@ HWY_INLINE void DotRowQ(const uint8_t* row, int64_t n_cols, const BlockQ8A* cons
     }
   }
   for (int t = 0; t < NT; ++t) {
-    out[t] = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0[t], acc1[t]))) + off0[t] + off1[t];
+    out[t] = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0[t], acc1[t]))) +
+             kOffsetScale<kType> * (off0[t] + off1[t]);
   }
 }
 
@@ -558,6 +573,34 @@ void MatMulInput::Prepare(GgmlType type, const float* xs, int64_t n_tok, int64_t
 void MatMulRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0,
                 int64_t r1) {
   HWY_DYNAMIC_DISPATCH(MatMulRowsImpl)(w, in, y, ldy, r0, r1);
+}
+
+void MatMulFused(std::span<const WeightView> ws, const MatMulInput& in, std::span<float* const> ys,
+                 ThreadPool* pool) {
+  // One parallel loop over the rows of all matrices: chunks never straddle two matrices.
+  constexpr size_t kMax = 8;
+  const size_t m = std::min(ws.size(), kMax);
+  const int threads = pool ? pool->n_threads() : 1;
+  int64_t total_rows = 0;
+  for (size_t i = 0; i < m; ++i) total_rows += ws[i].n_rows;
+  const int64_t chunk = std::max<int64_t>(16, total_rows / (8 * threads));
+  int64_t first_chunk[kMax + 1];
+  first_chunk[0] = 0;
+  for (size_t i = 0; i < m; ++i) first_chunk[i + 1] = first_chunk[i] + (ws[i].n_rows + chunk - 1) / chunk;
+  auto run = [&](int64_t b, int64_t e, int) {
+    for (int64_t c = b; c < e; ++c) {
+      size_t i = 0;
+      while (c >= first_chunk[i + 1]) ++i;
+      const int64_t r0 = (c - first_chunk[i]) * chunk;
+      const int64_t r1 = std::min(ws[i].n_rows, r0 + chunk);
+      MatMulRows(ws[i], in, ys[i], ws[i].n_rows, r0, r1);
+    }
+  };
+  if (!pool || threads == 1) {
+    run(0, first_chunk[m], 0);
+  } else {
+    pool->ParallelFor(first_chunk[m], 1, run);
+  }
 }
 
 void MatMul(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, ThreadPool* pool) {

@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "quant/blocks.h"
@@ -55,6 +57,12 @@ class MatMulInput {
 // y[t * ldy + r] = dot(W row r, x row t) for every row r of W and token t of `in`.
 // `in` must have been prepared for w.type with in.n_cols == w.n_cols.
 void MatMul(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, ThreadPool* pool);
+
+// Several matrices with the same input (e.g. Q, K and V; gate and up) in one parallel loop:
+// ys[i][t * ws[i].n_rows + r] = dot(ws[i] row r, x row t). All must take the same kind of
+// input (MatMulUsesQ8A equal) and have in.n_cols columns. At most 8 matrices.
+void MatMulFused(std::span<const WeightView> ws, const MatMulInput& in, std::span<float* const> ys,
+                 ThreadPool* pool);
 
 // Same over rows [r0, r1) only, single-threaded, with the dispatched SIMD kernel.
 void MatMulRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0,

@@ -81,11 +81,18 @@ void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * r * w[i];
 }
 
-void Rope(float* v, int64_t head_dim, const float* inv_freq, float pos, bool neox) {
-  const int64_t half = head_dim / 2;
+void RopeAngles(float pos, const float* inv_freq, int64_t half, float* cs) {
   for (int64_t i = 0; i < half; ++i) {
     const float theta = pos * inv_freq[i];
-    const float c = std::cos(theta), s = std::sin(theta);
+    cs[2 * i] = std::cos(theta);
+    cs[2 * i + 1] = std::sin(theta);
+  }
+}
+
+void Rope(float* v, int64_t head_dim, const float* cs, bool neox) {
+  const int64_t half = head_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float c = cs[2 * i], s = cs[2 * i + 1];
     const int64_t a = neox ? i : 2 * i;
     const int64_t b = neox ? i + half : 2 * i + 1;
     const float x0 = v[a], x1 = v[b];

@@ -11,10 +11,13 @@ namespace tlr {
 // y = x / sqrt(mean(x^2) + eps) * w   (y may alias x)
 void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps);
 
-// Rotates one head vector (head_dim values) in place for position `pos`. `inv_freq` holds
-// head_dim/2 inverse frequencies (base^(-2i/head_dim), already divided by any per-dimension
-// rope factors). neox: pairs (i, i + head_dim/2); otherwise pairs (2i, 2i + 1).
-void Rope(float* v, int64_t head_dim, const float* inv_freq, float pos, bool neox);
+// RoPE angles of one position: cs[2i] = cos(pos * inv_freq[i]), cs[2i+1] = sin(...), for the
+// head_dim/2 inverse frequencies (base^(-2i/head_dim), already divided by any rope factors).
+// Computed once per token and shared by every head and layer.
+void RopeAngles(float pos, const float* inv_freq, int64_t half, float* cs);
+// Rotates one head vector (head_dim values) in place with angles from RopeAngles.
+// neox: pairs (i, i + head_dim/2); otherwise pairs (2i, 2i + 1).
+void Rope(float* v, int64_t head_dim, const float* cs, bool neox);
 
 // g = silu(g) * u, in place on g.
 void SwiGlu(float* g, const float* u, int64_t n);

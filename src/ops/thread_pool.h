@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace tlr {
@@ -31,7 +32,7 @@ class ThreadPool {
   template <typename Fn>
   void ParallelFor(int64_t n, int64_t chunk, Fn&& fn) {
     struct Ctx {
-      Fn* fn;
+      std::remove_reference_t<Fn>* fn;
     } ctx{&fn};
     Run(n, chunk, [](void* c, int64_t b, int64_t e, int t) { (*static_cast<Ctx*>(c)->fn)(b, e, t); },
         &ctx);
