@@ -205,7 +205,7 @@ Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const 
   const ModelConfig& c = config_;
   ThreadPool* pool = ctx->pool_;
   // Validate everything before touching any cache.
-  int64_t n = 0, max_kv = 0;
+  int64_t n = 0, max_ctx = 0;
   for (size_t s = 0; s < seqs.size(); ++s) {
     const SequenceInput& in = seqs[s];
     if (!in.cache) return Status::Error("sequence " + std::to_string(s) + " has no cache");
@@ -228,7 +228,7 @@ Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const 
                            std::to_string(in.cache->n_ctx()) + " (prompt too long?)");
     }
     n += static_cast<int64_t>(in.tokens.size());
-    max_kv = std::max(max_kv, end);
+    max_ctx = std::max(max_ctx, in.cache->n_ctx());
   }
   if (n == 0) return Status::Error("empty batch");
   for (SequenceInput& in : seqs) {
@@ -244,7 +244,8 @@ Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const 
   float* att = Grow(ctx->attn_, n * Q);  // [n, Q]
   float* gate = Grow(ctx->gate_, n * F); // [n, F]
   float* up = Grow(ctx->up_, n * F);     // [n, F]
-  float* scores = Grow(ctx->scores_, static_cast<size_t>(pool->n_threads() * max_kv));
+  // Attention scores: sized for the caches' full context once, so decode never reallocates.
+  float* scores = Grow(ctx->scores_, static_cast<size_t>(pool->n_threads() * max_ctx));
   float* rope_cs = Grow(ctx->rope_cs_, n * hd);  // [n, head_dim/2, (cos, sin)]
   int32_t* seq_of = Grow(ctx->seq_of_, n);
   int32_t* pos_of = Grow(ctx->pos_of_, n);
@@ -298,7 +299,7 @@ Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const 
     });
     // Each (token, head) attends to its sequence's positions up to its own.
     pool->ParallelFor(n * c.n_heads, 0, [&](int64_t b, int64_t e, int thread) {
-      float* sc = scores + thread * max_kv;
+      float* sc = scores + thread * max_ctx;
       for (int64_t ih = b; ih < e; ++ih) {
         const int64_t i = ih / c.n_heads, h = ih % c.n_heads;
         const KvCache* cache = seqs[seq_of[i]].cache;

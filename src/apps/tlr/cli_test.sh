@@ -63,5 +63,18 @@ check no_source 2 "" -- "$tlr" tokenize x
 check unknown_cmd 2 "" -- "$tlr" frobnicate
 check unknown_flag 2 "" -- "$tlr" info --frob "$gpt2"
 
+# Engine commands on a tiny random model.
+check make_random 0 "wrote" -- "$tlr" make-random --preset tiny --type q8_0 --seed 3 -o "$tmp/tiny.gguf"
+check run 0 "generated: 8 tokens" -- "$tlr" run -m "$tmp/tiny.gguf" -p "the answer is" -n 8
+check run_chat 0 "chat format: chatml" -- "$tlr" run -m "$tmp/tiny.gguf" --chat -p "hi" -n 4 -v
+check run_sampled 0 "generated: 6 tokens" -- "$tlr" run -m "$tmp/tiny.gguf" -p "the" -n 6 --temp 0.9 --top-p 0.9 --min-p 0.05 --repeat-penalty 1.1 --seed 5
+check run_ctx 1 "exceed the context of 4" -- "$tlr" run -m "$tmp/tiny.gguf" -p "the answer is here" -n 10 -c 4
+check run_vocab_only 1 "architecture 'gpt2' is not supported" -- "$tlr" run -m "$gpt2" -p x
+check run_bad_temp 1 "temperature" -- "$tlr" run -m "$tmp/tiny.gguf" -p x --temp -1
+check run_missing 1 "cannot open" -- "$tlr" run -m "$tmp/none.gguf" -p x
+check bench_json 0 "\"tg_roofline_pct\"" -- "$tlr" bench -m "$tmp/tiny.gguf" --pp 8 --tg 4 -r 1 -t 1 --json
+check bad_preset 1 "unknown preset 'nope'" -- "$tlr" make-random --preset nope -o "$tmp/x.gguf"
+check bad_arch_preset 1 "is a qwen2 model, not llama" -- "$tlr" make-random --preset qwen2.5-0.5b --arch llama -o "$tmp/x.gguf"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
