@@ -32,6 +32,7 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& path, const Opti
   m->tokenizer_ = std::make_unique<Tokenizer>(std::move(tok).value());
   Status s = m->Bind();
   if (!s.ok()) return s.WithPrefix("'" + path + "'");
+  if (opts.repack) m->Repack();
   return m;
 }
 
@@ -158,6 +159,30 @@ Status Model::Bind() {
   }
   if (*factors) notes_.push_back("rope frequencies scaled by rope_freqs.weight");
   return Status::Ok();
+}
+
+void Model::Repack() {
+  uint64_t bytes = 0;
+  int count = 0;
+  auto repack = [&](WeightView& w) {
+    if (!CanRepack(w.type) || w.repacked) return;
+    const size_t n = w.row_bytes * static_cast<size_t>(w.n_rows);
+    std::unique_ptr<uint8_t[]> buf(new (std::align_val_t(64)) uint8_t[n]);
+    RepackMatrix(w, buf.get());
+    w.data = buf.get();
+    w.repacked = true;
+    repacked_.push_back(std::move(buf));
+    bytes += n;
+    ++count;
+  };
+  for (Layer& L : layers_) {
+    for (WeightView* w : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) repack(*w);
+  }
+  repack(output_);
+  if (count > 0) {
+    notes_.push_back("repacked " + std::to_string(count) + " q4_0 matrices (" +
+                     std::to_string(bytes >> 20) + " MiB copied) into the kernel layout");
+  }
 }
 
 uint64_t Model::weight_bytes_per_token() const {

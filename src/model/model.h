@@ -60,6 +60,9 @@ class Model {
   struct Options {
     // Override the tokenizer's pre-tokenizer (see TokenizerOptions).
     std::string pre_override;
+    // Copy Q4_0 matrices into the faster kernel layout at load (same size; see
+    // RepackMatrix). Off: every weight is used straight from the memory map.
+    bool repack = true;
   };
 
   // Maps and validates a GGUF model: architecture, hyperparameters, every tensor's presence,
@@ -90,6 +93,7 @@ class Model {
     const float *attn_norm, *ffn_norm, *bq, *bk, *bv;
   };
   Status Bind();
+  void Repack();
   Expected<const float*> FloatVector(const std::string& name, int64_t n, bool required);
   Expected<WeightView> Matrix(const std::string& name, int64_t n_cols, int64_t n_rows);
 
@@ -101,6 +105,7 @@ class Model {
   const float* output_norm_ = nullptr;
   std::vector<float> inv_freq_;                   // [head_dim / 2]
   std::vector<std::unique_ptr<float[]>> owned_;   // converted norm/bias vectors
+  std::vector<std::unique_ptr<uint8_t[]>> repacked_;  // repacked matrices
   std::vector<std::string> notes_;
 };
 

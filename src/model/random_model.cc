@@ -85,7 +85,7 @@ Vocab BuiltinVocab(const std::string& arch) {
       "Answer", "Question", "The", "A", "is", "you", "your", "would", "should", "most", "likely",
       "place", "thing", "people", "water", "house", "store", "city", "animal", "food", "work"};
   for (const char* w : kWords) {
-    for (const std::string word : {std::string(w), "\xC4\xA0" + std::string(w)}) {  // "Ġ" prefix
+    for (const std::string& word : {std::string(w), "\xC4\xA0" + std::string(w)}) {  // "Ġ" prefix
       // Merge left to right: ((Ġ t) h) e ...
       size_t pos = 0;
       char32_t cp;

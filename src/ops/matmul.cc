@@ -179,6 +179,18 @@ struct Unpacked {
   int16_t s0, s1;  // Q6_K: int scales of the two 16-element halves
 };
 
+// One token's quantized activations (structure of arrays, see MatMulInput) and one group.
+struct ActView {
+  const int8_t* qs;
+  const float* d;
+  const float* s;
+};
+struct ActGroup {
+  const int8_t* qs;
+  float d, s;
+};
+HWY_INLINE ActGroup At(const ActView& a, int64_t g) { return {a.qs + 32 * g, a.d[g], a.s[g]}; }
+
 // Decoded scales of the current K-quant super-block, so its 8 groups decode them once.
 struct SuperBlockCache {
   int64_t index = -1;
@@ -310,7 +322,7 @@ HWY_INLINE VI DotGroup(const Unpacked& u, const int8_t* a) {
 // Q4_K on x86: per super-block, decode the 8 scales once and split each 32-byte load of
 // nibbles into its two groups.
 template <int NT>
-HWY_INLINE void DotRowQ4K(const uint8_t* row, int64_t n_cols, const BlockQ8A* const* a, float* out) {
+HWY_INLINE void DotRowQ4K(const uint8_t* row, int64_t n_cols, const ActView* a, float* out) {
   const DF df;
   VF acc0[NT], acc1[NT];
   float off[NT];
@@ -324,23 +336,21 @@ HWY_INLINE void DotRowQ4K(const uint8_t* row, int64_t n_cols, const BlockQ8A* co
     const float d = Half(x[sb].d), dmin = Half(x[sb].dmin);
     uint8_t sc[8], mn[8];
     for (int j = 0; j < 8; ++j) ScaleMinK4(j, x[sb].scales, &sc[j], &mn[j]);
-    const BlockQ8A* ab[NT];
-    for (int t = 0; t < NT; ++t) ab[t] = a[t] + sb * 8;
     for (int j = 0; j < 4; ++j) {
       const __m256i raw = Load32(x[sb].qs + 32 * j);
       const __m256i lo = _mm256_and_si256(raw, mask);
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
       const float s_lo = d * sc[2 * j], s_hi = d * sc[2 * j + 1];
       for (int t = 0; t < NT; ++t) {
-        const BlockQ8A& a0 = ab[t][2 * j];
-        const BlockQ8A& a1 = ab[t][2 * j + 1];
+        const ActGroup a0 = At(a[t], sb * 8 + 2 * j);
+        const ActGroup a1 = At(a[t], sb * 8 + 2 * j + 1);
         acc0[t] = hn::MulAdd(hn::ConvertTo(df, ToVI(DotU8(lo, Load32(a0.qs)))), hn::Set(df, s_lo * a0.d), acc0[t]);
         acc1[t] = hn::MulAdd(hn::ConvertTo(df, ToVI(DotU8(hi, Load32(a1.qs)))), hn::Set(df, s_hi * a1.d), acc1[t]);
       }
     }
     for (int t = 0; t < NT; ++t) {
       float o = 0;
-      for (int j = 0; j < 8; ++j) o += mn[j] * ab[t][j].s;
+      for (int j = 0; j < 8; ++j) o += mn[j] * a[t].s[sb * 8 + j];
       off[t] -= dmin * o;
     }
   }
@@ -352,7 +362,7 @@ HWY_INLINE void DotRowQ4K(const uint8_t* row, int64_t n_cols, const BlockQ8A* co
 // with separate accumulators so the float adds of consecutive groups do not wait on each
 // other (a single chain of FMAs would bound a decode step by FMA latency, not memory).
 template <GgmlType kType, int NT>
-HWY_INLINE void DotRowQ(const uint8_t* row, int64_t n_cols, const BlockQ8A* const* a, float* out) {
+HWY_INLINE void DotRowQ(const uint8_t* row, int64_t n_cols, const ActView* a, float* out) {
 #ifdef TLR_X86_256
   if constexpr (kType == GgmlType::kQ4_K) return DotRowQ4K<NT>(row, n_cols, a, out);
 #endif
@@ -374,8 +384,8 @@ HWY_INLINE void DotRowQ(const uint8_t* row, int64_t n_cols, const BlockQ8A* cons
     Fetch<kType>(row, g, u0, cache);
     Fetch<kType>(row, g + 1, u1, cache);
     for (int t = 0; t < NT; ++t) {
-      const BlockQ8A& a0 = a[t][g];
-      const BlockQ8A& a1 = a[t][g + 1];
+      const ActGroup a0 = At(a[t], g);
+      const ActGroup a1 = At(a[t], g + 1);
       acc0[t] = hn::MulAdd(hn::ConvertTo(df, DotGroup<kType>(u0, a0.qs)), hn::Set(df, u0.scale * a0.d), acc0[t]);
       acc1[t] = hn::MulAdd(hn::ConvertTo(df, DotGroup<kType>(u1, a1.qs)), hn::Set(df, u1.scale * a1.d), acc1[t]);
       off0[t] += u0.offset * a0.s;
@@ -385,7 +395,7 @@ HWY_INLINE void DotRowQ(const uint8_t* row, int64_t n_cols, const BlockQ8A* cons
   if (g < ng) {
     Fetch<kType>(row, g, u0, cache);
     for (int t = 0; t < NT; ++t) {
-      const BlockQ8A& a0 = a[t][g];
+      const ActGroup a0 = At(a[t], g);
       acc0[t] = hn::MulAdd(hn::ConvertTo(df, DotGroup<kType>(u0, a0.qs)), hn::Set(df, u0.scale * a0.d), acc0[t]);
       off0[t] += u0.offset * a0.s;
     }
@@ -393,6 +403,85 @@ HWY_INLINE void DotRowQ(const uint8_t* row, int64_t n_cols, const BlockQ8A* cons
   for (int t = 0; t < NT; ++t) {
     out[t] = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0[t], acc1[t]))) +
              kOffsetScale<kType> * (off0[t] + off1[t]);
+  }
+}
+
+// Repacked Q4_0 (see RepackMatrix): per chunk of up to 256 groups, the weight scales of 8
+// groups are widened with one vector op and multiplied by the tokens' activation scales
+// (structure of arrays) into a small table; the offset term is one vector FMA per 8 groups;
+// each 32-byte load of nibbles unpacks to two groups with an AND and a shift.
+template <int NT>
+HWY_INLINE void DotRowQ4_0R(const uint8_t* row, int64_t n_cols, const ActView* a, float* out) {
+  const DF df;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  constexpr int64_t kChunk = 256;
+  HWY_ALIGN float scale[NT][kChunk];
+  VF acc0[NT], acc1[NT], offv[NT];
+  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = offv[t] = hn::Zero(df);
+  const int64_t ng = n_cols / 32;
+  const uint16_t* sc16 = reinterpret_cast<const uint16_t*>(row);
+  const uint8_t* nib = row + 2 * ng;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t c0 = 0; c0 < ng; c0 += kChunk) {
+    const int64_t cn = std::min(kChunk, ng - c0);
+    int64_t j = 0;
+    for (; j + L <= cn; j += L) {
+      const VF dw = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(sc16 + c0 + j)));
+      for (int t = 0; t < NT; ++t) {
+        hn::Store(hn::Mul(dw, hn::LoadU(df, a[t].d + c0 + j)), df, scale[t] + j);
+        offv[t] = hn::MulAdd(dw, hn::LoadU(df, a[t].s + c0 + j), offv[t]);
+      }
+    }
+    float off_tail[NT] = {};
+    for (; j < cn; ++j) {
+      const float dw = Half(sc16[c0 + j]);
+      for (int t = 0; t < NT; ++t) {
+        scale[t][j] = dw * a[t].d[c0 + j];
+        off_tail[t] += dw * a[t].s[c0 + j];
+      }
+    }
+    for (int t = 0; t < NT; ++t) offv[t] = hn::Add(offv[t], hn::Set(df, off_tail[t] / static_cast<float>(L)));
+    int64_t g = c0;
+    for (; g + 1 < c0 + cn; g += 2) {
+      hwy::Prefetch(nib + 16 * g + 1024);
+#ifdef TLR_X86_256
+      const __m256i raw = Load32(nib + 16 * g);
+      const __m256i mask = _mm256_set1_epi8(0x0F);
+      const __m256i w0 = _mm256_and_si256(raw, mask);
+      const __m256i w1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* q = a[t].qs + 32 * g;
+        acc0[t] = hn::MulAdd(hn::ConvertTo(df, ToVI(DotU8(w0, Load32(q)))), hn::Set(df, scale[t][g - c0]), acc0[t]);
+        acc1[t] = hn::MulAdd(hn::ConvertTo(df, ToVI(DotU8(w1, Load32(q + 32)))), hn::Set(df, scale[t][g + 1 - c0]), acc1[t]);
+      }
+#else
+      HWY_ALIGN int8_t w0[32], w1[32];
+      for (int i = 0; i < 32; ++i) {
+        w0[i] = static_cast<int8_t>(nib[16 * g + i] & 0xF);
+        w1[i] = static_cast<int8_t>(nib[16 * g + i] >> 4);
+      }
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* q = a[t].qs + 32 * g;
+        acc0[t] = hn::MulAdd(hn::ConvertTo(df, DotPortable(w0, q)), hn::Set(df, scale[t][g - c0]), acc0[t]);
+        acc1[t] = hn::MulAdd(hn::ConvertTo(df, DotPortable(w1, q + 32)), hn::Set(df, scale[t][g + 1 - c0]), acc1[t]);
+      }
+#endif
+    }
+    if (g < c0 + cn) {  // odd last group: GGUF nibble layout
+      HWY_ALIGN int8_t w[32];
+      const uint8_t* qs = nib + 16 * g;
+      for (int i = 0; i < 16; ++i) {
+        w[i] = static_cast<int8_t>(qs[i] & 0xF);
+        w[i + 16] = static_cast<int8_t>(qs[i] >> 4);
+      }
+      for (int t = 0; t < NT; ++t) {
+        acc0[t] = hn::MulAdd(hn::ConvertTo(df, DotPortable(w, a[t].qs + 32 * g)), hn::Set(df, scale[t][g - c0]), acc0[t]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    out[t] = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0[t], acc1[t]))) -
+             8.0f * hn::GetLane(hn::SumOfLanes(df, offv[t]));
   }
 }
 
@@ -440,10 +529,10 @@ void RowsOfType(const WeightView& w, const MatMulInput& in, float* y, int64_t ld
   const int64_t nb = in.n_cols / 32;
   for (int64_t t0 = 0; t0 < in.n_tokens; t0 += 4) {
     const int nt = static_cast<int>(std::min<int64_t>(4, in.n_tokens - t0));
-    const BlockQ8A* aq[4];
+    ActView aq[4];
     const float* af[4];
     for (int t = 0; t < nt; ++t) {
-      if constexpr (!kFloat) aq[t] = in.q8 + (t0 + t) * nb;
+      if constexpr (!kFloat) aq[t] = {in.qs + (t0 + t) * in.n_cols, in.d + (t0 + t) * nb, in.s + (t0 + t) * nb};
       af[t] = in.x + (t0 + t) * in.ld;
     }
     for (int64_t r = r0; r < r1; ++r) {
@@ -455,6 +544,13 @@ void RowsOfType(const WeightView& w, const MatMulInput& in, float* y, int64_t ld
           case 3: DotRowF<kType, 3>(row, in.n_cols, af, out); break;
           case 2: DotRowF<kType, 2>(row, in.n_cols, af, out); break;
           default: DotRowF<kType, 1>(row, in.n_cols, af, out); break;
+        }
+      } else if (kType == GgmlType::kQ4_0 && w.repacked) {
+        switch (nt) {
+          case 4: DotRowQ4_0R<4>(row, in.n_cols, aq, out); break;
+          case 3: DotRowQ4_0R<3>(row, in.n_cols, aq, out); break;
+          case 2: DotRowQ4_0R<2>(row, in.n_cols, aq, out); break;
+          default: DotRowQ4_0R<1>(row, in.n_cols, aq, out); break;
         }
       } else {
         switch (nt) {
@@ -491,14 +587,13 @@ void MatMulRowsImpl(const WeightView& w, const MatMulInput& in, float* y, int64_
   }
 }
 
-void QuantizeQ8ARows(const float* x, int64_t ld, int64_t n_cols, BlockQ8A* out, int64_t t0,
-                     int64_t t1) {
+void QuantizeQ8ARows(const float* x, int64_t ld, int64_t n_cols, int8_t* qs, float* ds,
+                     float* ss, int64_t t0, int64_t t1) {
   const hn::ScalableTag<float> df;
   const size_t L = hn::Lanes(df);
   const int64_t nb = n_cols / 32;
   for (int64_t t = t0; t < t1; ++t) {
     const float* row = x + t * ld;
-    BlockQ8A* blocks = out + t * nb;
     for (int64_t b = 0; b < nb; ++b) {
       const float* v = row + b * 32;
       float amax = 0;
@@ -506,17 +601,20 @@ void QuantizeQ8ARows(const float* x, int64_t ld, int64_t n_cols, BlockQ8A* out, 
         auto m = hn::Zero(df);
         for (size_t i = 0; i < 32; i += L) m = hn::Max(m, hn::Abs(hn::LoadU(df, v + i)));
         amax = hn::GetLane(hn::MaxOfLanes(df, m));
+      } else {
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
       }
       const float d = amax / 127.0f;
       const float id = d > 0 ? 1.0f / d : 0.0f;
       int sum = 0;
+      int8_t* q = qs + t * n_cols + b * 32;
       for (int j = 0; j < 32; ++j) {
-        const int q = static_cast<int>(std::lrintf(v[j] * id));
-        blocks[b].qs[j] = static_cast<int8_t>(q);
-        sum += q;
+        const int qi = static_cast<int>(std::lrintf(v[j] * id));
+        q[j] = static_cast<int8_t>(qi);
+        sum += qi;
       }
-      blocks[b].d = d;
-      blocks[b].s = d * static_cast<float>(sum);
+      ds[t * nb + b] = d;
+      ss[t * nb + b] = d * static_cast<float>(sum);
     }
   }
 }
@@ -555,19 +653,28 @@ void MatMulInput::Prepare(GgmlType type, const float* xs, int64_t n_tok, int64_t
   n_tokens = n_tok;
   n_cols = cols;
   ld = ldx;
-  q8 = nullptr;
+  qs = nullptr;
+  d = s = nullptr;
   if (!MatMulUsesQ8A(type)) return;
-  const size_t need = static_cast<size_t>(n_tok * (cols / 32));
-  if (q8_storage_.size() < need) q8_storage_.resize(need);
-  BlockQ8A* out = q8_storage_.data();
+  const size_t nq = static_cast<size_t>(n_tok * cols), ng = static_cast<size_t>(n_tok * (cols / 32));
+  if (qs_storage_.size() < nq) qs_storage_.resize(nq);
+  if (d_storage_.size() < ng) {
+    d_storage_.resize(ng);
+    s_storage_.resize(ng);
+  }
+  int8_t* q = qs_storage_.data();
+  float* dd = d_storage_.data();
+  float* sd = s_storage_.data();
   if (pool && n_tok > 1) {
     pool->ParallelFor(n_tok, 0, [&](int64_t b, int64_t e, int) {
-      HWY_DYNAMIC_DISPATCH(QuantizeQ8ARows)(xs, ldx, cols, out, b, e);
+      HWY_DYNAMIC_DISPATCH(QuantizeQ8ARows)(xs, ldx, cols, q, dd, sd, b, e);
     });
   } else {
-    HWY_DYNAMIC_DISPATCH(QuantizeQ8ARows)(xs, ldx, cols, out, 0, n_tok);
+    HWY_DYNAMIC_DISPATCH(QuantizeQ8ARows)(xs, ldx, cols, q, dd, sd, 0, n_tok);
   }
-  q8 = out;
+  qs = q;
+  d = dd;
+  s = sd;
 }
 
 void MatMulRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0,

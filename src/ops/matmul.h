@@ -31,15 +31,28 @@ struct WeightView {
   const uint8_t* data = nullptr;
   int64_t n_rows = 0, n_cols = 0;
   size_t row_bytes = 0;
+  // Rows in the kernel layout made by RepackMatrix instead of GGUF's block layout.
+  bool repacked = false;
   const uint8_t* Row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
 };
+
+// Repacking (an explicit copy at load, same size): Q4_0 rows rearranged so the kernel loads
+// 8 block scales with one vector load and unpacks two blocks' 4-bit values from one 32-byte
+// load. Per row of G blocks: G f16 scales, then for each pair of blocks 32 bytes whose low
+// nibbles are the first block's 32 values and high nibbles the second's (an odd last block
+// keeps its 16 GGUF bytes). Only Q4_0 gains enough to be worth a copy.
+bool CanRepack(GgmlType type);
+// Writes the repacked rows of `w` (GGUF layout) to dst (w.n_rows * w.row_bytes bytes).
+void RepackMatrix(const WeightView& w, uint8_t* dst);
+// Row r of a repacked matrix back in GGUF block layout (row_bytes bytes), for references.
+void UnrepackRow(const WeightView& w, int64_t r, uint8_t* blocks);
 
 // Whether MatMul has a kernel for `type`, and whether that kernel wants Q8A activations.
 bool MatMulSupports(GgmlType type);
 bool MatMulUsesQ8A(GgmlType type);
 
-// Activations for one MatMul call: n_tokens rows of n_cols floats, and their Q8A blocks when
-// the weight type uses them. Reusable across calls without reallocating.
+// Activations for one MatMul call: n_tokens rows of n_cols floats, and their 8-bit
+// quantization (blocks of 32 values with a float scale) when the weight type uses it. Reusable across calls without reallocating.
 class MatMulInput {
  public:
   // Points at float activations [n_tokens, n_cols] (row stride ld floats) and quantizes them
@@ -48,10 +61,16 @@ class MatMulInput {
                ThreadPool* pool);
   const float* x = nullptr;
   int64_t n_tokens = 0, n_cols = 0, ld = 0;
-  const BlockQ8A* q8 = nullptr;  // [n_tokens, n_cols / 32] when quantized
+  // Quantized activations, when the weight type uses them (null otherwise), as a structure
+  // of arrays so kernels can load a vector of block scales at once:
+  const int8_t* qs = nullptr;  // [n_tokens, n_cols]: int8 values
+  const float* d = nullptr;    // [n_tokens, n_cols / 32]: block scale (value = d * q)
+  const float* s = nullptr;    // [n_tokens, n_cols / 32]: d * sum of the block's q
+  bool quantized() const { return qs != nullptr; }
 
  private:
-  std::vector<BlockQ8A> q8_storage_;
+  std::vector<int8_t> qs_storage_;
+  std::vector<float> d_storage_, s_storage_;
 };
 
 // y[t * ldy + r] = dot(W row r, x row t) for every row r of W and token t of `in`.

@@ -8,6 +8,7 @@
 #define HWY_TARGET_INCLUDE "ops/nn.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace tlr {
@@ -64,6 +65,38 @@ void AddImpl(float* y, const float* x, int64_t n) {
   for (; i < n; ++i) y[i] += x[i];
 }
 
+void SwiGluImpl(float* g, const float* u, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const auto one = hn::Set(d, 1.0f);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    const auto x = hn::LoadU(d, g + i);
+    const auto sig = hn::Div(one, hn::Add(one, hn::Exp(d, hn::Neg(x))));
+    hn::StoreU(hn::Mul(hn::Mul(x, sig), hn::LoadU(d, u + i)), d, g + i);
+  }
+  for (; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+void RmsNormImpl(const float* x, const float* w, float* y, int64_t n, float eps) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  auto acc = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    const auto v = hn::LoadU(d, x + i);
+    acc = hn::MulAdd(v, v, acc);
+  }
+  double ss = hn::GetLane(hn::SumOfLanes(d, acc));
+  for (; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float r = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+  const auto vr = hn::Set(d, r);
+  for (i = 0; i + L <= n; i += L) {
+    hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(d, x + i), vr), hn::LoadU(d, w + i)), d, y + i);
+  }
+  for (; i < n; ++i) y[i] = x[i] * r * w[i];
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace tlr
 HWY_AFTER_NAMESPACE();
@@ -73,12 +106,11 @@ namespace tlr {
 HWY_EXPORT(DotImpl);
 HWY_EXPORT(AttentionImpl);
 HWY_EXPORT(AddImpl);
+HWY_EXPORT(SwiGluImpl);
+HWY_EXPORT(RmsNormImpl);
 
 void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps) {
-  double ss = 0;
-  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
-  const float r = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * r * w[i];
+  HWY_DYNAMIC_DISPATCH(RmsNormImpl)(x, w, y, n, eps);
 }
 
 void RopeAngles(float pos, const float* inv_freq, int64_t half, float* cs) {
@@ -101,9 +133,7 @@ void Rope(float* v, int64_t head_dim, const float* cs, bool neox) {
   }
 }
 
-void SwiGlu(float* g, const float* u, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-}
+void SwiGlu(float* g, const float* u, int64_t n) { HWY_DYNAMIC_DISPATCH(SwiGluImpl)(g, u, n); }
 
 void Attention(const float* q, const float* k, const float* v, int64_t stride, int64_t n_kv,
                int64_t head_dim, float scale, float* scores, float* out) {

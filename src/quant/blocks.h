@@ -69,18 +69,10 @@ struct BlockQ8_K {
   int16_t bsums[16];
 };
 
-// Activations quantized on the fly for the integer kernels: 32 values as int8 with a float
-// scale, and s = d * sum(qs) for the weight types with an offset (Q4_1, K-quant minimums).
-struct BlockQ8A {
-  float d;
-  float s;
-  int8_t qs[32];
-};
-
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
               sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ2_K) == 84 &&
               sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 &&
-              sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292 && sizeof(BlockQ8A) == 40,
+              sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292,
               "block layouts must match ggml");
 
 // IEEE half <-> float, exact for every half value; float -> half rounds to nearest even.

@@ -442,21 +442,4 @@ Status Quantize(GgmlType type, const float* x, void* dst, int64_t n) {
   }
 }
 
-void QuantizeQ8A(const float* x, BlockQ8A* y, int64_t n) {
-  for (int64_t i = 0; i < n / kQK; ++i, x += kQK) {
-    float amax = 0;
-    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
-    const float d = amax / 127.0f;
-    const float id = d > 0 ? 1.0f / d : 0.0f;
-    int sum = 0;
-    for (int j = 0; j < kQK; ++j) {
-      const int q = NearestInt(x[j] * id);
-      y[i].qs[j] = static_cast<int8_t>(q);
-      sum += q;
-    }
-    y[i].d = d;
-    y[i].s = d * static_cast<float>(sum);
-  }
-}
-
 }  // namespace tlr

@@ -24,7 +24,4 @@ Status Dequantize(GgmlType type, const void* src, float* dst, int64_t n);
 // n floats to `type` blocks; dst must hold GgmlTensorBytes(type, n, n) bytes.
 Status Quantize(GgmlType type, const float* src, void* dst, int64_t n);
 
-// Activations for the integer kernels: n (a multiple of 32) floats to n/32 Q8A blocks.
-void QuantizeQ8A(const float* src, BlockQ8A* dst, int64_t n);
-
 }  // namespace tlr
