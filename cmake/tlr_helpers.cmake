@@ -11,7 +11,7 @@ function(tlr_test name label)
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
   target_compile_definitions(${name} PRIVATE
       TLR_SHARED_DIR="${TLR_SHARED_DIR}" TLR_TESTDATA_DIR="${TLR_TESTDATA_DIR}"
-      TLR_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}")
+      TLR_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}" TLR_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
   gtest_discover_tests(${name} PROPERTIES LABELS ${label} ${T_PROPERTIES}
                        DISCOVERY_TIMEOUT 60)
 endfunction()
