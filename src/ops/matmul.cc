@@ -690,7 +690,10 @@ void MatMulFused(std::span<const WeightView> ws, const MatMulInput& in, std::spa
   const int threads = pool ? pool->n_threads() : 1;
   int64_t total_rows = 0;
   for (size_t i = 0; i < m; ++i) total_rows += ws[i].n_rows;
-  const int64_t chunk = std::max<int64_t>(16, total_rows / (8 * threads));
+  // Two chunks per thread: each thread streams long contiguous runs of rows (what the
+  // hardware prefetcher wants; many small chunks measured ~10% slower for decode), with a
+  // little slack for a core that runs slower.
+  const int64_t chunk = std::max<int64_t>(16, total_rows / (2 * threads));
   int64_t first_chunk[kMax + 1];
   first_chunk[0] = 0;
   for (size_t i = 0; i < m; ++i) first_chunk[i + 1] = first_chunk[i] + (ws[i].n_rows + chunk - 1) / chunk;
@@ -711,8 +714,8 @@ void MatMulFused(std::span<const WeightView> ws, const MatMulInput& in, std::spa
 }
 
 void MatMul(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, ThreadPool* pool) {
-  // Chunks of rows: small enough to balance two cores, large enough to amortise dispatch.
-  const int64_t chunk = std::max<int64_t>(16, w.n_rows / (8 * (pool ? pool->n_threads() : 1)));
+  // Two chunks per thread, as in MatMulFused.
+  const int64_t chunk = std::max<int64_t>(16, w.n_rows / (2 * (pool ? pool->n_threads() : 1)));
   if (!pool || pool->n_threads() == 1) {
     MatMulRows(w, in, y, ldy, 0, w.n_rows);
     return;
