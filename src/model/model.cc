@@ -167,7 +167,7 @@ void Model::Repack() {
   auto repack = [&](WeightView& w) {
     if (!CanRepack(w.type) || w.repacked) return;
     const size_t n = w.row_bytes * static_cast<size_t>(w.n_rows);
-    std::unique_ptr<uint8_t[]> buf(new (std::align_val_t(64)) uint8_t[n]);
+    std::unique_ptr<uint8_t[], AlignedDelete> buf(new (std::align_val_t(64)) uint8_t[n]);
     RepackMatrix(w, buf.get());
     w.data = buf.get();
     w.repacked = true;

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <span>
 #include <string>
 #include <vector>
@@ -105,7 +106,10 @@ class Model {
   const float* output_norm_ = nullptr;
   std::vector<float> inv_freq_;                   // [head_dim / 2]
   std::vector<std::unique_ptr<float[]>> owned_;   // converted norm/bias vectors
-  std::vector<std::unique_ptr<uint8_t[]>> repacked_;  // repacked matrices
+  struct AlignedDelete {
+    void operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t(64)); }
+  };
+  std::vector<std::unique_ptr<uint8_t[], AlignedDelete>> repacked_;  // repacked matrices
   std::vector<std::string> notes_;
 };
 

@@ -118,18 +118,15 @@ struct Group {
 
 HWY_INLINE Group UnpackQ5_0(const uint8_t* b, bool has_min, int8_t* w) {
   const float* f16 = F16Table();
-  uint16_t dh, mh = 0;
-  std::memcpy(&dh, b, 2);
-  if (has_min) std::memcpy(&mh, b + 2, 2);
-  uint32_t qh;
-  std::memcpy(&qh, b + (has_min ? 4 : 2), 4);
-  const uint8_t* qs = b + (has_min ? 8 : 6);
+  const Q5Fields q = ParseQ5(b, has_min);
+  const uint32_t qh = q.qh;
+  const uint8_t* qs = q.qs;
   for (int j = 0; j < 16; ++j) {
     w[j] = static_cast<int8_t>((qs[j] & 0xF) | (((qh >> j) << 4) & 0x10));
     w[j + 16] = static_cast<int8_t>((qs[j] >> 4) | ((qh >> (j + 12)) & 0x10));
   }
-  const float d = f16[dh];
-  return {d, has_min ? f16[mh] : -16.0f * d};
+  const float d = f16[q.d];
+  return {d, has_min ? f16[q.m] : -16.0f * d};
 }
 
 HWY_INLINE Group UnpackQ5K(const BlockQ5_K& x, int sub, int8_t* w) {
@@ -527,40 +524,46 @@ void RowsOfType(const WeightView& w, const MatMulInput& in, float* y, int64_t ld
   constexpr bool kFloat =
       kType == GgmlType::kF32 || kType == GgmlType::kF16 || kType == GgmlType::kBF16;
   const int64_t nb = in.n_cols / 32;
-  for (int64_t t0 = 0; t0 < in.n_tokens; t0 += 4) {
-    const int nt = static_cast<int>(std::min<int64_t>(4, in.n_tokens - t0));
-    ActView aq[4];
-    const float* af[4];
-    for (int t = 0; t < nt; ++t) {
-      if constexpr (!kFloat) aq[t] = {in.qs + (t0 + t) * in.n_cols, in.d + (t0 + t) * nb, in.s + (t0 + t) * nb};
-      af[t] = in.x + (t0 + t) * in.ld;
-    }
-    for (int64_t r = r0; r < r1; ++r) {
-      float out[4] = {0, 0, 0, 0};
-      const uint8_t* row = w.Row(r);
-      if constexpr (kFloat) {
-        switch (nt) {
-          case 4: DotRowF<kType, 4>(row, in.n_cols, af, out); break;
-          case 3: DotRowF<kType, 3>(row, in.n_cols, af, out); break;
-          case 2: DotRowF<kType, 2>(row, in.n_cols, af, out); break;
-          default: DotRowF<kType, 1>(row, in.n_cols, af, out); break;
-        }
-      } else if (kType == GgmlType::kQ4_0 && w.repacked) {
-        switch (nt) {
-          case 4: DotRowQ4_0R<4>(row, in.n_cols, aq, out); break;
-          case 3: DotRowQ4_0R<3>(row, in.n_cols, aq, out); break;
-          case 2: DotRowQ4_0R<2>(row, in.n_cols, aq, out); break;
-          default: DotRowQ4_0R<1>(row, in.n_cols, aq, out); break;
-        }
-      } else {
-        switch (nt) {
-          case 4: DotRowQ<kType, 4>(row, in.n_cols, aq, out); break;
-          case 3: DotRowQ<kType, 3>(row, in.n_cols, aq, out); break;
-          case 2: DotRowQ<kType, 2>(row, in.n_cols, aq, out); break;
-          default: DotRowQ<kType, 1>(row, in.n_cols, aq, out); break;
-        }
+  // Blocks of rows outside, groups of 4 tokens inside: a block's weights stay in L1/L2 while
+  // every token uses them (prefill reads each weight from memory once).
+  constexpr int64_t kRowBlock = 16;
+  for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
+    const int64_t re = std::min(r1, rb + kRowBlock);
+    for (int64_t t0 = 0; t0 < in.n_tokens; t0 += 4) {
+      const int nt = static_cast<int>(std::min<int64_t>(4, in.n_tokens - t0));
+      ActView aq[4];
+      const float* af[4];
+      for (int t = 0; t < nt; ++t) {
+        if constexpr (!kFloat) aq[t] = {in.qs + (t0 + t) * in.n_cols, in.d + (t0 + t) * nb, in.s + (t0 + t) * nb};
+        af[t] = in.x + (t0 + t) * in.ld;
       }
-      for (int t = 0; t < nt; ++t) y[(t0 + t) * ldy + r] = out[t];
+      for (int64_t r = rb; r < re; ++r) {
+        float out[4] = {0, 0, 0, 0};
+        const uint8_t* row = w.Row(r);
+        if constexpr (kFloat) {
+          switch (nt) {
+            case 4: DotRowF<kType, 4>(row, in.n_cols, af, out); break;
+            case 3: DotRowF<kType, 3>(row, in.n_cols, af, out); break;
+            case 2: DotRowF<kType, 2>(row, in.n_cols, af, out); break;
+            default: DotRowF<kType, 1>(row, in.n_cols, af, out); break;
+          }
+        } else if (kType == GgmlType::kQ4_0 && w.repacked) {
+          switch (nt) {
+            case 4: DotRowQ4_0R<4>(row, in.n_cols, aq, out); break;
+            case 3: DotRowQ4_0R<3>(row, in.n_cols, aq, out); break;
+            case 2: DotRowQ4_0R<2>(row, in.n_cols, aq, out); break;
+            default: DotRowQ4_0R<1>(row, in.n_cols, aq, out); break;
+          }
+        } else {
+          switch (nt) {
+            case 4: DotRowQ<kType, 4>(row, in.n_cols, aq, out); break;
+            case 3: DotRowQ<kType, 3>(row, in.n_cols, aq, out); break;
+            case 2: DotRowQ<kType, 2>(row, in.n_cols, aq, out); break;
+            default: DotRowQ<kType, 1>(row, in.n_cols, aq, out); break;
+          }
+        }
+        for (int t = 0; t < nt; ++t) y[(t0 + t) * ldy + r] = out[t];
+      }
     }
   }
 }

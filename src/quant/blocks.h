@@ -86,6 +86,20 @@ inline float Bf16ToF32(uint16_t h) {
 }
 uint16_t F32ToBf16(float f);  // round to nearest even; NaN stays NaN
 
+// The fields of a Q5_0 (has_min = false) or Q5_1 block starting at b.
+struct Q5Fields {
+  uint16_t d, m;  // f16 scale and (Q5_1) minimum
+  uint32_t qh;    // 5th bits: bit j belongs to element j
+  const uint8_t* qs;
+};
+inline Q5Fields ParseQ5(const uint8_t* b, bool has_min) {
+  Q5Fields f{0, 0, 0, b + (has_min ? 8 : 6)};
+  std::memcpy(&f.d, b, 2);
+  if (has_min) std::memcpy(&f.m, b + 2, 2);
+  std::memcpy(&f.qh, b + (has_min ? 4 : 2), 4);
+  return f;
+}
+
 // The 6-bit scale and minimum of sub-block j (0..7) of a Q4_K/Q5_K block.
 inline void ScaleMinK4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
   if (j < 4) {

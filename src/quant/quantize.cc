@@ -288,14 +288,10 @@ Status Dequantize(GgmlType type, const void* src, float* y, int64_t n) {
       const size_t stride = has_min ? sizeof(BlockQ5_1) : sizeof(BlockQ5_0);
       const auto* base = static_cast<const uint8_t*>(src);
       for (int64_t i = 0; i < nb; ++i, y += 32) {
-        const uint8_t* b = base + i * stride;
-        uint16_t dh, mh = 0;
-        std::memcpy(&dh, b, 2);
-        if (has_min) std::memcpy(&mh, b + 2, 2);
-        uint32_t qh;
-        std::memcpy(&qh, b + (has_min ? 4 : 2), 4);
-        const uint8_t* qs = b + (has_min ? 8 : 6);
-        const float d = F16ToF32(dh), m = has_min ? F16ToF32(mh) : 0.0f;
+        const Q5Fields q = ParseQ5(base + i * stride, has_min);
+        const uint32_t qh = q.qh;
+        const uint8_t* qs = q.qs;
+        const float d = F16ToF32(q.d), m = has_min ? F16ToF32(q.m) : 0.0f;
         const int off = has_min ? 0 : 16;
         for (int j = 0; j < 16; ++j) {
           const int h0 = ((qh >> j) << 4) & 0x10;

@@ -108,7 +108,7 @@ Command AddBenchCommand(CLI::App& root) {
               say(("generation, repetition " + std::to_string(r) + "...").c_str());
               auto cache = model.NewCache(need_ctx);
               if (!cache.ok()) return ReportError(cmd, cache.status().message());
-              double s;
+              double s = 0;
               TLR_CLI_CHECK(cmd, run_tg(*cache, o->tg, &s));
               if (r > 0) tg_rates.push_back(o->tg / s);
             }
@@ -122,7 +122,7 @@ Command AddBenchCommand(CLI::App& root) {
                 SequenceInput in{&*cache, {prompt.data(), static_cast<size_t>(o->depth)}, OutputRows::kNone,
                                  nullptr, nullptr};
                 TLR_CLI_CHECK(cmd, model.Forward({&in, 1}, &fctx));
-                double s;
+                double s = 0;
                 TLR_CLI_CHECK(cmd, run_tg(*cache, o->tg, &s));
                 rates.push_back(o->tg / s);
               }

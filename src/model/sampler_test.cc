@@ -1,0 +1,115 @@
+// Sampler and chat formats (unit): greedy and filtered sampling, determinism per seed, the
+// repetition penalty, parameter validation, and the exact ChatML / Llama 3 prompt text.
+#include "model/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "model/chat.h"
+
+namespace tlr {
+namespace {
+
+TEST(Sampler, GreedyPicksTheArgmaxLowestIdOnTies) {
+  SamplerParams p;
+  p.temperature = 0;
+  Sampler s(p, 5);
+  const float logits[5] = {0.1f, 3.0f, -1.0f, 3.0f, 2.0f};
+  EXPECT_EQ(s.Sample(logits, {}), 1);
+  EXPECT_EQ(ArgMax(logits, 5), 1);
+}
+
+TEST(Sampler, SameSeedSameTokensAndTopKRestricts) {
+  std::vector<float> logits(100);
+  for (int i = 0; i < 100; ++i) logits[i] = std::sin(i * 0.7f) * 3;
+  SamplerParams p;
+  p.temperature = 1.0f;
+  p.top_k = 5;
+  p.seed = 9;
+  Sampler a(p, 100), b(p, 100);
+  std::vector<std::pair<float, int>> sorted;
+  for (int i = 0; i < 100; ++i) sorted.emplace_back(-logits[i], i);
+  std::sort(sorted.begin(), sorted.end());
+  std::set<int> allowed;
+  for (int i = 0; i < 5; ++i) allowed.insert(sorted[i].second);
+  std::set<int> seen;
+  for (int i = 0; i < 300; ++i) {
+    const int32_t x = a.Sample(logits.data(), {});
+    EXPECT_EQ(x, b.Sample(logits.data(), {}));
+    EXPECT_TRUE(allowed.count(x)) << x;
+    seen.insert(x);
+  }
+  EXPECT_GT(seen.size(), 2u);  // it does sample, not always the top token
+  p.seed = 10;
+  Sampler c(p, 100);
+  int differ = 0;
+  Sampler a2({p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.repeat_last_n, 9}, 100);
+  for (int i = 0; i < 50; ++i) differ += a2.Sample(logits.data(), {}) != c.Sample(logits.data(), {});
+  EXPECT_GT(differ, 0);
+}
+
+TEST(Sampler, TopPAndMinPCutTheTail) {
+  // Probabilities ~ 0.7, 0.2, 0.07, 0.03: top-p 0.8 keeps two tokens, min-p 0.2 keeps two.
+  const float logits[4] = {std::log(0.7f), std::log(0.2f), std::log(0.07f), std::log(0.03f)};
+  for (int mode = 0; mode < 2; ++mode) {
+    SamplerParams p;
+    p.temperature = 1.0f;
+    p.top_k = 0;
+    if (mode == 0) p.top_p = 0.8f;
+    else p.min_p = 0.2f;
+    Sampler s(p, 4);
+    std::map<int, int> count;
+    for (int i = 0; i < 2000; ++i) count[s.Sample(logits, {})]++;
+    EXPECT_EQ(count[2] + count[3], 0) << "mode " << mode;
+    EXPECT_GT(count[1], 300);
+    EXPECT_GT(count[0], count[1]);
+  }
+}
+
+TEST(Sampler, RepetitionPenaltyDiscouragesRecentTokens) {
+  const float logits[3] = {2.0f, 1.9f, 0.0f};
+  SamplerParams p;
+  p.temperature = 0;
+  p.repeat_penalty = 1.5f;
+  Sampler s(p, 3);
+  const std::vector<int32_t> history = {0, 0};
+  EXPECT_EQ(s.Sample(logits, history), 1);  // 2.0 / 1.5 < 1.9
+  p.repeat_penalty = 1.0f;
+  Sampler off(p, 3);
+  EXPECT_EQ(off.Sample(logits, history), 0);
+}
+
+TEST(Sampler, ValidatesParameters) {
+  SamplerParams p;
+  EXPECT_TRUE(p.Validate().ok());
+  p.temperature = -1;
+  EXPECT_FALSE(p.Validate().ok());
+  p = {};
+  p.top_p = 0;
+  EXPECT_FALSE(p.Validate().ok());
+  p = {};
+  p.min_p = 1;
+  EXPECT_FALSE(p.Validate().ok());
+}
+
+TEST(Chat, FormatsChatMlAndLlama3) {
+  const std::vector<ChatMessage> msgs = {{"system", "Be brief."}, {"user", "Hi?"}};
+  EXPECT_EQ(FormatChat(ChatFormat::kChatMl, msgs, true),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi?<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  EXPECT_EQ(FormatChat(ChatFormat::kLlama3, msgs, true),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi?<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(DetectChatFormat("... <|start_header_id|> ...", "qwen2"), ChatFormat::kLlama3);
+  EXPECT_EQ(DetectChatFormat("{{'<|im_start|>' + ...", "llama"), ChatFormat::kChatMl);
+  EXPECT_EQ(DetectChatFormat("", "llama"), ChatFormat::kLlama3);
+  EXPECT_EQ(DetectChatFormat("", "qwen2"), ChatFormat::kChatMl);
+}
+
+}  // namespace
+}  // namespace tlr
