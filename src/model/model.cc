@@ -270,7 +270,7 @@ Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const 
   float* gate = Grow(ctx->gate_, n * F); // [n, F]
   float* up = Grow(ctx->up_, n * F);     // [n, F]
   // Attention scores: sized for the caches' full context once, so decode never reallocates.
-  float* scores = Grow(ctx->scores_, static_cast<size_t>(pool->n_threads() * max_ctx));
+  float* scores = Grow(ctx->scores_, static_cast<size_t>(pool->n_threads() * (c.n_heads / c.n_kv_heads) * max_ctx));
   float* rope_cs = Grow(ctx->rope_cs_, n * hd);  // [n, head_dim/2, (cos, sin)]
   int32_t* seq_of = Grow(ctx->seq_of_, n);
   int32_t* pos_of = Grow(ctx->pos_of_, n);
@@ -322,15 +322,16 @@ Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const 
         std::memcpy(cache->V(l, pos_of[i]), vi, KV * sizeof(float));
       }
     });
-    // Each (token, head) attends to its sequence's positions up to its own.
-    pool->ParallelFor(n * c.n_heads, 0, [&](int64_t b, int64_t e, int thread) {
-      float* sc = scores + thread * max_ctx;
-      for (int64_t ih = b; ih < e; ++ih) {
-        const int64_t i = ih / c.n_heads, h = ih % c.n_heads;
+    // Each token's query heads attend, one KV-head group at a time, to its sequence's
+    // positions up to its own.
+    pool->ParallelFor(n * c.n_kv_heads, 1, [&](int64_t b, int64_t e, int thread) {
+      float* sc = scores + thread * group * max_ctx;
+      for (int64_t ik = b; ik < e; ++ik) {
+        const int64_t i = ik / c.n_kv_heads, kvh = ik % c.n_kv_heads;
         const KvCache* cache = seqs[seq_of[i]].cache;
-        const int64_t kvh = h / group;
-        Attention(q + i * Q + h * hd, cache->K(l, 0) + kvh * hd, cache->V(l, 0) + kvh * hd, KV,
-                  pos_of[i] + 1, hd, scale, sc, att + i * Q + h * hd);
+        Attention(q + i * Q + kvh * group * hd, group, cache->K(l, 0) + kvh * hd,
+                  cache->V(l, 0) + kvh * hd, KV, pos_of[i] + 1, hd, scale, sc,
+                  att + i * Q + kvh * group * hd);
       }
     });
     RunMatMul(L.o, att, n, Q, xn, E, ctx->in_, pool);

@@ -22,10 +22,11 @@ void Rope(float* v, int64_t head_dim, const float* cs, bool neox);
 // g = silu(g) * u, in place on g.
 void SwiGlu(float* g, const float* u, int64_t n);
 
-// out[0:head_dim] = softmax(q . K_j * scale) . V_j over j < n_kv, where K_j = k + j * stride,
-// V_j = v + j * stride. `scores` is scratch for n_kv floats.
-void Attention(const float* q, const float* k, const float* v, int64_t stride, int64_t n_kv,
-               int64_t head_dim, float scale, float* scores, float* out);
+// For each of n_q query heads sharing one KV head (q and out hold n_q consecutive head
+// vectors): out_h = softmax(q_h . K_j * scale) . V_j over j < n_kv, where K_j = k + j * stride,
+// V_j = v + j * stride. `scores` is scratch for n_q * n_kv floats.
+void Attention(const float* q, int64_t n_q, const float* k, const float* v, int64_t stride,
+               int64_t n_kv, int64_t head_dim, float scale, float* scores, float* out);
 
 // Simple vector helpers.
 void AddInPlace(float* y, const float* x, int64_t n);  // y += x
