@@ -321,37 +321,83 @@ HWY_INLINE VI DotGroup(const Unpacked& u, const int8_t* a) {
 template <int NT>
 HWY_INLINE void DotRowQ4K(const uint8_t* row, int64_t n_cols, const ActView* a, float* out) {
   const DF df;
-  VF acc0[NT], acc1[NT];
-  float off[NT];
-  for (int t = 0; t < NT; ++t) {
-    acc0[t] = acc1[t] = hn::Zero(df);
-    off[t] = 0;
-  }
+  VF acc0[NT], acc1[NT], offv[NT];
+  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = offv[t] = hn::Zero(df);
   const auto* x = reinterpret_cast<const BlockQ4_K*>(row);
   const __m256i mask = _mm256_set1_epi8(0x0F);
+  HWY_ALIGN float scf[8], mnf[8], scale[NT][8];
   for (int64_t sb = 0; sb < n_cols / 256; ++sb) {
+    hwy::Prefetch(reinterpret_cast<const uint8_t*>(x + sb) + 1024);
     const float d = Half(x[sb].d), dmin = Half(x[sb].dmin);
-    uint8_t sc[8], mn[8];
-    for (int j = 0; j < 8; ++j) ScaleMinK4(j, x[sb].scales, &sc[j], &mn[j]);
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc, mn;
+      ScaleMinK4(j, x[sb].scales, &sc, &mn);
+      scf[j] = d * sc;
+      mnf[j] = dmin * mn;
+    }
+    // The 8 groups' weight scale times activation scale, and the minimum term, per token:
+    // one vector op each instead of one scalar op per group.
+    const VF vsc = hn::Load(df, scf), vmn = hn::Load(df, mnf);
+    for (int t = 0; t < NT; ++t) {
+      hn::Store(hn::Mul(vsc, hn::LoadU(df, a[t].d + sb * 8)), df, scale[t]);
+      offv[t] = hn::MulAdd(vmn, hn::LoadU(df, a[t].s + sb * 8), offv[t]);
+    }
     for (int j = 0; j < 4; ++j) {
       const __m256i raw = Load32(x[sb].qs + 32 * j);
       const __m256i lo = _mm256_and_si256(raw, mask);
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
-      const float s_lo = d * sc[2 * j], s_hi = d * sc[2 * j + 1];
       for (int t = 0; t < NT; ++t) {
-        const ActGroup a0 = At(a[t], sb * 8 + 2 * j);
-        const ActGroup a1 = At(a[t], sb * 8 + 2 * j + 1);
-        acc0[t] = hn::MulAdd(hn::ConvertTo(df, ToVI(DotU8(lo, Load32(a0.qs)))), hn::Set(df, s_lo * a0.d), acc0[t]);
-        acc1[t] = hn::MulAdd(hn::ConvertTo(df, ToVI(DotU8(hi, Load32(a1.qs)))), hn::Set(df, s_hi * a1.d), acc1[t]);
+        const int8_t* q = a[t].qs + 32 * (sb * 8 + 2 * j);
+        acc0[t] = hn::MulAdd(hn::ConvertTo(df, ToVI(DotU8(lo, Load32(q)))), hn::Set(df, scale[t][2 * j]), acc0[t]);
+        acc1[t] = hn::MulAdd(hn::ConvertTo(df, ToVI(DotU8(hi, Load32(q + 32)))), hn::Set(df, scale[t][2 * j + 1]), acc1[t]);
       }
     }
-    for (int t = 0; t < NT; ++t) {
-      float o = 0;
-      for (int j = 0; j < 8; ++j) o += mn[j] * a[t].s[sb * 8 + j];
-      off[t] -= dmin * o;
+  }
+  for (int t = 0; t < NT; ++t) {
+    out[t] = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0[t], acc1[t]))) -
+             hn::GetLane(hn::SumOfLanes(df, offv[t]));
+  }
+}
+
+// Q6_K on x86: per 128-element half of a super-block, three 32-byte loads (two of low
+// nibbles, one of high bits) unpack to its four groups of signed 6-bit weights; the int8
+// sub-block scales multiply inside the integer dot (DotI8Scaled16).
+template <int NT>
+HWY_INLINE void DotRowQ6K(const uint8_t* row, int64_t n_cols, const ActView* a, float* out) {
+  const DF df;
+  VF acc0[NT], acc1[NT];
+  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = hn::Zero(df);
+  const auto* x = reinterpret_cast<const BlockQ6_K*>(row);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+  HWY_ALIGN float scale[NT][8];
+  for (int64_t sb = 0; sb < n_cols / 256; ++sb) {
+    hwy::Prefetch(reinterpret_cast<const uint8_t*>(x + sb) + 1024);
+    const VF vd = hn::Set(df, Half(x[sb].d));
+    for (int t = 0; t < NT; ++t) hn::Store(hn::Mul(vd, hn::LoadU(df, a[t].d + sb * 8)), df, scale[t]);
+    const int8_t* sc = x[sb].scales;
+    for (int half = 0; half < 2; ++half) {
+      const __m256i l0 = Load32(x[sb].ql + 64 * half), l1 = Load32(x[sb].ql + 64 * half + 32);
+      const __m256i h = Load32(x[sb].qh + 32 * half);
+      __m256i w[4];
+      w[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
+      w[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
+      w[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
+      w[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
+      for (int qq = 0; qq < 4; ++qq) {
+        const __m256i wq = _mm256_sub_epi8(w[qq], k32);
+        const int j = 4 * half + qq;  // group within the super-block
+        for (int t = 0; t < NT; ++t) {
+          const VI isum = ToVI(DotI8Scaled16(wq, Load32(a[t].qs + 32 * (sb * 8 + j)), sc[2 * j], sc[2 * j + 1]));
+          VF& acc = (qq & 1) ? acc1[t] : acc0[t];
+          acc = hn::MulAdd(hn::ConvertTo(df, isum), hn::Set(df, scale[t][j]), acc);
+        }
+      }
     }
   }
-  for (int t = 0; t < NT; ++t) out[t] = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0[t], acc1[t]))) + off[t];
+  for (int t = 0; t < NT; ++t) out[t] = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0[t], acc1[t])));
 }
 #endif
 
@@ -362,6 +408,7 @@ template <GgmlType kType, int NT>
 HWY_INLINE void DotRowQ(const uint8_t* row, int64_t n_cols, const ActView* a, float* out) {
 #ifdef TLR_X86_256
   if constexpr (kType == GgmlType::kQ4_K) return DotRowQ4K<NT>(row, n_cols, a, out);
+  if constexpr (kType == GgmlType::kQ6_K) return DotRowQ6K<NT>(row, n_cols, a, out);
 #endif
   const DF df;
   VF acc0[NT], acc1[NT];
