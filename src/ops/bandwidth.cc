@@ -81,7 +81,10 @@ double MeasurePeakGflops(ThreadPool* pool) {
 
 BandwidthResult MeasureReadBandwidth(ThreadPool* pool, size_t bytes, int repetitions) {
   const size_t n = bytes / sizeof(float);
-  std::vector<float> buf(n, 1.0f);  // touched: the pages exist before timing
+  // Distinct values on every page: pages of identical content can be merged by the host
+  // (KSM, zero pages), and reading one shared page over and over measures the cache.
+  std::vector<float> buf(n);
+  for (size_t i = 0; i < n; ++i) buf[i] = static_cast<float>(i % 65521);
   const int threads = pool->n_threads();
   std::vector<double> gbps;
   std::vector<float> sink(threads);
