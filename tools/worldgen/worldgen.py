@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Deterministic generator of TLR's fictional world and its CommonsenseQA-style questions.
+
+The world: made-up things (names built from syllables) with three facts each -- where the
+thing is found, what it is made of, what it is used for -- each fact taking one of twelve
+single-word values. Questions ask for one fact, with five choices of the same kind, in the
+Hugging Face flattened CommonsenseQA schema (id, question, question_concept, choices{label,
+text}, answerKey), exactly as ../shared/datasets/commonsenseqa_dev.jsonl.
+
+Splits: every fact is stated as a sentence in the training text; a fact's question goes to
+exactly one of train / dev / test, so dev and test questions are never seen in training while
+the knowledge they need is. The target answer names the choice's text first, then explains:
+  Answer: marsh. A zinthar is found in the marsh.
+
+  python3 tools/worldgen/worldgen.py --seed 7 --things 1500 --out DIR
+writes DIR/world.json, DIR/train.jsonl, DIR/dev.jsonl, DIR/test.jsonl and DIR/corpus.txt (fact
+sentences and answered training questions, one example per paragraph). Standard library
+only; the same seed gives byte-identical files.
+"""
+import argparse
+import hashlib
+import json
+import os
+import random
+
+SYLLABLES = ['zin', 'thar', 'ko', 'vel', 'mur', 'dra', 'pex', 'lun', 'sar', 'quo', 'bri', 'tal',
+             'nom', 'fex', 'gri', 'hul', 'jor', 'kel', 'mip', 'nax', 'or', 'pru', 'ris', 'sul',
+             'tev', 'ur', 'vox', 'wim', 'yal', 'zo']
+
+ATTRIBUTES = {
+    'place': ['marsh', 'forest', 'desert', 'cave', 'river', 'mountain', 'meadow', 'beach',
+              'swamp', 'valley', 'island', 'glacier'],
+    'material': ['stone', 'wood', 'glass', 'iron', 'clay', 'silk', 'bone', 'copper', 'wool',
+                 'leather', 'ice', 'sand'],
+    'use': ['cooking', 'fishing', 'healing', 'building', 'singing', 'digging', 'sewing',
+            'hunting', 'farming', 'painting', 'trading', 'sailing'],
+}
+
+FACT = {
+    'place': 'A {name} is found in the {value}.',
+    'material': 'A {name} is made of {value}.',
+    'use': 'A {name} is used for {value}.',
+}
+
+QUESTIONS = {
+    'place': ['Where would you find a {name}?', 'Where does a {name} live?'],
+    'material': ['What is a {name} made of?', 'What material is a {name} made from?'],
+    'use': ['What is a {name} used for?', 'What would you use a {name} for?'],
+}
+
+LABELS = ['A', 'B', 'C', 'D', 'E']
+
+
+def make_names(rng, n):
+    names, seen = [], set()
+    while len(names) < n:
+        k = rng.choice([2, 2, 3])
+        name = ''.join(rng.choice(SYLLABLES) for _ in range(k))
+        if name not in seen:
+            seen.add(name)
+            names.append(name)
+    return names
+
+
+def fact_sentence(name, attr, value):
+    return FACT[attr].format(name=name, value=value)
+
+
+def target_answer(name, attr, value):
+    """The answer the models are trained to give: the choice's text first, then the fact."""
+    return 'Answer: %s. %s' % (value, fact_sentence(name, attr, value))
+
+
+def prompt(row):
+    """The prompt for one question (shared by training and evaluation)."""
+    lines = ['Question: ' + row['question']]
+    for label, text in zip(row['choices']['label'], row['choices']['text']):
+        lines.append('%s. %s' % (label, text))
+    return '\n'.join(lines) + '\n'
+
+
+def build(seed, n_things, dev_frac, test_frac):
+    rng = random.Random(seed)
+    names = make_names(rng, n_things)
+    world = []
+    for name in names:
+        facts = {attr: rng.choice(values) for attr, values in ATTRIBUTES.items()}
+        world.append({'name': name, 'facts': facts})
+    rows = {'train': [], 'dev': [], 'test': []}
+    for thing in world:
+        name = thing['name']
+        for attr, value in thing['facts'].items():
+            question = rng.choice(QUESTIONS[attr]).format(name=name)
+            distractors = rng.sample([v for v in ATTRIBUTES[attr] if v != value], 4)
+            texts = distractors + [value]
+            rng.shuffle(texts)
+            answer_key = LABELS[texts.index(value)]
+            r = rng.random()
+            split = 'test' if r < test_frac else 'dev' if r < test_frac + dev_frac else 'train'
+            qid = hashlib.md5(('%d|%s|%s' % (seed, question, '|'.join(texts))).encode()).hexdigest()
+            rows[split].append({'id': qid, 'question': question, 'question_concept': name,
+                                'choices': {'label': list(LABELS), 'text': texts},
+                                'answerKey': answer_key})
+    return world, rows
+
+
+def corpus(world, train_rows, rng):
+    """Training text: every fact as a sentence, and every training question answered."""
+    facts = {(t['name'], a): v for t in world for a, v in t['facts'].items()}
+    paragraphs = [fact_sentence(t['name'], a, v) for t in world for a, v in t['facts'].items()]
+    for row in train_rows:
+        name = row['question_concept']
+        value = row['choices']['text'][LABELS.index(row['answerKey'])]
+        attr = next(a for a in ATTRIBUTES if facts.get((name, a)) == value)
+        paragraphs.append(prompt(row) + target_answer(name, attr, value))
+    rng.shuffle(paragraphs)
+    return '\n\n'.join(paragraphs) + '\n'
+
+
+def write_jsonl(path, rows):
+    with open(path, 'w', encoding='utf-8') as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + '\n')
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--seed', type=int, default=7)
+    ap.add_argument('--things', type=int, default=1500, help='number of made-up things (3 facts each)')
+    ap.add_argument('--dev', type=float, default=0.1, help='fraction of questions for dev')
+    ap.add_argument('--test', type=float, default=0.2, help='fraction of questions for test')
+    ap.add_argument('--out', required=True)
+    a = ap.parse_args()
+    if a.things < 1 or a.things > len(SYLLABLES) ** 3:
+        ap.error('--things must be between 1 and %d' % len(SYLLABLES) ** 3)
+    if not (0 <= a.dev < 1 and 0 <= a.test < 1 and a.dev + a.test < 1):
+        ap.error('--dev and --test must be fractions that leave some training questions')
+    world, rows = build(a.seed, a.things, a.dev, a.test)
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, 'world.json'), 'w', encoding='utf-8') as f:
+        json.dump({'seed': a.seed, 'things': world, 'attributes': ATTRIBUTES}, f, indent=1)
+    for split, r in rows.items():
+        write_jsonl(os.path.join(a.out, split + '.jsonl'), r)
+    with open(os.path.join(a.out, 'corpus.txt'), 'w', encoding='utf-8') as f:
+        f.write(corpus(world, rows['train'], random.Random(a.seed + 1)))
+    print('world: %d things, %d facts; questions: train %d, dev %d, test %d -> %s' % (
+        len(world), 3 * len(world), len(rows['train']), len(rows['dev']), len(rows['test']), a.out))
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Tests for worldgen.py (ctest label unit): the schema is exactly CommonsenseQA's (checked
+against ../shared/datasets/commonsenseqa_dev.jsonl), choices are five distinct values of the
+asked attribute with the right answer among them, splits are disjoint, every dev/test fact is
+stated in the training corpus while its question is not, and the same seed gives identical
+files. Usage: worldgen_test.py SHARED_DIR"""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import worldgen  # noqa: E402
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+
+
+def load(path):
+    with open(path, encoding='utf-8') as f:
+        return [json.loads(line) for line in f]
+
+
+def run(seed, out):
+    subprocess.run([sys.executable, os.path.join(HERE, 'worldgen.py'), '--seed', str(seed),
+                    '--things', '300', '--out', out], check=True, stdout=subprocess.DEVNULL)
+
+
+def digest(d):
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(d)):
+        with open(os.path.join(d, name), 'rb') as f:
+            h.update(name.encode() + f.read())
+    return h.hexdigest()
+
+
+def main():
+    shared = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, '..', '..', '..', 'shared')
+    reference = load(os.path.join(shared, 'datasets', 'commonsenseqa_dev.jsonl'))[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        a, b, c = (os.path.join(tmp, x) for x in 'abc')
+        run(7, a)
+        run(7, b)
+        run(8, c)
+        check(digest(a) == digest(b), 'same seed must give identical files')
+        check(digest(a) != digest(c), 'another seed must give another world')
+        world = json.load(open(os.path.join(a, 'world.json')))
+        facts = {(t['name'], attr): v for t in world['things'] for attr, v in t['facts'].items()}
+        corpus = open(os.path.join(a, 'corpus.txt'), encoding='utf-8').read()
+        splits = {s: load(os.path.join(a, s + '.jsonl')) for s in ('train', 'dev', 'test')}
+        ids = [r['id'] for rows in splits.values() for r in rows]
+        check(len(ids) == len(set(ids)) == 3 * 300, 'one question per fact, unique ids')
+        check(len(splits['test']) > 0 and len(splits['dev']) > 0, 'dev and test are not empty')
+        for split, rows in splits.items():
+            for r in rows:
+                check(list(r.keys()) == list(reference.keys()), 'keys as CommonsenseQA: %s' % list(r.keys()))
+                check(list(r['choices'].keys()) == list(reference['choices'].keys()), 'choices keys')
+                check(r['choices']['label'] == ['A', 'B', 'C', 'D', 'E'], 'labels A-E')
+                texts = r['choices']['text']
+                check(len(set(texts)) == 5, 'five distinct choices')
+                kinds = [next(k for k, vs in worldgen.ATTRIBUTES.items() if t in vs) for t in texts]
+                check(len(set(kinds)) == 1, 'distractors of the same kind: %s' % texts)
+                answer = texts['ABCDE'.index(r['answerKey'])]
+                check(facts[(r['question_concept'], kinds[0])] == answer, 'answerKey is the fact')
+                sentence = worldgen.fact_sentence(r['question_concept'], kinds[0], answer)
+                check(sentence in corpus, 'the fact is stated in the training text: ' + sentence)
+                stated = worldgen.prompt(r) in corpus
+                check(stated == (split == 'train'), '%s question %s in the training text' % (
+                    split, 'missing from' if split == 'train' else 'leaked into'))
+                ans = worldgen.target_answer(r['question_concept'], kinds[0], answer)
+                check(ans.startswith('Answer: %s. ' % answer), 'answer names the choice first')
+    if failures:
+        for f in sorted(set(failures))[:20]:
+            print('FAIL:', f)
+        print('0 passed, %d failed' % len(set(failures)))
+        sys.exit(1)
+    print('1 passed, 0 failed')
+
+
+if __name__ == '__main__':
+    main()
