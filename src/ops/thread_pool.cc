@@ -1,10 +1,15 @@
 // ThreadPool (ops layer). Workers spin briefly on the generation counter (a decode step
-// issues a parallel loop every few microseconds), then sleep on a condition variable.
+// issues a parallel loop every few microseconds), then sleep on a condition variable; the
+// caller spins briefly for the workers to finish, then yields its core.
 #include "ops/thread_pool.h"
 
 #include <algorithm>
 
 namespace tlr {
+namespace {
+// Pause-loop iterations before a waiting thread yields or sleeps (a few microseconds).
+constexpr int kSpins = 4000;
+}  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
   for (int t = 1; t < n_threads_; ++t) workers_.emplace_back([this, t] { WorkerLoop(t); });
@@ -32,7 +37,7 @@ void ThreadPool::WorkerLoop(int thread) {
   uint64_t seen = 0;
   for (;;) {
     uint64_t g = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; g == seen && spin < 20000; ++spin) {
+    for (int spin = 0; g == seen && spin < kSpins; ++spin) {
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
 #endif
@@ -72,10 +77,16 @@ void ThreadPool::Run(int64_t n, int64_t chunk, Thunk thunk, void* ctx) {
   }
   cv_.notify_all();
   Work(0);
-  while (pending_.load(std::memory_order_acquire) != 0) {
+  // Spin briefly (the workers usually finish within microseconds), then yield: when another
+  // process holds the core a worker needs, spinning would only keep it from running.
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpins) {
 #if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
+      __builtin_ia32_pause();
 #endif
+    } else {
+      std::this_thread::yield();
+    }
   }
 }
 
