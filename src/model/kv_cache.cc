@@ -51,10 +51,6 @@ uint64_t KvCache::capacity_bytes() const {
   return 2ull * k_.size() * static_cast<uint64_t>(n_ctx_) * kv_dim_ * sizeof(float);
 }
 
-uint64_t KvCache::used_bytes() const {
-  return 2ull * k_.size() * static_cast<uint64_t>(n_) * kv_dim_ * sizeof(float);
-}
-
 void KvCache::Truncate(int64_t n) {
   if (n < 0) n = 0;
   if (n < n_) n_ = n;

@@ -28,8 +28,6 @@ class KvCache {
   int64_t kv_dim() const { return kv_dim_; }
   // Bytes the cache would take when full.
   uint64_t capacity_bytes() const;
-  // Bytes in use for size() positions.
-  uint64_t used_bytes() const;
 
   // Drops positions >= n (no-op when n >= size()).
   void Truncate(int64_t n);

@@ -134,7 +134,6 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace tlr {
-HWY_EXPORT(DotImpl);
 HWY_EXPORT(AttentionGroupImpl);
 HWY_EXPORT(AddImpl);
 HWY_EXPORT(SwiGluImpl);
@@ -172,8 +171,6 @@ void Attention(const float* q, int64_t n_q, const float* k, const float* v, int6
 }
 
 void AddInPlace(float* y, const float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(AddImpl)(y, x, n); }
-
-float DotF32(const float* a, const float* b, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotImpl)(a, b, n); }
 
 }  // namespace tlr
 #endif

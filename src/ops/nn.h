@@ -28,8 +28,7 @@ void SwiGlu(float* g, const float* u, int64_t n);
 void Attention(const float* q, int64_t n_q, const float* k, const float* v, int64_t stride,
                int64_t n_kv, int64_t head_dim, float scale, float* scores, float* out);
 
-// Simple vector helpers.
-void AddInPlace(float* y, const float* x, int64_t n);  // y += x
-float DotF32(const float* a, const float* b, int64_t n);
+// y += x
+void AddInPlace(float* y, const float* x, int64_t n);
 
 }  // namespace tlr

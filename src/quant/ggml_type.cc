@@ -7,7 +7,6 @@
 #include "quant/ggml_type.h"
 
 #include <array>
-#include <cctype>
 #include <string>
 
 namespace tlr {
@@ -50,22 +49,6 @@ const GgmlTypeTraits& GgmlTraits(GgmlType type) {
     if (t.type == type) return t;
   }
   return kTypes[0];  // unreachable for valid enum values
-}
-
-std::optional<GgmlType> GgmlTypeFromName(std::string_view name) {
-  for (const auto& t : kTypes) {
-    if (t.name.size() != name.size()) continue;
-    bool eq = true;
-    for (size_t i = 0; i < name.size(); ++i) {
-      if (std::tolower(static_cast<unsigned char>(name[i])) !=
-          std::tolower(static_cast<unsigned char>(t.name[i]))) {
-        eq = false;
-        break;
-      }
-    }
-    if (eq) return t.type;
-  }
-  return std::nullopt;
 }
 
 std::span<const GgmlTypeTraits> AllGgmlTypes() { return kTypes; }

@@ -51,8 +51,6 @@ struct GgmlTypeTraits {
 std::optional<GgmlTypeTraits> FindGgmlType(uint32_t raw_id);
 // Traits for a known type (always succeeds).
 const GgmlTypeTraits& GgmlTraits(GgmlType type);
-// Parses a name such as "q8_0" or "Q4_K" (case-insensitive).
-std::optional<GgmlType> GgmlTypeFromName(std::string_view name);
 // Every type in the table, in id order.
 std::span<const GgmlTypeTraits> AllGgmlTypes();
 

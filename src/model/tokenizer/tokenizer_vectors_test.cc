@@ -60,7 +60,10 @@ std::vector<Case> LoadVectors(const std::string& set) {
 
 std::string Show(const std::vector<int32_t>& ids) {
   std::string s;
-  for (int32_t id : ids) s += " " + std::to_string(id);
+  for (int32_t id : ids) {
+    s += ' ';
+    s += std::to_string(id);
+  }
   return s;
 }
 
