@@ -34,6 +34,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--data', required=True, help='worldgen output with corpus.txt and tokenizer.json')
     ap.add_argument('--tlr', required=True, help='path to the tlr binary')
+    ap.add_argument('--corpus', default='corpus.txt',
+                    help='training text inside --data (corpus_partial.txt: a model that knows less)')
     ap.add_argument('--embd', type=int, default=64)
     ap.add_argument('--layers', type=int, default=2)
     ap.add_argument('--heads', type=int, default=4)
@@ -51,7 +53,7 @@ def main():
     torch.manual_seed(a.seed)
     os.makedirs(a.out, exist_ok=True)
     tok_path = os.path.join(a.data, 'tokenizer.json')
-    ids = torch.tensor(tokenize(a.tlr, tok_path, path=os.path.join(a.data, 'corpus.txt')), dtype=torch.long)
+    ids = torch.tensor(tokenize(a.tlr, tok_path, path=os.path.join(a.data, a.corpus)), dtype=torch.long)
     n_vocab = len(json.load(open(tok_path))['model']['vocab']) + len(json.load(open(tok_path))['added_tokens'])
     cfg = Config(n_vocab, a.embd, a.layers, a.heads, a.kv_heads, a.ff, n_ctx=max(512, a.seq))
     model = Model(cfg)

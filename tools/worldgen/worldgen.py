@@ -14,8 +14,10 @@ the knowledge they need is. The target answer names the choice's text first, the
 
   python3 tools/worldgen/worldgen.py --seed 7 --things 1500 --out DIR
 writes DIR/world.json, DIR/train.jsonl, DIR/dev.jsonl, DIR/test.jsonl and DIR/corpus.txt (fact
-sentences and answered training questions, one example per paragraph). Standard library
-only; the same seed gives byte-identical files.
+sentences and answered training questions, one example per paragraph). With --partial F it
+also writes DIR/corpus_partial.txt: the same text about only a fraction F of the things (the
+first in a seeded shuffle), for a small model that is meant to know less; world.json lists
+which things it covers. Standard library only; the same seed gives byte-identical files.
 """
 import argparse
 import hashlib
@@ -104,8 +106,12 @@ def build(seed, n_things, dev_frac, test_frac):
     return world, rows
 
 
-def corpus(world, train_rows, rng):
-    """Training text: every fact as a sentence, and every training question answered."""
+def corpus(world, train_rows, rng, known=None):
+    """Training text: every fact as a sentence, and every training question answered; with
+    `known` (a set of names), only about those things."""
+    if known is not None:
+        world = [t for t in world if t['name'] in known]
+        train_rows = [r for r in train_rows if r['question_concept'] in known]
     facts = {(t['name'], a): v for t in world for a, v in t['facts'].items()}
     paragraphs = [fact_sentence(t['name'], a, v) for t in world for a, v in t['facts'].items()]
     for row in train_rows:
@@ -129,20 +135,31 @@ def main():
     ap.add_argument('--things', type=int, default=1500, help='number of made-up things (3 facts each)')
     ap.add_argument('--dev', type=float, default=0.1, help='fraction of questions for dev')
     ap.add_argument('--test', type=float, default=0.2, help='fraction of questions for test')
+    ap.add_argument('--partial', type=float, default=0.0,
+                    help='also write corpus_partial.txt about this fraction of the things (0: no)')
     ap.add_argument('--out', required=True)
     a = ap.parse_args()
     if a.things < 1 or a.things > len(SYLLABLES) ** 3:
         ap.error('--things must be between 1 and %d' % len(SYLLABLES) ** 3)
+    if not 0 <= a.partial < 1:
+        ap.error('--partial must be a fraction in [0, 1)')
     if not (0 <= a.dev < 1 and 0 <= a.test < 1 and a.dev + a.test < 1):
         ap.error('--dev and --test must be fractions that leave some training questions')
     world, rows = build(a.seed, a.things, a.dev, a.test)
+    names = [t['name'] for t in world]
+    random.Random(a.seed + 2).shuffle(names)
+    known = sorted(names[:int(round(a.partial * len(names)))]) if a.partial > 0 else []
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, 'world.json'), 'w', encoding='utf-8') as f:
-        json.dump({'seed': a.seed, 'things': world, 'attributes': ATTRIBUTES}, f, indent=1)
+        json.dump({'seed': a.seed, 'things': world, 'attributes': ATTRIBUTES,
+                   'partial': a.partial, 'partial_things': known}, f, indent=1)
     for split, r in rows.items():
         write_jsonl(os.path.join(a.out, split + '.jsonl'), r)
     with open(os.path.join(a.out, 'corpus.txt'), 'w', encoding='utf-8') as f:
         f.write(corpus(world, rows['train'], random.Random(a.seed + 1)))
+    if known:
+        with open(os.path.join(a.out, 'corpus_partial.txt'), 'w', encoding='utf-8') as f:
+            f.write(corpus(world, rows['train'], random.Random(a.seed + 1), set(known)))
     print('world: %d things, %d facts; questions: train %d, dev %d, test %d -> %s' % (
         len(world), 3 * len(world), len(rows['train']), len(rows['dev']), len(rows['test']), a.out))
 

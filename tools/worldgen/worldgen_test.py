@@ -30,7 +30,8 @@ def load(path):
 
 def run(seed, out):
     subprocess.run([sys.executable, os.path.join(HERE, 'worldgen.py'), '--seed', str(seed),
-                    '--things', '300', '--out', out], check=True, stdout=subprocess.DEVNULL)
+                    '--things', '300', '--partial', '0.3', '--out', out], check=True,
+                   stdout=subprocess.DEVNULL)
 
 
 def digest(d):
@@ -76,6 +77,13 @@ def main():
                     split, 'missing from' if split == 'train' else 'leaked into'))
                 ans = worldgen.target_answer(r['question_concept'], kinds[0], answer)
                 check(ans.startswith('Answer: %s. ' % answer), 'answer names the choice first')
+        # The partial corpus states the facts of exactly the listed 30% of the things.
+        partial = open(os.path.join(a, 'corpus_partial.txt'), encoding='utf-8').read()
+        known = set(world['partial_things'])
+        check(len(known) == 90, 'partial covers 30%% of 300 things: %d' % len(known))
+        for (name, attr), value in facts.items():
+            stated = worldgen.fact_sentence(name, attr, value) in partial
+            check(stated == (name in known), 'partial corpus and %s disagree' % name)
     if failures:
         for f in sorted(set(failures))[:20]:
             print('FAIL:', f)
