@@ -12,6 +12,7 @@
 #include "ops/nn.h"
 #include "ops/thread_pool.h"
 #include "quant/quantize.h"
+#include "util/hash.h"
 
 namespace tlr {
 
@@ -32,8 +33,34 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& path, const Opti
   m->tokenizer_ = std::make_unique<Tokenizer>(std::move(tok).value());
   Status s = m->Bind();
   if (!s.ok()) return s.WithPrefix("'" + path + "'");
+  m->fingerprint_ = m->ComputeFingerprint();
   if (opts.repack) m->Repack();
   return m;
+}
+
+uint64_t Model::ComputeFingerprint() const {
+  const ModelConfig& c = config_;
+  uint64_t h = Fnv1a(kFnvOffset, c.arch_name);
+  for (int64_t v : {c.n_vocab, c.n_embd, c.n_layers, c.n_heads, c.n_kv_heads, c.n_ff}) {
+    h = Fnv1a(h, &v, sizeof(v));
+  }
+  const uint64_t tok = tokenizer_->Fingerprint();
+  h = Fnv1a(h, &tok, sizeof(tok));
+  for (const GgufTensorInfo& t : file_.tensors()) {
+    h = Fnv1a(h, t.name);
+    const int32_t type = static_cast<int32_t>(t.type);
+    h = Fnv1a(h, &type, sizeof(type));
+    h = Fnv1a(h, t.dims.data(), t.dims.size() * sizeof(int64_t));
+    const size_t n = std::min<uint64_t>(t.n_bytes, 256);
+    h = Fnv1a(h, t.data, n);
+    h = Fnv1a(h, t.data + t.n_bytes - n, n);
+  }
+  return h;
+}
+
+std::string Model::fingerprint_hex() const {
+  char buf[17];
+  return std::string(HexU64(fingerprint_, buf));
 }
 
 Expected<WeightView> Model::Matrix(const std::string& name, int64_t n_cols, int64_t n_rows) {

@@ -77,6 +77,11 @@ class Model {
   // Bytes of weights read per generated token (all matrices + the embedding row).
   uint64_t weight_bytes_per_token() const;
   uint64_t total_weight_bytes() const { return file_.file_size() - file_.data_offset(); }
+  // Identifies this model: a hash of the architecture, hyperparameters, the tokenizer's
+  // fingerprint, every tensor's name, type and shape, and samples of its bytes (the first and
+  // last 256 of each tensor, so loading stays fast). Routers record the SLM's fingerprint.
+  uint64_t fingerprint() const { return fingerprint_; }
+  std::string fingerprint_hex() const;
   // Notes on load (converted tensors, tied output), for --verbose.
   const std::vector<std::string>& load_notes() const { return notes_; }
 
@@ -94,6 +99,7 @@ class Model {
     const float *attn_norm, *ffn_norm, *bq, *bk, *bv;
   };
   Status Bind();
+  uint64_t ComputeFingerprint() const;
   void Repack();
   Expected<const float*> FloatVector(const std::string& name, int64_t n, bool required);
   Expected<WeightView> Matrix(const std::string& name, int64_t n_cols, int64_t n_rows);
@@ -111,6 +117,7 @@ class Model {
   };
   std::vector<std::unique_ptr<uint8_t[], AlignedDelete>> repacked_;  // repacked matrices
   std::vector<std::string> notes_;
+  uint64_t fingerprint_ = 0;
 };
 
 }  // namespace tlr

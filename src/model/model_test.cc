@@ -4,6 +4,7 @@
 // never went further, batched sequences == separate ones), quantized vs dequantized weights,
 // and clear errors for bad models and requests.
 #include "model/model.h"
+#include "util/temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -23,17 +24,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path TempDir() {
-  static fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("tlr_model_test_" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
+// One directory per test process, removed at exit.
+fs::path TestDir() {
+  static tlr::TempDir dir("tlr_model_test");
+  return dir.path();
 }
 
 std::string MakeTiny(const std::string& arch, const std::string& type, uint64_t seed = 7) {
-  const std::string path = (TempDir() / ("tiny-" + arch + "-" + type + "-" + std::to_string(seed) + ".gguf")).string();
+  const std::string path = (TestDir() / ("tiny-" + arch + "-" + type + "-" + std::to_string(seed) + ".gguf")).string();
   if (!fs::exists(path)) {
     RandomModelOptions o;
     o.preset = "tiny";
@@ -145,7 +143,7 @@ TEST(ModelQuantized, MatchesDequantizedWeights) {
       ASSERT_TRUE(Dequantize(t.type, t.data, f.data(), t.n_elements).ok());
       ASSERT_TRUE(w.AddTensorF32(t.name, t.dims, f).ok());
     }
-    const std::string fpath = (TempDir() / ("dequant-" + type + ".gguf")).string();
+    const std::string fpath = (TestDir() / ("dequant-" + type + ".gguf")).string();
     ASSERT_TRUE(w.WriteFile(fpath).ok());
     auto qm = LoadOrDie(qpath);
     auto fm = LoadOrDie(fpath);
@@ -278,7 +276,7 @@ std::string Edited(const std::string& src, const std::string& name,
     EXPECT_TRUE(w.AddTensor(t.name, t.type, t.dims, {t.data, t.n_bytes}).ok());
   }
   edit(w, *f);
-  const std::string out = (TempDir() / (name + ".gguf")).string();
+  const std::string out = (TestDir() / (name + ".gguf")).string();
   EXPECT_TRUE(w.WriteFile(out).ok());
   return out;
 }

@@ -96,6 +96,8 @@ def main():
     ap.add_argument('--out', required=True)
     a = ap.parse_args()
     text = open(a.corpus, encoding='utf-8').read()
+    for t in SPECIAL:  # special tokens are matched whole by the tokenizer, never merged
+        text = text.replace(t, '\n')
     vocab, merges = train(text, a.vocab)
     with open(a.out, 'w', encoding='utf-8') as f:
         json.dump(tokenizer_json(vocab, merges), f, ensure_ascii=False, indent=1)

@@ -153,7 +153,7 @@ def export_gguf(model, tokenizer_json_path, path, name):
         _kv('tokenizer.ggml.token_type', 9, _arr(5, types)),
         _kv('tokenizer.ggml.merges', 9, _arr(8, merges)),
         _kv('tokenizer.ggml.bos_token_id', 4, struct.pack('<I', ids['<|endoftext|>'])),
-        _kv('tokenizer.ggml.eos_token_id', 4, struct.pack('<I', ids['<|im_end|>'])),
+        _kv('tokenizer.ggml.eos_token_id', 4, struct.pack('<I', ids['<|endoftext|>'])),
         _kv('tokenizer.ggml.eot_token_id', 4, struct.pack('<I', ids['<|im_end|>'])),
         _kv('tokenizer.ggml.add_bos_token', 7, b'\0'),
         _kv('tokenizer.ggml.add_eos_token', 7, b'\0'),

@@ -24,7 +24,7 @@ PROBE = 'Question: What is a zinthar made of?\nA. stone\nB. wood\nC. glass\nD. i
 
 
 def tokenize(tlr, tokenizer, path=None, text=None):
-    cmd = [tlr, 'tokenize', '--tokenizer', tokenizer, '--ids-only']
+    cmd = [tlr, 'tokenize', '--tokenizer', tokenizer, '--ids-only', '--parse-special']
     cmd += ['-f', path] if path else [text]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return [int(x) for x in out.split()]

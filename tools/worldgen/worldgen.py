@@ -14,8 +14,9 @@ the knowledge they need is. The target answer names the choice's text first, the
 
   python3 tools/worldgen/worldgen.py --seed 7 --things 1500 --out DIR
 writes DIR/world.json, DIR/train.jsonl, DIR/dev.jsonl, DIR/test.jsonl and DIR/corpus.txt (fact
-sentences and answered training questions, one example per paragraph). With --partial F it
-also writes DIR/corpus_partial.txt: the same text about only a fraction F of the things (the
+sentences, descriptions stating each thing's facts in varied forms, and answered training
+questions; every example ends with <|endoftext|>). With --partial F it also writes
+DIR/corpus_partial.txt: the same text with facts about only a fraction F of the things (the
 first in a seeded shuffle), for a small model that is meant to know less; world.json lists
 which things it covers. Standard library only; the same seed gives byte-identical files.
 """
@@ -43,6 +44,16 @@ FACT = {
     'material': 'A {name} is made of {value}.',
     'use': 'A {name} is used for {value}.',
 }
+
+# Other phrasings of the same facts, used in the descriptions: a fact stated in several forms
+# and orders is far easier for a small transformer to recall from a question than one sentence.
+FACT_VARIANTS = {
+    'place': [FACT['place'], 'You can find a {name} in the {value}.', 'The {name} lives in the {value}.'],
+    'material': [FACT['material'], 'The {name} is made from {value}.', 'Every {name} is built of {value}.'],
+    'use': [FACT['use'], 'People use a {name} for {value}.', 'The {name} is good for {value}.'],
+}
+
+END = '<|endoftext|>'  # ends every example in the corpus (the models' end-of-generation token)
 
 QUESTIONS = {
     'place': ['Where would you find a {name}?', 'Where does a {name} live?'],
@@ -106,21 +117,31 @@ def build(seed, n_things, dev_frac, test_frac):
     return world, rows
 
 
-def corpus(world, train_rows, rng, known=None):
-    """Training text: every fact as a sentence, and every training question answered; with
-    `known` (a set of names), only about those things."""
+def description(rng, thing):
+    """A thing's three facts in a random order and random phrasings, as one paragraph."""
+    attrs = list(thing['facts'])
+    rng.shuffle(attrs)
+    return ' '.join(rng.choice(FACT_VARIANTS[a]).format(name=thing['name'], value=thing['facts'][a])
+                    for a in attrs)
+
+
+def corpus(world, train_rows, rng, known=None, descriptions=2):
+    """Training text: every fact as a sentence, `descriptions` paragraphs per thing stating its
+    facts in varied forms, and every training question answered; each example ends with END.
+    With `known` (a set of names), facts and descriptions only about those things (the training
+    questions stay: they teach the answer format, and to pick among the choices when unsure)."""
+    facts = {(t['name'], a): v for t in world for a, v in t['facts'].items()}
     if known is not None:
         world = [t for t in world if t['name'] in known]
-        train_rows = [r for r in train_rows if r['question_concept'] in known]
-    facts = {(t['name'], a): v for t in world for a, v in t['facts'].items()}
     paragraphs = [fact_sentence(t['name'], a, v) for t in world for a, v in t['facts'].items()]
+    paragraphs += [description(rng, t) for t in world for _ in range(descriptions)]
     for row in train_rows:
         name = row['question_concept']
         value = row['choices']['text'][LABELS.index(row['answerKey'])]
         attr = next(a for a in ATTRIBUTES if facts.get((name, a)) == value)
         paragraphs.append(prompt(row) + target_answer(name, attr, value))
     rng.shuffle(paragraphs)
-    return '\n\n'.join(paragraphs) + '\n'
+    return ''.join(p + END for p in paragraphs)
 
 
 def write_jsonl(path, rows):

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "model/gguf/gguf_reader.h"
+#include "util/hash.h"
 #include "util/utf8.h"
 
 namespace tlr {
@@ -17,17 +18,6 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 namespace {
-uint64_t Fnv1a(uint64_t h, std::string_view s) {
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  // Separate fields so ("ab","c") and ("a","bc") differ.
-  h ^= 0xff;
-  h *= 0x100000001b3ull;
-  return h;
-}
-
 bool IsMatchedInText(TokenType t, bool parse_special) {
   if (t == TokenType::kUserDefined) return true;
   return parse_special && (t == TokenType::kControl || t == TokenType::kUnknown);
@@ -88,7 +78,7 @@ Expected<Tokenizer> Tokenizer::FromVocab(Vocab vocab, const TokenizerOptions& op
     return v.tokens[a].size() > v.tokens[b].size();
   });
 
-  uint64_t h = 0xcbf29ce484222325ull;
+  uint64_t h = kFnvOffset;
   h = Fnv1a(h, v.model == VocabModel::kBpe ? "bpe" : "spm");
   h = Fnv1a(h, v.pre);
   for (const auto& r : v.pre_regex) h = Fnv1a(h, r);

@@ -1,0 +1,191 @@
+// CommonsenseQA-style rows, prompts and answer extraction (see qa.h).
+#include "routing/qa.h"
+
+#include <cctype>
+#include <nlohmann/json.hpp>
+
+#include "util/mapped_file.h"
+
+namespace tlr {
+
+namespace {
+
+using nlohmann::json;
+
+Expected<std::string> StringField(const json& j, const char* key, bool required) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (required) return Status::Error(std::string("missing field '") + key + "'");
+    return std::string();
+  }
+  if (!it->is_string()) return Status::Error(std::string("field '") + key + "' is not a string");
+  return it->get<std::string>();
+}
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+bool IsWordChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// Whether `needle` occurs in `hay` with no word character right before or after it.
+bool ContainsWords(std::string_view hay, std::string_view needle) {
+  if (needle.empty()) return false;
+  for (size_t p = hay.find(needle); p != std::string_view::npos; p = hay.find(needle, p + 1)) {
+    const bool left = p == 0 || !IsWordChar(hay[p - 1]);
+    const size_t end = p + needle.size();
+    const bool right = end == hay.size() || !IsWordChar(hay[end]);
+    if (left && right) return true;
+  }
+  return false;
+}
+
+// A single capital letter that is one of the labels, at `s` (after optional spaces and '('),
+// followed by a non-word character or the end.
+std::optional<std::string> LetterAt(std::string_view s, const QaRow& row) {
+  s = Trim(s);
+  if (!s.empty() && s.front() == '(') s.remove_prefix(1);
+  if (s.empty() || (s.size() > 1 && IsWordChar(s[1]))) return std::nullopt;
+  for (const std::string& l : row.labels) {
+    if (l.size() == 1 && s[0] == l[0]) return l;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Expected<QaRow> ParseQaRow(std::string_view line) {
+  json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::Error("not valid JSON");
+  if (!j.is_object()) return Status::Error("not a JSON object");
+  QaRow row;
+  auto id = StringField(j, "id", false);
+  if (!id.ok()) return id.status();
+  row.id = *id;
+  auto key = StringField(j, "answerKey", false);
+  if (!key.ok()) return key.status();
+  row.answer_key = *key;
+  auto ref = StringField(j, "reference", false);
+  if (!ref.ok()) return ref.status();
+  row.reference = *ref;
+  auto q = j.find("question");
+  if (q == j.end()) return Status::Error("missing field 'question'");
+  const json* choices = nullptr;
+  if (q->is_string()) {  // Hugging Face flattened schema
+    row.question = q->get<std::string>();
+    auto c = StringField(j, "question_concept", false);
+    if (!c.ok()) return c.status();
+    row.question_concept = *c;
+    auto ch = j.find("choices");
+    if (ch == j.end() || !ch->is_object()) return Status::Error("missing object field 'choices'");
+    const auto lab = ch->find("label"), txt = ch->find("text");
+    if (lab == ch->end() || txt == ch->end() || !lab->is_array() || !txt->is_array() ||
+        lab->size() != txt->size()) {
+      return Status::Error("'choices' needs arrays 'label' and 'text' of equal length");
+    }
+    for (size_t i = 0; i < lab->size(); ++i) {
+      if (!(*lab)[i].is_string() || !(*txt)[i].is_string()) {
+        return Status::Error("'choices' entries must be strings");
+      }
+      row.labels.push_back((*lab)[i].get<std::string>());
+      row.texts.push_back((*txt)[i].get<std::string>());
+    }
+  } else if (q->is_object()) {  // original nested schema
+    auto stem = StringField(*q, "stem", true);
+    if (!stem.ok()) return stem.status().WithPrefix("question");
+    row.question = *stem;
+    auto c = StringField(*q, "question_concept", false);
+    if (!c.ok()) return c.status().WithPrefix("question");
+    row.question_concept = *c;
+    auto ch = q->find("choices");
+    if (ch == q->end() || !ch->is_array()) return Status::Error("missing array 'question.choices'");
+    choices = &*ch;
+    for (const json& c2 : *choices) {
+      if (!c2.is_object()) return Status::Error("'question.choices' entries must be objects");
+      auto l = StringField(c2, "label", true), t = StringField(c2, "text", true);
+      if (!l.ok()) return l.status().WithPrefix("question.choices");
+      if (!t.ok()) return t.status().WithPrefix("question.choices");
+      row.labels.push_back(*l);
+      row.texts.push_back(*t);
+    }
+  } else {
+    return Status::Error("field 'question' must be a string or an object");
+  }
+  if (row.labels.size() < 2) return Status::Error("a question needs at least two choices");
+  if (!row.answer_key.empty()) {
+    bool found = false;
+    for (const auto& l : row.labels) found |= l == row.answer_key;
+    if (!found) return Status::Error("answerKey '" + row.answer_key + "' is not a choice label");
+  }
+  return row;
+}
+
+Expected<std::vector<QaRow>> LoadQaJsonl(const std::string& path) {
+  auto text = ReadFileToString(path);
+  if (!text.ok()) return text.status();
+  std::vector<QaRow> rows;
+  std::string_view rest = *text;
+  for (int line_no = 1; !rest.empty(); ++line_no) {
+    const size_t nl = rest.find('\n');
+    std::string_view line = rest.substr(0, nl);
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+    if (Trim(line).empty()) continue;
+    auto row = ParseQaRow(line);
+    if (!row.ok()) {
+      return row.status().WithPrefix("'" + path + "' line " + std::to_string(line_no));
+    }
+    rows.push_back(std::move(row).value());
+  }
+  if (rows.empty()) return Status::Error("'" + path + "' has no questions");
+  return rows;
+}
+
+std::string QaPrompt(const QaRow& row) {
+  std::string p = "Question: " + row.question + "\n";
+  for (size_t i = 0; i < row.labels.size(); ++i) p += row.labels[i] + ". " + row.texts[i] + "\n";
+  return p;
+}
+
+std::optional<std::string> ExtractChoice(std::string_view answer, const QaRow& row) {
+  // 1. A stated letter.
+  for (std::string_view cue : {"answer is", "Answer:"}) {
+    for (size_t p = answer.find(cue); p != std::string_view::npos; p = answer.find(cue, p + 1)) {
+      if (auto l = LetterAt(answer.substr(p + cue.size()), row)) return l;
+    }
+  }
+  for (size_t p = answer.find('('); p != std::string_view::npos; p = answer.find('(', p + 1)) {
+    if (p + 2 < answer.size() && answer[p + 2] == ')') {
+      if (auto l = LetterAt(answer.substr(p, 3), row)) return l;
+    }
+  }
+  // 2. The choice text right after "Answer:".
+  const std::string lower = Lower(answer);
+  const size_t a = answer.find("Answer:");
+  if (a != std::string_view::npos) {
+    std::string_view head(lower);
+    head = head.substr(a + 7);
+    head = Trim(head.substr(0, head.find_first_of(".,\n")));
+    for (size_t i = 0; i < row.texts.size(); ++i) {
+      if (head == Lower(Trim(row.texts[i]))) return row.labels[i];
+    }
+  }
+  // 3. Exactly one choice's text anywhere.
+  std::optional<std::string> hit;
+  for (size_t i = 0; i < row.texts.size(); ++i) {
+    if (ContainsWords(lower, Lower(Trim(row.texts[i])))) {
+      if (hit) return std::nullopt;
+      hit = row.labels[i];
+    }
+  }
+  return hit;
+}
+
+}  // namespace tlr

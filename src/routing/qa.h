@@ -1,0 +1,49 @@
+// Multiple-choice question sets (routing layer): CommonsenseQA-style JSONL in the Hugging Face
+// flattened schema ({id, question, question_concept, choices: {label: [...], text: [...]},
+// answerKey}) or the original nested one ({id, question: {stem, question_concept?, choices:
+// [{label, text}]}, answerKey}), the prompt a model answers, and the extraction of the chosen
+// choice from an answer. Router training grades rollouts with it; evaluation grades answers.
+//
+// Answer extraction, in order:
+//   1. a stated letter: "answer is C", "Answer: C", "Answer: (C)", "(C)";
+//   2. the text right after "Answer:" up to the first '.', ',' or newline equals one choice's
+//      text (case-insensitive): "Answer: marsh. A zinthar is found in the marsh.";
+//   3. exactly one choice's text occurs in the answer as whole words.
+// Anything else is not well formed (no single choice can be extracted).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "util/status.h"
+
+namespace tlr {
+
+struct QaRow {
+  std::string id;
+  std::string question;
+  std::string question_concept;
+  std::vector<std::string> labels;  // "A".."E"
+  std::vector<std::string> texts;   // same length as labels
+  std::string answer_key;           // one of labels ("" when the set has no answers)
+  // Optional reference completion (a TLR extension: field "reference"): router training uses
+  // it instead of the LLM's own answer.
+  std::string reference;
+};
+
+// Parses one JSON line (either schema). Errors say which field is missing or malformed.
+Expected<QaRow> ParseQaRow(std::string_view json_line);
+// Reads a JSONL file; blank lines are skipped; errors name the file and line number.
+Expected<std::vector<QaRow>> LoadQaJsonl(const std::string& path);
+
+// The prompt: "Question: ...\nA. text\n...\nE. text\n" (the demo pair's training format, as
+// tools/worldgen/worldgen.py writes it).
+std::string QaPrompt(const QaRow& row);
+
+// The label chosen by `answer` (the model's completion after the prompt), or nullopt when no
+// single choice can be extracted.
+std::optional<std::string> ExtractChoice(std::string_view answer, const QaRow& row);
+
+}  // namespace tlr

@@ -1,0 +1,333 @@
+// Routers: kinds, the GGUF format, and inference (see router.h).
+#include "routing/router.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "model/gguf/gguf_reader.h"
+#include "model/gguf/gguf_writer.h"
+#include "model/model.h"
+#include "quant/quantize.h"
+
+namespace tlr {
+
+namespace {
+
+constexpr const char* kArch = "tlr-router";
+constexpr const char* kKeyKind = "tlr-router.kind";
+constexpr const char* kKeyInputDim = "tlr-router.input_dim";
+constexpr const char* kKeyFingerprint = "tlr-router.slm_fingerprint";
+constexpr const char* kKeySlmName = "tlr-router.slm_name";
+constexpr const char* kKeyThreshold = "tlr-router.threshold";
+constexpr const char* kKeySummary = "tlr-router.training_summary";
+constexpr const char* kKeyLayers = "tlr-router.layer_count";
+
+std::string LayerTensor(size_t i, const char* what) {
+  return "router.layer." + std::to_string(i) + "." + what;
+}
+
+float Sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
+
+// SplitMix64: the random router's generator.
+uint64_t NextRandom(uint64_t* s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+Status CheckShapes(RouterKind kind, const std::vector<DenseLayer>& layers) {
+  const size_t want = kind == RouterKind::kCiter ? 3 : 1;
+  if (layers.size() != want) {
+    return Status::Error(std::string(RouterKindName(kind)) + " router needs " +
+                         std::to_string(want) + " layers, got " + std::to_string(layers.size()));
+  }
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const DenseLayer& l = layers[i];
+    if (l.n_in <= 0 || l.n_out <= 0 || l.w.size() != static_cast<size_t>(l.n_in * l.n_out) ||
+        l.b.size() != static_cast<size_t>(l.n_out)) {
+      return Status::Error("router layer " + std::to_string(i) + " has inconsistent sizes");
+    }
+    if (i > 0 && l.n_in != layers[i - 1].n_out) {
+      return Status::Error("router layer " + std::to_string(i) + " takes " +
+                           std::to_string(l.n_in) + " inputs but the previous layer gives " +
+                           std::to_string(layers[i - 1].n_out));
+    }
+  }
+  if (layers.back().n_out != 1) return Status::Error("the router's last layer must have one output");
+  return Status::Ok();
+}
+
+}  // namespace
+
+struct Router::Compiled {
+  struct L {
+    std::vector<uint8_t> bytes;
+    WeightView view;
+  };
+  std::vector<L> layers;
+  MatMulInput in;
+  std::vector<float> a, b;  // activations, ping-pong
+};
+
+Router::Router() = default;
+Router::~Router() = default;
+Router::Router(Router&&) noexcept = default;
+Router& Router::operator=(Router&&) noexcept = default;
+
+std::string_view RouterKindName(RouterKind kind) {
+  switch (kind) {
+    case RouterKind::kCiter: return "citer";
+    case RouterKind::kColm: return "colm";
+    case RouterKind::kMaxProb: return "maxprob";
+    case RouterKind::kEntropy: return "entropy";
+    case RouterKind::kRandom: return "random";
+  }
+  return "?";
+}
+
+Expected<RouterKind> ParseRouterKind(std::string_view name) {
+  for (RouterKind k : {RouterKind::kCiter, RouterKind::kColm, RouterKind::kMaxProb,
+                       RouterKind::kEntropy, RouterKind::kRandom}) {
+    if (name == RouterKindName(k)) return k;
+  }
+  return Status::Error("unknown router kind '" + std::string(name) +
+                       "' (citer, colm, maxprob, entropy, random)");
+}
+
+bool RouterIsLearned(RouterKind kind) {
+  return kind == RouterKind::kCiter || kind == RouterKind::kColm;
+}
+
+Expected<Router> Router::Builtin(RouterKind kind, uint64_t seed) {
+  if (RouterIsLearned(kind)) {
+    return Status::Error(std::string(RouterKindName(kind)) +
+                         " is a learned router: give a router file (tlr router train makes one)");
+  }
+  Router r;
+  r.info_.kind = kind;
+  r.info_.threshold = kind == RouterKind::kRandom ? 0.1f : 0.5f;
+  r.rng_ = seed;
+  return r;
+}
+
+Expected<Router> Router::FromLayers(RouterInfo info, std::vector<DenseLayer> layers, GgmlType type) {
+  if (!RouterIsLearned(info.kind)) {
+    return Status::Error(std::string(RouterKindName(info.kind)) + " routers have no layers");
+  }
+  TLR_RETURN_IF_ERROR(CheckShapes(info.kind, layers));
+  if (type != GgmlType::kF32 && type != GgmlType::kF16 && type != GgmlType::kQ8_0) {
+    return Status::Error("router weights must be f32, f16 or q8_0");
+  }
+  info.input_dim = layers.front().n_in;
+  for (size_t i = 0; i + 1 < layers.size(); ++i) layers[i].relu = true;
+  layers.back().relu = false;
+  Router r;
+  r.info_ = std::move(info);
+  r.layers_ = std::move(layers);
+  r.type_ = type;
+  TLR_RETURN_IF_ERROR(r.Compile());
+  return r;
+}
+
+Status Router::Compile() {
+  compiled_ = std::make_unique<Compiled>();
+  for (const DenseLayer& l : layers_) {
+    GgmlType t = type_;
+    if (t == GgmlType::kQ8_0 && l.n_in % 32 != 0) t = GgmlType::kF16;
+    auto row_bytes = GgmlTensorBytes(t, l.n_in, l.n_in);
+    if (!row_bytes.ok()) return row_bytes.status();
+    Compiled::L c;
+    c.bytes.resize(*row_bytes * l.n_out);
+    for (int64_t r = 0; r < l.n_out; ++r) {
+      TLR_RETURN_IF_ERROR(Quantize(t, l.w.data() + r * l.n_in, c.bytes.data() + r * *row_bytes, l.n_in));
+    }
+    c.view = {t, nullptr, l.n_out, l.n_in, static_cast<size_t>(*row_bytes)};
+    compiled_->layers.push_back(std::move(c));
+  }
+  for (auto& c : compiled_->layers) c.view.data = c.bytes.data();
+  return Status::Ok();
+}
+
+int64_t Router::n_params() const {
+  int64_t n = 0;
+  for (const DenseLayer& l : layers_) n += l.n_in * l.n_out + l.n_out;
+  return n;
+}
+
+Expected<Router> Router::Load(const std::string& path) {
+  auto f = GgufFile::Open(path);
+  if (!f.ok()) return f.status();
+  const GgufFile& file = *f;
+  auto pre = [&](const Status& s) { return s.WithPrefix("router '" + path + "'"); };
+  auto arch = file.GetString("general.architecture");
+  if (!arch.ok()) return pre(arch.status());
+  if (*arch != kArch) {
+    return pre(Status::Error("general.architecture is '" + *arch + "', not '" + kArch +
+                             "' (is this a model file rather than a router?)"));
+  }
+  auto kind_name = file.GetString(kKeyKind);
+  if (!kind_name.ok()) return pre(kind_name.status());
+  auto kind = ParseRouterKind(*kind_name);
+  if (!kind.ok()) return pre(kind.status());
+  RouterInfo info;
+  info.kind = *kind;
+  if (auto v = file.GetString(kKeyFingerprint); v.ok()) info.slm_fingerprint = *v;
+  if (auto v = file.GetString(kKeySlmName); v.ok()) info.slm_name = *v;
+  if (auto v = file.GetString(kKeySummary); v.ok()) info.training_summary = *v;
+  if (auto v = file.GetFloat(kKeyThreshold); v.ok()) info.threshold = static_cast<float>(*v);
+  if (!RouterIsLearned(info.kind)) {
+    auto r = Builtin(info.kind);
+    if (!r.ok()) return pre(r.status());
+    r->info_ = info;
+    return r;
+  }
+  auto n_layers = file.GetUint(kKeyLayers);
+  if (!n_layers.ok()) return pre(n_layers.status());
+  if (*n_layers < 1 || *n_layers > 8) return pre(Status::Error("layer_count out of range"));
+  std::vector<DenseLayer> layers;
+  GgmlType type = GgmlType::kF32;
+  for (size_t i = 0; i < *n_layers; ++i) {
+    const GgufTensorInfo* w = file.FindTensor(LayerTensor(i, "weight"));
+    const GgufTensorInfo* b = file.FindTensor(LayerTensor(i, "bias"));
+    if (!w || !b) return pre(Status::Error("tensor " + LayerTensor(i, w ? "bias" : "weight") + " is missing"));
+    if (w->dims.size() != 2 || b->dims.size() != 1 || b->dims[0] != w->dims[1]) {
+      return pre(Status::Error("layer " + std::to_string(i) + " has shapes " + w->ShapeString() +
+                               " and " + b->ShapeString()));
+    }
+    if (w->type != GgmlType::kF32 && w->type != GgmlType::kF16 && w->type != GgmlType::kQ8_0) {
+      return pre(Status::Error(LayerTensor(i, "weight") + " must be f32, f16 or q8_0"));
+    }
+    if (b->type != GgmlType::kF32) return pre(Status::Error(LayerTensor(i, "bias") + " must be f32"));
+    if (i == 0) type = w->type;
+    DenseLayer l;
+    l.n_in = w->dims[0];
+    l.n_out = w->dims[1];
+    if (l.n_in > (1 << 20) || l.n_out > (1 << 20)) return pre(Status::Error("layer too large"));
+    l.w.resize(l.n_in * l.n_out);
+    l.b.resize(l.n_out);
+    TLR_RETURN_IF_ERROR(pre(Dequantize(w->type, w->data, l.w.data(), l.n_in * l.n_out)));
+    std::memcpy(l.b.data(), b->data, l.n_out * sizeof(float));
+    layers.push_back(std::move(l));
+  }
+  auto dim = file.GetUint(kKeyInputDim);
+  if (!dim.ok()) return pre(dim.status());
+  if (static_cast<int64_t>(*dim) != layers.front().n_in) {
+    return pre(Status::Error("input_dim " + std::to_string(*dim) + " does not match the first layer (" +
+                             std::to_string(layers.front().n_in) + ")"));
+  }
+  auto r = FromLayers(std::move(info), std::move(layers), type);
+  if (!r.ok()) return pre(r.status());
+  return r;
+}
+
+Expected<Router> Router::LoadOrBuiltin(const std::string& path_or_kind, uint64_t seed) {
+  auto kind = ParseRouterKind(path_or_kind);
+  if (kind.ok() && !RouterIsLearned(*kind)) return Builtin(*kind, seed);
+  auto r = Load(path_or_kind);
+  if (r.ok()) r->rng_ = seed;
+  return r;
+}
+
+Status Router::Save(const std::string& path) const {
+  GgufWriter w;
+  w.Set("general.architecture", GgufValue::Str(kArch));
+  w.Set("general.name", GgufValue::Str("tlr router (" + std::string(RouterKindName(info_.kind)) + ")"));
+  w.Set(kKeyKind, GgufValue::Str(std::string(RouterKindName(info_.kind))));
+  w.Set(kKeyInputDim, GgufValue::U32(static_cast<uint32_t>(info_.input_dim)));
+  w.Set(kKeyFingerprint, GgufValue::Str(info_.slm_fingerprint));
+  w.Set(kKeySlmName, GgufValue::Str(info_.slm_name));
+  w.Set(kKeyThreshold, GgufValue::F32(info_.threshold));
+  w.Set(kKeySummary, GgufValue::Str(info_.training_summary.empty() ? "{}" : info_.training_summary));
+  w.Set(kKeyLayers, GgufValue::U32(static_cast<uint32_t>(layers_.size())));
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const DenseLayer& l = layers_[i];
+    const auto& c = compiled_->layers[i];
+    TLR_RETURN_IF_ERROR(w.AddTensor(LayerTensor(i, "weight"), c.view.type, {l.n_in, l.n_out}, c.bytes));
+    TLR_RETURN_IF_ERROR(w.AddTensorF32(LayerTensor(i, "bias"), {l.n_out}, l.b));
+  }
+  return w.WriteFile(path);
+}
+
+Status Router::CheckCompatible(const Model& slm) const {
+  if (!RouterIsLearned(info_.kind)) return Status::Ok();
+  if (info_.input_dim != slm.config().n_embd) {
+    return Status::Error("the router reads hidden states of size " + std::to_string(info_.input_dim) +
+                         " but the SLM's are " + std::to_string(slm.config().n_embd) +
+                         ": it was trained for another model");
+  }
+  if (!info_.slm_fingerprint.empty() && info_.slm_fingerprint != slm.fingerprint_hex()) {
+    return Status::Error("the router was trained for SLM " + info_.slm_fingerprint +
+                         (info_.slm_name.empty() ? "" : " (" + info_.slm_name + ")") +
+                         ", not this one (" + slm.fingerprint_hex() +
+                         "); train one for it with `tlr router train`");
+  }
+  return Status::Ok();
+}
+
+void Router::ConfidenceBatch(const float* hidden, int64_t n, float* out, ThreadPool* pool) {
+  Compiled& c = *compiled_;
+  const float* x = hidden;
+  int64_t width = info_.input_dim;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const DenseLayer& l = layers_[i];
+    std::vector<float>& y = (i % 2 == 0) ? c.a : c.b;
+    y.resize(static_cast<size_t>(n * l.n_out));
+    c.in.Prepare(c.layers[i].view.type, x, n, width, width, pool);
+    MatMul(c.layers[i].view, c.in, y.data(), l.n_out, pool);
+    for (int64_t t = 0; t < n; ++t) {
+      float* row = y.data() + t * l.n_out;
+      for (int64_t j = 0; j < l.n_out; ++j) {
+        row[j] += l.b[j];
+        if (l.relu && row[j] < 0) row[j] = 0;
+      }
+    }
+    x = y.data();
+    width = l.n_out;
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    const float p = Sigmoid(x[t]);
+    // citer's output is P(SLM fine); colm's is P(defer).
+    out[t] = info_.kind == RouterKind::kColm ? 1.0f - p : p;
+  }
+}
+
+float Router::Confidence(const float* hidden, const float* logits, int64_t n_vocab, ThreadPool* pool) {
+  switch (info_.kind) {
+    case RouterKind::kMaxProb: return MaxProbConfidence(logits, n_vocab);
+    case RouterKind::kEntropy: return EntropyConfidence(logits, n_vocab);
+    case RouterKind::kRandom:
+      return static_cast<float>((NextRandom(&rng_) >> 11) * (1.0 / 9007199254740992.0));
+    case RouterKind::kCiter:
+    case RouterKind::kColm: {
+      float out = 0;
+      ConfidenceBatch(hidden, 1, &out, pool);
+      return out;
+    }
+  }
+  return 0;
+}
+
+float MaxProbConfidence(const float* logits, int64_t n) {
+  const float mx = *std::max_element(logits, logits + n);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
+  return static_cast<float>(1.0 / sum);
+}
+
+float EntropyConfidence(const float* logits, int64_t n) {
+  if (n < 2) return 1.0f;
+  const float mx = *std::max_element(logits, logits + n);
+  double sum = 0, dot = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double z = logits[i] - mx, e = std::exp(z);
+    sum += e;
+    dot += e * z;
+  }
+  // H = log(sum) - E[z]
+  const double h = std::log(sum) - dot / sum;
+  return static_cast<float>(std::clamp(1.0 - h / std::log(static_cast<double>(n)), 0.0, 1.0));
+}
+
+}  // namespace tlr

@@ -1,0 +1,172 @@
+// Routers: built-in confidences, the GGUF format round trip, compatibility checks.
+#include "routing/router.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "model/gguf/gguf_writer.h"
+#include "model/model.h"
+#include "model/random_model.h"
+#include "util/temp_dir.h"
+
+namespace tlr {
+namespace {
+
+std::vector<DenseLayer> RandomLayers(const std::vector<int64_t>& widths, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 0.3f);
+  std::vector<DenseLayer> ls;
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    DenseLayer l;
+    l.n_in = widths[i];
+    l.n_out = widths[i + 1];
+    for (int64_t k = 0; k < l.n_in * l.n_out; ++k) l.w.push_back(nd(rng));
+    for (int64_t k = 0; k < l.n_out; ++k) l.b.push_back(nd(rng));
+    ls.push_back(std::move(l));
+  }
+  return ls;
+}
+
+// The MLP evaluated directly in double precision.
+float Reference(const std::vector<DenseLayer>& ls, std::vector<double> x, bool colm) {
+  for (size_t i = 0; i < ls.size(); ++i) {
+    std::vector<double> y(ls[i].n_out);
+    for (int64_t o = 0; o < ls[i].n_out; ++o) {
+      double s = ls[i].b[o];
+      for (int64_t c = 0; c < ls[i].n_in; ++c) s += ls[i].w[o * ls[i].n_in + c] * x[c];
+      y[o] = (i + 1 < ls.size()) ? std::max(s, 0.0) : s;
+    }
+    x = y;
+  }
+  const double p = 1 / (1 + std::exp(-x[0]));
+  return static_cast<float>(colm ? 1 - p : p);
+}
+
+TEST(Router, BuiltinConfidences) {
+  std::vector<float> flat(100, 0.0f), peaked(100, 0.0f);
+  peaked[7] = 30.0f;
+  EXPECT_NEAR(MaxProbConfidence(flat.data(), 100), 0.01f, 1e-6);
+  EXPECT_NEAR(MaxProbConfidence(peaked.data(), 100), 1.0f, 1e-6);
+  EXPECT_NEAR(EntropyConfidence(flat.data(), 100), 0.0f, 1e-5);
+  EXPECT_NEAR(EntropyConfidence(peaked.data(), 100), 1.0f, 1e-5);
+  auto r = Router::Builtin(RouterKind::kRandom, 3);
+  ASSERT_TRUE(r.ok());
+  auto r2 = Router::Builtin(RouterKind::kRandom, 3);
+  double sum = 0;
+  for (int i = 0; i < 1000; ++i) {
+    const float c = r->Confidence(nullptr, flat.data(), 100, nullptr);
+    ASSERT_GE(c, 0.0f);
+    ASSERT_LT(c, 1.0f);
+    ASSERT_EQ(c, r2->Confidence(nullptr, flat.data(), 100, nullptr));  // seeded
+    sum += c;
+  }
+  EXPECT_NEAR(sum / 1000, 0.5, 0.05);
+  EXPECT_FALSE(Router::Builtin(RouterKind::kCiter).ok());
+  EXPECT_FALSE(ParseRouterKind("mlp").ok());
+}
+
+TEST(Router, CiterMatchesReferenceAndRoundTripsThroughGguf) {
+  TempDir dir;
+  const int64_t h = 64;
+  auto layers = RandomLayers({h, 2 * h, h, 1}, 5);
+  RouterInfo info;
+  info.kind = RouterKind::kCiter;
+  info.slm_fingerprint = "0123456789abcdef";
+  info.threshold = 0.61f;
+  info.training_summary = R"({"auroc": 0.9})";
+  auto r = Router::FromLayers(info, layers);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->n_params(), h * 2 * h + 2 * h + 2 * h * h + h + h + 1);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd;
+  std::vector<float> x(4 * h);
+  for (float& v : x) v = nd(rng);
+  float out[4];
+  r->ConfidenceBatch(x.data(), 4, out, nullptr);
+  for (int t = 0; t < 4; ++t) {
+    EXPECT_NEAR(out[t], Reference(layers, std::vector<double>(x.begin() + t * h, x.begin() + (t + 1) * h), false), 1e-5);
+    EXPECT_EQ(out[t], r->Confidence(x.data() + t * h, nullptr, 0, nullptr));
+  }
+  ASSERT_TRUE(r->Save(dir.File("r.gguf")).ok());
+  auto back = Router::Load(dir.File("r.gguf"));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->kind(), RouterKind::kCiter);
+  EXPECT_EQ(back->info().slm_fingerprint, "0123456789abcdef");
+  EXPECT_FLOAT_EQ(back->info().threshold, 0.61f);
+  EXPECT_EQ(back->info().training_summary, R"({"auroc": 0.9})");
+  float out2[4];
+  back->ConfidenceBatch(x.data(), 4, out2, nullptr);
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(out[t], out2[t]);
+
+  // Quantized weights: close to the float result.
+  auto q = Router::FromLayers(info, layers, GgmlType::kQ8_0);
+  ASSERT_TRUE(q.ok());
+  ASSERT_TRUE(q->Save(dir.File("q.gguf")).ok());
+  auto qb = Router::Load(dir.File("q.gguf"));
+  ASSERT_TRUE(qb.ok()) << qb.status().message();
+  EXPECT_EQ(qb->weight_type(), GgmlType::kQ8_0);
+  qb->ConfidenceBatch(x.data(), 4, out2, nullptr);
+  for (int t = 0; t < 4; ++t) EXPECT_NEAR(out[t], out2[t], 0.03);
+}
+
+TEST(Router, ColmIsOneMinusDeferProbability) {
+  const int64_t h = 32;
+  auto layers = RandomLayers({h, 1}, 8);
+  RouterInfo info;
+  info.kind = RouterKind::kColm;
+  auto r = Router::FromLayers(info, layers);
+  ASSERT_TRUE(r.ok());
+  std::vector<float> x(h, 0.5f);
+  EXPECT_NEAR(r->Confidence(x.data(), nullptr, 0, nullptr),
+              Reference(layers, std::vector<double>(x.begin(), x.end()), true), 1e-5);
+  // Shapes are checked.
+  info.kind = RouterKind::kCiter;
+  EXPECT_FALSE(Router::FromLayers(info, layers).ok());
+  auto bad = RandomLayers({h, 2 * h, h, 1}, 1);
+  bad[2] = RandomLayers({h + 1, 1}, 2)[0];  // takes h + 1 inputs after a layer giving h
+  EXPECT_FALSE(Router::FromLayers(info, bad).ok());
+}
+
+TEST(Router, RefusesAnotherSlmAndBadFiles) {
+  TempDir dir;
+  RandomModelOptions o;
+  o.preset = "tiny";
+  o.type = "f32";
+  ASSERT_TRUE(WriteRandomModel(o, dir.File("a.gguf")).ok());
+  o.seed = 2;
+  ASSERT_TRUE(WriteRandomModel(o, dir.File("b.gguf")).ok());
+  auto a = Model::Load(dir.File("a.gguf"));
+  auto b = Model::Load(dir.File("b.gguf"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE((*a)->fingerprint(), (*b)->fingerprint());
+  const int64_t h = (*a)->config().n_embd;
+  RouterInfo info;
+  info.kind = RouterKind::kCiter;
+  info.slm_fingerprint = (*a)->fingerprint_hex();
+  auto r = Router::FromLayers(info, RandomLayers({h, 2 * h, h, 1}, 2));
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->CheckCompatible(**a).ok());
+  Status s = r->CheckCompatible(**b);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("trained for SLM"), std::string::npos) << s.message();
+  RouterInfo colm;
+  colm.kind = RouterKind::kColm;
+  auto wrong_dim = Router::FromLayers(colm, RandomLayers({h + 32, 1}, 2));
+  ASSERT_TRUE(wrong_dim.ok());
+  EXPECT_FALSE(wrong_dim->CheckCompatible(**a).ok());
+
+  // A model file is not a router; a truncated router is an error, not a crash.
+  auto not_router = Router::Load(dir.File("a.gguf"));
+  ASSERT_FALSE(not_router.ok());
+  EXPECT_NE(not_router.status().message().find("tlr-router"), std::string::npos);
+  ASSERT_TRUE(r->Save(dir.File("r.gguf")).ok());
+  std::filesystem::resize_file(dir.File("r.gguf"), 200);
+  EXPECT_FALSE(Router::Load(dir.File("r.gguf")).ok());
+  EXPECT_FALSE(Router::LoadOrBuiltin("no-such-router.gguf").ok());
+  EXPECT_TRUE(Router::LoadOrBuiltin("entropy").ok());
+}
+
+}  // namespace
+}  // namespace tlr

@@ -1,0 +1,412 @@
+// Router training: references, CITER labels, rollouts, network training, report (see
+// router_train.h).
+#include "routing/router_train.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "model/model.h"
+#include "model/sampler.h"
+
+namespace tlr {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Question {
+  const QaRow* row = nullptr;
+  std::vector<int32_t> prompt, ref;
+  bool ref_from_llm = false;
+  bool val = false;
+};
+
+// A position whose label came from a rollout (both models wrong), kept for later rounds.
+struct BothWrongPos {
+  int64_t example;  // index into the examples
+  size_t question;
+  int64_t j;        // reference position
+  int32_t slm_token;
+};
+
+struct Labelled {
+  RouterExamples all;
+  std::vector<float> maxprob, entropy;
+  std::vector<uint8_t> is_val;
+  std::vector<BothWrongPos> both_wrong;
+};
+
+bool Graded(const Tokenizer& tok, const QaRow& row, const std::vector<int32_t>& answer) {
+  auto choice = ExtractChoice(tok.Decode(answer), row);
+  return choice && *choice == row.answer_key;
+}
+
+// SLM (+ LLM when routed) greedy decoding with the router in the loop, from a prefix.
+Expected<std::vector<int32_t>> JointRollout(const Model& slm, const Model& llm, Router* router,
+                                            float threshold, const std::vector<int32_t>& prefix,
+                                            int max_tokens, ThreadPool* pool) {
+  const int64_t n_ctx = static_cast<int64_t>(prefix.size()) + max_tokens + 2;
+  TLR_ASSIGN_OR_RETURN(KvCache sc, slm.NewCache(n_ctx));
+  TLR_ASSIGN_OR_RETURN(KvCache lc, llm.NewCache(n_ctx));
+  ForwardContext ctx(pool);
+  std::vector<int32_t> seq = prefix, out;
+  const int64_t V = slm.config().n_vocab, H = slm.config().n_embd;
+  std::vector<float> logits(V), hidden(H), llogits(llm.config().n_vocab);
+  int64_t slm_seen = 0, llm_seen = 0;
+  while (static_cast<int>(out.size()) < max_tokens) {
+    SequenceInput in{&sc, std::span<const int32_t>(seq).subspan(slm_seen), OutputRows::kLast,
+                     logits.data(), hidden.data()};
+    TLR_RETURN_IF_ERROR(slm.Forward({&in, 1}, &ctx));
+    slm_seen = static_cast<int64_t>(seq.size());
+    int32_t next = ArgMax(logits.data(), V);
+    if (router->Confidence(hidden.data(), logits.data(), V, pool) < threshold) {
+      SequenceInput li{&lc, std::span<const int32_t>(seq).subspan(llm_seen), OutputRows::kLast,
+                       llogits.data(), nullptr};
+      TLR_RETURN_IF_ERROR(llm.Forward({&li, 1}, &ctx));
+      llm_seen = static_cast<int64_t>(seq.size());
+      next = ArgMax(llogits.data(), llm.config().n_vocab);
+    }
+    out.push_back(next);
+    seq.push_back(next);
+    if (slm.tokenizer().IsEndOfGeneration(next)) break;
+  }
+  return out;
+}
+
+}  // namespace
+
+Expected<std::vector<std::vector<int32_t>>> GreedyContinue(const Model& model,
+                                                           std::vector<KvCache*> caches,
+                                                           const std::vector<int32_t>& first,
+                                                           int max_tokens, ThreadPool* pool) {
+  const size_t n = caches.size();
+  std::vector<std::vector<int32_t>> out(n);
+  std::vector<int32_t> cur = first;
+  std::vector<size_t> active;
+  for (size_t i = 0; i < n; ++i) {
+    if (max_tokens > 0) active.push_back(i);
+  }
+  const int64_t V = model.config().n_vocab;
+  std::vector<float> logits(n * V);
+  ForwardContext ctx(pool);
+  std::vector<SequenceInput> seqs;
+  while (!active.empty()) {
+    seqs.clear();
+    for (size_t i : active) {
+      seqs.push_back({caches[i], std::span<const int32_t>(&cur[i], 1), OutputRows::kLast,
+                      logits.data() + i * V, nullptr});
+    }
+    TLR_RETURN_IF_ERROR(model.Forward(seqs, &ctx));
+    std::vector<size_t> still;
+    for (size_t i : active) {
+      const int32_t next = ArgMax(logits.data() + i * V, V);
+      out[i].push_back(next);
+      cur[i] = next;
+      if (!model.tokenizer().IsEndOfGeneration(next) && static_cast<int>(out[i].size()) < max_tokens) {
+        still.push_back(i);
+      }
+    }
+    active.swap(still);
+  }
+  return out;
+}
+
+std::string RouterTrainReport::ToJson() const {
+  nlohmann::json j = {
+      {"questions", questions}, {"dropped_llm_wrong", dropped_llm_wrong},
+      {"dropped_no_answer_key", dropped_no_answer_key}, {"tokens", tokens}, {"keep", keep},
+      {"route", route}, {"both_wrong", both_wrong}, {"both_wrong_kept", both_wrong_kept},
+      {"dropped_tokens", dropped_tokens}, {"val_tokens", val_tokens},
+      {"auroc", {{"router", auroc_router}, {"maxprob", auroc_maxprob}, {"entropy", auroc_entropy}}},
+      {"threshold", threshold}, {"epochs", mlp.epochs}, {"best_epoch", mlp.best_epoch},
+      {"train_loss", mlp.train_loss}, {"val_loss", mlp.val_loss}, {"seconds", seconds}};
+  return j.dump();
+}
+
+Expected<RouterTrainResult> TrainRouter(const Model& slm, const Model& llm,
+                                        const std::vector<QaRow>& rows,
+                                        const RouterTrainOptions& opts, ThreadPool* pool) {
+  const auto t0 = Clock::now();
+  if (slm.tokenizer().Fingerprint() != llm.tokenizer().Fingerprint()) {
+    return Status::Error("the SLM and the LLM have different tokenizers: token routing needs one vocabulary");
+  }
+  if (!RouterIsLearned(opts.mlp.kind)) return Status::Error("only citer and colm routers are trained");
+  if (opts.max_answer_tokens < 1 || opts.batch_questions < 1 || opts.rounds < 1) {
+    return Status::Error("max answer tokens, batch and rounds must be positive");
+  }
+  const Tokenizer& tok = slm.tokenizer();
+  const int64_t V = slm.config().n_vocab, H = slm.config().n_embd;
+  const int maxt = opts.max_answer_tokens;
+  auto progress = [&](const char* stage, int64_t done, int64_t total) {
+    if (opts.on_progress) opts.on_progress(stage, done, total);
+  };
+  RouterTrainResult result;
+  RouterTrainReport& rep = result.report;
+
+  // 1. Prompts and references.
+  std::vector<Question> qs;
+  std::vector<size_t> need_llm;
+  for (const QaRow& row : rows) {
+    if (row.answer_key.empty()) {
+      ++rep.dropped_no_answer_key;
+      continue;
+    }
+    Question q;
+    q.row = &row;
+    q.prompt = tok.Encode(QaPrompt(row));
+    if (q.prompt.empty()) continue;
+    if (!row.reference.empty()) {
+      q.ref = tok.Encode(row.reference);
+      if (tok.eos() >= 0) q.ref.push_back(tok.eos());
+    } else {
+      q.ref_from_llm = true;
+      need_llm.push_back(qs.size());
+    }
+    qs.push_back(std::move(q));
+  }
+  ForwardContext ctx(pool);
+  for (size_t b = 0; b < need_llm.size(); b += opts.batch_questions) {
+    const size_t e = std::min(need_llm.size(), b + opts.batch_questions);
+    std::vector<KvCache> caches;
+    std::vector<KvCache*> ptrs;
+    std::vector<SequenceInput> pre;
+    std::vector<int32_t> first;
+    for (size_t i = b; i < e; ++i) {
+      Question& q = qs[need_llm[i]];
+      TLR_ASSIGN_OR_RETURN(KvCache c, llm.NewCache(static_cast<int64_t>(q.prompt.size()) + maxt + 2));
+      caches.push_back(std::move(c));
+      first.push_back(q.prompt.back());
+    }
+    for (size_t i = b; i < e; ++i) {
+      Question& q = qs[need_llm[i]];
+      ptrs.push_back(&caches[i - b]);
+      if (q.prompt.size() > 1) {
+        pre.push_back({&caches[i - b], std::span<const int32_t>(q.prompt).first(q.prompt.size() - 1),
+                       OutputRows::kNone, nullptr, nullptr});
+      }
+    }
+    if (!pre.empty()) TLR_RETURN_IF_ERROR(llm.Forward(pre, &ctx));
+    TLR_ASSIGN_OR_RETURN(auto outs, GreedyContinue(llm, ptrs, first, maxt, pool));
+    for (size_t i = b; i < e; ++i) qs[need_llm[i]].ref = std::move(outs[i - b]);
+    progress("reference", static_cast<int64_t>(e), static_cast<int64_t>(need_llm.size()));
+  }
+  {
+    std::vector<Question> kept;
+    for (Question& q : qs) {
+      if (q.ref_from_llm && !Graded(tok, *q.row, q.ref)) {
+        ++rep.dropped_llm_wrong;
+        continue;
+      }
+      kept.push_back(std::move(q));
+    }
+    qs.swap(kept);
+  }
+  rep.questions = static_cast<int64_t>(qs.size());
+  if (qs.size() < 4) {
+    return Status::Error("only " + std::to_string(qs.size()) +
+                         " usable questions (the LLM must answer them right): need more data");
+  }
+  // Validation questions: a deterministic pseudo-random subset.
+  uint64_t s = opts.mlp.seed * 0x9e3779b97f4a7c15ull + 12345;
+  int64_t n_val = 0;
+  for (Question& q : qs) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    q.val = static_cast<double>(s >> 11) / 9007199254740992.0 < opts.val_fraction;
+    n_val += q.val;
+  }
+  if (n_val == 0) qs.back().val = true;
+
+  // 2. Teacher-forced SLM (and LLM where needed) passes; labels.
+  Labelled lab;
+  lab.all.dim = H;
+  struct Pending { size_t q; int64_t j; int32_t tok; int64_t example; };
+  for (size_t b = 0; b < qs.size(); b += opts.batch_questions) {
+    const size_t e = std::min(qs.size(), b + opts.batch_questions);
+    std::vector<std::vector<int32_t>> inputs;
+    std::vector<KvCache> caches, lcaches;
+    int64_t rows_total = 0;
+    bool need_llm_pass = false;
+    for (size_t i = b; i < e; ++i) {
+      std::vector<int32_t> in = qs[i].prompt;
+      in.insert(in.end(), qs[i].ref.begin(), qs[i].ref.end() - 1);
+      rows_total += static_cast<int64_t>(in.size());
+      TLR_ASSIGN_OR_RETURN(KvCache c, slm.NewCache(static_cast<int64_t>(in.size()) + maxt + 2));
+      caches.push_back(std::move(c));
+      need_llm_pass |= !qs[i].ref_from_llm;
+      inputs.push_back(std::move(in));
+    }
+    std::vector<float> logits(rows_total * V), hidden(rows_total * H), llogits;
+    std::vector<SequenceInput> seqs;
+    int64_t off = 0;
+    for (size_t i = b; i < e; ++i) {
+      seqs.push_back({&caches[i - b], inputs[i - b], OutputRows::kAll, logits.data() + off * V,
+                      hidden.data() + off * H});
+      off += static_cast<int64_t>(inputs[i - b].size());
+    }
+    TLR_RETURN_IF_ERROR(slm.Forward(seqs, &ctx));
+    if (need_llm_pass) {
+      llogits.resize(rows_total * llm.config().n_vocab);
+      seqs.clear();
+      off = 0;
+      for (size_t i = b; i < e; ++i) {
+        TLR_ASSIGN_OR_RETURN(KvCache c, llm.NewCache(static_cast<int64_t>(inputs[i - b].size())));
+        lcaches.push_back(std::move(c));
+      }
+      for (size_t i = b; i < e; ++i) {
+        seqs.push_back({&lcaches[i - b], inputs[i - b], OutputRows::kAll,
+                        llogits.data() + off * llm.config().n_vocab, nullptr});
+        off += static_cast<int64_t>(inputs[i - b].size());
+      }
+      TLR_RETURN_IF_ERROR(llm.Forward(seqs, &ctx));
+    }
+    off = 0;
+    std::vector<KvCache> forks;
+    std::vector<int32_t> firsts;
+    std::vector<Pending> batch_rollouts;
+    for (size_t i = b; i < e; ++i) {
+      const Question& q = qs[i];
+      const int64_t P = static_cast<int64_t>(q.prompt.size());
+      for (int64_t j = 0; j < static_cast<int64_t>(q.ref.size()); ++j) {
+        const int64_t row = off + P - 1 + j;
+        const float* lg = logits.data() + row * V;
+        const int32_t s_tok = ArgMax(lg, V);
+        const int32_t want = q.ref[j];
+        int label;
+        if (s_tok == want) {
+          label = 1;
+        } else if (q.ref_from_llm ||
+                   ArgMax(llogits.data() + row * llm.config().n_vocab, llm.config().n_vocab) == want) {
+          label = 0;
+        } else if (opts.both_wrong == BothWrong::kDrop) {
+          ++rep.dropped_tokens;
+          continue;
+        } else {
+          label = -1;  // decided by the rollout below
+        }
+        const int64_t ex = lab.all.size();
+        lab.all.x.insert(lab.all.x.end(), hidden.data() + row * H, hidden.data() + (row + 1) * H);
+        lab.all.label.push_back(label == 1);
+        lab.all.group.push_back(static_cast<int32_t>(i));
+        lab.maxprob.push_back(MaxProbConfidence(lg, V));
+        lab.entropy.push_back(EntropyConfidence(lg, V));
+        lab.is_val.push_back(q.val);
+        if (label == -1) {
+          forks.push_back(caches[i - b].Fork(P + j));
+          firsts.push_back(s_tok);
+          batch_rollouts.push_back({i, j, s_tok, ex});
+        }
+      }
+      off += static_cast<int64_t>(inputs[i - b].size());
+    }
+    if (!forks.empty()) {
+      std::vector<KvCache*> ptrs;
+      for (auto& f : forks) ptrs.push_back(&f);
+      // One shared limit keeps the batch simple; each rollout is cut at its own budget below.
+      TLR_ASSIGN_OR_RETURN(auto outs, GreedyContinue(slm, ptrs, firsts, maxt, pool));
+      for (size_t k = 0; k < batch_rollouts.size(); ++k) {
+        const Pending& p = batch_rollouts[k];
+        const Question& q = qs[p.q];
+        std::vector<int32_t> answer(q.ref.begin(), q.ref.begin() + p.j);
+        answer.push_back(p.tok);
+        const size_t budget = static_cast<size_t>(std::max<int64_t>(0, maxt - p.j - 1));
+        answer.insert(answer.end(), outs[k].begin(), outs[k].begin() + std::min(budget, outs[k].size()));
+        const bool ok = Graded(tok, *q.row, answer);
+        lab.all.label[p.example] = ok;
+        ++rep.both_wrong;
+        rep.both_wrong_kept += ok;
+        lab.both_wrong.push_back({p.example, p.q, p.j, p.tok});
+      }
+    }
+    progress("label", static_cast<int64_t>(e), static_cast<int64_t>(qs.size()));
+  }
+  rep.tokens = lab.all.size();
+  for (uint8_t l : lab.all.label) (l ? rep.keep : rep.route) += 1;
+
+  // 3. Train (and relabel in later rounds).
+  auto split = [&](RouterExamples* tr, RouterExamples* va) {
+    tr->dim = va->dim = H;
+    for (int64_t i = 0; i < lab.all.size(); ++i) {
+      RouterExamples* d = lab.is_val[i] ? va : tr;
+      d->x.insert(d->x.end(), lab.all.x.begin() + i * H, lab.all.x.begin() + (i + 1) * H);
+      d->label.push_back(lab.all.label[i]);
+      d->group.push_back(lab.all.group[i]);
+    }
+  };
+  RouterInfo info;
+  info.kind = opts.mlp.kind;
+  info.slm_fingerprint = slm.fingerprint_hex();
+  info.slm_name = opts.slm_name;
+  for (int round = 1; round <= opts.rounds; ++round) {
+    if (round > 1) {
+      int64_t kept = 0;
+      for (size_t k = 0; k < lab.both_wrong.size(); ++k) {
+        const BothWrongPos& p = lab.both_wrong[k];
+        const Question& q = qs[p.question];
+        std::vector<int32_t> prefix = q.prompt;
+        prefix.insert(prefix.end(), q.ref.begin(), q.ref.begin() + p.j);
+        prefix.push_back(p.slm_token);
+        const int budget = std::max<int>(0, maxt - static_cast<int>(p.j) - 1);
+        TLR_ASSIGN_OR_RETURN(auto cont, JointRollout(slm, llm, &result.router, result.router.info().threshold,
+                                                     prefix, budget, pool));
+        std::vector<int32_t> answer(q.ref.begin(), q.ref.begin() + p.j);
+        answer.push_back(p.slm_token);
+        answer.insert(answer.end(), cont.begin(), cont.end());
+        const bool ok = Graded(tok, *q.row, answer);
+        lab.all.label[p.example] = ok;
+        kept += ok;
+        progress("rollout", static_cast<int64_t>(k + 1), static_cast<int64_t>(lab.both_wrong.size()));
+      }
+      rep.both_wrong_kept = kept;
+      rep.keep = rep.route = 0;
+      for (uint8_t l : lab.all.label) (l ? rep.keep : rep.route) += 1;
+    }
+    RouterExamples tr, va;
+    split(&tr, &va);
+    MlpTrainOptions mo = opts.mlp;
+    auto user_cb = opts.mlp.on_epoch;
+    mo.on_epoch = [&](int epoch, float tl, float vl, float auc) {
+      if (user_cb) user_cb(epoch, tl, vl, auc);
+      progress("train", epoch, mo.max_epochs);
+    };
+    TLR_ASSIGN_OR_RETURN(rep.mlp, TrainRouterNetwork(tr, va, mo, pool));
+    TLR_ASSIGN_OR_RETURN(result.router, Router::FromLayers(info, rep.mlp.layers, opts.weight_type));
+    // Held-out AUROC for the router and the two baselines, and a recommended threshold
+    // (Youden's J: the best balanced separation of keep from route).
+    std::vector<float> conf(va.size()), mp, ent;
+    result.router.ConfidenceBatch(va.x.data(), va.size(), conf.data(), pool);
+    for (int64_t i = 0; i < lab.all.size(); ++i) {
+      if (lab.is_val[i]) mp.push_back(lab.maxprob[i]), ent.push_back(lab.entropy[i]);
+    }
+    rep.val_tokens = va.size();
+    rep.auroc_router = Auroc(conf, va.label);
+    rep.auroc_maxprob = Auroc(mp, va.label);
+    rep.auroc_entropy = Auroc(ent, va.label);
+    int64_t pos = 0, neg = 0;
+    for (uint8_t l : va.label) (l ? pos : neg) += 1;
+    std::vector<size_t> idx(va.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    std::sort(idx.begin(), idx.end(), [&](size_t a, size_t c) { return conf[a] < conf[c]; });
+    double best_j = -1;
+    float best_t = 0.5f;
+    int64_t below_pos = 0, below_neg = 0;  // routed (confidence < t) keep / route tokens
+    for (size_t k = 0; k < idx.size(); ++k) {
+      (va.label[idx[k]] ? below_pos : below_neg) += 1;
+      if (k + 1 < idx.size() && conf[idx[k + 1]] == conf[idx[k]]) continue;
+      const double tpr = neg ? static_cast<double>(below_neg) / neg : 0;   // routes caught
+      const double fpr = pos ? static_cast<double>(below_pos) / pos : 0;   // keeps routed
+      if (tpr - fpr > best_j) {
+        best_j = tpr - fpr;
+        best_t = k + 1 < idx.size() ? 0.5f * (conf[idx[k]] + conf[idx[k + 1]]) : conf[idx[k]] + 1e-6f;
+      }
+    }
+    rep.threshold = best_t;
+    result.router.mutable_info().threshold = best_t;
+  }
+  rep.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  result.router.mutable_info().training_summary = rep.ToJson();
+  return result;
+}
+
+}  // namespace tlr

@@ -1,0 +1,78 @@
+// Router training from an SLM/LLM pair (routing layer), following CITER's labels.
+//
+// For each training question: the reference completion is the row's "reference" text if it
+// has one, else the LLM's greedy answer (kept only when it is graded right; questions the LLM
+// gets wrong are dropped). The SLM and LLM read prompt + reference teacher-forced (batched
+// prefill over several questions at once). At each reference position:
+//   SLM's argmax == reference token            -> keep (label 1: the SLM's token is fine)
+//   else LLM's argmax == reference token       -> route (label 0)
+//   else (both wrong)                          -> rollout: continue greedily from the SLM's
+//        token (SLM only in round 1; in later rounds jointly with the current router in the
+//        loop, CITER's iterative rounds) and keep iff the final answer is right; or drop the
+//        position (BothWrong::kDrop).
+// When the reference is the LLM's own greedy answer, its argmax equals the reference by
+// construction and the LLM pass is skipped. Features are the SLM's final hidden states; the
+// network trains with mlp_train.h on a split by question; AUROC on the held-out questions'
+// tokens is reported for the router and for the maxprob and entropy baselines.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "model/kv_cache.h"
+#include "routing/mlp_train.h"
+#include "routing/qa.h"
+#include "routing/router.h"
+#include "util/status.h"
+
+namespace tlr {
+
+class Model;
+class ThreadPool;
+
+enum class BothWrong { kRollout, kDrop };
+
+struct RouterTrainOptions {
+  MlpTrainOptions mlp;
+  BothWrong both_wrong = BothWrong::kRollout;
+  int rounds = 1;               // >1: relabel both-wrong tokens with the router in the loop
+  int max_answer_tokens = 64;   // reference and rollout length limit
+  float val_fraction = 0.15f;   // questions held out for validation and AUROC
+  int batch_questions = 16;     // questions per batched prefill
+  GgmlType weight_type = GgmlType::kF32;
+  std::string slm_name;
+  // Progress: stage ("reference", "label", "rollout", "train"), done, total.
+  std::function<void(const std::string&, int64_t, int64_t)> on_progress;
+};
+
+struct RouterTrainReport {
+  int64_t questions = 0, dropped_llm_wrong = 0, dropped_no_answer_key = 0;
+  int64_t tokens = 0, keep = 0, route = 0, both_wrong = 0, both_wrong_kept = 0, dropped_tokens = 0;
+  int64_t val_tokens = 0;
+  double auroc_router = 0, auroc_maxprob = 0, auroc_entropy = 0;
+  float threshold = 0.5f;
+  MlpTrainResult mlp;
+  double seconds = 0;
+  std::string ToJson() const;
+};
+
+struct RouterTrainResult {
+  Router router;
+  RouterTrainReport report;
+};
+
+Expected<RouterTrainResult> TrainRouter(const Model& slm, const Model& llm,
+                                        const std::vector<QaRow>& rows,
+                                        const RouterTrainOptions& opts, ThreadPool* pool);
+
+// Greedy continuation of several sequences at once: each cache already holds its prefix, and
+// first[i] is the next token to feed. Stops a sequence at an end-of-generation token (which
+// is included) or after max_tokens generated tokens. Used for references and rollouts.
+Expected<std::vector<std::vector<int32_t>>> GreedyContinue(const Model& model,
+                                                           std::vector<KvCache*> caches,
+                                                           const std::vector<int32_t>& first,
+                                                           int max_tokens, ThreadPool* pool);
+
+}  // namespace tlr
