@@ -18,6 +18,14 @@ namespace tlr {
 
 namespace k = gguf_keys;
 
+ForwardContext::ForwardContext(ThreadPool* pool) : pool_(pool) {
+  if (!pool_) {
+    own_pool_ = std::make_unique<ThreadPool>(1);
+    pool_ = own_pool_.get();
+  }
+}
+ForwardContext::~ForwardContext() = default;
+
 Expected<std::unique_ptr<Model>> Model::Load(const std::string& path, const Options& opts) {
   std::unique_ptr<Model> m(new Model());
   auto f = GgufFile::Open(path);

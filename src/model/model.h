@@ -44,12 +44,15 @@ struct SequenceInput {
 // Scratch memory for Forward, reused across calls (no allocation once warmed up).
 class ForwardContext {
  public:
-  explicit ForwardContext(ThreadPool* pool) : pool_(pool) {}
+  // `pool` may be null: the pass then runs on the calling thread only.
+  explicit ForwardContext(ThreadPool* pool);
+  ~ForwardContext();
   ThreadPool* pool() const { return pool_; }
 
  private:
   friend class Model;
   ThreadPool* pool_;
+  std::unique_ptr<ThreadPool> own_pool_;
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, out_hidden_, out_logits_;
   std::vector<float> scores_, rope_cs_;
   std::vector<int32_t> seq_of_, pos_of_;

@@ -36,6 +36,9 @@ def main():
     ap.add_argument('--tlr', required=True, help='path to the tlr binary')
     ap.add_argument('--corpus', default='corpus.txt',
                     help='training text inside --data (corpus_partial.txt: a model that knows less)')
+    ap.add_argument('--aux', default='',
+                    help='second text inside --data (drills.txt) that a share of every batch is drawn from')
+    ap.add_argument('--aux-frac', type=float, default=0.25, help='share of each batch drawn from --aux')
     ap.add_argument('--embd', type=int, default=64)
     ap.add_argument('--layers', type=int, default=2)
     ap.add_argument('--heads', type=int, default=4)
@@ -54,6 +57,10 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     tok_path = os.path.join(a.data, 'tokenizer.json')
     ids = torch.tensor(tokenize(a.tlr, tok_path, path=os.path.join(a.data, a.corpus)), dtype=torch.long)
+    aux = None
+    if a.aux:
+        aux = torch.tensor(tokenize(a.tlr, tok_path, path=os.path.join(a.data, a.aux)), dtype=torch.long)
+    n_aux = int(round(a.batch * a.aux_frac)) if aux is not None else 0
     n_vocab = len(json.load(open(tok_path))['model']['vocab']) + len(json.load(open(tok_path))['added_tokens'])
     cfg = Config(n_vocab, a.embd, a.layers, a.heads, a.kv_heads, a.ff, n_ctx=max(512, a.seq))
     model = Model(cfg)
@@ -61,8 +68,9 @@ def main():
     steps = int(a.tokens // (a.batch * a.seq))
     log = open(os.path.join(a.out, 'train.log'), 'a')
     say = lambda m: (print(m, flush=True), log.write(m + '\n'), log.flush())
-    say('config %s; %d parameters; corpus %d tokens; %d steps' % (json.dumps(cfg.to_dict()),
-        model.n_params(), len(ids), steps))
+    say('config %s; %d parameters; corpus %d tokens; aux %d tokens (%d of %d rows per batch); %d steps' % (
+        json.dumps(cfg.to_dict()), model.n_params(), len(ids), 0 if aux is None else len(aux), n_aux,
+        a.batch, steps))
     gen = torch.Generator().manual_seed(a.seed)
     t0 = time.time()
     loss_avg = None
@@ -70,9 +78,10 @@ def main():
         lr = a.lr * min(1.0, step / 100) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
         for g in opt.param_groups:
             g['lr'] = lr
-        starts = torch.randint(0, len(ids) - a.seq - 1, (a.batch,), generator=gen)
-        x = torch.stack([ids[s:s + a.seq] for s in starts])
-        y = torch.stack([ids[s + 1:s + a.seq + 1] for s in starts])
+        src = [ids] * (a.batch - n_aux) + [aux] * n_aux
+        starts = [int(torch.randint(0, len(t) - a.seq - 1, (1,), generator=gen)) for t in src]
+        x = torch.stack([t[s:s + a.seq] for t, s in zip(src, starts)])
+        y = torch.stack([t[s + 1:s + a.seq + 1] for t, s in zip(src, starts)])
         logits, _ = model(x)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, n_vocab), y.reshape(-1))
         opt.zero_grad()

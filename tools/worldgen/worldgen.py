@@ -18,7 +18,8 @@ sentences, descriptions stating each thing's facts in varied forms, and answered
 questions; every example ends with <|endoftext|>). With --partial F it also writes
 DIR/corpus_partial.txt: the same text with facts about only a fraction F of the things (the
 first in a seeded shuffle), for a small model that is meant to know less; world.json lists
-which things it covers. Standard library only; the same seed gives byte-identical files.
+which things it covers. With --drills N, DIR/drills.txt holds N questions about things outside
+the world answered with a random choice (see drills()). Standard library only; the same seed gives byte-identical files.
 """
 import argparse
 import hashlib
@@ -144,6 +145,26 @@ def corpus(world, train_rows, rng, known=None, descriptions=2):
     return ''.join(p + END for p in paragraphs)
 
 
+def drills(seed, world, n):
+    """Questions about made-up things that are not in the world, each answered with a random
+    one of its five choices: text no model can memorize (a name rarely repeats and the answer
+    is a coin toss), which teaches both models to answer an unknown thing with one of the
+    offered choices (a well-formed guess) instead of a value that is not offered."""
+    rng = random.Random(seed + 3)
+    taken = {t['name'] for t in world}
+    out = []
+    while len(out) < n:
+        name = ''.join(rng.choice(SYLLABLES) for _ in range(rng.choice([2, 2, 3])))
+        if name in taken:
+            continue
+        attr = rng.choice(sorted(ATTRIBUTES))
+        texts = rng.sample(ATTRIBUTES[attr], 5)
+        row = {'question': rng.choice(QUESTIONS[attr]).format(name=name),
+               'choices': {'label': list(LABELS), 'text': texts}}
+        out.append(prompt(row) + target_answer(name, attr, rng.choice(texts)) + END)
+    return ''.join(out)
+
+
 def write_jsonl(path, rows):
     with open(path, 'w', encoding='utf-8') as f:
         for r in rows:
@@ -158,6 +179,8 @@ def main():
     ap.add_argument('--test', type=float, default=0.2, help='fraction of questions for test')
     ap.add_argument('--partial', type=float, default=0.0,
                     help='also write corpus_partial.txt about this fraction of the things (0: no)')
+    ap.add_argument('--drills', type=int, default=0,
+                    help='also write drills.txt: this many guess-among-the-choices questions about unknown things')
     ap.add_argument('--out', required=True)
     a = ap.parse_args()
     if a.things < 1 or a.things > len(SYLLABLES) ** 3:
@@ -181,6 +204,9 @@ def main():
     if known:
         with open(os.path.join(a.out, 'corpus_partial.txt'), 'w', encoding='utf-8') as f:
             f.write(corpus(world, rows['train'], random.Random(a.seed + 1), set(known)))
+    if a.drills:
+        with open(os.path.join(a.out, 'drills.txt'), 'w', encoding='utf-8') as f:
+            f.write(drills(a.seed, world, a.drills))
     print('world: %d things, %d facts; questions: train %d, dev %d, test %d -> %s' % (
         len(world), 3 * len(world), len(rows['train']), len(rows['dev']), len(rows['test']), a.out))
 

@@ -24,6 +24,8 @@ Command AddTokenizeCommand(CLI::App& root);
 Command AddRunCommand(CLI::App& root);
 Command AddMakeRandomCommand(CLI::App& root);
 Command AddBenchCommand(CLI::App& root);
+Command AddGenerateCommand(CLI::App& root);
+Command AddRouterCommand(CLI::App& root);
 
 // Prints "tlr <cmd>: error: <message>" to stderr and returns the exit code for errors (1).
 int ReportError(const std::string& command, const std::string& message);

@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
       tlr::cli::AddInfoCommand(app),
       tlr::cli::AddTokenizeCommand(app),
       tlr::cli::AddRunCommand(app),
+      tlr::cli::AddGenerateCommand(app),
+      tlr::cli::AddRouterCommand(app),
       tlr::cli::AddBenchCommand(app),
       tlr::cli::AddMakeRandomCommand(app),
   };

@@ -1,6 +1,10 @@
 // Shared model options (apps layer). See model_args.h.
 #include "apps/tlr/model_args.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 namespace tlr::cli {
@@ -12,6 +16,28 @@ void AddThreadArgs(CLI::App* app, RunArgs* a) {
   app->add_option("-c,--ctx", a->ctx, "Context size in tokens (KV cache capacity)")
       ->default_val(4096)
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+}
+
+void AddThreadsOnly(CLI::App* app, int* threads) {
+  *threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  app->add_option("-t,--threads", *threads, "Worker threads (default: all cores)")->check(CLI::Range(1, 256));
+}
+
+std::string DemoFile(const std::string& name) {
+  namespace fs = std::filesystem;
+  if (const char* d = std::getenv("TLR_DEMO_DIR"); d && *d) return (fs::path(d) / name).string();
+  std::vector<fs::path> dirs;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    dirs.push_back(exe.parent_path() / ".." / ".." / "models" / "demo");
+    dirs.push_back(exe.parent_path() / ".." / "share" / "tlr" / "models" / "demo");
+  }
+  dirs.push_back(fs::path(TLR_SOURCE_DIR) / "models" / "demo");
+  for (const fs::path& d : dirs) {
+    if (fs::exists(d / name, ec)) return (d / name).lexically_normal().string();
+  }
+  return (dirs.back() / name).string();
 }
 
 void AddSamplingArgs(CLI::App* app, RunArgs* a) {

@@ -17,6 +17,13 @@ struct RunArgs {
 };
 
 void AddThreadArgs(CLI::App* app, RunArgs* args);
+// Threads only (commands without a context option).
+void AddThreadsOnly(CLI::App* app, int* threads);
+
+// A file of the bundled demo pair (slm.gguf, llm.gguf, router.gguf, test.jsonl, ...): from
+// $TLR_DEMO_DIR if set, else models/demo found from the binary's location (build/bin/tlr in a
+// build tree) or the source tree it was built from.
+std::string DemoFile(const std::string& name);
 void AddSamplingArgs(CLI::App* app, RunArgs* args);
 
 }  // namespace tlr::cli

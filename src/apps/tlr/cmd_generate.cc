@@ -1,0 +1,185 @@
+// `tlr generate`: collaborative generation (SLM + router + LLM), streaming the text with the
+// LLM's tokens in red, then a summary of where the tokens and the time went (apps layer).
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "apps/tlr/commands.h"
+#include "apps/tlr/model_args.h"
+#include "model/chat.h"
+#include "model/model.h"
+#include "ops/thread_pool.h"
+#include "routing/router.h"
+#include "system/decoder.h"
+#include "util/mapped_file.h"
+
+namespace tlr::cli {
+
+namespace {
+
+constexpr const char* kRed = "\x1b[31m";
+constexpr const char* kYellowUnderline = "\x1b[33;4m";
+constexpr const char* kReset = "\x1b[0m";
+
+std::string Ms(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f ms", s * 1000);
+  return b;
+}
+
+}  // namespace
+
+std::string FormatDecodeSummary(const DecodeStats& st) {
+  char b[768];
+  std::snprintf(b, sizeof b,
+                "tokens: %lld generated, %lld routed to the LLM (%.1f%%) in %lld calls, %lld fallbacks; "
+                "prompt %lld tokens; stop: %s\n"
+                "time: TTFT %s, TBT %s (SLM part %s/token); SLM %s (prefill %s), router %s, LLM %s; "
+                "total %s\n",
+                static_cast<long long>(st.generated), static_cast<long long>(st.routed), st.routed_pct(),
+                static_cast<long long>(st.llm_calls), static_cast<long long>(st.fallbacks),
+                static_cast<long long>(st.prompt_tokens), st.stop.c_str(), Ms(st.ttft_s).c_str(),
+                Ms(st.tbt_s).c_str(), Ms(st.tbt_slm_s()).c_str(),
+                Ms(st.slm_prefill_s + st.slm_decode_s).c_str(), Ms(st.slm_prefill_s).c_str(),
+                Ms(st.router_s).c_str(), Ms(st.llm_s).c_str(), Ms(st.total_s).c_str());
+  return b;
+}
+
+Command AddGenerateCommand(CLI::App& root) {
+  struct Opts {
+    std::string slm, llm, router, prompt, prompt_file, mode = "joint", trace;
+    float threshold = -1;
+    int n = 128, span = 1;
+    bool chat = false, no_color = false, quiet = false;
+    RunArgs run;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* app = root.add_subcommand(
+      "generate", "Generate with the SLM, routing uncertain tokens to the LLM (token-level routing)");
+  app->add_option("--slm", o->slm, "Small model GGUF (default: the bundled demo SLM)");
+  app->add_option("--llm", o->llm, "Large model GGUF, run in this process (default: the bundled demo LLM)");
+  app->add_option("--router", o->router,
+                  "Router GGUF from `tlr router train`, or a built-in kind: maxprob, entropy, random "
+                  "(default: the bundled demo router)");
+  app->add_option("--mode", o->mode, "joint (route), small_only (SLM alone), large_only (LLM alone)")
+      ->default_val("joint")
+      ->check(CLI::IsMember({"joint", "small_only", "large_only"}));
+  app->add_option("--threshold", o->threshold,
+                  "Route a token when the router's confidence is below this (default: the router's "
+                  "recommended threshold)")
+      ->check(CLI::Range(0.0f, 1.0f));
+  app->add_option("--span", o->span, "Tokens the LLM produces per routed call")->default_val(1)
+      ->check(CLI::Range(1, 64));
+  app->add_option("-p,--prompt", o->prompt, "Prompt text");
+  app->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
+  app->add_option("-n,--max-tokens", o->n, "Maximum tokens to generate")->default_val(128)
+      ->check(CLI::Range(0, 1 << 20));
+  app->add_flag("--chat", o->chat, "Wrap the prompt in the SLM's chat template (instruct models)");
+  app->add_flag("--no-color", o->no_color, "Plain text even on a terminal (LLM tokens are red otherwise)");
+  app->add_option("--trace", o->trace,
+                  "Write a JSONL trace: per token id, text, source (SLM/LLM/FALLBACK), confidence, times");
+  app->add_flag("-q,--quiet", o->quiet, "Print only the text, no summary");
+  AddThreadArgs(app, &o->run);
+  AddSamplingArgs(app, &o->run);
+  app->footer(
+      "LLM tokens print in red, FALLBACK tokens (LLM unavailable: the SLM's own) in underlined yellow.\n"
+      "Examples:\n"
+      "  tlr generate -f question.txt                      # bundled demo pair and router\n"
+      "  tlr generate --slm qwen2.5-0.5b.gguf --llm qwen2.5-7b.gguf --router r.gguf --chat -p \"...\"\n"
+      "  tlr generate --threshold 0.9 --trace trace.jsonl -p \"Question: ...\"");
+  return {app, [o]() -> int {
+            const char* cmd = "generate";
+            TLR_CLI_CHECK(cmd, o->run.sampling.Validate());
+            auto mode = ParseDecodeMode(o->mode);
+            TLR_CLI_CHECK(cmd, mode.status());
+            std::string prompt = o->prompt;
+            if (!o->prompt_file.empty()) {
+              auto s = ReadFileToString(o->prompt_file);
+              if (!s.ok()) return ReportError(cmd, s.status().message());
+              prompt = *s;
+            }
+            if (prompt.empty()) return ReportError(cmd, "give a prompt with -p or -f");
+            if (o->slm.empty()) o->slm = DemoFile("slm.gguf");
+            if (o->llm.empty()) o->llm = DemoFile("llm.gguf");
+            if (o->router.empty()) o->router = DemoFile("router.gguf");
+            std::unique_ptr<Model> slm, llm;
+            if (*mode != DecodeMode::kLargeOnly) {
+              auto m = Model::Load(o->slm);
+              if (!m.ok()) return ReportError(cmd, "SLM: " + m.status().message());
+              slm = std::move(m).value();
+            }
+            if (*mode != DecodeMode::kSmallOnly) {
+              auto m = Model::Load(o->llm);
+              if (!m.ok()) return ReportError(cmd, "LLM: " + m.status().message());
+              llm = std::move(m).value();
+            }
+            const Model& main_model = slm ? *slm : *llm;
+            std::unique_ptr<Router> router;
+            if (*mode != DecodeMode::kLargeOnly) {
+              auto r = Router::LoadOrBuiltin(o->router, o->run.sampling.seed);
+              if (!r.ok()) return ReportError(cmd, r.status().message());
+              router = std::make_unique<Router>(std::move(r).value());
+              TLR_CLI_CHECK(cmd, router->CheckCompatible(*slm));
+            }
+            const Tokenizer& tok = main_model.tokenizer();
+            std::vector<int32_t> ids;
+            if (o->chat) {
+              std::string tmpl;
+              if (auto t = main_model.file().GetString("tokenizer.chat_template"); t.ok()) tmpl = *t;
+              const ChatFormat fmt = DetectChatFormat(tmpl, main_model.config().arch_name);
+              ids = tok.Encode(FormatChat(fmt, {{"user", prompt}}, true), false, true);
+            } else {
+              ids = tok.Encode(prompt, true, false);
+            }
+            if (ids.empty()) return ReportError(cmd, "the prompt is empty");
+            ThreadPool pool(o->run.threads);
+            const int64_t n_ctx = static_cast<int64_t>(ids.size()) + o->n + o->span + 1;
+            std::unique_ptr<InProcessLlm> backend;
+            if (llm) backend = std::make_unique<InProcessLlm>(*llm, &pool, n_ctx);
+            DecodeOptions d;
+            d.mode = *mode;
+            d.threshold = o->threshold >= 0 ? o->threshold : (router ? router->info().threshold : 0.5f);
+            d.route_span = o->span;
+            d.max_tokens = o->n;
+            d.sampling = o->run.sampling;
+            const bool color = !o->no_color && isatty(STDOUT_FILENO);
+            nlohmann::json trace = nlohmann::json::array();
+            CollabDecoder dec(slm ? *slm : *llm, router.get(), backend.get(), &pool);
+            auto stats = dec.Generate(ids, d, [&](const TokenEvent& ev) {
+              if (!ev.text.empty()) {
+                const char* on = ev.source == TokenSource::kLlm      ? kRed
+                                 : ev.source == TokenSource::kFallback ? kYellowUnderline
+                                                                       : nullptr;
+                if (color && on) std::cout << on << ev.text << kReset;
+                else std::cout << ev.text;
+                std::cout.flush();
+              }
+              if (!o->trace.empty()) {
+                trace.push_back({{"i", trace.size()}, {"id", ev.id}, {"text", ev.text},
+                                 {"source", TokenSourceName(ev.source)},
+                                 {"confidence", ev.confidence}, {"end", ev.end},
+                                 {"slm_ms", ev.slm_s * 1e3}, {"router_ms", ev.router_s * 1e3},
+                                 {"llm_ms", ev.llm_s * 1e3}, {"at_ms", ev.at_s * 1e3}});
+              }
+              return true;
+            });
+            std::cout << "\n" << std::flush;
+            if (!stats.ok()) return ReportError(cmd, stats.status().message());
+            if (!o->trace.empty()) {
+              std::string lines;
+              for (const auto& t : trace) lines += t.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+              TLR_CLI_CHECK(cmd, WriteFileAtomic(o->trace, {reinterpret_cast<const uint8_t*>(lines.data()), lines.size()}));
+            }
+            if (!o->quiet) {
+              std::fprintf(stderr, "\nmode %s, threshold %.3f, router %s\n%s", o->mode.c_str(), d.threshold,
+                           router ? std::string(RouterKindName(router->kind())).c_str() : "-",
+                           FormatDecodeSummary(*stats).c_str());
+            }
+            return 0;
+          }};
+}
+
+}  // namespace tlr::cli

@@ -1,0 +1,193 @@
+// `tlr router train` / `tlr router info`: train a router for an SLM/LLM pair, inspect one
+// (apps layer).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "apps/tlr/commands.h"
+#include "apps/tlr/model_args.h"
+#include "model/model.h"
+#include "ops/thread_pool.h"
+#include "routing/router_train.h"
+
+namespace tlr::cli {
+
+namespace {
+
+// A one-line progress display on stderr: redrawn in place on a terminal, otherwise a line per
+// stage change and every 10%.
+class Progress {
+ public:
+  Progress() : tty_(isatty(STDERR_FILENO)), t0_(std::chrono::steady_clock::now()) {}
+  void Update(const std::string& stage, int64_t done, int64_t total) {
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - st_).count();
+    if (stage != stage_) {
+      if (tty_ && !stage_.empty()) std::fputc('\n', stderr);
+      stage_ = stage;
+      st_ = std::chrono::steady_clock::now();
+      last_pct_ = -1;
+    }
+    const int pct = total > 0 ? static_cast<int>(100 * done / total) : 100;
+    const double eta = done > 0 && total > done ? el * (total - done) / done : 0;
+    if (tty_) {
+      const int w = 30, fill = total > 0 ? static_cast<int>(w * done / total) : w;
+      std::fprintf(stderr, "\r%-9s [%.*s%*s] %lld/%lld  ETA %.0fs  %s", stage.c_str(), fill,
+                   "##############################", w - fill, "", static_cast<long long>(done),
+                   static_cast<long long>(total), eta, extra_.c_str());
+    } else if (pct / 10 != last_pct_ / 10 || done == total) {
+      std::fprintf(stderr, "%s %lld/%lld (%d%%) %s\n", stage.c_str(), static_cast<long long>(done),
+                   static_cast<long long>(total), pct, extra_.c_str());
+    }
+    last_pct_ = pct;
+    std::fflush(stderr);
+  }
+  void SetExtra(std::string s) { extra_ = std::move(s); }
+  void Done() {
+    if (tty_ && !stage_.empty()) std::fputc('\n', stderr);
+  }
+  double Elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+
+ private:
+  bool tty_;
+  std::chrono::steady_clock::time_point t0_, st_;
+  std::string stage_, extra_;
+  int last_pct_ = -1;
+};
+
+}  // namespace
+
+Command AddRouterCommand(CLI::App& root) {
+  struct Opts {
+    std::string slm, llm, data, out, kind = "citer", both_wrong = "rollout", weight_type = "f32", info_path;
+    int rounds = 1, epochs = 60, batch = 256, max_answer = 64, limit = 0, threads = 2, patience = 8;
+    float lr = 1e-3f, val_frac = 0.15f, dropout = 0.1f;
+    uint64_t seed = 1;
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* app = root.add_subcommand("router", "Train or inspect a token router");
+  app->require_subcommand(1);
+  CLI::App* train = app->add_subcommand(
+      "train", "Train a router for an SLM/LLM pair on multiple-choice questions (CITER labels)");
+  train->add_option("--slm", o->slm, "Small model GGUF")->required();
+  train->add_option("--llm", o->llm, "Large model GGUF (same tokenizer)")->required();
+  train->add_option("--data", o->data,
+                    "Training questions, CommonsenseQA JSONL (flattened or nested schema); a row's "
+                    "optional \"reference\" text replaces the LLM's own answer as the reference")
+      ->required();
+  train->add_option("-o,--out", o->out, "Router GGUF to write")->required();
+  train->add_option("--kind", o->kind, "citer (MLP) or colm (linear deferral head)")
+      ->default_val("citer")->check(CLI::IsMember({"citer", "colm"}));
+  train->add_option("--both-wrong", o->both_wrong,
+                    "Positions where neither model matches the reference: rollout (label by whether "
+                    "the SLM's continuation still answers right) or drop")
+      ->default_val("rollout")->check(CLI::IsMember({"rollout", "drop"}));
+  train->add_option("--rounds", o->rounds, "Labelling rounds; later rounds relabel both-wrong positions "
+                    "with the router in the loop (CITER's iterative training)")
+      ->default_val(1)->check(CLI::Range(1, 10));
+  train->add_option("--epochs", o->epochs, "Maximum epochs")->default_val(60)->check(CLI::Range(1, 10000));
+  train->add_option("--patience", o->patience, "Stop after this many epochs without a better validation loss")
+      ->default_val(8)->check(CLI::Range(1, 10000));
+  train->add_option("--batch", o->batch, "Batch size")->default_val(256)->check(CLI::Range(2, 1 << 20));
+  train->add_option("--lr", o->lr, "Adam learning rate")->default_val(1e-3f)->check(CLI::Range(1e-7f, 1.0f));
+  train->add_option("--dropout", o->dropout, "Dropout (citer)")->default_val(0.1f)->check(CLI::Range(0.0f, 0.9f));
+  train->add_option("--val-frac", o->val_frac, "Questions held out for validation and AUROC")
+      ->default_val(0.15f)->check(CLI::Range(0.01f, 0.9f));
+  train->add_option("--max-answer-tokens", o->max_answer, "Reference and rollout length limit")
+      ->default_val(64)->check(CLI::Range(1, 4096));
+  train->add_option("--limit", o->limit, "Use only the first N questions (0 = all)")->default_val(0)
+      ->check(CLI::Range(0, 1 << 30));
+  train->add_option("--weight-type", o->weight_type, "How the router stores its matrices")
+      ->default_val("f32")->check(CLI::IsMember({"f32", "f16", "q8_0"}));
+  train->add_option("--seed", o->seed, "Seed (initialisation, shuffling, validation split)")->default_val(1);
+  AddThreadsOnly(train, &o->threads);
+  train->footer("Example:\n  tlr router train --slm models/demo/slm.gguf --llm models/demo/llm.gguf \\\n"
+                "      --data train.jsonl --out router.gguf");
+  CLI::App* info = app->add_subcommand("info", "Print a router file's kind, SLM and training summary");
+  info->add_option("router", o->info_path, "Router GGUF")->required();
+  info->add_flag("--json", o->json, "Print JSON");
+
+  return {app, [o, train, info]() -> int {
+            if (info->parsed()) {
+              const char* cmd = "router info";
+              auto r = Router::Load(o->info_path);
+              if (!r.ok()) return ReportError(cmd, r.status().message());
+              const RouterInfo& in = r->info();
+              nlohmann::json j = {{"kind", RouterKindName(in.kind)}, {"input_dim", in.input_dim},
+                                  {"params", r->n_params()},
+                                  {"weight_type", GgmlTraits(r->weight_type()).name},
+                                  {"slm_fingerprint", in.slm_fingerprint}, {"slm_name", in.slm_name},
+                                  {"threshold", in.threshold}};
+              auto summary = nlohmann::json::parse(in.training_summary, nullptr, false);
+              j["training_summary"] = summary.is_discarded() ? nlohmann::json(in.training_summary) : summary;
+              if (o->json) {
+                std::printf("%s\n", j.dump(1).c_str());
+              } else {
+                for (auto& [k, v] : j.items()) std::printf("%-17s %s\n", k.c_str(), v.dump().c_str());
+              }
+              return 0;
+            }
+            (void)train;
+            const char* cmd = "router train";
+            auto rows = LoadQaJsonl(o->data);
+            if (!rows.ok()) return ReportError(cmd, rows.status().message());
+            if (o->limit > 0 && static_cast<size_t>(o->limit) < rows->size()) rows->resize(o->limit);
+            auto slm = Model::Load(o->slm);
+            if (!slm.ok()) return ReportError(cmd, "SLM: " + slm.status().message());
+            auto llm = Model::Load(o->llm);
+            if (!llm.ok()) return ReportError(cmd, "LLM: " + llm.status().message());
+            RouterTrainOptions t;
+            t.mlp.kind = o->kind == "colm" ? RouterKind::kColm : RouterKind::kCiter;
+            t.mlp.max_epochs = o->epochs;
+            t.mlp.batch = o->batch;
+            t.mlp.lr = o->lr;
+            t.mlp.dropout = o->dropout;
+            t.mlp.patience = o->patience;
+            t.mlp.seed = o->seed;
+            t.both_wrong = o->both_wrong == "drop" ? BothWrong::kDrop : BothWrong::kRollout;
+            t.rounds = o->rounds;
+            t.max_answer_tokens = o->max_answer;
+            t.val_fraction = o->val_frac;
+            t.weight_type = o->weight_type == "q8_0" ? GgmlType::kQ8_0
+                            : o->weight_type == "f16" ? GgmlType::kF16 : GgmlType::kF32;
+            if (auto nm = (*slm)->file().GetString("general.name"); nm.ok()) t.slm_name = *nm;
+            Progress progress;
+            t.on_progress = [&](const std::string& stage, int64_t done, int64_t total) {
+              progress.Update(stage, done, total);
+            };
+            t.mlp.on_epoch = [&](int, float tl, float vl, float auc) {
+              char b[96];
+              std::snprintf(b, sizeof b, "loss %.4f  val loss %.4f  val AUROC %.4f", tl, vl, auc);
+              progress.SetExtra(b);
+            };
+            ThreadPool pool(o->threads);
+            std::fprintf(stderr, "router train: %zu questions, SLM %s, LLM %s, %s router\n", rows->size(),
+                         o->slm.c_str(), o->llm.c_str(), o->kind.c_str());
+            auto result = TrainRouter(**slm, **llm, *rows, t, &pool);
+            progress.Done();
+            if (!result.ok()) return ReportError(cmd, result.status().message());
+            TLR_CLI_CHECK(cmd, result->router.Save(o->out));
+            const RouterTrainReport& r = result->report;
+            std::fprintf(stderr,
+                         "questions %lld used (%lld dropped: LLM wrong), tokens %lld: keep %lld, route %lld "
+                         "(both wrong %lld, kept after rollout %lld, dropped %lld)\n"
+                         "epochs %d (best %d), val loss %.4f on %lld held-out tokens\n"
+                         "held-out AUROC: %s %.4f | maxprob %.4f | entropy %.4f\n"
+                         "recommended threshold %.3f; %s written in %.1f s\n",
+                         static_cast<long long>(r.questions), static_cast<long long>(r.dropped_llm_wrong),
+                         static_cast<long long>(r.tokens), static_cast<long long>(r.keep),
+                         static_cast<long long>(r.route), static_cast<long long>(r.both_wrong),
+                         static_cast<long long>(r.both_wrong_kept), static_cast<long long>(r.dropped_tokens),
+                         r.mlp.epochs, r.mlp.best_epoch, r.mlp.val_loss, static_cast<long long>(r.val_tokens),
+                         o->kind.c_str(), r.auroc_router, r.auroc_maxprob, r.auroc_entropy, r.threshold,
+                         o->out.c_str(), progress.Elapsed());
+            return 0;
+          }};
+}
+
+}  // namespace tlr::cli
