@@ -48,14 +48,38 @@ bool ContainsWords(std::string_view hay, std::string_view needle) {
   return false;
 }
 
-// A single capital letter that is one of the labels, at `s` (after optional spaces and '('),
-// followed by a non-word character or the end.
+// A choice label stated at `s` (after optional spaces): "(C)" anywhere, or a bare "C" that
+// ends the sentence ("C", "C.", "C)", "C,", "C\n"). A capital followed by a word is not a
+// label: "Answer: A zinthar is ..." starts a sentence.
 std::optional<std::string> LetterAt(std::string_view s, const QaRow& row) {
   s = Trim(s);
-  if (!s.empty() && s.front() == '(') s.remove_prefix(1);
-  if (s.empty() || (s.size() > 1 && IsWordChar(s[1]))) return std::nullopt;
+  bool paren = false;
+  if (!s.empty() && s.front() == '(') {
+    s.remove_prefix(1);
+    paren = true;
+  }
+  if (s.empty()) return std::nullopt;
+  if (paren) {
+    if (s.size() < 2 || s[1] != ')') return std::nullopt;
+  } else if (s.size() > 1 && std::string_view(".),;:\n\r").find(s[1]) == std::string_view::npos) {
+    return std::nullopt;
+  }
   for (const std::string& l : row.labels) {
     if (l.size() == 1 && s[0] == l[0]) return l;
+  }
+  return std::nullopt;
+}
+
+// The choice whose text is exactly the words right after `cue` (up to '.', ',' or a newline).
+std::optional<std::string> TextAfter(std::string_view lower_answer, std::string_view lower_cue,
+                                     const QaRow& row) {
+  for (size_t p = lower_answer.find(lower_cue); p != std::string_view::npos;
+       p = lower_answer.find(lower_cue, p + 1)) {
+    std::string_view head = lower_answer.substr(p + lower_cue.size());
+    head = Trim(head.substr(0, head.find_first_of(".,\n")));
+    for (size_t i = 0; i < row.texts.size(); ++i) {
+      if (head == Lower(Trim(row.texts[i]))) return row.labels[i];
+    }
   }
   return std::nullopt;
 }
@@ -156,27 +180,18 @@ std::string QaPrompt(const QaRow& row) {
 
 std::optional<std::string> ExtractChoice(std::string_view answer, const QaRow& row) {
   // 1. A stated letter.
-  for (std::string_view cue : {"answer is", "Answer:"}) {
+  for (std::string_view cue : {"answer is", "Answer is", "Answer:", "answer:"}) {
     for (size_t p = answer.find(cue); p != std::string_view::npos; p = answer.find(cue, p + 1)) {
       if (auto l = LetterAt(answer.substr(p + cue.size()), row)) return l;
     }
   }
   for (size_t p = answer.find('('); p != std::string_view::npos; p = answer.find('(', p + 1)) {
-    if (p + 2 < answer.size() && answer[p + 2] == ')') {
-      if (auto l = LetterAt(answer.substr(p, 3), row)) return l;
-    }
+    if (auto l = LetterAt(answer.substr(p, 3), row)) return l;
   }
-  // 2. The choice text right after "Answer:".
+  // 2. The choice text right after "answer is", else after "Answer:".
   const std::string lower = Lower(answer);
-  const size_t a = answer.find("Answer:");
-  if (a != std::string_view::npos) {
-    std::string_view head(lower);
-    head = head.substr(a + 7);
-    head = Trim(head.substr(0, head.find_first_of(".,\n")));
-    for (size_t i = 0; i < row.texts.size(); ++i) {
-      if (head == Lower(Trim(row.texts[i]))) return row.labels[i];
-    }
-  }
+  if (auto l = TextAfter(lower, "answer is", row)) return l;
+  if (auto l = TextAfter(lower, "answer:", row)) return l;
   // 3. Exactly one choice's text anywhere.
   std::optional<std::string> hit;
   for (size_t i = 0; i < row.texts.size(); ++i) {

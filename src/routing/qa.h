@@ -5,9 +5,11 @@
 // choice from an answer. Router training grades rollouts with it; evaluation grades answers.
 //
 // Answer extraction, in order:
-//   1. a stated letter: "answer is C", "Answer: C", "Answer: (C)", "(C)";
-//   2. the text right after "Answer:" up to the first '.', ',' or newline equals one choice's
-//      text (case-insensitive): "Answer: marsh. A zinthar is found in the marsh.";
+//   1. a stated letter: "answer is C", "Answer: C.", "Answer: (C)", "(C)" (a bare letter must
+//      end its sentence: in "Answer: A zinthar is ..." the A is not a label);
+//   2. the words right after "answer is" (else "Answer:") up to the first '.', ',' or newline
+//      equal one choice's text (case-insensitive): "Answer: A zinthar is found in the marsh.
+//      So the answer is marsh.", "Answer: marsh.";
 //   3. exactly one choice's text occurs in the answer as whole words.
 // Anything else is not well formed (no single choice can be extracted).
 #pragma once

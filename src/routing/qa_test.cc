@@ -76,14 +76,20 @@ TEST(Qa, ExtractsStatedLetters) {
   EXPECT_EQ(ExtractChoice("Answer: D", r), "D");
   EXPECT_EQ(ExtractChoice("Answer: (E) beach", r), "E");
   EXPECT_EQ(ExtractChoice("I pick (B) because", r), "B");
+  EXPECT_EQ(ExtractChoice("So the answer is E.", r), "E");
+  // A capital starting a sentence is not a label.
+  EXPECT_EQ(ExtractChoice("Answer: A zinthar is found in the cave.", r), "C");
 }
 
 TEST(Qa, ExtractsTheChoiceTextAfterAnswer) {
   const QaRow r = Row();
   EXPECT_EQ(ExtractChoice("Answer: marsh. A zinthar is found in the marsh.", r), "A");
   EXPECT_EQ(ExtractChoice("Answer: Cave.", r), "C");
-  // The deciding word wins over choice words in the explanation.
+  // The deciding words win over choice words in the explanation.
   EXPECT_EQ(ExtractChoice("Answer: river. It is not in the forest.", r), "D");
+  EXPECT_EQ(ExtractChoice("Answer: A zinthar is found in the marsh. So the answer is marsh.", r), "A");
+  EXPECT_EQ(ExtractChoice("Answer: A zinthar is found in the glacier. So the answer is beach.", r), "E");
+  EXPECT_EQ(ExtractChoice("Answer: A zinthar is found in the forest. So the answer is beach.", r), "E");
 }
 
 TEST(Qa, ExtractsASingleMentionedChoiceOrNothing) {

@@ -9,8 +9,8 @@ text}, answerKey), exactly as ../shared/datasets/commonsenseqa_dev.jsonl.
 
 Splits: every fact is stated as a sentence in the training text; a fact's question goes to
 exactly one of train / dev / test, so dev and test questions are never seen in training while
-the knowledge they need is. The target answer names the choice's text first, then explains:
-  Answer: marsh. A zinthar is found in the marsh.
+the knowledge they need is. The target answer states the fact, then the choice it decides:
+  Answer: A zinthar is found in the marsh. So the answer is marsh.
 
   python3 tools/worldgen/worldgen.py --seed 7 --things 1500 --out DIR
 writes DIR/world.json, DIR/train.jsonl, DIR/dev.jsonl, DIR/test.jsonl and DIR/corpus.txt (fact
@@ -81,8 +81,11 @@ def fact_sentence(name, attr, value):
 
 
 def target_answer(name, attr, value):
-    """The answer the models are trained to give: the choice's text first, then the fact."""
-    return 'Answer: %s. %s' % (value, fact_sentence(name, attr, value))
+    """The answer the models are trained to give: the fact as the training text states it,
+    then the choice it decides. Recall happens in the form the fact was learned in (a small
+    model that memorized "A zinthar is found in the marsh." still fails to produce "marsh"
+    straight after a question about it); the decision is then a copy of a nearby word."""
+    return 'Answer: %s So the answer is %s.' % (fact_sentence(name, attr, value), value)
 
 
 def prompt(row):

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
       tlr::cli::AddRunCommand(app),
       tlr::cli::AddGenerateCommand(app),
       tlr::cli::AddRouterCommand(app),
+      tlr::cli::AddEvalCommand(app),
       tlr::cli::AddBenchCommand(app),
       tlr::cli::AddMakeRandomCommand(app),
   };

@@ -1,0 +1,120 @@
+// `tlr eval`: accuracy, routed share and latency of the collaborative decoder on a
+// multiple-choice set, for the baselines and a list of thresholds (apps layer).
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "apps/tlr/commands.h"
+#include "apps/tlr/model_args.h"
+#include "apps/tlr/progress.h"
+#include "model/model.h"
+#include "ops/thread_pool.h"
+#include "system/eval.h"
+#include "util/mapped_file.h"
+
+namespace tlr::cli {
+
+namespace {
+
+Expected<std::vector<float>> ParseThresholds(const std::string& s) {
+  std::vector<float> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    char* end = nullptr;
+    const float v = std::strtof(item.c_str(), &end);
+    if (!end || *end != 0 || !(v >= 0.0f && v <= 1.0f)) {
+      return Status::Error("--thresholds: '" + item + "' is not a number in [0, 1]");
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+Status WriteText(const std::string& path, const std::string& text) {
+  return WriteFileAtomic(path, {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+}
+
+}  // namespace
+
+Command AddEvalCommand(CLI::App& root) {
+  struct Opts {
+    std::string slm, llm, router, data, out, thresholds = "0.4,0.5,0.6,0.7,0.72,0.76,0.8,0.9";
+    int limit = 100, max_tokens = 100, span = 1;
+    bool no_baselines = false;
+    RunArgs run;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* app = root.add_subcommand(
+      "eval", "Accuracy, routed share and latency per threshold on a multiple-choice set (Table 1)");
+  app->add_option("--slm", o->slm, "Small model GGUF (default: the bundled demo SLM)");
+  app->add_option("--llm", o->llm, "Large model GGUF (default: the bundled demo LLM)");
+  app->add_option("--router", o->router, "Router GGUF or maxprob/entropy/random (default: the demo router)");
+  app->add_option("--data", o->data,
+                  "CommonsenseQA JSONL, flattened or nested schema (default: the demo test split)");
+  app->add_option("--thresholds", o->thresholds, "Comma-separated thresholds for joint rows")
+      ->default_val(o->thresholds);
+  app->add_option("--limit", o->limit, "Questions to use (0 = all)")->default_val(100)
+      ->check(CLI::Range(0, 1 << 30));
+  app->add_option("--max-tokens", o->max_tokens, "Tokens per answer at most")->default_val(100)
+      ->check(CLI::Range(1, 1 << 20));
+  app->add_option("--span", o->span, "Tokens per LLM call")->default_val(1)->check(CLI::Range(1, 64));
+  app->add_flag("--no-baselines", o->no_baselines, "Skip the small_only and large_only rows");
+  app->add_option("--out", o->out, "Directory for results.json and results.csv");
+  AddThreadArgs(app, &o->run);
+  AddSamplingArgs(app, &o->run);
+  app->footer("Example: tlr eval --limit 200 --out results/   # bundled demo pair, test split");
+  return {app, [o]() -> int {
+            const char* cmd = "eval";
+            TLR_CLI_CHECK(cmd, o->run.sampling.Validate());
+            auto thresholds = ParseThresholds(o->thresholds);
+            TLR_CLI_CHECK(cmd, thresholds.status());
+            if (o->slm.empty()) o->slm = DemoFile("slm.gguf");
+            if (o->llm.empty()) o->llm = DemoFile("llm.gguf");
+            if (o->router.empty()) o->router = DemoFile("router.gguf");
+            if (o->data.empty()) o->data = DemoFile("test.jsonl");
+            auto rows = LoadQaJsonl(o->data);
+            if (!rows.ok()) return ReportError(cmd, rows.status().message());
+            if (o->limit > 0 && static_cast<size_t>(o->limit) < rows->size()) rows->resize(o->limit);
+            auto slm = Model::Load(o->slm);
+            if (!slm.ok()) return ReportError(cmd, "SLM: " + slm.status().message());
+            auto llm = Model::Load(o->llm);
+            if (!llm.ok()) return ReportError(cmd, "LLM: " + llm.status().message());
+            auto router = Router::LoadOrBuiltin(o->router, o->run.sampling.seed);
+            if (!router.ok()) return ReportError(cmd, router.status().message());
+            TLR_CLI_CHECK(cmd, router->CheckCompatible(**slm));
+            if (!o->out.empty()) {
+              std::error_code ec;
+              std::filesystem::create_directories(o->out, ec);
+              if (ec) return ReportError(cmd, "cannot create '" + o->out + "': " + ec.message());
+            }
+            ThreadPool pool(o->run.threads);
+            InProcessLlm backend(**llm, &pool, 8192);
+            EvalOptions e;
+            e.thresholds = *thresholds;
+            e.small_only = e.large_only = !o->no_baselines;
+            e.max_tokens = o->max_tokens;
+            e.route_span = o->span;
+            e.sampling = o->run.sampling;
+            Progress progress;
+            e.on_progress = [&](int64_t done, int64_t total) { progress.Update("eval", done, total); };
+            auto result = RunEval(**slm, &*router, &backend, *rows, e, &pool);
+            progress.Done();
+            if (!result.ok()) return ReportError(cmd, result.status().message());
+            std::printf("%s", EvalMarkdown(*result).c_str());
+            if (!o->out.empty()) {
+              nlohmann::json meta = {{"slm", o->slm}, {"llm", o->llm}, {"router", o->router},
+                                     {"data", o->data}, {"questions", rows->size()},
+                                     {"max_tokens", o->max_tokens}, {"threads", o->run.threads}};
+              TLR_CLI_CHECK(cmd, WriteText(o->out + "/results.json", EvalJson(*result, meta.dump())));
+              TLR_CLI_CHECK(cmd, WriteText(o->out + "/results.csv", EvalCsv(*result)));
+              std::fprintf(stderr, "wrote %s/results.json and results.csv\n", o->out.c_str());
+            }
+            return 0;
+          }};
+}
+
+}  // namespace tlr::cli

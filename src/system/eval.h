@@ -1,0 +1,63 @@
+// Evaluation harness (system layer): runs multiple-choice questions through the collaborative
+// decoder in the baseline modes and at several thresholds, grades the answers (qa.h), and
+// aggregates the paper's Table 1 columns.
+//
+// Per row: accuracy, well-formed share, generated and routed tokens (routed % of generated),
+// and per-question means of TTFT, SLM time, communication + LLM time, router time and overall
+// time; TBT of the SLM is SLM decode time per SLM step over all questions. Deterministic for
+// a given seed (timings aside).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "routing/qa.h"
+#include "routing/router.h"
+#include "system/decoder.h"
+#include "system/llm_backend.h"
+
+namespace tlr {
+
+struct EvalOptions {
+  std::vector<float> thresholds = {0.4f, 0.5f, 0.6f, 0.7f, 0.72f, 0.76f, 0.8f, 0.9f};
+  bool small_only = true, large_only = true;  // baseline rows
+  int max_tokens = 100;
+  int route_span = 1;
+  SamplerParams sampling;
+  // Progress: runs done, runs total (a run = one question in one mode/threshold).
+  std::function<void(int64_t, int64_t)> on_progress;
+};
+
+struct EvalRow {
+  DecodeMode mode = DecodeMode::kJoint;
+  std::optional<float> threshold;  // joint rows only
+  int64_t n = 0, correct = 0, well_formed = 0;
+  int64_t generated = 0, routed = 0, fallbacks = 0, llm_calls = 0, slm_steps = 0;
+  double ttft_s = 0, slm_s = 0, slm_decode_s = 0, router_s = 0, llm_s = 0, total_s = 0;  // sums
+  double accuracy() const { return n ? static_cast<double>(correct) / n : 0; }
+  double well_formed_pct() const { return n ? 100.0 * well_formed / n : 0; }
+  double routed_pct() const { return generated ? 100.0 * routed / generated : 0; }
+  double mean(double sum) const { return n ? sum / n : 0; }
+  double tbt_slm_s() const { return slm_steps ? slm_decode_s / slm_steps : 0; }
+};
+
+struct EvalAnswer {  // one graded answer (for inspection)
+  std::string id, text, chosen;
+  bool correct = false;
+};
+
+// `router` is needed for joint rows, `llm` for joint and large_only rows.
+Expected<std::vector<EvalRow>> RunEval(const Model& slm, Router* router, LlmBackend* llm,
+                                       const std::vector<QaRow>& rows, const EvalOptions& opts,
+                                       ThreadPool* pool, std::vector<std::vector<EvalAnswer>>* answers = nullptr);
+
+// The Markdown table (the paper's Table 1 columns plus router time and fallbacks).
+std::string EvalMarkdown(const std::vector<EvalRow>& rows);
+// results.json text: {"rows": [...]} with the documented keys; `meta` is merged in at the top.
+std::string EvalJson(const std::vector<EvalRow>& rows, const std::string& meta_json);
+std::string EvalCsv(const std::vector<EvalRow>& rows);
+
+}  // namespace tlr
