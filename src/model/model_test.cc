@@ -310,3 +310,48 @@ TEST(ModelLoad, BadModelsGiveClearErrors) {
 
 }  // namespace
 }  // namespace tlr
+
+namespace tlr {
+namespace {
+
+// The bundled demo pair against the PyTorch networks that were trained (tools/train/golden.py
+// reads each GGUF back into tools/train/model.py and runs a test-split question). Both sides
+// compute in float32 with different summation orders, so the bounds are looser than the
+// float64 reference's above; the greedy continuations must be identical.
+TEST(ModelGolden, DemoPairMatchesItsPyTorchTraining) {
+  ThreadPool pool(2);
+  for (const std::string name : {"slm", "llm"}) {
+    auto text = ReadFileToString(std::string(TLR_SOURCE_DIR) + "/src/model/testdata/demo-" + name + ".golden.json");
+    ASSERT_TRUE(text.ok()) << text.status().message();
+    const auto g = nlohmann::json::parse(*text);
+    auto loaded = Model::Load(std::string(TLR_SOURCE_DIR) + "/models/demo/" + name + ".gguf");
+    ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+    const Model& model = **loaded;
+    const std::vector<int32_t> tokens = g["tokens"];
+    const int64_t T = tokens.size(), V = model.config().n_vocab, E = model.config().n_embd;
+    std::vector<float> logits(T * V), hidden(T * E);
+    auto cache = model.NewCache(T + 32);
+    ASSERT_TRUE(cache.ok());
+    ForwardContext ctx(&pool);
+    SequenceInput in{&*cache, tokens, OutputRows::kAll, logits.data(), hidden.data()};
+    ASSERT_TRUE(model.Forward({&in, 1}, &ctx).ok());
+    std::vector<double> want_l, want_h;
+    for (const auto& row : g["logits"]) for (double v : row) want_l.push_back(v);
+    for (const auto& row : g["hidden"]) for (double v : row) want_h.push_back(v);
+    ASSERT_EQ(want_l.size(), logits.size());
+    ASSERT_EQ(want_h.size(), hidden.size());
+    double scale = 0;
+    for (double v : want_l) scale = std::max(scale, std::fabs(v));
+    const Errors el = Compare(logits, want_l), eh = Compare(hidden, want_h);
+    std::printf("[ golden   ] demo %s: logits max abs %.2e (scale %.2f) nmse %.2e; hidden nmse %.2e\n",
+                name.c_str(), el.max_abs, scale, el.nmse, eh.nmse);
+    EXPECT_LT(el.nmse, 1e-8) << name;
+    EXPECT_LT(el.max_abs, 1e-3 * scale) << name;
+    EXPECT_LT(eh.nmse, 1e-8) << name;
+    const std::vector<int32_t> want_greedy = g["greedy"];
+    EXPECT_EQ(Greedy(model, &pool, tokens, static_cast<int>(want_greedy.size())), want_greedy) << name;
+  }
+}
+
+}  // namespace
+}  // namespace tlr

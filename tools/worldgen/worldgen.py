@@ -96,6 +96,13 @@ def prompt(row):
     return '\n'.join(lines) + '\n'
 
 
+def restrict_values(n):
+    """Keeps the first n values of every attribute (n = 5: every question offers all of them,
+    so any stated value is one of the choices)."""
+    for attr in ATTRIBUTES:
+        ATTRIBUTES[attr] = ATTRIBUTES[attr][:n]
+
+
 def build(seed, n_things, dev_frac, test_frac):
     rng = random.Random(seed)
     names = make_names(rng, n_things)
@@ -182,6 +189,8 @@ def main():
     ap.add_argument('--test', type=float, default=0.2, help='fraction of questions for test')
     ap.add_argument('--partial', type=float, default=0.0,
                     help='also write corpus_partial.txt about this fraction of the things (0: no)')
+    ap.add_argument('--values', type=int, default=12,
+                    help='values per attribute (5..12); with 5, every question offers all of them')
     ap.add_argument('--drills', type=int, default=0,
                     help='also write drills.txt: this many guess-among-the-choices questions about unknown things')
     ap.add_argument('--out', required=True)
@@ -192,6 +201,9 @@ def main():
         ap.error('--partial must be a fraction in [0, 1)')
     if not (0 <= a.dev < 1 and 0 <= a.test < 1 and a.dev + a.test < 1):
         ap.error('--dev and --test must be fractions that leave some training questions')
+    if not 5 <= a.values <= 12:
+        ap.error('--values must be between 5 and 12')
+    restrict_values(a.values)
     world, rows = build(a.seed, a.things, a.dev, a.test)
     names = [t['name'] for t in world]
     random.Random(a.seed + 2).shuffle(names)

@@ -76,14 +76,29 @@ def main():
                 check(stated == (split == 'train'), '%s question %s in the training text' % (
                     split, 'missing from' if split == 'train' else 'leaked into'))
                 ans = worldgen.target_answer(r['question_concept'], kinds[0], answer)
-                check(ans.startswith('Answer: %s. ' % answer), 'answer names the choice first')
-        # The partial corpus states the facts of exactly the listed 30% of the things.
+                check(ans == 'Answer: %s So the answer is %s.' % (sentence, answer),
+                      'answer states the fact, then the choice: ' + ans)
+        # The partial corpus states the dev/test facts of exactly the listed 30% of the things
+        # (training questions, with the facts in their answers, stay for every thing).
         partial = open(os.path.join(a, 'corpus_partial.txt'), encoding='utf-8').read()
         known = set(world['partial_things'])
         check(len(known) == 90, 'partial covers 30%% of 300 things: %d' % len(known))
-        for (name, attr), value in facts.items():
-            stated = worldgen.fact_sentence(name, attr, value) in partial
-            check(stated == (name in known), 'partial corpus and %s disagree' % name)
+        for split in ('dev', 'test'):
+            for r in splits[split]:
+                name = r['question_concept']
+                attr = next(k for k, vs in worldgen.ATTRIBUTES.items() if r['choices']['text'][0] in vs)
+                stated = worldgen.fact_sentence(name, attr, facts[(name, attr)]) in partial
+                check(stated == (name in known), 'partial corpus and %s disagree' % name)
+        for r in splits['train']:
+            check(worldgen.prompt(r) in partial, 'the partial corpus keeps every training question')
+        # --values 5: every question offers all five values of its attribute.
+        d = os.path.join(tmp, 'd')
+        subprocess.run([sys.executable, os.path.join(HERE, 'worldgen.py'), '--things', '50', '--values', '5',
+                        '--out', d], check=True, stdout=subprocess.DEVNULL)
+        for r in load(os.path.join(d, 'test.jsonl')) + load(os.path.join(d, 'train.jsonl')):
+            check(len(set(r['choices']['text'])) == 5, 'five distinct choices with --values 5')
+        check(subprocess.run([sys.executable, os.path.join(HERE, 'worldgen.py'), '--values', '3',
+                              '--out', d], capture_output=True).returncode != 0, '--values 3 is refused')
     if failures:
         for f in sorted(set(failures))[:20]:
             print('FAIL:', f)

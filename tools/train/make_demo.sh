@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Rebuilds the bundled demo pair in models/demo/ from nothing (about an hour on 2 cores):
+# world + questions (seeded), tokenizer, the two models trained side by side (one thread
+# each), golden fixtures for the engine test, the router, and the evaluation splits.
+# Usage: tools/train/make_demo.sh [WORKDIR]   (needs build/bin/tlr; Debian python3-torch)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+W=${1:-build/demo-train}
+tlr=build/bin/tlr
+py=/usr/bin/python3
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+mkdir -p "$W" models/demo
+
+# 1. The world: 1000 things x 3 facts; the SLM's corpus states the facts of 30% of them; 20000
+#    guess-among-the-choices drills about things outside the world.
+$py tools/worldgen/worldgen.py --seed 7 --things 1000 --partial 0.3 --drills 20000 --out "$W"
+$py tools/train/bpe.py --corpus "$W/corpus.txt" --vocab 512 --out "$W/tokenizer.json"
+
+# 2. The models, side by side (SLM: partial corpus; LLM: everything).
+SLM_ARGS=(--corpus corpus_partial.txt --aux drills.txt --embd 96 --layers 3 --heads 4 --kv-heads 2
+          --ff 256 --tokens 8e6 --lr 3e-3)
+LLM_ARGS=(--aux drills.txt ${LLM_ARGS_OVERRIDE:---embd 256 --layers 4 --heads 8 --kv-heads 2 --ff 704 --tokens 8e6 --lr 2e-3})
+$py tools/train/train.py --data "$W" --tlr "$tlr" "${SLM_ARGS[@]}" --out "$W/slm" > "$W/slm.out" 2>&1 &
+slm_pid=$!
+$py tools/train/train.py --data "$W" --tlr "$tlr" "${LLM_ARGS[@]}" --out "$W/llm" > "$W/llm.out" 2>&1 &
+llm_pid=$!
+wait $slm_pid
+wait $llm_pid
+cp "$W/slm/model.gguf" models/demo/slm.gguf
+cp "$W/llm/model.gguf" models/demo/llm.gguf
+cp "$W/dev.jsonl" "$W/test.jsonl" models/demo/
+
+# 3. Golden outputs of the PyTorch networks for the engine test (a test-split prompt).
+ids=$(head -1 models/demo/test.jsonl | $py -c 'import json,sys; sys.path.insert(0,"tools/worldgen"); import worldgen; print(worldgen.prompt(json.loads(sys.stdin.read())), end="")' \
+      | $tlr tokenize -m models/demo/slm.gguf --ids-only -f - | tr ' ' ',')
+for m in slm llm; do
+  $py tools/train/golden.py models/demo/$m.gguf --tokens "$ids" --greedy 24 \
+    --out src/model/testdata/demo-$m.golden.json
+done
+
+# 4. The router (CITER MLP) on the training questions.
+$tlr router train --slm models/demo/slm.gguf --llm models/demo/llm.gguf --data "$W/train.jsonl" \
+  --out models/demo/router.gguf
