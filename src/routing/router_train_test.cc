@@ -1,0 +1,151 @@
+// Router training end to end on two small random-weight models sharing a vocabulary: CITER's
+// three label cases (SLM right, LLM right, both wrong -> rollout or drop), iterative rounds,
+// the saved router. References come from each model's own greedy output, so both label
+// classes occur without trained models.
+#include "routing/router_train.h"
+
+#include <gtest/gtest.h>
+
+#include "model/model.h"
+#include "model/random_model.h"
+#include "ops/thread_pool.h"
+#include "util/temp_dir.h"
+
+namespace tlr {
+namespace {
+
+class RouterTrainTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir("tlr_router_train_test");
+    RandomModelOptions o;
+    o.preset = "tiny";
+    o.type = "f32";
+    o.seed = 21;
+    ASSERT_TRUE(WriteRandomModel(o, dir_->File("slm.gguf")).ok());
+    o.seed = 22;
+    ASSERT_TRUE(WriteRandomModel(o, dir_->File("llm.gguf")).ok());
+    slm_ = Model::Load(dir_->File("slm.gguf"))->release();
+    llm_ = Model::Load(dir_->File("llm.gguf"))->release();
+  }
+  static void TearDownTestSuite() {
+    delete slm_;
+    delete llm_;
+    delete dir_;
+  }
+
+  // The greedy continuation of a question's prompt by `m`, as text.
+  std::string GreedyText(const Model& m, const QaRow& row, int n) {
+    std::vector<int32_t> p = m.tokenizer().Encode(QaPrompt(row));
+    auto cache = m.NewCache(static_cast<int64_t>(p.size()) + n + 2);
+    ForwardContext ctx(&pool_);
+    if (p.size() > 1) {
+      SequenceInput in{&*cache, std::span<const int32_t>(p).first(p.size() - 1), OutputRows::kNone, nullptr, nullptr};
+      EXPECT_TRUE(m.Forward({&in, 1}, &ctx).ok());
+    }
+    auto out = GreedyContinue(m, {&*cache}, {p.back()}, n, &pool_);
+    EXPECT_TRUE(out.ok());
+    std::vector<int32_t> ids = (*out)[0];
+    if (!ids.empty() && m.tokenizer().IsEndOfGeneration(ids.back())) ids.pop_back();
+    return m.tokenizer().Decode(ids);
+  }
+
+  std::vector<QaRow> Rows() {
+    std::vector<QaRow> rows;
+    const char* things[] = {"zinthar", "kovel", "murdra", "pexlun", "sarquo", "britalnom", "fexgri", "huljor"};
+    for (int i = 0; i < 24; ++i) {
+      QaRow r;
+      r.id = "q" + std::to_string(i);
+      r.question = std::string("Where would you find a ") + things[i % 8] + (i >= 8 ? "?" : " today?") +
+                   std::string(i / 8, '!');
+      r.labels = {"A", "B", "C", "D", "E"};
+      r.texts = {"marsh", "forest", "cave", "river", "beach"};
+      r.answer_key = "C";
+      // A third each: the SLM's own answer, the LLM's, and a text neither model produces.
+      r.reference = i % 3 == 0   ? GreedyText(*slm_, r, 12)
+                    : i % 3 == 1 ? GreedyText(*llm_, r, 12)
+                                 : "Answer: cave.";
+      rows.push_back(std::move(r));
+    }
+    return rows;
+  }
+
+  static TempDir* dir_;
+  static Model* slm_;
+  static Model* llm_;
+  ThreadPool pool_{2};
+};
+TempDir* RouterTrainTest::dir_ = nullptr;
+Model* RouterTrainTest::slm_ = nullptr;
+Model* RouterTrainTest::llm_ = nullptr;
+
+TEST_F(RouterTrainTest, LabelsTrainsAndSaves) {
+  const std::vector<QaRow> rows = Rows();
+  RouterTrainOptions o;
+  o.mlp.max_epochs = 5;
+  o.mlp.batch = 16;
+  o.max_answer_tokens = 16;
+  o.val_fraction = 0.3f;
+  o.batch_questions = 5;
+  std::vector<std::string> stages;
+  o.on_progress = [&](const std::string& s, int64_t, int64_t) {
+    if (stages.empty() || stages.back() != s) stages.push_back(s);
+  };
+  auto r = TrainRouter(*slm_, *llm_, rows, o, &pool_);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const RouterTrainReport& rep = r->report;
+  EXPECT_EQ(rep.questions, 24);
+  EXPECT_EQ(rep.keep + rep.route, rep.tokens);
+  EXPECT_GT(rep.keep, 0);
+  EXPECT_GT(rep.route, 0);
+  EXPECT_GT(rep.both_wrong, 0);  // the fixed-text references
+  EXPECT_GT(rep.val_tokens, 0);
+  EXPECT_GE(rep.auroc_router, 0.0);
+  EXPECT_LE(rep.auroc_router, 1.0);
+  EXPECT_EQ(stages, (std::vector<std::string>{"label", "train"}));
+  EXPECT_EQ(r->router.kind(), RouterKind::kCiter);
+  EXPECT_TRUE(r->router.CheckCompatible(*slm_).ok());
+  EXPECT_FALSE(r->router.CheckCompatible(*llm_).ok());
+  ASSERT_TRUE(r->router.Save(dir_->File("router.gguf")).ok());
+  auto back = Router::Load(dir_->File("router.gguf"));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_NE(back->info().training_summary.find("\"auroc\""), std::string::npos);
+  EXPECT_FLOAT_EQ(back->info().threshold, rep.threshold);
+
+  // Dropping both-wrong positions instead of rolling them out.
+  o.both_wrong = BothWrong::kDrop;
+  auto d = TrainRouter(*slm_, *llm_, rows, o, &pool_);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_EQ(d->report.dropped_tokens, rep.both_wrong);
+  EXPECT_EQ(d->report.tokens, rep.tokens - rep.both_wrong);
+
+  // A second round relabels the both-wrong positions with the router in the loop.
+  o.both_wrong = BothWrong::kRollout;
+  o.rounds = 2;
+  o.mlp.kind = RouterKind::kColm;
+  stages.clear();
+  auto two = TrainRouter(*slm_, *llm_, rows, o, &pool_);
+  ASSERT_TRUE(two.ok()) << two.status().message();
+  EXPECT_EQ(stages, (std::vector<std::string>{"label", "train", "rollout", "train"}));
+  EXPECT_EQ(two->router.kind(), RouterKind::kColm);
+}
+
+TEST_F(RouterTrainTest, LlmReferencesAndErrors) {
+  // Without references the LLM's greedy answers are graded; a random LLM gets almost all
+  // wrong, so they are dropped and training refuses to go on with too little data.
+  std::vector<QaRow> rows = Rows();
+  for (QaRow& r : rows) r.reference.clear();
+  RouterTrainOptions o;
+  o.max_answer_tokens = 8;
+  auto r = TrainRouter(*slm_, *llm_, rows, o, &pool_);
+  if (r.ok()) {
+    EXPECT_GE(r->report.questions, 4);
+  } else {
+    EXPECT_NE(r.status().message().find("usable questions"), std::string::npos) << r.status().message();
+  }
+  o.mlp.kind = RouterKind::kEntropy;
+  EXPECT_FALSE(TrainRouter(*slm_, *llm_, Rows(), o, &pool_).ok());
+}
+
+}  // namespace
+}  // namespace tlr
