@@ -1,30 +1,42 @@
 #!/usr/bin/env bash
-# `make demo`: what TLR can do at this stage of the project. Until the inference engine and
-# the bundled model pair exist, it shows the CLI and the reference-exact tokenizer on the
-# vocabulary files in ../shared.
+# `make demo`: token-level routing on the bundled demo pair (models/demo: a 0.35M-parameter
+# SLM that knows the facts of 30% of a fictional world, a ~3M-parameter LLM that knows all of
+# it, and a CITER router trained for them). Generates answers to test questions jointly (LLM
+# tokens in red on a terminal), compares with each model alone, and evaluates a sample.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tlr=build/bin/tlr
-shared=${TLR_SHARED_DIR:-../shared}
-$tlr --help
-echo
-vocab="$shared/tokenizer-vectors/ggml-vocab-gpt-2.gguf"
-if [ -f "$vocab" ]; then
-  echo "== tlr info $vocab --no-tensors --max-items 4"
-  $tlr info "$vocab" --no-tensors --max-items 4
-  echo
-  echo "== tlr tokenize -m $vocab \"Hello world, token-level routing!\""
-  $tlr tokenize -m "$vocab" "Hello world, token-level routing!"
-fi
+demo=models/demo
+py=python3
+[ -x /usr/bin/python3 ] && py=/usr/bin/python3
 
-# The inference engine on a tiny random-weight model (the bundled trained pair comes with the
-# demo-pair issue): generation, then a speed measurement against the memory roofline.
-model=build/demo/tiny-qwen2-q8_0.gguf
-mkdir -p build/demo
-[ -f "$model" ] || $tlr make-random --preset tiny --type q8_0 -o "$model"
+question() {  # the prompt of test question N (1-based), as the models were trained to read it
+  sed -n "${1}p" $demo/test.jsonl | $py -c '
+import json, sys
+r = json.loads(sys.stdin.read())
+print("Question: " + r["question"])
+for l, t in zip(r["choices"]["label"], r["choices"]["text"]):
+    print("%s. %s" % (l, t))' 
+}
+answer_key() {
+  sed -n "${1}p" $demo/test.jsonl | $py -c 'import json,sys; r=json.loads(sys.stdin.read()); print(r["answerKey"], r["choices"]["text"]["ABCDE".index(r["answerKey"])])'
+}
+
+echo "== the demo pair"
+$tlr router info $demo/router.gguf | sed -n '1,7p'
+for n in 1 2 3; do
+  echo
+  echo "== question $n of the test split (right answer: $(answer_key $n))"
+  question $n
+  echo "-- joint (SLM + router + LLM; LLM tokens in red on a terminal)"
+  question $n > build/demo-prompt.txt
+  $tlr generate -f build/demo-prompt.txt -n 40 -t 2
+done
 echo
-echo "== tlr run -m $model -p \"The answer is\" -n 24 --temp 0.7 (random weights: expect noise)"
-$tlr run -m "$model" -p "The answer is" -n 24 --temp 0.7
+echo "== question 1 with each model alone"
+question 1 > build/demo-prompt.txt
+echo "-- small_only"; $tlr generate -f build/demo-prompt.txt -n 40 -t 2 --mode small_only -q
+echo "-- large_only"; $tlr generate -f build/demo-prompt.txt -n 40 -t 2 --mode large_only -q
 echo
-echo "== tlr bench -m $model --pp 64 --tg 32 -r 3"
-$tlr bench -m "$model" --pp 64 --tg 32 -r 3
+echo "== tlr eval --limit 100 (accuracy, routed share and time per threshold; Table 1 of the paper)"
+$tlr eval --limit 100 --max-tokens 40 -t 2

@@ -309,6 +309,27 @@ float Router::Confidence(const float* hidden, const float* logits, int64_t n_voc
   return 0;
 }
 
+std::vector<DenseLayer> RandomRouterLayers(RouterKind kind, int64_t dim, uint64_t seed) {
+  const std::vector<int64_t> widths = kind == RouterKind::kCiter ? std::vector<int64_t>{dim, 2 * dim, dim, 1}
+                                                                 : std::vector<int64_t>{dim, 1};
+  std::vector<DenseLayer> layers;
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    DenseLayer l;
+    l.n_in = widths[i];
+    l.n_out = widths[i + 1];
+    const double bound = 1.0 / std::sqrt(static_cast<double>(l.n_in));
+    auto draw = [&]() {
+      return static_cast<float>((2.0 * ((NextRandom(&seed) >> 11) * (1.0 / 9007199254740992.0)) - 1.0) * bound);
+    };
+    l.w.resize(l.n_in * l.n_out);
+    for (float& v : l.w) v = draw();
+    l.b.resize(l.n_out);
+    for (float& v : l.b) v = draw();
+    layers.push_back(std::move(l));
+  }
+  return layers;
+}
+
 float MaxProbConfidence(const float* logits, int64_t n) {
   const float mx = *std::max_element(logits, logits + n);
   double sum = 0;

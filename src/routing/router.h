@@ -103,6 +103,10 @@ class Router {
   uint64_t rng_ = 0;
 };
 
+// Layers of a `kind` router (citer: h -> 2h -> h -> 1; colm: h -> 1) for hidden size `dim`,
+// with PyTorch's default initialisation: for measuring a router's cost without training one.
+std::vector<DenseLayer> RandomRouterLayers(RouterKind kind, int64_t dim, uint64_t seed);
+
 // Softmax-based confidences of a logits vector (the maxprob and entropy routers).
 float MaxProbConfidence(const float* logits, int64_t n_vocab);
 float EntropyConfidence(const float* logits, int64_t n_vocab);

@@ -76,5 +76,36 @@ check bench_json 0 "\"tg_roofline_pct\"" -- "$tlr" bench -m "$tmp/tiny.gguf" --p
 check bad_preset 1 "unknown preset 'nope'" -- "$tlr" make-random --preset nope -o "$tmp/x.gguf"
 check bad_arch_preset 1 "is a qwen2 model, not llama" -- "$tlr" make-random --preset qwen2.5-0.5b --arch llama -o "$tmp/x.gguf"
 
+# Routing commands on two tiny random models sharing a vocabulary (built-in routers).
+"$tlr" make-random --preset tiny --type f32 --seed 4 -o "$tmp/tiny2.gguf" >/dev/null
+cat > "$tmp/q.jsonl" <<'JSONL'
+{"id": "1", "question": "Where is it?", "question_concept": "it", "choices": {"label": ["A", "B"], "text": ["here", "there"]}, "answerKey": "A"}
+{"id": "2", "question": {"stem": "What is it?", "choices": [{"label": "A", "text": "x"}, {"label": "B", "text": "y"}]}, "answerKey": "B"}
+JSONL
+gen=("$tlr" generate --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" -p "the answer is" -n 12 -t 1)
+check generate 0 "tokens: 12 generated, [0-9]+ routed to the LLM" -- "${gen[@]}" --router maxprob --threshold 0.5
+check generate_trace 0 "mode joint" -- "${gen[@]}" --router entropy --trace "$tmp/trace.jsonl"
+check trace_lines 0 "^12$" -- sh -c "wc -l < '$tmp/trace.jsonl'"
+check trace_fields 0 '"source":"(SLM|LLM)"' -- head -1 "$tmp/trace.jsonl"
+check generate_small 0 "0 routed" -- "${gen[@]}" --router entropy --mode small_only
+check generate_large 0 "12 routed to the LLM \(100.0%\)" -- "${gen[@]}" --mode large_only
+check generate_no_color 0 "" -- "${gen[@]}" --router random --no-color -q
+check generate_bad_router 1 "cannot open" -- "${gen[@]}" --router "$tmp/none.gguf"
+check generate_model_as_router 1 "not 'tlr-router'" -- "${gen[@]}" --router "$tmp/tiny.gguf"
+check generate_bad_mode 2 "" -- "${gen[@]}" --router maxprob --mode both
+check generate_bad_threshold 2 "" -- "${gen[@]}" --router maxprob --threshold 1.5
+check generate_no_prompt 1 "give a prompt" -- "$tlr" generate --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob
+check eval 0 "\| joint @ 0.50 \| 2 \|" -- "$tlr" eval --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob --data "$tmp/q.jsonl" --thresholds 0.5 --max-tokens 6 -t 1 --out "$tmp/ev"
+check eval_json 0 '"routed_pct"' -- cat "$tmp/ev/results.json"
+check eval_csv 0 "^mode,threshold,n,accuracy" -- head -1 "$tmp/ev/results.csv"
+check eval_bad_thresholds 1 "not a number in \[0, 1\]" -- "$tlr" eval --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob --data "$tmp/q.jsonl" --thresholds 0.5,abc
+printf '{"id": "1", "question": 7}\n' > "$tmp/bad.jsonl"
+check eval_bad_data 1 "line 1: field 'question' must be" -- "$tlr" eval --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob --data "$tmp/bad.jsonl"
+check router_train_bad_data 1 "line 1" -- "$tlr" router train --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --data "$tmp/bad.jsonl" -o "$tmp/r.gguf"
+check router_train_kind 2 "" -- "$tlr" router train --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --data "$tmp/q.jsonl" -o "$tmp/r.gguf" --kind maxprob
+check router_info_missing 1 "cannot open" -- "$tlr" router info "$tmp/none.gguf"
+check router_help 0 "CITER" -- "$tlr" router train --help
+check bench_router 0 "router .* us/token \(citer" -- "$tlr" bench -m "$tmp/tiny.gguf" --pp 8 --tg 4 -r 1 -t 1 --router citer
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

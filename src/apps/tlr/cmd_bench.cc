@@ -15,6 +15,7 @@
 #include "ops/bandwidth.h"
 #include "ops/matmul.h"
 #include "ops/thread_pool.h"
+#include "routing/router.h"
 
 namespace tlr::cli {
 namespace {
@@ -34,7 +35,7 @@ double Seconds(std::chrono::steady_clock::time_point t0) {
 
 Command AddBenchCommand(CLI::App& root) {
   struct Opts {
-    std::string model;
+    std::string model, router, router_type = "f32";
     int pp = 128, tg = 64, reps = 5;
     int64_t depth = 0;
     bool json = false;
@@ -53,6 +54,11 @@ Command AddBenchCommand(CLI::App& root) {
                   "Also measure generation after DEPTH tokens of context (long-context decode)")
       ->default_val(0);
   app->add_flag("--json", o->json, "One JSON object on stdout");
+  app->add_option("--router", o->router,
+                  "Also time a router per generated token: a router GGUF, or citer / colm for an "
+                  "untrained one of the model's width (its cost is what matters here)");
+  app->add_option("--router-type", o->router_type, "Weight type of an untrained --router citer/colm")
+      ->default_val("f32")->check(CLI::IsMember({"f32", "f16", "q8_0"}));
   AddThreadArgs(app, &o->run);
   app->footer(
       "Roofline: generation must read every weight once per token, so tok/s cannot exceed\n"
@@ -82,15 +88,45 @@ Command AddBenchCommand(CLI::App& root) {
               st = st * 6364136223846793005ull + 1442695040888963407ull;
               t = static_cast<int32_t>((st >> 33) % static_cast<uint64_t>(model.tokenizer().n_vocab()));
             }
+            std::unique_ptr<Router> router;
+            if (!o->router.empty()) {
+              Expected<Router> r = Status::Error("");
+              if (o->router == "citer" || o->router == "colm") {
+                const RouterKind kind = o->router == "citer" ? RouterKind::kCiter : RouterKind::kColm;
+                RouterInfo info;
+                info.kind = kind;
+                const GgmlType t = o->router_type == "q8_0" ? GgmlType::kQ8_0
+                                   : o->router_type == "f16" ? GgmlType::kF16 : GgmlType::kF32;
+                r = Router::FromLayers(info, RandomRouterLayers(kind, model.config().n_embd, 1), t);
+              } else {
+                r = Router::LoadOrBuiltin(o->router);
+              }
+              if (!r.ok()) return ReportError(cmd, r.status().message());
+              router = std::make_unique<Router>(std::move(r).value());
+              TLR_CLI_CHECK(cmd, router->CheckCompatible(model));
+            }
+            std::vector<float> hidden(model.config().n_embd);
+            std::vector<double> router_us;
+            // Times the model steps; a router, when given, runs after each step on its outputs
+            // and is timed on its own.
             auto run_tg = [&](KvCache& cache, int n, double* secs) -> Status {
               int32_t tok = prompt[0];
-              const auto t0 = std::chrono::steady_clock::now();
+              double model_s = 0, router_s = 0;
               for (int i = 0; i < n; ++i) {
-                SequenceInput in{&cache, {&tok, 1}, OutputRows::kLast, logits.data(), nullptr};
+                SequenceInput in{&cache, {&tok, 1}, OutputRows::kLast, logits.data(), router ? hidden.data() : nullptr};
+                const auto t0 = std::chrono::steady_clock::now();
                 TLR_RETURN_IF_ERROR(model.Forward({&in, 1}, &fctx));
+                model_s += Seconds(t0);
+                if (router) {
+                  const auto t1 = std::chrono::steady_clock::now();
+                  volatile float conf = router->Confidence(hidden.data(), logits.data(), model.config().n_vocab, &pool);
+                  (void)conf;
+                  router_s += Seconds(t1);
+                }
                 tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
               }
-              *secs = Seconds(t0);
+              *secs = model_s;
+              if (router) router_us.push_back(1e6 * router_s / n);
               return Status::Ok();
             };
             std::vector<double> pp_rates, tg_rates;
@@ -140,6 +176,8 @@ Command AddBenchCommand(CLI::App& root) {
                          (c.n_embd * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * c.n_embd + 3.0 * c.n_embd * c.n_ff) +
                      static_cast<double>(c.n_embd) * c.n_vocab;
             const double pp_gflops = pp.median * 2 * params / 1e9;
+            const Stat rt = router ? Summarize(router_us) : Stat{};
+            const double step_us = 1e6 / tg.median;
             if (o->json) {
               nlohmann::json j = {
                   {"model", o->model}, {"arch", c.arch_name}, {"threads", o->run.threads},
@@ -151,6 +189,12 @@ Command AddBenchCommand(CLI::App& root) {
                   {"tg_roofline_tok_s", roofline}, {"tg_roofline_pct", pct},
                   {"pp_gflops", pp_gflops}, {"peak_fma_gflops", peak},
                   {"pp_peak_pct", 100.0 * pp_gflops / peak}};
+              if (router) {
+                j["router"] = o->router;
+                j["router_params"] = router->n_params();
+                j["router_us_per_token"] = rt.median;
+                j["router_pct_of_step"] = 100.0 * rt.median / step_us;
+              }
               if (o->depth > 0) {
                 j["depth"] = o->depth;
                 j["tg_at_depth_tok_s"] = depth_stat.median;
@@ -167,6 +211,12 @@ Command AddBenchCommand(CLI::App& root) {
             std::printf("tg%-4d      %8.1f tok/s  (range %.1f-%.1f)\n", o->tg, tg.median, tg.min, tg.max);
             std::printf("roofline    %8.1f tok/s  (%.1f MiB read per token)  -> generation at %.0f%%\n",
                         roofline, bytes_per_token / 1048576.0, pct);
+            if (router) {
+              std::printf("router      %8.1f us/token (%s, %lld parameters, %s) = %.2f%% of a %.0f us generation step\n",
+                          rt.median, std::string(RouterKindName(router->kind())).c_str(),
+                          static_cast<long long>(router->n_params()), GgmlTraits(router->weight_type()).name.data(),
+                          100.0 * rt.median / step_us, step_us);
+            }
             if (o->depth > 0) {
               std::printf("tg at %-5lld %8.1f tok/s  (%.0f%% of the speed at the start)\n",
                           static_cast<long long>(o->depth), depth_stat.median, 100.0 * depth_stat.median / tg.median);
