@@ -331,6 +331,46 @@ Expected<MlpTrainResult> TrainRouterNetwork(const RouterExamples& train, const R
   }
   // Class balancing: each class carries half the total weight.
   const double w[2] = {n / (2.0 * count[0]), n / (2.0 * count[1])};
+  // Inputs standardized per dimension (statistics of the training set), folded into the first
+  // layer at export: hidden states have very different scales per dimension (the final norm's
+  // weights), which slows and destabilizes training otherwise.
+  std::vector<double> mu(dim, 0.0), sd(dim, 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t c = 0; c < dim; ++c) mu[c] += train.x[i * dim + c];
+  }
+  for (double& m : mu) m /= n;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t c = 0; c < dim; ++c) {
+      const double d = train.x[i * dim + c] - mu[c];
+      sd[c] += d * d;
+    }
+  }
+  for (double& v : sd) v = std::sqrt(v / n) + 1e-6;
+  auto standardize = [&](const std::vector<float>& x) {
+    std::vector<float> out(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const size_t c = i % dim;
+      out[i] = static_cast<float>((x[i] - mu[c]) / sd[c]);
+    }
+    return out;
+  };
+  RouterExamples tr_std = train, va_std = val;
+  tr_std.x = standardize(train.x);
+  va_std.x = standardize(val.x);
+  auto export_layers = [&](const Net& net) {
+    std::vector<DenseLayer> layers = net.Export();
+    DenseLayer& l0 = layers[0];
+    for (int64_t j = 0; j < l0.n_out; ++j) {
+      double shift = 0;
+      for (int64_t c = 0; c < dim; ++c) {
+        float& w = l0.w[j * dim + c];
+        w = static_cast<float>(w / sd[c]);
+        shift += w * mu[c];
+      }
+      l0.b[j] = static_cast<float>(l0.b[j] - shift);
+    }
+    return layers;
+  };
   std::vector<int64_t> widths = colm ? std::vector<int64_t>{dim, 1}
                                      : std::vector<int64_t>{dim, 2 * dim, dim, 1};
   Net net(widths, !colm, colm ? 0.0f : opts.dropout, opts.seed);
@@ -343,7 +383,7 @@ Expected<MlpTrainResult> TrainRouterNetwork(const RouterExamples& train, const R
   double best_val = std::numeric_limits<double>::infinity();
   int since_best = 0, step = 0;
   auto evaluate = [&](const RouterExamples& e, const std::vector<uint8_t>& y, double* loss, double* auc) {
-    std::vector<float> z = net.Forward(e.x.data(), e.size(), false, pool);
+    std::vector<float> z = net.Forward(e.x.data(), e.size(), false, pool);  // standardized
     *loss = Loss(z, y.data(), w, e.size(), nullptr);
     std::vector<float> conf(z.size());
     for (size_t t = 0; t < z.size(); ++t) conf[t] = colm ? 1 - Sigmoid(z[t]) : Sigmoid(z[t]);
@@ -359,7 +399,7 @@ Expected<MlpTrainResult> TrainRouterNetwork(const RouterExamples& train, const R
       xb.resize(b * dim);
       yb.resize(b);
       for (int64_t t = 0; t < b; ++t) {
-        std::copy_n(train.x.data() + order[s + t] * dim, dim, xb.data() + t * dim);
+        std::copy_n(tr_std.x.data() + order[s + t] * dim, dim, xb.data() + t * dim);
         yb[t] = ty[order[s + t]];
       }
       const std::vector<float>& z = net.Forward(xb.data(), b, true, pool);
@@ -369,13 +409,13 @@ Expected<MlpTrainResult> TrainRouterNetwork(const RouterExamples& train, const R
       net.AdamStep(opts.lr, opts.weight_decay, ++step);
     }
     double vloss = 0, vauc = 0.5;
-    if (val.size() > 0) evaluate(val, vy, &vloss, &vauc);
+    if (val.size() > 0) evaluate(va_std, vy, &vloss, &vauc);
     const float tl = static_cast<float>(loss_sum / std::max<int64_t>(1, batches));
     if (opts.on_epoch) opts.on_epoch(epoch, tl, static_cast<float>(vloss), static_cast<float>(vauc));
     best.epochs = epoch;
     if (val.size() == 0 || vloss < best_val - 1e-6) {
       best_val = vloss;
-      best.layers = net.Export();
+      best.layers = export_layers(net);
       best.best_epoch = epoch;
       best.train_loss = tl;
       best.val_loss = static_cast<float>(vloss);

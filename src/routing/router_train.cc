@@ -211,9 +211,17 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, const Model& llm,
   // Validation questions: a deterministic pseudo-random subset.
   uint64_t s = opts.mlp.seed * 0x9e3779b97f4a7c15ull + 12345;
   int64_t n_val = 0;
-  for (Question& q : qs) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    q.val = static_cast<double>(s >> 11) / 9007199254740992.0 < opts.val_fraction;
+  // Split by question_concept when rows have one (variants of one thing's questions stay on
+  // one side, so validation measures unseen things), else by question.
+  for (size_t i = 0; i < qs.size(); ++i) {
+    Question& q = qs[i];
+    const std::string key = q.row->question_concept.empty() ? std::to_string(i) : q.row->question_concept;
+    uint64_t h = s;
+    for (unsigned char ch : key) h = (h ^ ch) * 0x100000001b3ull;
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 32;
+    q.val = static_cast<double>(h >> 11) / 9007199254740992.0 < opts.val_fraction;
     n_val += q.val;
   }
   if (n_val == 0) qs.back().val = true;

@@ -11,23 +11,22 @@ py=/usr/bin/python3
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 mkdir -p "$W" models/demo
 
-# 1. The world: 1000 things x 3 facts; the SLM's corpus states the facts of 30% of them; 20000
-#    guess-among-the-choices drills about things outside the world.
-$py tools/worldgen/worldgen.py --seed 7 --things 1000 --partial 0.3 --drills 20000 --out "$W"
+# 1. The world: 1000 things x 3 facts, five values per attribute; the SLM's corpus states the
+#    facts of 30% of the things (and keeps every training question).
+$py tools/worldgen/worldgen.py --seed 7 --things 1000 --values 5 --partial 0.3 --out "$W"
 $py tools/train/bpe.py --corpus "$W/corpus.txt" --vocab 512 --out "$W/tokenizer.json"
 
 # 2. The models, side by side (SLM: partial corpus; LLM: everything).
-SLM_ARGS=(--corpus corpus_partial.txt --aux drills.txt --embd 96 --layers 3 --heads 4 --kv-heads 2
-          --ff 256 --tokens 8e6 --lr 3e-3)
-LLM_ARGS=(--aux drills.txt ${LLM_ARGS_OVERRIDE:---embd 256 --layers 4 --heads 8 --kv-heads 2 --ff 704 --tokens 8e6 --lr 2e-3})
-$py tools/train/train.py --data "$W" --tlr "$tlr" "${SLM_ARGS[@]}" --out "$W/slm" > "$W/slm.out" 2>&1 &
+$py tools/train/train.py --data "$W" --tlr "$tlr" --corpus corpus_partial.txt --embd 96 --layers 3 \
+  --heads 4 --kv-heads 2 --ff 256 --tokens 6e6 --lr 3e-3 --out "$W/slm" > "$W/slm.out" 2>&1 &
 slm_pid=$!
-$py tools/train/train.py --data "$W" --tlr "$tlr" "${LLM_ARGS[@]}" --out "$W/llm" > "$W/llm.out" 2>&1 &
+$py tools/train/train.py --data "$W" --tlr "$tlr" --embd 256 --layers 4 --heads 8 --kv-heads 2 \
+  --ff 704 --tokens 7e6 --lr 2e-3 --out "$W/llm" > "$W/llm.out" 2>&1 &
 llm_pid=$!
 wait $slm_pid
 wait $llm_pid
+LLM_CONTINUE
 cp "$W/slm/model.gguf" models/demo/slm.gguf
-cp "$W/llm/model.gguf" models/demo/llm.gguf
 cp "$W/dev.jsonl" "$W/test.jsonl" models/demo/
 
 # 3. Golden outputs of the PyTorch networks for the engine test (a test-split prompt).
@@ -38,6 +37,8 @@ for m in slm llm; do
     --out src/model/testdata/demo-$m.golden.json
 done
 
-# 4. The router (CITER MLP) on the training questions.
-$tlr router train --slm models/demo/slm.gguf --llm models/demo/llm.gguf --data "$W/train.jsonl" \
-  --out models/demo/router.gguf
+# 4. The router (CITER MLP), trained on variants of the dev questions: the SLM memorized every
+#    training question, so only unseen questions show where it is unsure.
+$py tools/worldgen/variants.py --data "$W/dev.jsonl" --n 6 --seed 7 --out "$W/router_train.jsonl"
+$tlr router train --slm models/demo/slm.gguf --llm models/demo/llm.gguf --data "$W/router_train.jsonl" \
+  --out models/demo/router.gguf ROUTER_ARGS

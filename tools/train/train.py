@@ -48,6 +48,9 @@ def main():
     ap.add_argument('--batch', type=int, default=16)
     ap.add_argument('--tokens', type=float, default=2e6, help='training tokens (stops there)')
     ap.add_argument('--lr', type=float, default=3e-3)
+    ap.add_argument('--init', default='',
+                    help='start from this GGUF (a model exported by this script) instead of random weights')
+    ap.add_argument('--warmup', type=int, default=100, help='learning-rate warm-up steps')
     ap.add_argument('--seed', type=int, default=1)
     ap.add_argument('--threads', type=int, default=1)
     ap.add_argument('--out', required=True)
@@ -64,6 +67,13 @@ def main():
     n_vocab = len(json.load(open(tok_path))['model']['vocab']) + len(json.load(open(tok_path))['added_tokens'])
     cfg = Config(n_vocab, a.embd, a.layers, a.heads, a.kv_heads, a.ff, n_ctx=max(512, a.seq))
     model = Model(cfg)
+    if a.init:
+        from golden import load as load_gguf
+        init = load_gguf(a.init)
+        shape = lambda c: (c.n_vocab, c.n_embd, c.n_layers, c.n_heads, c.n_kv_heads, c.n_ff)
+        if shape(init.c) != shape(cfg):
+            raise SystemExit('--init %s has shape %s, not %s' % (a.init, shape(init.c), shape(cfg)))
+        model.load_state_dict(init.state_dict())
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.0, betas=(0.9, 0.95))
     steps = int(a.tokens // (a.batch * a.seq))
     log = open(os.path.join(a.out, 'train.log'), 'a')
@@ -75,7 +85,7 @@ def main():
     t0 = time.time()
     loss_avg = None
     for step in range(1, steps + 1):
-        lr = a.lr * min(1.0, step / 100) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
+        lr = a.lr * min(1.0, step / max(1, a.warmup)) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
         for g in opt.param_groups:
             g['lr'] = lr
         src = [ids] * (a.batch - n_aux) + [aux] * n_aux

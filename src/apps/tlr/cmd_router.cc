@@ -16,7 +16,7 @@ namespace tlr::cli {
 
 Command AddRouterCommand(CLI::App& root) {
   struct Opts {
-    std::string slm, llm, data, out, kind = "citer", both_wrong = "rollout", weight_type = "f32", info_path;
+    std::string slm, llm, data, out, kind = "citer", both_wrong = "rollout", weight_type = "f16", info_path;
     int rounds = 1, epochs = 60, batch = 256, max_answer = 64, limit = 0, threads = 2, patience = 8;
     float lr = 1e-3f, val_frac = 0.15f, dropout = 0.1f;
     uint64_t seed = 1;
@@ -56,7 +56,7 @@ Command AddRouterCommand(CLI::App& root) {
   train->add_option("--limit", o->limit, "Use only the first N questions (0 = all)")->default_val(0)
       ->check(CLI::Range(0, 1 << 30));
   train->add_option("--weight-type", o->weight_type, "How the router stores its matrices")
-      ->default_val("f32")->check(CLI::IsMember({"f32", "f16", "q8_0"}));
+      ->default_val("f16")->check(CLI::IsMember({"f32", "f16", "q8_0"}));
   train->add_option("--seed", o->seed, "Seed (initialisation, shuffling, validation split)")->default_val(1);
   AddThreadsOnly(train, &o->threads);
   train->footer("Example:\n  tlr router train --slm models/demo/slm.gguf --llm models/demo/llm.gguf \\\n"
