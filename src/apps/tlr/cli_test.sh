@@ -107,5 +107,14 @@ check router_info_missing 1 "cannot open" -- "$tlr" router info "$tmp/none.gguf"
 check router_help 0 "CITER" -- "$tlr" router train --help
 check bench_router 0 "router .* us/token \(citer" -- "$tlr" bench -m "$tmp/tiny.gguf" --pp 8 --tg 4 -r 1 -t 1 --router citer
 
+# The bundled demo pair is the default of the routing commands.
+# (test question 1 of models/demo/test.jsonl)
+printf 'Question: What would you use a tharko for?\nA. building\nB. singing\nC. cooking\nD. fishing\nE. healing\n' > "$tmp/demo_q.txt"
+check demo_generate 0 "So the answer is building" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --no-color
+check demo_small 0 "Answer: A tharko is used for" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --mode small_only
+check demo_router_info 0 "citer" -- "$tlr" router info "$(dirname "$0")/../../../models/demo/router.gguf"
+check demo_eval 0 "[|] small_only [|] 20 [|]" -- "$tlr" eval --limit 20 --max-tokens 40 --thresholds 0.5 -t 1
+check demo_wrong_slm 1 "trained for another model" -- "$tlr" generate -f "$tmp/demo_q.txt" --slm "$tmp/tiny.gguf" -n 4
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
