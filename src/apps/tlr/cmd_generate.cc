@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -74,7 +75,7 @@ Command AddGenerateCommand(CLI::App& root) {
   app->add_option("--span", o->span, "Tokens the LLM produces per routed call")->default_val(1)
       ->check(CLI::Range(1, 64));
   app->add_option("-p,--prompt", o->prompt, "Prompt text");
-  app->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
+  app->add_option("-f,--file", o->prompt_file, "Read the prompt from a file ('-' = stdin)");
   app->add_option("-n,--max-tokens", o->n, "Maximum tokens to generate")->default_val(128)
       ->check(CLI::Range(0, 1 << 20));
   app->add_flag("--chat", o->chat, "Wrap the prompt in the SLM's chat template (instruct models)");
@@ -96,7 +97,9 @@ Command AddGenerateCommand(CLI::App& root) {
             auto mode = ParseDecodeMode(o->mode);
             TLR_CLI_CHECK(cmd, mode.status());
             std::string prompt = o->prompt;
-            if (!o->prompt_file.empty()) {
+            if (o->prompt_file == "-") {
+              prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+            } else if (!o->prompt_file.empty()) {
               auto s = ReadFileToString(o->prompt_file);
               if (!s.ok()) return ReportError(cmd, s.status().message());
               prompt = *s;
