@@ -178,6 +178,10 @@ std::string QaPrompt(const QaRow& row) {
   return p;
 }
 
+std::string QaInstructPrompt(const QaRow& row) {
+  return QaPrompt(row) + "Answer with the letter of the correct choice, then explain briefly.";
+}
+
 std::optional<std::string> ExtractChoice(std::string_view answer, const QaRow& row) {
   // 1. A stated letter.
   for (std::string_view cue : {"answer is", "Answer is", "Answer:", "answer:"}) {

@@ -43,6 +43,9 @@ Expected<std::vector<QaRow>> LoadQaJsonl(const std::string& path);
 // The prompt: "Question: ...\nA. text\n...\nE. text\n" (the demo pair's training format, as
 // tools/worldgen/worldgen.py writes it).
 std::string QaPrompt(const QaRow& row);
+// For instruct models (sent as the user message of their chat template): the same question
+// and choices, then "Answer with the letter of the correct choice, then explain briefly."
+std::string QaInstructPrompt(const QaRow& row);
 
 // The label chosen by `answer` (the model's completion after the prompt), or nullopt when no
 // single choice can be extracted.

@@ -31,6 +31,7 @@ TEST(Qa, ParsesFlattenedSchema) {
   EXPECT_EQ(r.answer_key, "A");
   EXPECT_EQ(QaPrompt(r),
             "Question: Where would you find a zinthar?\nA. marsh\nB. forest\nC. cave\nD. river\nE. beach\n");
+  EXPECT_EQ(QaInstructPrompt(r), QaPrompt(r) + "Answer with the letter of the correct choice, then explain briefly.");
 }
 
 TEST(Qa, ParsesNestedSchema) {

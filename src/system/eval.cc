@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "model/chat.h"
+
 namespace tlr {
 
 Expected<std::vector<EvalRow>> RunEval(const Model& slm, Router* router, LlmBackend* llm,
@@ -17,8 +19,15 @@ Expected<std::vector<EvalRow>> RunEval(const Model& slm, Router* router, LlmBack
   if (rows.empty()) return Status::Error("no questions");
   const Tokenizer& tok = slm.tokenizer();
   std::vector<std::vector<int32_t>> prompts;
+  ChatFormat fmt = ChatFormat::kChatMl;
+  if (opts.chat) {
+    std::string tmpl;
+    if (auto t = slm.file().GetString("tokenizer.chat_template"); t.ok()) tmpl = *t;
+    fmt = DetectChatFormat(tmpl, slm.config().arch_name);
+  }
   for (const QaRow& r : rows) {
-    prompts.push_back(tok.Encode(QaPrompt(r)));
+    prompts.push_back(opts.chat ? tok.Encode(FormatChat(fmt, {{"user", QaInstructPrompt(r)}}, true), false, true)
+                                : tok.Encode(QaPrompt(r)));
     if (prompts.back().empty()) return Status::Error("question '" + r.id + "' has an empty prompt");
   }
   if (answers) answers->assign(out.size(), {});

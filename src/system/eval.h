@@ -27,6 +27,9 @@ struct EvalOptions {
   int max_tokens = 100;
   int route_span = 1;
   SamplerParams sampling;
+  // Instruct models: QaInstructPrompt as the user message of the SLM's chat template
+  // (ChatML for Qwen, Llama 3's format for Llama); otherwise QaPrompt as plain text.
+  bool chat = false;
   // Progress: runs done, runs total (a run = one question in one mode/threshold).
   std::function<void(int64_t, int64_t)> on_progress;
 };

@@ -45,7 +45,7 @@ Command AddEvalCommand(CLI::App& root) {
   struct Opts {
     std::string slm, llm, router, data, out, thresholds = "0.4,0.5,0.6,0.7,0.72,0.76,0.8,0.9";
     int limit = 100, max_tokens = 100, span = 1;
-    bool no_baselines = false;
+    bool no_baselines = false, chat = false;
     RunArgs run;
   };
   auto o = std::make_shared<Opts>();
@@ -64,6 +64,10 @@ Command AddEvalCommand(CLI::App& root) {
       ->check(CLI::Range(1, 1 << 20));
   app->add_option("--span", o->span, "Tokens per LLM call")->default_val(1)->check(CLI::Range(1, 64));
   app->add_flag("--no-baselines", o->no_baselines, "Skip the small_only and large_only rows");
+  app->add_flag("--chat", o->chat,
+                "Instruct models: ask in the SLM's chat template (question, choices, \"Answer with the "
+                "letter of the correct choice, then explain briefly.\"); default: the plain "
+                "\"Question: ...\\nA. ...\" prompt the demo pair was trained on");
   app->add_option("--out", o->out,
                   "Directory for results.json, results.csv and SVG plots (accuracy and routed share vs "
                   "threshold, stacked latency, accuracy vs routed share)");
@@ -102,6 +106,7 @@ Command AddEvalCommand(CLI::App& root) {
             e.max_tokens = o->max_tokens;
             e.route_span = o->span;
             e.sampling = o->run.sampling;
+            e.chat = o->chat;
             Progress progress;
             e.on_progress = [&](int64_t done, int64_t total) { progress.Update("eval", done, total); };
             auto result = RunEval(**slm, &*router, &backend, *rows, e, &pool);
@@ -111,7 +116,8 @@ Command AddEvalCommand(CLI::App& root) {
             if (!o->out.empty()) {
               nlohmann::json meta = {{"slm", o->slm}, {"llm", o->llm}, {"router", o->router},
                                      {"data", o->data}, {"questions", rows->size()},
-                                     {"max_tokens", o->max_tokens}, {"threads", o->run.threads}};
+                                     {"max_tokens", o->max_tokens}, {"threads", o->run.threads},
+                                     {"prompt", o->chat ? "chat" : "plain"}};
               TLR_CLI_CHECK(cmd, WriteText(o->out + "/results.json", EvalJson(*result, meta.dump())));
               TLR_CLI_CHECK(cmd, WriteText(o->out + "/results.csv", EvalCsv(*result)));
               std::string plots;
