@@ -1,6 +1,8 @@
 // Chat prompt formats (model layer). See chat.h.
 #include "model/chat.h"
 
+#include "model/model.h"
+
 namespace tlr {
 
 ChatFormat DetectChatFormat(const std::string& tmpl, const std::string& arch) {
@@ -34,6 +36,12 @@ std::string FormatChat(ChatFormat format, const std::vector<ChatMessage>& messag
     if (add_generation_prompt) out += "<|im_start|>assistant\n";
   }
   return out;
+}
+
+ChatFormat ModelChatFormat(const Model& model) {
+  std::string tmpl;
+  if (auto t = model.file().GetString("tokenizer.chat_template"); t.ok()) tmpl = *t;
+  return DetectChatFormat(tmpl, model.config().arch_name);
 }
 
 }  // namespace tlr

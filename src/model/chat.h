@@ -20,6 +20,9 @@ enum class ChatFormat { kChatMl, kLlama3 };
 // Picks the format from a chat template (may be empty) and the architecture name.
 ChatFormat DetectChatFormat(const std::string& chat_template, const std::string& arch);
 const char* ChatFormatName(ChatFormat f);
+// The format for a loaded model (its tokenizer.chat_template, else its architecture).
+class Model;
+ChatFormat ModelChatFormat(const Model& model);
 
 // The prompt text (special tokens written out; tokenize it with parse_special), ending with
 // the assistant header when add_generation_prompt. The Llama 3 form starts with BOS text.

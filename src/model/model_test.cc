@@ -82,6 +82,43 @@ std::vector<int32_t> Greedy(const Model& m, ThreadPool* pool, std::vector<int32_
   return out;
 }
 
+// Runs the golden file's tokens through `model` and checks logits and hidden states (NMSE
+// below `nmse`, logits' max abs error below `max_rel` of the largest logit) and the greedy
+// continuation; returns that continuation.
+std::vector<int32_t> ExpectMatchesGolden(const Model& model, const std::string& golden_path, const std::string& what,
+                                         double nmse, double max_rel, ThreadPool* pool) {
+  auto text = ReadFileToString(golden_path);
+  EXPECT_TRUE(text.ok()) << text.status().message();
+  if (!text.ok()) return {};
+  const auto g = nlohmann::json::parse(*text);
+  const std::vector<int32_t> tokens = g["tokens"];
+  const int64_t T = tokens.size(), V = model.config().n_vocab, E = model.config().n_embd;
+  std::vector<float> logits(T * V), hidden(T * E);
+  auto cache = model.NewCache(T + 8);
+  EXPECT_TRUE(cache.ok());
+  ForwardContext ctx(pool);
+  SequenceInput in{&*cache, tokens, OutputRows::kAll, logits.data(), hidden.data()};
+  EXPECT_TRUE(model.Forward({&in, 1}, &ctx).ok());
+  std::vector<double> want_l, want_h;
+  for (const auto& row : g["logits"]) for (double v : row) want_l.push_back(v);
+  for (const auto& row : g["hidden"]) for (double v : row) want_h.push_back(v);
+  EXPECT_EQ(want_l.size(), logits.size()) << what;
+  EXPECT_EQ(want_h.size(), hidden.size()) << what;
+  if (want_l.size() != logits.size() || want_h.size() != hidden.size()) return {};
+  double scale = 0;
+  for (double v : want_l) scale = std::max(scale, std::fabs(v));
+  const Errors el = Compare(logits, want_l), eh = Compare(hidden, want_h);
+  std::printf("[ golden   ] %s: logits max abs %.2e (scale %.2f) nmse %.2e; hidden max abs %.2e nmse %.2e\n",
+              what.c_str(), el.max_abs, scale, el.nmse, eh.max_abs, eh.nmse);
+  EXPECT_LT(el.nmse, nmse) << what;
+  EXPECT_LT(el.max_abs, max_rel * scale) << what;
+  EXPECT_LT(eh.nmse, nmse) << what;
+  const std::vector<int32_t> want_greedy = g["greedy"];
+  const auto got = Greedy(model, pool, tokens, static_cast<int>(want_greedy.size()));
+  EXPECT_EQ(got, want_greedy) << what << ": greedy continuation differs";
+  return got;
+}
+
 // Tolerances against the float64 reference: the engine computes in float32 (weights exactly
 // as stored, f16 widened exactly), so errors are float32 rounding accumulated over two
 // layers (measured: nmse ~1e-13, max abs ~3e-6 on logits of scale ~10): normalized MSE
@@ -91,36 +128,11 @@ TEST(ModelGolden, MatchesPyTorchReference) {
   for (const std::string arch : {"qwen2", "llama"}) {
     std::vector<int32_t> greedy_f32;
     for (const std::string type : {"f32", "f16"}) {
-      const std::string golden_path = std::string(TLR_SOURCE_DIR) + "/src/model/testdata/tiny-" + arch + "-" + type + ".golden.json";
-      auto text = ReadFileToString(golden_path);
-      ASSERT_TRUE(text.ok()) << text.status().message();
-      const auto g = nlohmann::json::parse(*text);
       auto model = LoadOrDie(MakeTiny(arch, type));
       ASSERT_TRUE(model);
-      const std::vector<int32_t> tokens = g["tokens"];
-      const int64_t T = tokens.size(), V = model->config().n_vocab, E = model->config().n_embd;
-      std::vector<float> logits(T * V), hidden(T * E);
-      auto cache = model->NewCache(64);
-      ASSERT_TRUE(cache.ok());
-      ForwardContext ctx(&pool);
-      SequenceInput in{&*cache, tokens, OutputRows::kAll, logits.data(), hidden.data()};
-      ASSERT_TRUE(model->Forward({&in, 1}, &ctx).ok());
-      std::vector<double> want_l, want_h;
-      for (const auto& row : g["logits"]) for (double v : row) want_l.push_back(v);
-      for (const auto& row : g["hidden"]) for (double v : row) want_h.push_back(v);
-      ASSERT_EQ(want_l.size(), logits.size());
-      ASSERT_EQ(want_h.size(), hidden.size());
-      double scale = 0;
-      for (double v : want_l) scale = std::max(scale, std::fabs(v));
-      const Errors el = Compare(logits, want_l), eh = Compare(hidden, want_h);
-      std::printf("[ golden   ] %s %s: logits max abs %.2e (scale %.2f) nmse %.2e; hidden max abs %.2e nmse %.2e\n",
-                  arch.c_str(), type.c_str(), el.max_abs, scale, el.nmse, eh.max_abs, eh.nmse);
-      EXPECT_LT(el.nmse, 1e-10) << arch << " " << type;
-      EXPECT_LT(el.max_abs, 2e-5 * scale) << arch << " " << type;
-      EXPECT_LT(eh.nmse, 1e-10) << arch << " " << type;
-      const std::vector<int32_t> want_greedy = g["greedy"];
-      const auto got = Greedy(*model, &pool, tokens, 32);
-      EXPECT_EQ(got, want_greedy) << arch << " " << type << ": greedy continuation differs";
+      const auto got = ExpectMatchesGolden(
+          *model, std::string(TLR_SOURCE_DIR) + "/src/model/testdata/tiny-" + arch + "-" + type + ".golden.json",
+          arch + " " + type, 1e-10, 2e-5, &pool);
       if (type == "f32") greedy_f32 = got;
       else EXPECT_EQ(got, greedy_f32) << arch << ": f16 and f32 greedy continuations differ";
     }
@@ -321,35 +333,10 @@ namespace {
 TEST(ModelGolden, DemoPairMatchesItsPyTorchTraining) {
   ThreadPool pool(2);
   for (const std::string name : {"slm", "llm"}) {
-    auto text = ReadFileToString(std::string(TLR_SOURCE_DIR) + "/src/model/testdata/demo-" + name + ".golden.json");
-    ASSERT_TRUE(text.ok()) << text.status().message();
-    const auto g = nlohmann::json::parse(*text);
     auto loaded = Model::Load(std::string(TLR_SOURCE_DIR) + "/models/demo/" + name + ".gguf");
     ASSERT_TRUE(loaded.ok()) << loaded.status().message();
-    const Model& model = **loaded;
-    const std::vector<int32_t> tokens = g["tokens"];
-    const int64_t T = tokens.size(), V = model.config().n_vocab, E = model.config().n_embd;
-    std::vector<float> logits(T * V), hidden(T * E);
-    auto cache = model.NewCache(T + 32);
-    ASSERT_TRUE(cache.ok());
-    ForwardContext ctx(&pool);
-    SequenceInput in{&*cache, tokens, OutputRows::kAll, logits.data(), hidden.data()};
-    ASSERT_TRUE(model.Forward({&in, 1}, &ctx).ok());
-    std::vector<double> want_l, want_h;
-    for (const auto& row : g["logits"]) for (double v : row) want_l.push_back(v);
-    for (const auto& row : g["hidden"]) for (double v : row) want_h.push_back(v);
-    ASSERT_EQ(want_l.size(), logits.size());
-    ASSERT_EQ(want_h.size(), hidden.size());
-    double scale = 0;
-    for (double v : want_l) scale = std::max(scale, std::fabs(v));
-    const Errors el = Compare(logits, want_l), eh = Compare(hidden, want_h);
-    std::printf("[ golden   ] demo %s: logits max abs %.2e (scale %.2f) nmse %.2e; hidden nmse %.2e\n",
-                name.c_str(), el.max_abs, scale, el.nmse, eh.nmse);
-    EXPECT_LT(el.nmse, 1e-8) << name;
-    EXPECT_LT(el.max_abs, 1e-3 * scale) << name;
-    EXPECT_LT(eh.nmse, 1e-8) << name;
-    const std::vector<int32_t> want_greedy = g["greedy"];
-    EXPECT_EQ(Greedy(model, &pool, tokens, static_cast<int>(want_greedy.size())), want_greedy) << name;
+    ExpectMatchesGolden(**loaded, std::string(TLR_SOURCE_DIR) + "/src/model/testdata/demo-" + name + ".golden.json",
+                        "demo " + name, 1e-8, 1e-3, &pool);
   }
 }
 

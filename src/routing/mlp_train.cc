@@ -83,18 +83,16 @@ class Net {
     x_ = x;
     n_ = n;
     acts_.resize(n_layers() + 1);
-    pre_.resize(n_layers());
     const float* in = x;
     for (size_t i = 0; i < n_layers(); ++i) {
       const int64_t din = widths_[i], dout = widths_[i + 1];
-      std::vector<float>& z = pre_[i];
+      std::vector<float>& z = acts_[i + 1];
       z.resize(n * dout);
       Gemm(in, n, din, w_[i].v.data(), dout, z.data(), &mm_, pool);
       for (int64_t t = 0; t < n; ++t) {
         for (int64_t j = 0; j < dout; ++j) z[t * dout + j] += b_[i].v[j];
       }
-      std::vector<float>& a = acts_[i + 1];
-      a = z;
+      std::vector<float>& a = z;  // activated in place
       if (i == 0 && bn_) BatchNorm(&a, n, dout, train);
       if (i + 1 < n_layers()) {
         for (float& v : a) v = std::max(v, 0.0f);
@@ -257,7 +255,7 @@ class Net {
   std::vector<float> run_mean_, run_var_, mean_, invstd_, xhat_, mask_;
   const float* x_ = nullptr;
   int64_t n_ = 0;
-  std::vector<std::vector<float>> acts_, pre_;
+  std::vector<std::vector<float>> acts_;
   std::vector<float> t1_, t2_;
   MatMulInput mm_;
 };

@@ -65,7 +65,6 @@ Expected<DecodeStats> CollabDecoder::Generate(std::span<const int32_t> prompt, c
   st.stop = "max_tokens";
   StreamDecoder text(tok);
   double first_at = -1, last_at = 0;
-  bool stopped = false;
   // Emits one token; returns whether generation goes on.
   auto emit = [&](TokenEvent ev) {
     ev.end = tok.IsEndOfGeneration(ev.id);
@@ -79,7 +78,6 @@ Expected<DecodeStats> CollabDecoder::Generate(std::span<const int32_t> prompt, c
     if (ev.source == TokenSource::kFallback) ++st.fallbacks;
     if (on_token && !on_token(ev)) {
       st.stop = "stopped";
-      stopped = true;
       return false;
     }
     if (ev.end) {
@@ -175,7 +173,6 @@ Expected<DecodeStats> CollabDecoder::Generate(std::span<const int32_t> prompt, c
     st.slm_decode_s += slm_s;
     ++st.slm_steps;
   }
-  (void)stopped;
   return finish();
 }
 

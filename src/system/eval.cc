@@ -19,12 +19,7 @@ Expected<std::vector<EvalRow>> RunEval(const Model& slm, Router* router, LlmBack
   if (rows.empty()) return Status::Error("no questions");
   const Tokenizer& tok = slm.tokenizer();
   std::vector<std::vector<int32_t>> prompts;
-  ChatFormat fmt = ChatFormat::kChatMl;
-  if (opts.chat) {
-    std::string tmpl;
-    if (auto t = slm.file().GetString("tokenizer.chat_template"); t.ok()) tmpl = *t;
-    fmt = DetectChatFormat(tmpl, slm.config().arch_name);
-  }
+  const ChatFormat fmt = ModelChatFormat(slm);
   for (const QaRow& r : rows) {
     prompts.push_back(opts.chat ? tok.Encode(FormatChat(fmt, {{"user", QaInstructPrompt(r)}}, true), false, true)
                                 : tok.Encode(QaPrompt(r)));

@@ -130,10 +130,7 @@ Command AddGenerateCommand(CLI::App& root) {
             const Tokenizer& tok = main_model.tokenizer();
             std::vector<int32_t> ids;
             if (o->chat) {
-              std::string tmpl;
-              if (auto t = main_model.file().GetString("tokenizer.chat_template"); t.ok()) tmpl = *t;
-              const ChatFormat fmt = DetectChatFormat(tmpl, main_model.config().arch_name);
-              ids = tok.Encode(FormatChat(fmt, {{"user", prompt}}, true), false, true);
+              ids = tok.Encode(FormatChat(ModelChatFormat(main_model), {{"user", prompt}}, true), false, true);
             } else {
               ids = tok.Encode(prompt, true, false);
             }

@@ -65,9 +65,7 @@ Command AddRunCommand(CLI::App& root) {
             }
             std::vector<int32_t> ids;
             if (o->chat) {
-              std::string tmpl;
-              if (auto t = model.file().GetString("tokenizer.chat_template"); t.ok()) tmpl = *t;
-              const ChatFormat fmt = DetectChatFormat(tmpl, model.config().arch_name);
+              const ChatFormat fmt = ModelChatFormat(model);
               std::vector<ChatMessage> msgs;
               if (!o->system.empty()) msgs.push_back({"system", o->system});
               msgs.push_back({"user", prompt});
