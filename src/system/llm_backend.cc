@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
 namespace tlr {
 
@@ -79,6 +80,19 @@ Expected<LlmReply> InProcessLlm::Next(std::span<const int32_t> context, int n,
     held_.push_back(tok);
   }
   return reply;
+}
+
+DelayedLlm::DelayedLlm(LlmBackend* inner, double rtt_s, double jitter_s, uint64_t seed)
+    : inner_(inner), rtt_s_(rtt_s), jitter_s_(jitter_s), state_(seed * 0x9e3779b97f4a7c15ull + 1) {}
+
+Expected<LlmReply> DelayedLlm::Next(std::span<const int32_t> context, int n, const SamplerParams& sampling) {
+  state_ ^= state_ << 13;
+  state_ ^= state_ >> 7;
+  state_ ^= state_ << 17;
+  const double u = static_cast<double>(state_ >> 11) / 9007199254740992.0;  // [0, 1)
+  const double d = std::max(0.0, rtt_s_ + jitter_s_ * (2 * u - 1));
+  std::this_thread::sleep_for(std::chrono::duration<double>(d));
+  return inner_->Next(context, n, sampling);
 }
 
 }  // namespace tlr

@@ -62,4 +62,20 @@ class InProcessLlm : public LlmBackend {
   int64_t total_ingested_ = 0;
 };
 
+// Adds a simulated network round trip (rtt +- uniform jitter) to every call of another
+// backend: evaluating an in-process LLM as if it were remote (--sim-rtt without --server).
+class DelayedLlm : public LlmBackend {
+ public:
+  DelayedLlm(LlmBackend* inner, double rtt_s, double jitter_s, uint64_t seed);
+  Expected<LlmReply> Next(std::span<const int32_t> context, int n, const SamplerParams& sampling) override;
+  void Reset() override { inner_->Reset(); }
+  uint64_t vocab_fingerprint() const override { return inner_->vocab_fingerprint(); }
+  std::string name() const override { return inner_->name() + " (simulated network)"; }
+
+ private:
+  LlmBackend* inner_;
+  double rtt_s_, jitter_s_;
+  uint64_t state_;
+};
+
 }  // namespace tlr

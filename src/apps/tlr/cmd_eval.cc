@@ -47,6 +47,7 @@ Command AddEvalCommand(CLI::App& root) {
     int limit = 100, max_tokens = 100, span = 1;
     bool no_baselines = false, chat = false;
     RunArgs run;
+    LlmArgs net;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* app = root.add_subcommand(
@@ -73,7 +74,10 @@ Command AddEvalCommand(CLI::App& root) {
                   "threshold, stacked latency, accuracy vs routed share)");
   AddThreadArgs(app, &o->run);
   AddSamplingArgs(app, &o->run);
-  app->footer("Example: tlr eval --limit 200 --out results/   # bundled demo pair, test split");
+  AddLlmServerArgs(app, &o->net);
+  app->footer("Examples:\n"
+              "  tlr eval --limit 200 --out results/   # bundled demo pair, test split\n"
+              "  tlr eval --server http://127.0.0.1:8080 --sim-rtt 170 --out results/   # LLM behind `tlr serve`");
   return {app, [o]() -> int {
             const char* cmd = "eval";
             TLR_CLI_CHECK(cmd, o->run.sampling.Validate());
@@ -88,8 +92,13 @@ Command AddEvalCommand(CLI::App& root) {
             if (o->limit > 0 && static_cast<size_t>(o->limit) < rows->size()) rows->resize(o->limit);
             auto slm = Model::Load(o->slm);
             if (!slm.ok()) return ReportError(cmd, "SLM: " + slm.status().message());
-            auto llm = Model::Load(o->llm);
-            if (!llm.ok()) return ReportError(cmd, "LLM: " + llm.status().message());
+            const bool remote = !o->net.server.empty();
+            std::unique_ptr<Model> llm;
+            if (!remote) {
+              auto m = Model::Load(o->llm);
+              if (!m.ok()) return ReportError(cmd, "LLM: " + m.status().message());
+              llm = std::move(m).value();
+            }
             auto router = Router::LoadOrBuiltin(o->router, o->run.sampling.seed);
             if (!router.ok()) return ReportError(cmd, router.status().message());
             TLR_CLI_CHECK(cmd, router->CheckCompatible(**slm));
@@ -99,7 +108,24 @@ Command AddEvalCommand(CLI::App& root) {
               if (ec) return ReportError(cmd, "cannot create '" + o->out + "': " + ec.message());
             }
             ThreadPool pool(o->run.threads);
-            InProcessLlm backend(**llm, &pool, 8192);
+            std::unique_ptr<InProcessLlm> local;
+            std::unique_ptr<DelayedLlm> delayed;
+            std::unique_ptr<RemoteLlm> server;
+            LlmBackend* backend = nullptr;
+            if (remote) {
+              auto r = ConnectLlmServer(o->net, (*slm)->tokenizer(), o->run.sampling.seed);
+              if (!r.ok()) return ReportError(cmd, r.status().message());
+              server = std::move(r).value();
+              backend = server.get();
+            } else {
+              local = std::make_unique<InProcessLlm>(*llm, &pool, 8192);
+              backend = local.get();
+              if (o->net.sim_rtt_ms > 0 || o->net.sim_jitter_ms > 0) {
+                delayed = std::make_unique<DelayedLlm>(backend, o->net.sim_rtt_ms / 1e3, o->net.sim_jitter_ms / 1e3,
+                                                       o->run.sampling.seed);
+                backend = delayed.get();
+              }
+            }
             EvalOptions e;
             e.thresholds = *thresholds;
             e.small_only = e.large_only = !o->no_baselines;
@@ -109,12 +135,13 @@ Command AddEvalCommand(CLI::App& root) {
             e.chat = o->chat;
             Progress progress;
             e.on_progress = [&](int64_t done, int64_t total) { progress.Update("eval", done, total); };
-            auto result = RunEval(**slm, &*router, &backend, *rows, e, &pool);
+            auto result = RunEval(**slm, &*router, backend, *rows, e, &pool);
             progress.Done();
             if (!result.ok()) return ReportError(cmd, result.status().message());
             std::printf("%s", EvalMarkdown(*result).c_str());
             if (!o->out.empty()) {
-              nlohmann::json meta = {{"slm", o->slm}, {"llm", o->llm}, {"router", o->router},
+              nlohmann::json meta = {{"slm", o->slm}, {"llm", remote ? o->net.server : o->llm}, {"router", o->router},
+                                     {"backend", remote ? o->net.backend : "in-process"}, {"sim_rtt_ms", o->net.sim_rtt_ms},
                                      {"data", o->data}, {"questions", rows->size()},
                                      {"max_tokens", o->max_tokens}, {"threads", o->run.threads},
                                      {"prompt", o->chat ? "chat" : "plain"}};

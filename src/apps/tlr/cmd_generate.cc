@@ -56,6 +56,7 @@ Command AddGenerateCommand(CLI::App& root) {
     int n = 128, span = 1;
     bool chat = false, no_color = false, quiet = false;
     RunArgs run;
+    LlmArgs net;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* app = root.add_subcommand(
@@ -85,12 +86,14 @@ Command AddGenerateCommand(CLI::App& root) {
   app->add_flag("-q,--quiet", o->quiet, "Print only the text, no summary");
   AddThreadArgs(app, &o->run);
   AddSamplingArgs(app, &o->run);
+  AddLlmServerArgs(app, &o->net);
   app->footer(
       "LLM tokens print in red, FALLBACK tokens (LLM unavailable: the SLM's own) in underlined yellow.\n"
       "Examples:\n"
       "  tlr generate -f question.txt                      # bundled demo pair and router\n"
       "  tlr generate --slm qwen2.5-0.5b.gguf --llm qwen2.5-7b.gguf --router r.gguf --chat -p \"...\"\n"
-      "  tlr generate --threshold 0.9 --trace trace.jsonl -p \"Question: ...\"");
+      "  tlr generate --threshold 0.9 --trace trace.jsonl -p \"Question: ...\"\n"
+      "  tlr generate --server http://gpu-box:8080 --api-key \"$KEY\" -f q.txt   # LLM on `tlr serve`");
   return {app, [o]() -> int {
             const char* cmd = "generate";
             TLR_CLI_CHECK(cmd, o->run.sampling.Validate());
@@ -109,12 +112,13 @@ Command AddGenerateCommand(CLI::App& root) {
             if (o->llm.empty()) o->llm = DemoFile("llm.gguf");
             if (o->router.empty()) o->router = DemoFile("router.gguf");
             std::unique_ptr<Model> slm, llm;
-            if (*mode != DecodeMode::kLargeOnly) {
+            const bool remote = !o->net.server.empty();
+            if (*mode != DecodeMode::kLargeOnly || remote) {
               auto m = Model::Load(o->slm);
               if (!m.ok()) return ReportError(cmd, "SLM: " + m.status().message());
               slm = std::move(m).value();
             }
-            if (*mode != DecodeMode::kSmallOnly) {
+            if (*mode != DecodeMode::kSmallOnly && !remote) {
               auto m = Model::Load(o->llm);
               if (!m.ok()) return ReportError(cmd, "LLM: " + m.status().message());
               llm = std::move(m).value();
@@ -137,8 +141,24 @@ Command AddGenerateCommand(CLI::App& root) {
             if (ids.empty()) return ReportError(cmd, "the prompt is empty");
             ThreadPool pool(o->run.threads);
             const int64_t n_ctx = static_cast<int64_t>(ids.size()) + o->n + o->span + 1;
-            std::unique_ptr<InProcessLlm> backend;
-            if (llm) backend = std::make_unique<InProcessLlm>(*llm, &pool, n_ctx);
+            std::unique_ptr<InProcessLlm> local;
+            std::unique_ptr<DelayedLlm> delayed;
+            std::unique_ptr<RemoteLlm> server;
+            LlmBackend* backend = nullptr;
+            if (remote && *mode != DecodeMode::kSmallOnly) {
+              auto r = ConnectLlmServer(o->net, slm->tokenizer(), o->run.sampling.seed);
+              if (!r.ok()) return ReportError(cmd, r.status().message());
+              server = std::move(r).value();
+              backend = server.get();
+            } else if (llm) {
+              local = std::make_unique<InProcessLlm>(*llm, &pool, n_ctx);
+              backend = local.get();
+              if (o->net.sim_rtt_ms > 0 || o->net.sim_jitter_ms > 0) {
+                delayed = std::make_unique<DelayedLlm>(backend, o->net.sim_rtt_ms / 1e3, o->net.sim_jitter_ms / 1e3,
+                                                       o->run.sampling.seed);
+                backend = delayed.get();
+              }
+            }
             DecodeOptions d;
             d.mode = *mode;
             d.threshold = o->threshold >= 0 ? o->threshold : (router ? router->info().threshold : 0.5f);
@@ -147,7 +167,7 @@ Command AddGenerateCommand(CLI::App& root) {
             d.sampling = o->run.sampling;
             const bool color = !o->no_color && isatty(STDOUT_FILENO);
             nlohmann::json trace = nlohmann::json::array();
-            CollabDecoder dec(slm ? *slm : *llm, router.get(), backend.get(), &pool);
+            CollabDecoder dec(slm ? *slm : *llm, router.get(), backend, &pool);
             auto stats = dec.Generate(ids, d, [&](const TokenEvent& ev) {
               if (!ev.text.empty()) {
                 const char* on = ev.source == TokenSource::kLlm      ? kRed
@@ -177,6 +197,14 @@ Command AddGenerateCommand(CLI::App& root) {
               std::fprintf(stderr, "\nmode %s, threshold %.3f, router %s\n%s", o->mode.c_str(), d.threshold,
                            router ? std::string(RouterKindName(router->kind())).c_str() : "-",
                            FormatDecodeSummary(*stats).c_str());
+              if (server) {
+                const RemoteStats& rs = server->stats();
+                std::fprintf(stderr, "server: %lld calls (%lld failed), %lld HTTP requests, %lld retries, %lld resyncs, "
+                             "%lld tokens sent, simulated network %.1f ms\n",
+                             static_cast<long long>(rs.calls), static_cast<long long>(rs.failed_calls),
+                             static_cast<long long>(rs.http_requests), static_cast<long long>(rs.retries),
+                             static_cast<long long>(rs.resyncs), static_cast<long long>(rs.tokens_sent), rs.sim_delay_s * 1e3);
+              }
             }
             return 0;
           }};

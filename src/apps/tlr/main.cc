@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
       tlr::cli::AddGenerateCommand(app),
       tlr::cli::AddRouterCommand(app),
       tlr::cli::AddEvalCommand(app),
+      tlr::cli::AddServeCommand(app),
       tlr::cli::AddBenchCommand(app),
       tlr::cli::AddMakeRandomCommand(app),
   };

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
@@ -50,6 +51,51 @@ void AddSamplingArgs(CLI::App* app, RunArgs* a) {
   app->add_option("--repeat-last-n", a->sampling.repeat_last_n, "Tokens the penalty looks back")
       ->default_val(64);
   app->add_option("--seed", a->sampling.seed, "Sampling seed")->default_val(42);
+}
+
+void AddLlmServerArgs(CLI::App* app, LlmArgs* a) {
+  app->add_option("--server", a->server, "Use the LLM behind this server (http[s]://host:port) instead of --llm");
+  app->add_option("--backend", a->backend, "Server protocol: tlr (`tlr serve` sessions, delta sync) or openai "
+                                           "(any OpenAI-compatible engine: vLLM, SGLang, llama.cpp server)")
+      ->default_val("tlr")->check(CLI::IsMember({"tlr", "openai"}));
+  app->add_option("--api-key", a->api_key, "API key for the server (also $TLR_API_KEY)");
+  app->add_option("--server-model", a->model, "openai backend: model name (default: the server's first)");
+  app->add_option("--llm-timeout", a->timeout_s,
+                  "Seconds per server attempt; past it the SLM's own token is used (FALLBACK)")
+      ->default_val(10)->check(CLI::Range(0.001, 3600.0));
+  app->add_option("--llm-retries", a->retries, "Further attempts after a failed server call")->default_val(2)
+      ->check(CLI::Range(0, 100));
+  app->add_option("--llm-retry-after", a->retry_after_s,
+                  "After the server failed: seconds of SLM-only answering before trying it again")
+      ->default_val(1)->check(CLI::Range(0.0, 3600.0));
+  app->add_option("--ca-file", a->ca_file, "https: CA certificates to verify the server with")->check(CLI::ExistingFile);
+  app->add_flag("--no-verify-tls", a->no_verify_tls, "https: do not verify the server's certificate (testing only)");
+  app->add_option("--sim-rtt", a->sim_rtt_ms, "Simulated network round trip per LLM call, in ms (the paper assumed 170)")
+      ->default_val(0)->check(CLI::Range(0.0, 600000.0));
+  app->add_option("--sim-jitter", a->sim_jitter_ms, "Uniform +- jitter on --sim-rtt, in ms")->default_val(0)
+      ->check(CLI::Range(0.0, 600000.0));
+}
+
+Expected<std::unique_ptr<RemoteLlm>> ConnectLlmServer(const LlmArgs& a, const Tokenizer& vocab, uint64_t seed) {
+  RemoteOptions r;
+  r.url = a.server;
+  r.backend = a.backend;
+  r.api_key = a.api_key;
+  if (r.api_key.empty()) {
+    if (const char* k = std::getenv("TLR_API_KEY"); k && *k) r.api_key = k;
+  }
+  r.model = a.model;
+  r.ca_file = a.ca_file;
+  r.verify_tls = !a.no_verify_tls;
+  r.timeout_s = a.timeout_s;
+  r.retries = a.retries;
+  r.retry_after_s = a.retry_after_s;
+  r.sim_rtt_s = a.sim_rtt_ms / 1e3;
+  r.sim_jitter_s = a.sim_jitter_ms / 1e3;
+  r.seed = seed;
+  auto remote = RemoteLlm::Connect(r, vocab);
+  if (remote.ok() && !(*remote)->warning().empty()) std::fprintf(stderr, "warning: %s\n", (*remote)->warning().c_str());
+  return remote;
 }
 
 }  // namespace tlr::cli

@@ -1,0 +1,154 @@
+// `tlr serve`: the LLM server (apps layer) — sessions with delta sync, continuous batching,
+// the native token protocol and an OpenAI-compatible API, /health and /metrics.
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+
+#include "apps/tlr/commands.h"
+#include "apps/tlr/model_args.h"
+#include "model/model.h"
+#include "ops/thread_pool.h"
+#include "system/llm_engine.h"
+#include "system/llm_server.h"
+#include "util/mapped_file.h"
+
+namespace tlr::cli {
+
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+void OnSignal(int) { g_stop = 1; }
+
+// "512M", "4G", "1048576" -> bytes.
+bool ParseBytes(const std::string& s, uint64_t* out) {
+  if (s.empty()) return false;
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &pos);
+  } catch (...) {
+    return false;
+  }
+  if (v <= 0) return false;
+  std::string unit = s.substr(pos);
+  double mul = 1;
+  if (unit == "" || unit == "B") mul = 1;
+  else if (unit == "K" || unit == "KiB" || unit == "k") mul = 1024.0;
+  else if (unit == "M" || unit == "MiB") mul = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB") mul = 1024.0 * 1024 * 1024;
+  else return false;
+  *out = static_cast<uint64_t>(v * mul);
+  return true;
+}
+
+}  // namespace
+
+Command AddServeCommand(CLI::App& root) {
+  struct Opts {
+    std::string model, host = "127.0.0.1", kv_budget = "4G", max_body = "4M", name, api_key_file;
+    std::string tls_cert, tls_key;
+    std::vector<std::string> api_keys;
+    int port = 8080, threads = 2, http_threads = 64, max_tokens = 256, prompt_cache = 4;
+    int64_t ctx = 4096, max_sessions = 1024, batch_tokens = 512;
+    double ttl = 600;
+    bool insecure = false;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* app = root.add_subcommand("serve", "Serve an LLM to devices: token protocol with sessions, OpenAI-compatible API");
+  app->add_option("-m,--model", o->model, "LLM GGUF (default: the bundled demo LLM)");
+  app->add_option("--host", o->host, "Address to listen on (non-loopback needs --api-key or --insecure)")
+      ->default_val("127.0.0.1");
+  app->add_option("--port", o->port, "Port (0: any free port; the chosen one is printed)")->default_val(8080)
+      ->check(CLI::Range(0, 65535));
+  AddThreadsOnly(app, &o->threads);
+  app->add_option("-c,--ctx", o->ctx, "Tokens one session can hold (its KV cache size)")->default_val(4096)
+      ->check(CLI::Range(int64_t{16}, int64_t{1} << 20));
+  app->add_option("--kv-budget", o->kv_budget,
+                  "KV cache memory for all sessions (e.g. 512M, 4G); least recently used idle sessions "
+                  "are evicted past it")->default_val("4G");
+  app->add_option("--max-sessions", o->max_sessions, "Open sessions at most")->default_val(1024)
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app->add_option("--session-ttl", o->ttl, "Seconds an idle session lives")->default_val(600)
+      ->check(CLI::Range(1.0, 1e7));
+  app->add_option("--max-tokens", o->max_tokens, "Tokens one call may generate at most")->default_val(256)
+      ->check(CLI::Range(1, 1 << 16));
+  app->add_option("--max-body", o->max_body, "Largest request body (e.g. 4M)")->default_val("4M");
+  app->add_option("--batch-tokens", o->batch_tokens, "Tokens per batched forward pass")->default_val(512)
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  app->add_option("--prompt-cache", o->prompt_cache, "KV caches reused by prefix for the OpenAI endpoints")
+      ->default_val(4)->check(CLI::Range(0, 256));
+  app->add_option("--http-threads", o->http_threads, "Connections served at once (keep-alive holds one each)")
+      ->default_val(64)->check(CLI::Range(4, 4096));
+  app->add_option("--api-key", o->api_keys, "Require 'Authorization: Bearer KEY' (repeat for several keys; "
+                                            "also $TLR_API_KEY)");
+  app->add_option("--api-key-file", o->api_key_file, "File with one API key per line");
+  app->add_flag("--insecure", o->insecure, "Allow a non-loopback --host without an API key");
+  app->add_option("--tls-cert", o->tls_cert, "TLS certificate (PEM); serve HTTPS")->check(CLI::ExistingFile);
+  app->add_option("--tls-key", o->tls_key, "TLS private key (PEM)")->check(CLI::ExistingFile);
+  app->add_option("--name", o->name, "Model name reported by /v1/models (default: the file name)");
+  app->footer(
+      "Endpoints: POST /tlr/v1/sessions, POST /tlr/v1/next, DELETE /tlr/v1/sessions/ID, GET /tlr/v1/info\n"
+      "           POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics\n"
+      "Protocol: docs/protocol.md. Prints 'listening on URL' once ready; stops on SIGINT/SIGTERM.\n"
+      "Examples:\n"
+      "  tlr serve                                          # bundled demo LLM on 127.0.0.1:8080\n"
+      "  tlr serve -m qwen2.5-7b-q4_0.gguf --host 0.0.0.0 --api-key \"$KEY\" --tls-cert c.pem --tls-key k.pem");
+  return {app, [o]() -> int {
+            const char* cmd = "serve";
+            if (o->model.empty()) o->model = DemoFile("llm.gguf");
+            ServerOptions so;
+            so.host = o->host;
+            so.port = o->port;
+            so.api_keys = o->api_keys;
+            if (const char* k = std::getenv("TLR_API_KEY"); k && *k) so.api_keys.push_back(k);
+            if (!o->api_key_file.empty()) {
+              auto text = ReadFileToString(o->api_key_file);
+              if (!text.ok()) return ReportError(cmd, "--api-key-file: " + text.status().message());
+              std::istringstream in(*text);
+              for (std::string line; std::getline(in, line);) {
+                while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+                if (!line.empty() && line[0] != '#') so.api_keys.push_back(line);
+              }
+            }
+            so.insecure = o->insecure;
+            so.tls_cert = o->tls_cert;
+            so.tls_key = o->tls_key;
+            so.http_threads = o->http_threads;
+            if (!ParseBytes(o->max_body, &so.max_body_bytes)) return ReportError(cmd, "--max-body: not a size: '" + o->max_body + "' (e.g. 4M)");
+            EngineLimits lim;
+            if (!ParseBytes(o->kv_budget, &lim.kv_budget_bytes)) return ReportError(cmd, "--kv-budget: not a size: '" + o->kv_budget + "' (e.g. 4G)");
+            lim.max_context = o->ctx;
+            lim.max_sessions = o->max_sessions;
+            lim.session_ttl_s = o->ttl;
+            lim.max_tokens_per_call = o->max_tokens;
+            lim.max_batch_tokens = o->batch_tokens;
+            lim.prompt_cache_slots = o->prompt_cache;
+            auto model = Model::Load(o->model);
+            if (!model.ok()) return ReportError(cmd, model.status().message());
+            so.model_name = o->name.empty() ? std::filesystem::path(o->model).stem().string() : o->name;
+            ThreadPool pool(o->threads);
+            Metrics metrics;
+            LlmEngine engine(**model, &pool, lim, &metrics);
+            LlmServer server(&engine, &metrics, so);
+            TLR_CLI_CHECK(cmd, server.Start());
+            std::signal(SIGINT, OnSignal);
+            std::signal(SIGTERM, OnSignal);
+            std::signal(SIGPIPE, SIG_IGN);
+            std::printf("tlr serve: %s (%s, %lld-token sessions, KV budget %llu MiB, %d threads)\n", so.model_name.c_str(),
+                        (*model)->config().arch_name.c_str(), static_cast<long long>(lim.max_context),
+                        static_cast<unsigned long long>(lim.kv_budget_bytes >> 20), o->threads);
+            std::printf("listening on %s://%s:%d\n", server.tls() ? "https" : "http", so.host.c_str(), server.port());
+            std::fflush(stdout);
+            while (!g_stop) ::usleep(100 * 1000);
+            std::fprintf(stderr, "tlr serve: stopping\n");
+            server.Stop();
+            return 0;
+          }};
+}
+
+}  // namespace tlr::cli

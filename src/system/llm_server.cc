@@ -1,0 +1,263 @@
+// LlmServer: HTTP plumbing, auth, the native session protocol, /health and /metrics
+// (the OpenAI endpoints are in openai_api.cc). See llm_server.h and docs/protocol.md.
+#include "system/llm_server.h"
+
+#include <chrono>
+#include <filesystem>
+
+#include "system/protocol.h"
+#include "system/server_json.h"
+
+namespace tlr {
+
+using server::json;
+using server::SendError;
+using server::SendJson;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Route label for metrics (ids out of paths, unknown paths in one bucket).
+std::string EndpointLabel(const std::string& path) {
+  static const char* kKnown[] = {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions",
+                                 "/tlr/v1/info", "/tlr/v1/sessions", "/tlr/v1/next"};
+  for (const char* k : kKnown) {
+    if (path == k) return k;
+  }
+  if (path.rfind("/tlr/v1/sessions/", 0) == 0) return "/tlr/v1/sessions/{id}";
+  return "other";
+}
+
+bool KeyMatches(const std::string& header, const std::vector<std::string>& keys) {
+  const std::string prefix = "Bearer ";
+  if (header.size() <= prefix.size() || header.compare(0, prefix.size(), prefix) != 0) return false;
+  const std::string given = header.substr(prefix.size());
+  bool ok = false;
+  for (const std::string& k : keys) {
+    // Constant-time over the key's length.
+    unsigned diff = given.size() != k.size();
+    for (size_t i = 0; i < k.size(); ++i) diff |= static_cast<unsigned>(k[i] ^ (i < given.size() ? given[i] : 0));
+    ok |= diff == 0;
+  }
+  return ok;
+}
+
+}  // namespace
+
+bool IsLoopbackHost(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+LlmServer::LlmServer(LlmEngine* engine, Metrics* metrics, ServerOptions opts)
+    : engine_(engine), metrics_(metrics), opts_(std::move(opts)) {
+  if (opts_.model_name.empty()) opts_.model_name = "tlr-llm";
+}
+
+LlmServer::~LlmServer() { Stop(); }
+
+Status LlmServer::Start() {
+  if (opts_.tls_cert.empty() != opts_.tls_key.empty()) {
+    return Status::Error("TLS needs both --tls-cert and --tls-key");
+  }
+  if (!IsLoopbackHost(opts_.host) && opts_.api_keys.empty() && !opts_.insecure) {
+    return Status::Error("refusing to listen on " + opts_.host +
+                         " (not loopback) without an API key: give --api-key, or --insecure to allow anyone");
+  }
+  for (const std::string& k : opts_.api_keys) {
+    if (k.empty()) return Status::Error("an API key must not be empty");
+  }
+  if (!opts_.tls_cert.empty()) {
+    for (const std::string& f : {opts_.tls_cert, opts_.tls_key}) {
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(f, ec)) return Status::Error("TLS file " + f + " does not exist");
+    }
+    auto ssl = std::make_unique<httplib::SSLServer>(opts_.tls_cert.c_str(), opts_.tls_key.c_str());
+    if (!ssl->is_valid()) {
+      return Status::Error("cannot use the TLS certificate/key (" + opts_.tls_cert + ", " + opts_.tls_key +
+                           "): not PEM, or the key does not match the certificate");
+    }
+    http_ = std::move(ssl);
+  } else {
+    http_ = std::make_unique<httplib::Server>();
+  }
+  const int threads = std::max(4, opts_.http_threads);
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http_->set_tcp_nodelay(true);
+  http_->set_keep_alive_max_count(100000);
+  http_->set_keep_alive_timeout(30);
+  http_->set_read_timeout(30, 0);
+  http_->set_write_timeout(30, 0);
+  http_->set_payload_max_length(opts_.max_body_bytes);
+  if (metrics_) {
+    metrics_->DeclareCounter("tlr_http_requests_total", "HTTP requests by endpoint and status");
+    metrics_->DeclareHistogram("tlr_http_request_seconds", "HTTP request latency by endpoint",
+                               {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10});
+  }
+  // Auth first (everything but /health needs a key when keys are set).
+  http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (opts_.api_keys.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    if (KeyMatches(req.get_header_value("Authorization"), opts_.api_keys)) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    res.set_header("WWW-Authenticate", "Bearer");
+    SendError(res, 401, "unauthorized", "missing or wrong API key (send 'Authorization: Bearer <key>')");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // Errors httplib produces itself (unknown path, body too large, bad request line) get a
+  // JSON body too.
+  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 404) {
+      SendError(res, 404, "not_found", "no endpoint " + req.method + " " + req.path);
+    } else if (res.status == 413) {
+      SendError(res, 413, "body_too_large", "the request body exceeds the server's limit (--max-body)");
+    } else if (res.status == 400) {
+      SendError(res, 400, "bad_http_request", "malformed HTTP request (a POST needs a body with a Content-Length, e.g. {})");
+    } else {
+      SendError(res, res.status, "http_error", "HTTP error " + std::to_string(res.status));
+    }
+  });
+  http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+    SendError(res, 500, "internal", "internal error while handling the request");
+  });
+  http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    if (metrics_) {
+      metrics_->Add("tlr_http_requests_total", 1,
+                    {{"endpoint", EndpointLabel(req.path)}, {"status", std::to_string(res.status)}});
+    }
+  });
+  Routes();
+  RoutesOpenAi();
+  if (opts_.port == 0) {
+    port_ = http_->bind_to_any_port(opts_.host.c_str());
+    if (port_ < 0) return Status::Error("cannot listen on " + opts_.host);
+  } else {
+    if (!http_->bind_to_port(opts_.host.c_str(), opts_.port)) {
+      return Status::Error("cannot listen on " + opts_.host + ":" + std::to_string(opts_.port) +
+                           " (in use, or not an address of this machine)");
+    }
+    port_ = opts_.port;
+  }
+  thread_ = std::thread([this] { http_->listen_after_bind(); });
+  return Status::Ok();
+}
+
+void LlmServer::Stop() {
+  if (http_) http_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+void LlmServer::Routes() {
+  const Model& model = engine_->model();
+  auto timed = [this](const char* endpoint, auto fn) {
+    return [this, endpoint, fn](const httplib::Request& req, httplib::Response& res) {
+      const auto t0 = Clock::now();
+      fn(req, res);
+      if (metrics_) {
+        metrics_->Observe("tlr_http_request_seconds",
+                          std::chrono::duration<double>(Clock::now() - t0).count(), {{"endpoint", endpoint}});
+      }
+    };
+  };
+  auto model_json = [this, &model] {
+    return json{{"name", opts_.model_name},
+                {"architecture", model.config().arch_name},
+                {"fingerprint", model.fingerprint_hex()},
+                {"vocab_fingerprint", HashHex(model.tokenizer().Fingerprint())},
+                {"n_vocab", model.config().n_vocab},
+                {"limits",
+                 {{"max_context", engine_->limits().max_context},
+                  {"max_tokens_per_call", engine_->limits().max_tokens_per_call},
+                  {"session_ttl_s", engine_->limits().session_ttl_s},
+                  {"max_body_bytes", opts_.max_body_bytes}}}};
+  };
+
+  http_->Get("/health", timed("/health", [this](const httplib::Request&, httplib::Response& res) {
+               SendJson(res, 200, {{"status", "ok"}, {"model", opts_.model_name}, {"sessions", engine_->session_count()}});
+             }));
+  http_->Get("/metrics", timed("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+               res.set_content(metrics_ ? metrics_->RenderPrometheus() : "", "text/plain; version=0.0.4");
+             }));
+  http_->Get("/tlr/v1/info", timed("/tlr/v1/info", [model_json](const httplib::Request&, httplib::Response& res) {
+               SendJson(res, 200, model_json());
+             }));
+  http_->Post("/tlr/v1/sessions", timed("/tlr/v1/sessions", [this, model_json](const httplib::Request&, httplib::Response& res) {
+                SessionInfo info;
+                EngineResult r = engine_->CreateSession(&info);
+                if (!r.ok()) return SendError(res, HttpStatusOf(r.code), std::string(EngineCodeName(r.code)), r.message);
+                json j = model_json();
+                j["session"] = info.id;
+                SendJson(res, 201, j);
+              }));
+  http_->Delete(R"(/tlr/v1/sessions/([A-Za-z0-9-]{1,64}))",
+                timed("/tlr/v1/sessions/{id}", [this](const httplib::Request& req, httplib::Response& res) {
+                  if (!engine_->DeleteSession(req.matches[1])) {
+                    return SendError(res, 404, "unknown_session", "unknown session '" + std::string(req.matches[1]) + "'");
+                  }
+                  res.status = 204;
+                }));
+  http_->Post("/tlr/v1/next", timed("/tlr/v1/next", [this, &model](const httplib::Request& req, httplib::Response& res) {
+                auto body = server::ParseBody(req, res);
+                if (!body) return;
+                const json& j = *body;
+                NextRequest nr;
+                std::string err, hash = "0000000000000000";
+                int64_t base = 0, n = 1, top = 0;
+                if (!server::GetString(j, "session", &nr.session, &err) ||
+                    !server::GetString(j, "request_id", &nr.request_id, &err) ||
+                    !server::GetString(j, "prefix_hash", &hash, &err) ||
+                    !server::GetInt(j, "base", 0, int64_t{1} << 40, &base, &err) ||
+                    !server::GetInt(j, "n", 1, engine_->limits().max_tokens_per_call, &n, &err) ||
+                    !server::GetInt(j, "top_logprobs", 0, 20, &top, &err)) {
+                  return SendError(res, 400, "invalid_request", err);
+                }
+                if (nr.session.empty()) return SendError(res, 400, "invalid_request", "'session' is required");
+                if (nr.request_id.size() > 128) return SendError(res, 400, "invalid_request", "'request_id' is longer than 128 characters");
+                if (!ParseHashHex(hash, &nr.prefix_hash)) {
+                  return SendError(res, 400, "invalid_request", "'prefix_hash' must be 16 hex digits");
+                }
+                auto app = j.find("append");
+                if (app == j.end()) return SendError(res, 400, "invalid_request", "'append' (token ids) is required");
+                if (!server::GetTokenArray(*app, "append", model.config().n_vocab, &nr.append, &err)) {
+                  return SendError(res, 400, "invalid_request", err);
+                }
+                auto samp = j.find("sampling");
+                if (samp != j.end() && !samp->is_null()) {
+                  if (!samp->is_object()) return SendError(res, 400, "invalid_request", "'sampling' must be an object");
+                  if (!server::GetSampling(*samp, &nr.sampling, &err)) return SendError(res, 400, "invalid_request", "sampling: " + err);
+                }
+                nr.base = base;
+                nr.n = static_cast<int>(n);
+                nr.top_logprobs = static_cast<int>(top);
+                EngineResult r = engine_->Next(nr);
+                if (r.code == EngineCode::kConflict) {
+                  json e = {{"error", {{"code", "resync"}, {"message", r.message}, {"type", "resync"}}},
+                            {"held", r.held},
+                            {"held_hash", HashHex(r.held_hash)}};
+                  return SendJson(res, 409, e);
+                }
+                if (!r.ok()) return SendError(res, HttpStatusOf(r.code), std::string(EngineCodeName(r.code)), r.message);
+                json out = {{"tokens", r.reply.tokens},
+                            {"logprobs", r.reply.logprobs},
+                            {"position", r.reply.position},
+                            {"finish_reason", r.reply.finish},
+                            {"replayed", r.reply.replayed},
+                            {"timing",
+                             {{"queue_ms", r.reply.queue_s * 1e3},
+                              {"compute_ms", r.reply.compute_s * 1e3},
+                              {"prefilled", r.reply.prefilled}}}};
+                if (top > 0) {
+                  json tl = json::array();
+                  for (const auto& per : r.reply.top) {
+                    json a = json::array();
+                    for (const TopLogprob& t : per) a.push_back({{"id", t.id}, {"logprob", t.logprob}});
+                    tl.push_back(a);
+                  }
+                  out["top_logprobs"] = tl;
+                }
+                SendJson(res, 200, out);
+              }));
+}
+
+}  // namespace tlr

@@ -1,0 +1,400 @@
+// The server's OpenAI-compatible endpoints: /v1/models, /v1/completions and
+// /v1/chat/completions, with Server-Sent Events streaming (see llm_server.h). The prompt
+// cache (LlmEngine::Complete) keeps a device that resends a growing context cheap.
+#include <chrono>
+#include <condition_variable>
+#include <ctime>
+#include <deque>
+#include <mutex>
+
+#include "model/chat.h"
+#include "system/llm_server.h"
+#include "system/protocol.h"
+#include "system/server_json.h"
+
+namespace tlr {
+
+using server::json;
+using server::SendError;
+using server::SendJson;
+
+namespace {
+
+struct CompletionParams {
+  std::vector<int32_t> prompt;
+  int max_tokens = 16;
+  SamplerParams sampling;
+  int logprobs = -1;               // -1: none; else top-k count (0 = just the chosen token)
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool ids_as_tokens = false;      // vLLM's return_tokens_as_token_ids
+  bool chat = false;
+};
+
+// Everything a generation produced, with the stop-string logic applied.
+class CompletionText {
+ public:
+  CompletionText(const Tokenizer& tok, std::vector<std::string> stop) : dec_(tok), stop_(std::move(stop)) {
+    for (const std::string& s : stop_) max_stop_ = std::max(max_stop_, s.size());
+  }
+  // Adds a token; returns false when a stop string has appeared (text is cut before it).
+  bool Push(int32_t id, bool end) {
+    if (end) {
+      text_ += dec_.Flush();
+      return true;
+    }
+    const size_t before = text_.size();
+    text_ += dec_.Push(id);
+    for (const std::string& s : stop_) {
+      const size_t from = before >= s.size() ? before - s.size() + 1 : 0;
+      const size_t at = text_.find(s, from);
+      if (at != std::string::npos) {
+        text_.resize(at);
+        stopped_ = true;
+        return false;
+      }
+    }
+    return true;
+  }
+  void Finish() {
+    if (!stopped_) text_ += dec_.Flush();
+  }
+  // Text that can be sent now (a possible stop-string prefix is held back).
+  std::string TakeReady(bool final) {
+    size_t ready = text_.size();
+    if (!final && max_stop_ > 1) ready = ready > max_stop_ - 1 ? ready - (max_stop_ - 1) : 0;
+    if (ready <= sent_) return "";
+    std::string out = text_.substr(sent_, ready - sent_);
+    sent_ = ready;
+    return out;
+  }
+  const std::string& text() const { return text_; }
+  bool stopped() const { return stopped_; }
+
+ private:
+  StreamDecoder dec_;
+  std::vector<std::string> stop_;
+  size_t max_stop_ = 0;
+  std::string text_;
+  size_t sent_ = 0;
+  bool stopped_ = false;
+};
+
+std::string TokenLabel(const Tokenizer& tok, int32_t id, bool as_id) {
+  return as_id ? "token_id:" + std::to_string(id) : tok.Piece(id, true);
+}
+
+bool ParseCommon(const json& j, bool chat, CompletionParams* p, std::string* err) {
+  p->chat = chat;
+  p->sampling.temperature = 1.0f;  // OpenAI's defaults
+  p->sampling.top_k = 0;
+  p->sampling.seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  int64_t max_tokens = chat ? -1 : 16, n = 1;
+  if (!server::GetInt(j, "max_tokens", 0, 1 << 30, &max_tokens, err)) return false;
+  if (chat && !server::GetInt(j, "max_completion_tokens", 0, 1 << 30, &max_tokens, err)) return false;
+  if (!server::GetInt(j, "n", 1, 1, &n, err)) {
+    *err = "only n = 1 is supported";
+    return false;
+  }
+  p->max_tokens = static_cast<int>(max_tokens);
+  if (!server::GetSampling(j, &p->sampling, err)) return false;
+  if (!server::GetBool(j, "stream", &p->stream, err)) return false;
+  if (!server::GetBool(j, "return_tokens_as_token_ids", &p->ids_as_tokens, err)) return false;
+  bool echo = false;
+  if (!server::GetBool(j, "echo", &echo, err)) return false;
+  if (echo) {
+    *err = "'echo' is not supported";
+    return false;
+  }
+  auto stop = j.find("stop");
+  if (stop != j.end() && !stop->is_null()) {
+    if (stop->is_string()) {
+      p->stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array() && stop->size() <= 4) {
+      for (const json& s : *stop) {
+        if (!s.is_string()) {
+          *err = "'stop' must be a string or an array of up to 4 strings";
+          return false;
+        }
+        p->stop.push_back(s.get<std::string>());
+      }
+    } else {
+      *err = "'stop' must be a string or an array of up to 4 strings";
+      return false;
+    }
+    for (const std::string& s : p->stop) {
+      if (s.empty()) {
+        *err = "'stop' strings must not be empty";
+        return false;
+      }
+    }
+  }
+  if (chat) {
+    bool lp = false;
+    int64_t top = 0;
+    if (!server::GetBool(j, "logprobs", &lp, err) || !server::GetInt(j, "top_logprobs", 0, 20, &top, err)) return false;
+    p->logprobs = lp ? static_cast<int>(top) : -1;
+  } else {
+    int64_t lp = -1;
+    if (!server::GetInt(j, "logprobs", 0, 20, &lp, err)) return false;
+    p->logprobs = static_cast<int>(lp);
+  }
+  return true;
+}
+
+bool ParsePrompt(const json& j, const Tokenizer& tok, CompletionParams* p, std::string* err) {
+  auto it = j.find("prompt");
+  if (it == j.end()) {
+    *err = "'prompt' is required";
+    return false;
+  }
+  json v = *it;
+  if (v.is_array() && v.size() == 1 && (v[0].is_string() || v[0].is_array())) v = v[0];
+  if (v.is_string()) {
+    p->prompt = tok.Encode(v.get<std::string>(), true, false);
+    return true;
+  }
+  if (v.is_array()) return server::GetTokenArray(v, "prompt", tok.n_vocab(), &p->prompt, err);
+  *err = "'prompt' must be a string, an array of token ids, or a one-element array of either";
+  return false;
+}
+
+bool ParseMessages(const json& j, const Model& model, CompletionParams* p, std::string* err) {
+  auto it = j.find("messages");
+  if (it == j.end() || !it->is_array() || it->empty()) {
+    *err = "'messages' must be a non-empty array";
+    return false;
+  }
+  std::vector<ChatMessage> msgs;
+  for (const json& m : *it) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      *err = "each message needs a string 'role'";
+      return false;
+    }
+    ChatMessage cm{m["role"].get<std::string>(), ""};
+    if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "developer") {
+      *err = "unknown message role '" + cm.role + "' (system, user, assistant)";
+      return false;
+    }
+    if (cm.role == "developer") cm.role = "system";
+    const json c = m.value("content", json());
+    if (c.is_string()) {
+      cm.content = c.get<std::string>();
+    } else if (c.is_array()) {
+      for (const json& part : c) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+          *err = "message content parts must be {\"type\": \"text\", \"text\": ...}";
+          return false;
+        }
+        cm.content += part["text"].get<std::string>();
+      }
+    } else if (!c.is_null()) {
+      *err = "message 'content' must be a string or an array of text parts";
+      return false;
+    }
+    msgs.push_back(std::move(cm));
+  }
+  p->prompt = model.tokenizer().Encode(FormatChat(ModelChatFormat(model), msgs, true), false, true);
+  return true;
+}
+
+// A stream's chunks, produced by the generation thread and sent by httplib's thread.
+struct StreamState {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::string> chunks;
+  bool finished = false;
+  std::atomic<bool> cancelled{false};
+  std::thread worker;
+  void Push(std::string s) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      chunks.push_back(std::move(s));
+    }
+    cv.notify_one();
+  }
+  ~StreamState() {
+    cancelled = true;
+    if (worker.joinable()) worker.join();
+  }
+};
+
+std::string Sse(const json& j) { return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n"; }
+
+}  // namespace
+
+void LlmServer::RoutesOpenAi() {
+  const Model& model = engine_->model();
+  const Tokenizer& tok = model.tokenizer();
+  http_->Get("/v1/models", [this, &model](const httplib::Request&, httplib::Response& res) {
+    SendJson(res, 200, {{"object", "list"},
+                        {"data", json::array({{{"id", opts_.model_name},
+                                               {"object", "model"},
+                                               {"created", 0},
+                                               {"owned_by", "tlr"},
+                                               {"max_model_len", engine_->limits().max_context},
+                                               {"tlr_vocab_fingerprint", HashHex(model.tokenizer().Fingerprint())}}})}});
+  });
+
+  auto handle = [this, &model, &tok](bool chat, const httplib::Request& req, httplib::Response& res) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto body = server::ParseBody(req, res);
+    if (!body) return;
+    CompletionParams p;
+    std::string err;
+    if (!ParseCommon(*body, chat, &p, &err) ||
+        !(chat ? ParseMessages(*body, model, &p, &err) : ParsePrompt(*body, tok, &p, &err))) {
+      return SendError(res, 400, "invalid_request_error", err);
+    }
+    if (p.prompt.empty()) return SendError(res, 400, "invalid_request_error", "the prompt is empty");
+    const int limit = engine_->limits().max_tokens_per_call;
+    const int64_t room = engine_->limits().max_context - static_cast<int64_t>(p.prompt.size());
+    if (p.max_tokens < 0) p.max_tokens = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(limit, room)));
+    if (p.max_tokens > limit) {
+      return SendError(res, 400, "invalid_request_error", "'max_tokens' is above the server's limit of " + std::to_string(limit));
+    }
+    const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
+    const int64_t created = static_cast<int64_t>(std::time(nullptr));
+    const std::string object = chat ? "chat.completion" : "text_completion";
+    const int64_t n_prompt = static_cast<int64_t>(p.prompt.size());
+    auto usage = [n_prompt](int64_t completion) {
+      return json{{"prompt_tokens", n_prompt}, {"completion_tokens", completion},
+                  {"total_tokens", n_prompt + completion}};
+    };
+    if (p.max_tokens == 0) {
+      json choice = {{"index", 0}, {"finish_reason", "length"}, {"logprobs", nullptr}};
+      if (chat) choice["message"] = {{"role", "assistant"}, {"content", ""}};
+      else choice["text"] = "";
+      return SendJson(res, 200, {{"id", id}, {"object", object}, {"created", created}, {"model", opts_.model_name},
+                                 {"choices", json::array({choice})}, {"usage", usage(0)}});
+    }
+    // Per token: logprob entries for the response.
+    auto token_logprob = [&tok, &p](int32_t t, float lp, const std::vector<TopLogprob>& top) {
+      json e;
+      if (p.chat) {
+        json alts = json::array();
+        for (const TopLogprob& a : top) alts.push_back({{"token", TokenLabel(tok, a.id, p.ids_as_tokens)}, {"logprob", a.logprob}});
+        e = {{"token", TokenLabel(tok, t, p.ids_as_tokens)}, {"logprob", lp}, {"top_logprobs", alts}};
+      } else {
+        json alts = json::object();
+        for (const TopLogprob& a : top) alts[TokenLabel(tok, a.id, p.ids_as_tokens)] = a.logprob;
+        e = {{"token", TokenLabel(tok, t, p.ids_as_tokens)}, {"logprob", lp}, {"top", alts}};
+      }
+      return e;
+    };
+    if (!p.stream) {
+      CompletionText text(tok, p.stop);
+      std::vector<json> lps;
+      std::vector<int32_t> ids;
+      EngineResult r = engine_->Complete(p.prompt, p.max_tokens, p.sampling, std::max(0, p.logprobs),
+                                         [&](int32_t t, float lp, const std::vector<TopLogprob>& top) {
+                                           ids.push_back(t);
+                                           if (p.logprobs >= 0) lps.push_back(token_logprob(t, lp, top));
+                                           return text.Push(t, tok.IsEndOfGeneration(t));
+                                         });
+      if (!r.ok()) return SendError(res, HttpStatusOf(r.code), std::string(EngineCodeName(r.code)), r.message);
+      text.Finish();
+      const std::string finish = r.reply.finish == "length" ? "length" : "stop";
+      json logprobs = nullptr;
+      if (p.logprobs >= 0) {
+        if (chat) {
+          json content = json::array();
+          for (const json& e : lps) content.push_back(e);
+          logprobs = {{"content", content}};
+        } else {
+          json toks = json::array(), tlp = json::array(), tops = json::array(), offs = json::array();
+          size_t off = 0;
+          for (size_t i = 0; i < lps.size(); ++i) {
+            toks.push_back(lps[i]["token"]);
+            tlp.push_back(lps[i]["logprob"]);
+            tops.push_back(lps[i]["top"]);
+            offs.push_back(off);
+            off += tok.Piece(ids[i]).size();
+          }
+          logprobs = {{"tokens", toks}, {"token_logprobs", tlp}, {"top_logprobs", tops}, {"text_offset", offs}};
+        }
+      }
+      json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", logprobs}};
+      if (chat) choice["message"] = {{"role", "assistant"}, {"content", text.text()}};
+      else choice["text"] = text.text();
+      json out = {{"id", id}, {"object", object}, {"created", created}, {"model", opts_.model_name},
+                  {"choices", json::array({choice})}, {"usage", usage(static_cast<int64_t>(ids.size()))},
+                  {"tlr", {{"token_ids", ids}, {"queue_ms", r.reply.queue_s * 1e3}, {"compute_ms", r.reply.compute_s * 1e3},
+                           {"prefilled", r.reply.prefilled}}}};
+      SendJson(res, 200, out);
+      if (metrics_) {
+        metrics_->Observe("tlr_http_request_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                          {{"endpoint", chat ? "/v1/chat/completions" : "/v1/completions"}});
+      }
+      return;
+    }
+    // Streaming: generation on its own thread; httplib's thread sends chunks as they come.
+    auto st = std::make_shared<StreamState>();
+    const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
+    auto chunk = [=, this](const std::string& delta, const json& lp, const json& finish) {
+      json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", lp}};
+      if (chat) choice["delta"] = delta.empty() && finish.is_null() ? json{{"role", "assistant"}, {"content", ""}} : json{{"content", delta}};
+      else choice["text"] = delta;
+      return json{{"id", id}, {"object", chunk_object}, {"created", created}, {"model", opts_.model_name},
+                  {"choices", json::array({choice})}};
+    };
+    st->worker = std::thread([this, st, p, chunk, token_logprob, &tok, usage, chat] {
+      CompletionText text(tok, p.stop);
+      if (chat) st->Push(Sse(chunk("", nullptr, nullptr)));
+      int64_t n_tokens = 0;
+      EngineResult r = engine_->Complete(p.prompt, p.max_tokens, p.sampling, std::max(0, p.logprobs),
+                                         [&](int32_t t, float lp, const std::vector<TopLogprob>& top) {
+                                           ++n_tokens;
+                                           const bool go = text.Push(t, tok.IsEndOfGeneration(t));
+                                           std::string delta = text.TakeReady(false);
+                                           json lpj = nullptr;
+                                           if (p.logprobs >= 0) {
+                                             json e = token_logprob(t, lp, top);
+                                             lpj = chat ? json{{"content", json::array({e})}}
+                                                        : json{{"tokens", {e["token"]}}, {"token_logprobs", {e["logprob"]}}, {"top_logprobs", {e["top"]}}};
+                                           }
+                                           if (!delta.empty() || !lpj.is_null()) st->Push(Sse(chunk(delta, lpj, nullptr)));
+                                           return go && !st->cancelled.load();
+                                         });
+      if (r.ok()) {
+        text.Finish();
+        std::string rest = text.TakeReady(true);
+        const std::string finish = r.reply.finish == "length" ? "length" : "stop";
+        json last = chunk(rest, nullptr, finish);
+        if (chat && rest.empty()) last["choices"][0]["delta"] = json::object();
+        last["usage"] = usage(n_tokens);
+        st->Push(Sse(last));
+      } else {
+        st->Push(Sse({{"error", {{"code", std::string(EngineCodeName(r.code))}, {"message", r.message}}}}));
+      }
+      st->Push("data: [DONE]\n\n");
+      std::lock_guard<std::mutex> l(st->mu);
+      st->finished = true;
+      st->cv.notify_one();
+    });
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [st](size_t, httplib::DataSink& sink) {
+          std::unique_lock<std::mutex> l(st->mu);
+          st->cv.wait(l, [&] { return !st->chunks.empty() || st->finished; });
+          while (!st->chunks.empty()) {
+            std::string c = std::move(st->chunks.front());
+            st->chunks.pop_front();
+            l.unlock();
+            if (!sink.write(c.data(), c.size())) {
+              st->cancelled = true;
+              return false;
+            }
+            l.lock();
+          }
+          if (st->finished) sink.done();
+          return true;
+        },
+        [st](bool) { st->cancelled = true; });
+  };
+  http_->Post("/v1/completions", [handle](const httplib::Request& req, httplib::Response& res) { handle(false, req, res); });
+  http_->Post("/v1/chat/completions", [handle](const httplib::Request& req, httplib::Response& res) { handle(true, req, res); });
+}
+
+}  // namespace tlr
