@@ -6,6 +6,7 @@
 #include <ctime>
 #include <deque>
 #include <mutex>
+#include <thread>
 
 #include "model/chat.h"
 #include "system/llm_server.h"
@@ -215,7 +216,11 @@ struct StreamState {
   }
   ~StreamState() {
     cancelled = true;
-    if (worker.joinable()) worker.join();
+    if (!worker.joinable()) return;
+    // The worker drops the last reference itself when the response was sent (or abandoned)
+    // before it returned; a thread cannot join itself, so it is detached as it ends.
+    if (worker.get_id() == std::this_thread::get_id()) worker.detach();
+    else worker.join();
   }
 };
 
