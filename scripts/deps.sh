@@ -6,8 +6,8 @@
 # exact apt-get line and exits 1. The README says why each package is there.
 set -euo pipefail
 
-build_pkgs=(cmake make g++ pkg-config python3 libicu-dev nlohmann-json3-dev libcli11-dev libgtest-dev libhwy-dev)
-test_pkgs=(clang libclang-rt-14-dev)
+build_pkgs=(cmake make g++ pkg-config python3 libicu-dev nlohmann-json3-dev libcli11-dev libgtest-dev libhwy-dev libcpp-httplib-dev libssl-dev)
+test_pkgs=(clang libclang-rt-14-dev openssl)
 
 want=()
 for profile in "$@"; do

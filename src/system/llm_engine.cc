@@ -132,6 +132,10 @@ LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& l
     metrics_->DeclareHistogram("tlr_batch_tokens", "Tokens per forward pass", {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024});
     metrics_->DeclareHistogram("tlr_queue_seconds", "Time a call waited before its first pass",
                                {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
+    for (const char* c : {"tlr_prefill_tokens_total", "tlr_decode_tokens_total", "tlr_generated_tokens_total",
+                          "tlr_evictions_total", "tlr_sessions_expired_total", "tlr_resyncs_total", "tlr_forward_passes_total"}) {
+      metrics_->Add(c, 0);  // present from the start
+    }
     metrics_->Set("tlr_kv_budget_bytes", static_cast<double>(limits_.kv_budget_bytes));
     metrics_->Set("tlr_sessions", 0);
     metrics_->Set("tlr_kv_bytes", 0);

@@ -98,6 +98,12 @@ check generate_no_prompt 1 "give a prompt" -- "$tlr" generate --slm "$tmp/tiny.g
 check eval 0 "\| joint @ 0.50 \| 2 \|" -- "$tlr" eval --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob --data "$tmp/q.jsonl" --thresholds 0.5 --max-tokens 6 -t 1 --out "$tmp/ev"
 check eval_json 0 '"routed_pct"' -- cat "$tmp/ev/results.json"
 check eval_csv 0 "^mode,threshold,n,accuracy" -- head -1 "$tmp/ev/results.csv"
+# Every plot is a well-formed SVG document (an XML parser reads it; root element svg).
+check eval_svg_parse 0 "^4 svg$" -- python3 -c '
+import glob, sys, xml.etree.ElementTree as ET
+files = sorted(glob.glob(sys.argv[1] + "/*.svg"))
+roots = {ET.parse(f).getroot().tag for f in files}
+print(len(files), "svg" if roots == {"{http://www.w3.org/2000/svg}svg"} else roots)' "$tmp/ev"
 check eval_bad_thresholds 1 "not a number in \[0, 1\]" -- "$tlr" eval --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob --data "$tmp/q.jsonl" --thresholds 0.5,abc
 printf '{"id": "1", "question": 7}\n' > "$tmp/bad.jsonl"
 check eval_bad_data 1 "line 1: field 'question' must be" -- "$tlr" eval --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob --data "$tmp/bad.jsonl"
@@ -115,6 +121,36 @@ check demo_small 0 "Answer: A tharko is used for" -- "$tlr" generate -f "$tmp/de
 check demo_router_info 0 "citer" -- "$tlr" router info "$(dirname "$0")/../../../models/demo/router.gguf"
 check demo_eval 0 "[|] small_only [|] 20 [|]" -- "$tlr" eval --limit 20 --max-tokens 40 --thresholds 0.5 -t 1
 check demo_wrong_slm 1 "trained for another model" -- "$tlr" generate -f "$tmp/demo_q.txt" --slm "$tmp/tiny.gguf" -n 4
+
+# The server and the device's remote backends (real `tlr serve` on a free loopback port).
+check serve_help 0 "/tlr/v1/next" -- "$tlr" serve --help
+check serve_public_no_key 1 "refusing to listen on 0.0.0.0" -- "$tlr" serve --host 0.0.0.0 --port 0
+check serve_bad_budget 1 "--kv-budget: not a size" -- "$tlr" serve --kv-budget lots --port 0
+check serve_bad_model 1 "cannot open" -- "$tlr" serve -m "$tmp/none.gguf" --port 0
+check generate_bad_url 1 "must start with http" -- "$tlr" generate -f "$tmp/demo_q.txt" --server ftp://x -n 4
+check generate_server_down 0 "fallbacks" -- "$tlr" generate -f "$tmp/demo_q.txt" --server http://127.0.0.1:1 -n 30 -t 1 --no-color --threshold 0.99
+"$tlr" serve --port 0 -t 1 > "$tmp/serve.log" 2>&1 &
+serve_pid=$!
+url=""
+for _ in $(seq 1 100); do
+  url=$(sed -n 's/^listening on //p' "$tmp/serve.log")
+  [ -n "$url" ] && break
+  sleep 0.1
+done
+check serve_started 0 "^http://127.0.0.1:[0-9]+$" -- echo "$url"
+check generate_server 0 "So the answer is building" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --no-color --server "$url"
+check generate_openai 0 "So the answer is building" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --no-color --server "$url" --backend openai
+check generate_server_vocab 1 "different vocabulary" -- "$tlr" generate --slm "$tmp/tiny.gguf" --router maxprob -p "hi" -n 4 --server "$url"
+check eval_server_rtt 0 "joint @ 0.90" -- "$tlr" eval --limit 3 --max-tokens 40 --thresholds 0.9 --no-baselines -t 1 --server "$url" --sim-rtt 100 --out "$tmp/evr"
+# The communication column carries the simulated 100 ms per routed call.
+check eval_rtt_column 0 "^ok" -- python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))["rows"][0]
+calls = r["routed_tokens"] / r["n"]
+print("ok" if calls > 0 and 0.1 * calls <= r["comm_llm_time_s"] <= 0.1 * calls + 0.05 else "bad %r" % r)' "$tmp/evr/results.json"
+check serve_health 0 '"status":"ok"' -- python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1] + "/health").read().decode())' "$url"
+kill "$serve_pid" 2>/dev/null
+wait "$serve_pid" 2>/dev/null
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

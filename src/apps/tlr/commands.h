@@ -28,6 +28,7 @@ Command AddGenerateCommand(CLI::App& root);
 Command AddRouterCommand(CLI::App& root);
 Command AddEvalCommand(CLI::App& root);
 Command AddServeCommand(CLI::App& root);
+Command AddLoadtestCommand(CLI::App& root);
 
 // Prints "tlr <cmd>: error: <message>" to stderr and returns the exit code for errors (1).
 int ReportError(const std::string& command, const std::string& message);

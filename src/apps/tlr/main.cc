@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
       tlr::cli::AddRouterCommand(app),
       tlr::cli::AddEvalCommand(app),
       tlr::cli::AddServeCommand(app),
+      tlr::cli::AddLoadtestCommand(app),
       tlr::cli::AddBenchCommand(app),
       tlr::cli::AddMakeRandomCommand(app),
   };

@@ -1,0 +1,182 @@
+// The real `tlr serve` binary killed with SIGKILL in the middle of a generation: the device
+// finishes the request with FALLBACK tokens and does not crash; after a restart on the same
+// port the backend resyncs (a new session, the context sent once) and the output from there is
+// exactly what a fault-free run gives when the same LLM calls fail.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <set>
+
+#include "ops/thread_pool.h"
+#include "routing/qa.h"
+#include "routing/router.h"
+#include "system/decoder.h"
+#include "system/remote_llm.h"
+
+namespace tlr {
+namespace {
+
+const std::string kDemo = std::string(TLR_SOURCE_DIR) + "/models/demo/";
+const std::string kTlr = std::string(TLR_BIN_DIR) + "/tlr";
+
+// `tlr serve` as a child process; Start waits for its "listening on URL" line.
+class ServerProcess {
+ public:
+  ~ServerProcess() { Kill(); }
+  bool Start(int port, std::string* url) {
+    int fds[2];
+    if (pipe(fds) != 0) return false;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fds[1], STDOUT_FILENO);
+      close(fds[0]);
+      close(fds[1]);
+      const std::string p = std::to_string(port);
+      execl(kTlr.c_str(), kTlr.c_str(), "serve", "-m", (kDemo + "llm.gguf").c_str(), "--port", p.c_str(), "-t", "1",
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(fds[1]);
+    std::string out;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd pfd{fds[0], POLLIN, 0};
+      if (poll(&pfd, 1, 100) <= 0) continue;
+      char buf[512];
+      const ssize_t n = read(fds[0], buf, sizeof buf);
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+      const size_t at = out.find("listening on ");
+      const size_t end = at == std::string::npos ? at : out.find('\n', at);
+      if (end != std::string::npos) {
+        *url = out.substr(at + 13, end - at - 13);
+        close(fds[0]);
+        return true;
+      }
+    }
+    close(fds[0]);
+    return false;
+  }
+  void Kill() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// The in-process LLM with the given calls (0-based) failing, as when the server was down.
+class FailingCalls : public LlmBackend {
+ public:
+  FailingCalls(LlmBackend* inner, std::set<int> fail) : inner_(inner), fail_(std::move(fail)) {}
+  Expected<LlmReply> Next(std::span<const int32_t> ctx, int n, const SamplerParams& s) override {
+    if (fail_.count(call_++)) return Status::Error("down");
+    return inner_->Next(ctx, n, s);
+  }
+  void Reset() override { inner_->Reset(); }
+  uint64_t vocab_fingerprint() const override { return inner_->vocab_fingerprint(); }
+  std::string name() const override { return "failing"; }
+
+ private:
+  LlmBackend* inner_;
+  std::set<int> fail_;
+  int call_ = 0;
+};
+
+TEST(ServeKillTest, DeviceFallsBackAndResyncsAfterRestart) {
+  auto slm = Model::Load(kDemo + "slm.gguf");
+  auto llm = Model::Load(kDemo + "llm.gguf");
+  ASSERT_TRUE(slm.ok() && llm.ok());
+  auto rows = LoadQaJsonl(kDemo + "test.jsonl");
+  ASSERT_TRUE(rows.ok());
+  const std::vector<int32_t> prompt = (*slm)->tokenizer().Encode(QaPrompt((*rows)[5]));
+
+  ServerProcess server;
+  std::string url;
+  ASSERT_TRUE(server.Start(0, &url)) << "tlr serve did not start";
+  const int port = std::stoi(url.substr(url.rfind(':') + 1));
+  RemoteOptions o;
+  o.url = url;
+  o.timeout_s = 2;
+  o.retries = 1;
+  o.backoff_s = 0.01;
+  o.retry_after_s = 0.01;
+  auto remote = RemoteLlm::Connect(o, (*slm)->tokenizer());
+  ASSERT_TRUE(remote.ok()) << remote.status().message();
+
+  DecodeOptions d;
+  d.threshold = 0.6f;  // a random router: about 60% of the tokens go to the LLM
+  d.max_tokens = 48;
+  ThreadPool pool(1);
+  auto router = Router::Builtin(RouterKind::kRandom, 5);
+  ASSERT_TRUE(router.ok());
+  std::vector<int32_t> ids;
+  std::vector<TokenSource> src;
+  int routed_ok = 0, fallbacks = 0;
+  bool killed = false, restarted = false;
+  size_t restart_at = 0;
+  std::set<int> failed_calls;
+  int llm_calls = 0;
+  CollabDecoder dec(**slm, &*router, remote->get(), &pool);
+  auto st = dec.Generate(prompt, d, [&](const TokenEvent& ev) {
+    ids.push_back(ev.id);
+    src.push_back(ev.source);
+    if (ev.source != TokenSource::kSlm) {
+      if (ev.source == TokenSource::kFallback) {
+        failed_calls.insert(llm_calls);
+        ++fallbacks;
+      } else {
+        ++routed_ok;
+      }
+      ++llm_calls;
+    }
+    if (!killed && routed_ok == 3) {
+      server.Kill();  // SIGKILL: no goodbye, sockets reset
+      killed = true;
+    } else if (killed && !restarted && fallbacks == 3) {
+      std::string again;
+      EXPECT_TRUE(server.Start(port, &again)) << "restart on port " << port;
+      restarted = true;
+      restart_at = ids.size();
+    }
+    return true;
+  });
+  ASSERT_TRUE(st.ok()) << st.status().message();
+  ASSERT_TRUE(killed && restarted);
+  EXPECT_EQ(st->fallbacks, fallbacks);
+  EXPECT_GE(fallbacks, 3);
+  // After the restart the LLM answered again, through a new session (the resync).
+  int llm_after = 0;
+  for (size_t i = restart_at; i < src.size(); ++i) llm_after += src[i] == TokenSource::kLlm;
+  EXPECT_GT(llm_after, 0) << "no LLM token after the restart";
+  EXPECT_GE((*remote)->stats().resyncs, 1);
+  EXPECT_EQ((*remote)->stats().sessions_created, 2);
+
+  // The same request in process, with the same LLM calls failing, gives the same tokens.
+  InProcessLlm local(**llm, nullptr, 1024);
+  FailingCalls failing(&local, failed_calls);
+  auto router2 = Router::Builtin(RouterKind::kRandom, 5);
+  CollabDecoder ref(**slm, &*router2, &failing, &pool);
+  std::vector<int32_t> want_ids;
+  std::vector<TokenSource> want_src;
+  auto st2 = ref.Generate(prompt, d, [&](const TokenEvent& ev) {
+    want_ids.push_back(ev.id);
+    want_src.push_back(ev.source);
+    return true;
+  });
+  ASSERT_TRUE(st2.ok());
+  EXPECT_EQ(ids, want_ids);
+  EXPECT_EQ(src, want_src);
+}
+
+}  // namespace
+}  // namespace tlr

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Interoperability test (ctest label `server`): the official `openai` npm client (pinned below)
+# lists models, completes, chats and streams against a real `tlr serve` on an ephemeral
+# loopback port, and gets the right error classes for a wrong API key (401) and a bad
+# request (400). The assertions are in openai_client_test.mjs.
+# Usage: tools/interop/openai_client_test.sh TLR_BINARY BUILD_DIR
+set -euo pipefail
+openai_version=4.104.0
+tlr=${1:?usage: $0 TLR_BINARY BUILD_DIR}
+build=${2:?usage: $0 TLR_BINARY BUILD_DIR}
+here=$(cd "$(dirname "$0")" && pwd)
+prefix=$build/npm-openai
+
+command -v node >/dev/null && command -v npm >/dev/null ||
+  { echo "openai_client_test: needs node (>= 20) and npm on PATH (Debian: apt-get install nodejs npm)" >&2; exit 1; }
+installed=$(node -p "require('$prefix/node_modules/openai/package.json').version" 2>/dev/null || true)
+if [ "$installed" != "$openai_version" ]; then
+  echo "installing openai@$openai_version into $prefix"
+  npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$prefix" "openai@$openai_version"
+fi
+
+log=$(mktemp -d)
+server_pid=
+cleanup() {
+  local rc=$?
+  if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+  if [ "$rc" != 0 ] && [ -s "$log/err" ]; then echo "--- tlr serve stderr:" >&2; cat "$log/err" >&2; fi
+  rm -rf "$log"
+}
+trap cleanup EXIT
+"$tlr" serve --port 0 -t 1 --api-key test-key >"$log/out" 2>"$log/err" &
+server_pid=$!
+url=
+for _ in $(seq 200); do  # up to 20 s
+  url=$(sed -n 's/^listening on \(http[^ ]*\)$/\1/p' "$log/out")
+  [ -n "$url" ] && break
+  kill -0 "$server_pid" 2>/dev/null || break
+  sleep 0.1
+done
+if [ -z "$url" ]; then
+  echo "openai_client_test: tlr serve did not print 'listening on URL' within 20 s" >&2
+  cat "$log/out" "$log/err" >&2
+  exit 1
+fi
+echo "tlr serve at $url"
+# A copy beside node_modules, so that its `import ... from "openai"` resolves to the pinned one.
+cp "$here/openai_client_test.mjs" "$prefix/"
+node "$prefix/openai_client_test.mjs" "$url" test-key
