@@ -39,10 +39,10 @@ test: deps-test build
 	ctest --test-dir build --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 	$(MAKE) --no-print-directory fuzz-test
 
-# docs/RESULTS.md and docs/results/ from an evaluation of the bundled pair (all test questions).
+# docs/RESULTS.md, docs/results/ and docs/results-network/ from evaluations of the bundled pair
+# (in process on all test questions; over a local tlr serve with a simulated 170 ms round trip).
 results: build
-	build/bin/tlr eval --limit 0 --max-tokens 40 --thresholds 0,0.05,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95,0.99 --out docs/results
-	python3 scripts/results.py docs/results docs/RESULTS.md
+	scripts/results.sh
 
 # The demo models under llama.cpp (downloads its prebuilt binaries from npm; slow, not in `test`).
 interop-check: build

@@ -1,10 +1,59 @@
 #!/usr/bin/env python3
 """Writes docs/RESULTS.md from an evaluation's results.json (make results): the table, the
-plots, and the comparison with the paper's shape, every number computed from the file.
-Usage: results.py RESULTS_DIR OUT.md"""
+plots, and the comparison with the paper's shape, every number computed from the file; with
+NET_DIR also the same evaluation over `tlr serve` with a simulated round trip.
+Usage: results.py RESULTS_DIR OUT.md [NET_DIR]"""
 import json
 import os
 import sys
+
+
+HEADER = ['| mode | threshold | accuracy | well formed | routed tokens | routed % | SLM time (ms) | TTFT (ms) | '
+          'TBT SLM (ms) | comm + LLM (ms) | router (ms) | overall (ms) | fallbacks |',
+          '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+
+
+def table(rows):
+    L = list(HEADER)
+    for r in rows:
+        t = '' if r['threshold'] is None else '%.2f' % r['threshold']
+        L.append('| %s | %s | %.1f%% | %.1f%% | %d / %d | %.1f%% | %.3f | %.3f | %.4f | %.3f | %.4f | %.3f | %d |' % (
+            r['mode'], t, 100 * r['accuracy'], r['well_formed_pct'], r['routed_tokens'], r['generated_tokens'],
+            r['routed_pct'], 1e3 * r['slm_time_s'], 1e3 * r['ttft_s'], 1e3 * r['tbt_slm_s'],
+            1e3 * r['comm_llm_time_s'], 1e3 * r.get('router_time_s', 0), 1e3 * r['overall_s'], r.get('fallbacks', 0)))
+    return L
+
+
+def network_section(d, out):
+    res = json.load(open(os.path.join(d, 'results.json')))
+    rows = res['rows']
+    rel = os.path.relpath(d, os.path.dirname(out))
+    rtt = res.get('sim_rtt_ms', 0)
+    ordered = [r for r in rows if r['mode'] != 'joint'] + sorted(
+        (r for r in rows if r['mode'] == 'joint'), key=lambda r: r['threshold'])
+    L = ['## Over the network: `tlr serve` and a simulated %g ms round trip' % rtt, '',
+         'The same pair with the LLM behind a local `tlr serve` (native protocol, delta sync) and `--sim-rtt %g` '
+         '(the paper assumed 170 ms), on the first %d test questions. Files: `%s/`.' % (rtt, rows[0]['n'], rel), '']
+    L += table(ordered)
+    L.append('')
+    per_call = []
+    for r in rows:
+        calls = r['routed_tokens'] / max(r['n'], 1)  # route span 1: one call per routed token
+        if calls > 0:
+            per_call.append((r, 1e3 * r['comm_llm_time_s'] / calls))
+    if per_call:
+        lo = min(c for _, c in per_call)
+        hi = max(c for _, c in per_call)
+        L.append('- Communication + LLM per routed call: %.1f-%.1f ms across the rows, i.e. the simulated %g ms round '
+                 'trip plus %.1f-%.1f ms of loopback HTTP and LLM compute.' % (lo, hi, rtt, lo - rtt, hi - rtt))
+    joint = sorted((r for r in rows if r['mode'] == 'joint'), key=lambda r: r['threshold'])
+    if joint:
+        a, b = joint[0], joint[-1]
+        L.append('- Overall time per question grows with the routed share, as in the paper\'s Table 1: %.3f s at %.1f%% '
+                 'routed (threshold %.2f) to %.3f s at %.1f%% (%.2f); the network, not the models, dominates.' % (
+                     a['overall_s'], a['routed_pct'], a['threshold'], b['overall_s'], b['routed_pct'], b['threshold']))
+    L += ['', '![Time per question vs threshold over the network (stacked)](%s/latency_vs_threshold.svg)' % rel, '']
+    return L
 
 
 def main():
@@ -19,16 +68,8 @@ def main():
          'Produced by `make results` (never edited by hand): `tlr eval` on all %d questions of '
          '`models/demo/test.jsonl` with the bundled SLM, LLM and router (greedy, %s threads, at most %s '
          'tokens per answer), in process (no network). Files: `%s/`.' % (
-             small['n'], res.get('threads'), res.get('max_tokens'), rel), '',
-         '| mode | threshold | accuracy | well formed | routed tokens | routed % | SLM time (ms) | TTFT (ms) | '
-         'TBT SLM (ms) | comm + LLM (ms) | router (ms) | overall (ms) |',
-         '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
-    for r in [small, large] + joint:
-        t = '' if r['threshold'] is None else '%.2f' % r['threshold']
-        L.append('| %s | %s | %.1f%% | %.1f%% | %d / %d | %.1f%% | %.3f | %.3f | %.4f | %.3f | %.4f | %.3f |' % (
-            r['mode'], t, 100 * r['accuracy'], r['well_formed_pct'], r['routed_tokens'], r['generated_tokens'],
-            r['routed_pct'], 1e3 * r['slm_time_s'], 1e3 * r['ttft_s'], 1e3 * r['tbt_slm_s'],
-            1e3 * r['comm_llm_time_s'], 1e3 * r.get('router_time_s', 0), 1e3 * r['overall_s']))
+             small['n'], res.get('threads'), res.get('max_tokens'), rel), '']
+    L += table([small, large] + joint)
     L += ['', 'Times are means per question, measured on a shared 2-core VM (noisy; compare rows of one run).', '']
     for name, what in [('accuracy_vs_threshold.svg', 'Accuracy vs threshold'),
                        ('routed_vs_threshold.svg', 'Routed share vs threshold'),
@@ -58,8 +99,11 @@ def main():
              'the whole sequence after each routed token and its TBT grew about 4x; here the SLM keeps its KV cache; on '
              'this tiny demo SLM, 25-40 us per step, the differences are cache effects and noise).' % (
                  1e3 * hi['tbt_slm_s'], hi['routed_pct'], 1e3 * small['tbt_slm_s']))
-    L.append('- Communication: in process here, so comm + LLM is the LLM\'s compute alone; the server issue adds '
-             'network calls and simulated round trips.')
+    L.append('- Communication: in process here, so comm + LLM is the LLM\'s compute alone (the next section puts the '
+             'LLM behind a server with a simulated round trip).')
+    L.append('')
+    if len(sys.argv) > 3:
+        L += network_section(sys.argv[3], out)
     open(out, 'w').write('\n'.join(L) + '\n')
     print('wrote', out)
 

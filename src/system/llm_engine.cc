@@ -79,6 +79,7 @@ struct LlmEngine::Job {
   Clock::time_point enqueued, started;
   bool started_set = false;
   bool done = false;
+  bool shutdown = false;
   std::mutex mu;
   std::condition_variable cv;
 };
@@ -98,7 +99,7 @@ int HttpStatusOf(EngineCode code) {
 std::string_view EngineCodeName(EngineCode code) {
   switch (code) {
     case EngineCode::kOk: return "ok";
-    case EngineCode::kBadRequest: return "bad_request";
+    case EngineCode::kBadRequest: return "invalid_request";
     case EngineCode::kNotFound: return "unknown_session";
     case EngineCode::kConflict: return "resync";
     case EngineCode::kOverloaded: return "overloaded";
@@ -162,6 +163,7 @@ uint64_t LlmEngine::kv_bytes() const {
   uint64_t n = 0;
   for (const auto& [id, s] : sessions_) n += s->high_water.load();
   for (const auto& s : slots_) n += s->high_water.load();
+  for (const auto& s : temps_) n += s->high_water.load();
   return n * bytes_per_token_;
 }
 
@@ -244,6 +246,7 @@ bool LlmEngine::MakeRoom(Session* self, int64_t need_positions, std::string* why
     uint64_t n = 0;
     for (const auto& [id, s] : sessions_) n += s->high_water.load();
     for (const auto& s : slots_) n += s->high_water.load();
+    for (const auto& s : temps_) n += s->high_water.load();
     return n * bytes_per_token_;
   };
   const uint64_t want = static_cast<uint64_t>(grow) * bytes_per_token_;
@@ -319,9 +322,10 @@ EngineResult LlmEngine::Next(const NextRequest& req) {
     r.held_hash = TokenPrefixHash(s->tokens);
     return r;
   }
-  const int64_t need = req.base + static_cast<int64_t>(req.append.size()) + req.n;
+  // The session ends up holding base + append + n - 1 tokens (the last one is not fed back).
+  const int64_t need = req.base + static_cast<int64_t>(req.append.size()) + req.n - 1;
   if (need > limits_.max_context) {
-    return Fail(EngineCode::kBadRequest, "context of " + std::to_string(need) + " tokens (base + append + n) exceeds the server's limit of " + std::to_string(limits_.max_context));
+    return Fail(EngineCode::kBadRequest, "context of " + std::to_string(need + 1) + " tokens (base + append + n) exceeds the server's limit of " + std::to_string(limits_.max_context) + " + 1");
   }
   if (s->cache) s->cache->Truncate(req.base);
   s->tokens.resize(static_cast<size_t>(req.base));
@@ -344,7 +348,7 @@ EngineResult LlmEngine::Complete(std::span<const int32_t> prompt, int max_tokens
   for (int32_t t : prompt) {
     if (t < 0 || t >= V) return Fail(EngineCode::kBadRequest, "token id " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(V - 1) + ")");
   }
-  if (static_cast<int64_t>(prompt.size()) + max_tokens > limits_.max_context) {
+  if (static_cast<int64_t>(prompt.size()) + max_tokens - 1 > limits_.max_context) {
     return Fail(EngineCode::kBadRequest, "prompt of " + std::to_string(prompt.size()) + " tokens + max_tokens " + std::to_string(max_tokens) + " exceeds the server's context limit of " + std::to_string(limits_.max_context));
   }
   // The free slot with the longest common prefix (else a temporary cache).
@@ -365,7 +369,13 @@ EngineResult LlmEngine::Complete(std::span<const int32_t> prompt, int max_tokens
       }
     }
   }
-  if (!best) best = std::make_shared<Session>();
+  const bool temporary = !best;
+  if (temporary) {
+    // Every slot is busy: a cache for this call only, counted in the budget while it lives.
+    best = std::make_shared<Session>();
+    std::lock_guard<std::mutex> l(store_mu_);
+    temps_.push_back(best);
+  }
   Session* s = best.get();
   s->last_used = Clock::now();
   const size_t common = std::min(best_common, prompt.size() - 1);
@@ -374,6 +384,10 @@ EngineResult LlmEngine::Complete(std::span<const int32_t> prompt, int max_tokens
   std::vector<int32_t> feed(prompt.begin() + static_cast<std::ptrdiff_t>(common), prompt.end());
   EngineResult r = Run(s, std::move(feed), max_tokens, sampling, top_logprobs, on_token);
   s->last_used = Clock::now();
+  if (temporary) {
+    std::lock_guard<std::mutex> l(store_mu_);
+    temps_.erase(std::find(temps_.begin(), temps_.end(), best));
+  }
   return r;
 }
 
@@ -383,7 +397,7 @@ EngineResult LlmEngine::Run(Session* s, std::vector<int32_t> feed, int n, const 
   Status valid = sampling.Validate();
   if (!valid.ok()) return Fail(EngineCode::kBadRequest, valid.message());
   std::string why;
-  const int64_t need = static_cast<int64_t>(s->tokens.size() + feed.size()) + n;
+  const int64_t need = static_cast<int64_t>(s->tokens.size() + feed.size()) + n - 1;
   if (!MakeRoom(s, need, &why)) return Fail(EngineCode::kOverloaded, why);
   if (!s->cache) {
     auto c = model_.NewCache(limits_.max_context);
@@ -417,7 +431,7 @@ EngineResult LlmEngine::Run(Session* s, std::vector<int32_t> feed, int n, const 
   if (!job.error.empty()) {
     // The cache may be partly written: forget it (the device resyncs).
     EvictCache(s);
-    return Fail(EngineCode::kInternal, job.error);
+    return Fail(job.shutdown ? EngineCode::kOverloaded : EngineCode::kInternal, job.error);
   }
   EngineResult r;
   r.reply = std::move(job.reply);
@@ -426,6 +440,7 @@ EngineResult LlmEngine::Run(Session* s, std::vector<int32_t> feed, int n, const 
 }
 
 void LlmEngine::WorkerLoop() {
+  ctx_ = std::make_unique<ForwardContext>(pool_);  // scratch reused by every pass
   std::vector<Job*> active;
   auto last_sweep = Clock::now();
   for (;;) {
@@ -439,6 +454,7 @@ void LlmEngine::WorkerLoop() {
         for (Job* j : active) {
           std::lock_guard<std::mutex> jl(j->mu);
           j->error = "the server is shutting down";
+          j->shutdown = true;
           j->done = true;
           j->cv.notify_all();
         }
@@ -484,8 +500,7 @@ void LlmEngine::Step(std::vector<Job*>& active) {
       }
     }
   }
-  ForwardContext ctx(pool_);
-  Status st = model_.Forward(ins, &ctx);
+  Status st = model_.Forward(ins, ctx_.get());
   if (metrics_) {
     metrics_->Add("tlr_forward_passes_total", 1);
     metrics_->Observe("tlr_batch_sequences", static_cast<double>(batch.size()));

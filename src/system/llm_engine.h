@@ -142,12 +142,14 @@ class LlmEngine {
   mutable std::mutex store_mu_;
   std::map<std::string, std::shared_ptr<Session>> sessions_;
   std::vector<std::shared_ptr<Session>> slots_;   // prompt cache
+  std::vector<std::shared_ptr<Session>> temps_;   // caches of calls that found every slot busy
 
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;
   std::deque<Job*> queue_;
   bool stop_ = false;
   std::atomic<int64_t> prefill_tokens_{0}, decode_tokens_{0};
+  std::unique_ptr<ForwardContext> ctx_;  // the worker's
   std::thread worker_;
 };
 

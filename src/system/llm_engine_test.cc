@@ -128,7 +128,8 @@ TEST_F(EngineTest, BadCallsAreRejected) {
   EXPECT_EQ(engine.Next(Call(info.id, {}, {1, -3}, 1, "")).code, EngineCode::kBadRequest);
   EXPECT_EQ(engine.Next(Call(info.id, {}, {1, 1 << 30}, 1, "")).code, EngineCode::kBadRequest);
   EXPECT_EQ(engine.Next(Call(info.id, {}, {1, 2}, 0, "")).code, EngineCode::kBadRequest);
-  EXPECT_EQ(engine.Next(Call(info.id, {}, std::vector<int32_t>(64, 3), 1, "")).code, EngineCode::kBadRequest);
+  EXPECT_EQ(engine.Next(Call(info.id, {}, std::vector<int32_t>(65, 3), 1, "")).code, EngineCode::kBadRequest);
+  EXPECT_TRUE(engine.Next(Call(info.id, {}, std::vector<int32_t>(64, 3), 1, "")).ok());  // fills the context exactly
   EXPECT_TRUE(engine.DeleteSession(info.id));
   EXPECT_FALSE(engine.DeleteSession(info.id));
   EXPECT_EQ(engine.Next(Call(info.id, {}, {1, 2}, 1, "")).code, EngineCode::kNotFound);

@@ -202,7 +202,7 @@ void LlmServer::Routes() {
                 if (!body) return;
                 const json& j = *body;
                 NextRequest nr;
-                std::string err, hash = "0000000000000000";
+                std::string err, hash;
                 int64_t base = 0, n = 1, top = 0;
                 if (!server::GetString(j, "session", &nr.session, &err) ||
                     !server::GetString(j, "request_id", &nr.request_id, &err) ||
@@ -214,6 +214,8 @@ void LlmServer::Routes() {
                 }
                 if (nr.session.empty()) return SendError(res, 400, "invalid_request", "'session' is required");
                 if (nr.request_id.size() > 128) return SendError(res, 400, "invalid_request", "'request_id' is longer than 128 characters");
+                if (hash.empty() && base == 0) hash = HashHex(TokenPrefixHash({}));  // nothing to compare
+                if (hash.empty()) return SendError(res, 400, "invalid_request", "'prefix_hash' is required when base > 0");
                 if (!ParseHashHex(hash, &nr.prefix_hash)) {
                   return SendError(res, 400, "invalid_request", "'prefix_hash' must be 16 hex digits");
                 }

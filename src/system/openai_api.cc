@@ -174,7 +174,7 @@ bool ParseMessages(const json& j, const Model& model, CompletionParams* p, std::
     }
     ChatMessage cm{m["role"].get<std::string>(), ""};
     if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "developer") {
-      *err = "unknown message role '" + cm.role + "' (system, user, assistant)";
+      *err = "unknown message role '" + cm.role + "' (system, developer, user, assistant)";
       return false;
     }
     if (cm.role == "developer") cm.role = "system";
@@ -232,6 +232,7 @@ void LlmServer::RoutesOpenAi() {
   const Model& model = engine_->model();
   const Tokenizer& tok = model.tokenizer();
   http_->Get("/v1/models", [this, &model](const httplib::Request&, httplib::Response& res) {
+    const auto t0 = std::chrono::steady_clock::now();
     SendJson(res, 200, {{"object", "list"},
                         {"data", json::array({{{"id", opts_.model_name},
                                                {"object", "model"},
@@ -239,6 +240,10 @@ void LlmServer::RoutesOpenAi() {
                                                {"owned_by", "tlr"},
                                                {"max_model_len", engine_->limits().max_context},
                                                {"tlr_vocab_fingerprint", HashHex(model.tokenizer().Fingerprint())}}})}});
+    if (metrics_) {
+      metrics_->Observe("tlr_http_request_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                        {{"endpoint", "/v1/models"}});
+    }
   });
 
   auto handle = [this, &model, &tok](bool chat, const httplib::Request& req, httplib::Response& res) {
@@ -258,6 +263,11 @@ void LlmServer::RoutesOpenAi() {
     if (p.max_tokens > limit) {
       return SendError(res, 400, "invalid_request_error", "'max_tokens' is above the server's limit of " + std::to_string(limit));
     }
+    if (p.max_tokens > room) {
+      return SendError(res, 400, "invalid_request_error",
+                       "prompt of " + std::to_string(p.prompt.size()) + " tokens + max_tokens " + std::to_string(p.max_tokens) +
+                           " exceeds the server's context of " + std::to_string(engine_->limits().max_context) + " tokens");
+    }
     const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
     const int64_t created = static_cast<int64_t>(std::time(nullptr));
     const std::string object = chat ? "chat.completion" : "text_completion";
@@ -274,16 +284,17 @@ void LlmServer::RoutesOpenAi() {
                                  {"choices", json::array({choice})}, {"usage", usage(0)}});
     }
     // Per token: logprob entries for the response.
-    auto token_logprob = [&tok, &p](int32_t t, float lp, const std::vector<TopLogprob>& top) {
+    const bool as_ids = p.ids_as_tokens;
+    auto token_logprob = [&tok, chat, as_ids](int32_t t, float lp, const std::vector<TopLogprob>& top) {
       json e;
-      if (p.chat) {
+      if (chat) {
         json alts = json::array();
-        for (const TopLogprob& a : top) alts.push_back({{"token", TokenLabel(tok, a.id, p.ids_as_tokens)}, {"logprob", a.logprob}});
-        e = {{"token", TokenLabel(tok, t, p.ids_as_tokens)}, {"logprob", lp}, {"top_logprobs", alts}};
+        for (const TopLogprob& a : top) alts.push_back({{"token", TokenLabel(tok, a.id, as_ids)}, {"logprob", a.logprob}});
+        e = {{"token", TokenLabel(tok, t, as_ids)}, {"logprob", lp}, {"top_logprobs", alts}};
       } else {
         json alts = json::object();
-        for (const TopLogprob& a : top) alts[TokenLabel(tok, a.id, p.ids_as_tokens)] = a.logprob;
-        e = {{"token", TokenLabel(tok, t, p.ids_as_tokens)}, {"logprob", lp}, {"top", alts}};
+        for (const TopLogprob& a : top) alts[TokenLabel(tok, a.id, as_ids)] = a.logprob;
+        e = {{"token", TokenLabel(tok, t, as_ids)}, {"logprob", lp}, {"top", alts}};
       }
       return e;
     };
@@ -297,7 +308,10 @@ void LlmServer::RoutesOpenAi() {
                                            if (p.logprobs >= 0) lps.push_back(token_logprob(t, lp, top));
                                            return text.Push(t, tok.IsEndOfGeneration(t));
                                          });
-      if (!r.ok()) return SendError(res, HttpStatusOf(r.code), std::string(EngineCodeName(r.code)), r.message);
+      if (!r.ok()) {
+        return SendError(res, HttpStatusOf(r.code),
+                         r.code == EngineCode::kBadRequest ? "invalid_request_error" : std::string(EngineCodeName(r.code)), r.message);
+      }
       text.Finish();
       const std::string finish = r.reply.finish == "length" ? "length" : "stop";
       json logprobs = nullptr;
@@ -343,7 +357,7 @@ void LlmServer::RoutesOpenAi() {
       return json{{"id", id}, {"object", chunk_object}, {"created", created}, {"model", opts_.model_name},
                   {"choices", json::array({choice})}};
     };
-    st->worker = std::thread([this, st, p, chunk, token_logprob, &tok, usage, chat] {
+    st->worker = std::thread([this, st, p, chunk, token_logprob, &tok, usage, chat, t0] {
       CompletionText text(tok, p.stop);
       if (chat) st->Push(Sse(chunk("", nullptr, nullptr)));
       int64_t n_tokens = 0;
@@ -370,9 +384,14 @@ void LlmServer::RoutesOpenAi() {
         last["usage"] = usage(n_tokens);
         st->Push(Sse(last));
       } else {
-        st->Push(Sse({{"error", {{"code", std::string(EngineCodeName(r.code))}, {"message", r.message}}}}));
+        st->Push(Sse({{"error", {{"code", std::string(EngineCodeName(r.code))}, {"message", r.message},
+                                  {"type", std::string(EngineCodeName(r.code))}}}}));
       }
       st->Push("data: [DONE]\n\n");
+      if (metrics_) {
+        metrics_->Observe("tlr_http_request_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                          {{"endpoint", chat ? "/v1/chat/completions" : "/v1/completions"}});
+      }
       std::lock_guard<std::mutex> l(st->mu);
       st->finished = true;
       st->cv.notify_one();

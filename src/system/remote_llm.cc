@@ -38,6 +38,7 @@ struct RemoteLlm::Http {
   int status = 0;
   std::string body;
   std::string error;   // network error when !sent
+  bool tls_failure = false;
 };
 
 RemoteLlm::RemoteLlm(const RemoteOptions& opts, const Tokenizer& vocab)
@@ -102,6 +103,8 @@ RemoteLlm::Http RemoteLlm::Request(const std::string& method, const std::string&
                                         : client_->Post(path.c_str(), body, "application/json");
   if (!res) {
     h.error = httplib::to_string(res.error());
+    h.tls_failure = res.error() == httplib::Error::SSLServerVerification ||
+                    (res.error() == httplib::Error::SSLConnection && opts_.url.rfind("https://", 0) == 0);
     return h;
   }
   h.sent = true;
@@ -130,6 +133,10 @@ Status RemoteLlm::CheckServer(bool* reachable) {
   const bool tlr = opts_.backend == "tlr";
   Http h = Request("GET", tlr ? "/tlr/v1/info" : "/v1/models", "");
   *reachable = h.sent;
+  if (!h.sent && h.tls_failure) {
+    return Status::Error("TLS with " + opts_.url + " failed (" + h.error +
+                         "): the certificate is not trusted or not for this host; give its CA with --ca-file");
+  }
   if (!h.sent) return Status::Ok();
   if (h.status == 401 || h.status == 403) {
     return Status::Error("the server at " + opts_.url + " refused the API key (" + ErrorMessage(h.body) + ")");
@@ -164,7 +171,10 @@ Status RemoteLlm::CheckServer(bool* reachable) {
 
 Status RemoteLlm::CreateSession() {
   Http h = RequestWithRetries("/tlr/v1/sessions", "{}");
-  if (!h.sent) return Status::Error("LLM server unreachable: " + h.error);
+  if (!h.sent) {
+    transient_ = true;
+    return Status::Error("LLM server unreachable: " + h.error);
+  }
   if (h.status != 201) return Status::Error("creating a session failed (" + std::to_string(h.status) + "): " + ErrorMessage(h.body));
   json j = json::parse(h.body, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("session") || !j["session"].is_string()) {
@@ -191,15 +201,19 @@ Expected<LlmReply> RemoteLlm::Next(std::span<const int32_t> context, int n, cons
     ++stats_.failed_calls;
     return Status::Error("LLM server unavailable (retrying soon)");
   }
+  transient_ = false;
   auto r = opts_.backend == "tlr" ? NextTlr(context, n, sampling) : NextOpenAi(context, n, sampling);
   if (r.ok()) {
     down_ = false;
     retry_after_s_ = opts_.retry_after_s;
   } else {
     ++stats_.failed_calls;
-    if (down_) retry_after_s_ = std::min(retry_after_s_ * 2, 30.0);
-    down_ = true;
-    retry_at_ = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(retry_after_s_ * 1e6));
+    // Only an outage (no answer, 5xx) makes the next calls fail fast; a refused call does not.
+    if (transient_) {
+      if (down_) retry_after_s_ = std::min(retry_after_s_ * 2, 30.0);
+      down_ = true;
+      retry_at_ = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(retry_after_s_ * 1e6));
+    }
   }
   return r;
 }
@@ -221,7 +235,10 @@ Expected<LlmReply> RemoteLlm::NextTlr(std::span<const int32_t> context, int n, c
     stats_.tokens_sent += static_cast<int64_t>(append.size());
     Http h = RequestWithRetries("/tlr/v1/next", body.dump());
     if (!h.sent) {
-      held_.clear();  // unknown what the server holds; the prefix check sorts it out
+      // Whether or not the call went through, the session still holds the common prefix
+      // (the server checks it by hash anyway).
+      held_.assign(context.begin(), context.begin() + static_cast<std::ptrdiff_t>(common));
+      transient_ = true;
       return Status::Error("LLM server unreachable: " + h.error);
     }
     json j = json::parse(h.body, nullptr, false);
@@ -241,6 +258,7 @@ Expected<LlmReply> RemoteLlm::NextTlr(std::span<const int32_t> context, int n, c
       continue;
     }
     if (h.status != 200) {
+      transient_ = h.status >= 500;
       return Status::Error("LLM server error " + std::to_string(h.status) + ": " + ErrorMessage(h.body));
     }
     if (j.is_discarded() || !j.is_object() || !j.contains("tokens") || !j["tokens"].is_array()) {
@@ -284,8 +302,14 @@ Expected<LlmReply> RemoteLlm::NextOpenAi(std::span<const int32_t> context, int n
   if (sampling.temperature > 0 && sampling.top_k > 0) body["top_k"] = sampling.top_k;
   stats_.tokens_sent += static_cast<int64_t>(context.size());
   Http h = RequestWithRetries("/v1/completions", body.dump());
-  if (!h.sent) return Status::Error("LLM server unreachable: " + h.error);
-  if (h.status != 200) return Status::Error("LLM server error " + std::to_string(h.status) + ": " + ErrorMessage(h.body));
+  if (!h.sent) {
+    transient_ = true;
+    return Status::Error("LLM server unreachable: " + h.error);
+  }
+  if (h.status != 200) {
+    transient_ = h.status >= 500;
+    return Status::Error("LLM server error " + std::to_string(h.status) + ": " + ErrorMessage(h.body));
+  }
   json j = json::parse(h.body, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) {
     return Status::Error("the LLM server's completion reply is malformed");

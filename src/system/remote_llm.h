@@ -97,6 +97,7 @@ class RemoteLlm : public LlmBackend {
   uint64_t request_seq_ = 0;
   std::string request_prefix_;
   bool down_ = false;
+  bool transient_ = false;  // the last failure was an outage (no answer, 5xx)
   std::chrono::steady_clock::time_point retry_at_;
   double retry_after_s_ = 1.0;
   RemoteStats stats_;

@@ -171,7 +171,7 @@ TEST_F(ServerTest, BadRequestsGetTheRight4xxAndTheServerKeepsServing) {
       {next("[1,-5]"), 400, "invalid_request"},
       {next("[1,99999999999]"), 400, "invalid_request"},
       {next("[1,1e300]"), 400, "invalid_request"},
-      {next("[]"), 400, "bad_request"},
+      {next("[]"), 400, "invalid_request"},
       {next("\"abc\""), 400, "invalid_request"},
       {next("[1,2]", R"(,"base":"zero")"), 400, "invalid_request"},
       {next("[1,2]", R"(,"n":100000)"), 400, "invalid_request"},
@@ -286,12 +286,15 @@ TEST_F(ServerTest, TlsWithVerifiedCertificate) {
   EXPECT_TRUE((*remote)->warning().empty()) << (*remote)->warning();
   InProcessLlm local(*llm_, nullptr, 1024);
   EXPECT_EQ(Generate(remote->get(), (*rows_)[1], 0.95f).ids, Generate(&local, (*rows_)[1], 0.95f).ids);
-  // Without the CA the certificate is not trusted: the backend cannot reach the server.
+  // Without the CA the certificate is not trusted: a clear error, not a silent fallback.
   o.ca_file.clear();
   auto untrusted = RemoteLlm::Connect(o, slm_->tokenizer());
-  ASSERT_TRUE(untrusted.ok());
-  EXPECT_FALSE((*untrusted)->warning().empty());
-  EXPECT_FALSE((*untrusted)->Next(std::vector<int32_t>{1, 2}, 1, SamplerParams{}).ok());
+  ASSERT_FALSE(untrusted.ok());
+  EXPECT_NE(untrusted.status().message().find("--ca-file"), std::string::npos) << untrusted.status().message();
+  // Plain HTTP to the TLS port fails too, and so does https to a plain server.
+  o.url = "http://127.0.0.1:" + std::to_string(server_->port());
+  auto plain = RemoteLlm::Connect(o, slm_->tokenizer());
+  EXPECT_TRUE(!plain.ok() || !(*plain)->Next(std::vector<int32_t>{1, 2}, 1, SamplerParams{}).ok());
   // A key that does not match is refused at start.
   ServerOptions mismatched;
   mismatched.port = 0;

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# `make results`: evaluates the bundled demo pair and writes docs/RESULTS.md with its plots.
+#   1. in process, all 607 test questions, thresholds 0..0.99 -> docs/results/
+#   2. over a local `tlr serve` with a simulated 170 ms round trip (the paper's assumption),
+#      the first 50 questions, default thresholds and both baselines -> docs/results-network/
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tlr=build/bin/tlr
+py=python3
+[ -x /usr/bin/python3 ] && py=/usr/bin/python3
+$tlr eval --limit 0 --max-tokens 40 --thresholds 0,0.05,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95,0.99 --out docs/results
+
+log=$(mktemp)
+$tlr serve --port 0 -t 1 > "$log" 2>&1 &
+server_pid=$!
+trap 'kill $server_pid 2>/dev/null || true; rm -f "$log"' EXIT
+url=""
+for _ in $(seq 1 100); do
+  url=$(sed -n 's/^listening on //p' "$log")
+  [ -n "$url" ] && break
+  sleep 0.1
+done
+[ -n "$url" ] || { cat "$log" >&2; echo "results: tlr serve did not start" >&2; exit 1; }
+$tlr eval --limit 50 --max-tokens 40 -t 1 --server "$url" --sim-rtt 170 --out docs/results-network
+$py scripts/results.py docs/results docs/RESULTS.md docs/results-network
