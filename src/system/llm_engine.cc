@@ -79,7 +79,9 @@ struct LlmEngine::Job {
   Clock::time_point enqueued, started;
   bool started_set = false;
   bool done = false;
-  bool shutdown = false;
+  bool shutdown = false;       // failed because the server stops or is overloaded (503)
+  bool has_deadline = false;
+  Clock::time_point deadline;
   std::mutex mu;
   std::condition_variable cv;
 };
@@ -125,6 +127,7 @@ LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& l
     metrics_->DeclareCounter("tlr_sessions_expired_total", "Sessions deleted after the idle TTL");
     metrics_->DeclareCounter("tlr_resyncs_total", "Next-token calls answered with a conflict (device resends)");
     metrics_->DeclareCounter("tlr_forward_passes_total", "Batched forward passes");
+    metrics_->DeclareCounter("tlr_calls_expired_total", "Calls dropped unstarted after their timeout_ms (overload)");
     metrics_->DeclareGauge("tlr_sessions", "Open sessions");
     metrics_->DeclareGauge("tlr_kv_bytes", "KV cache bytes in use (sessions and prompt cache)");
     metrics_->DeclareGauge("tlr_kv_budget_bytes", "KV cache budget");
@@ -134,7 +137,7 @@ LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& l
     metrics_->DeclareHistogram("tlr_queue_seconds", "Time a call waited before its first pass",
                                {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
     for (const char* c : {"tlr_prefill_tokens_total", "tlr_decode_tokens_total", "tlr_generated_tokens_total",
-                          "tlr_evictions_total", "tlr_sessions_expired_total", "tlr_resyncs_total", "tlr_forward_passes_total"}) {
+                          "tlr_evictions_total", "tlr_sessions_expired_total", "tlr_resyncs_total", "tlr_forward_passes_total", "tlr_calls_expired_total"}) {
       metrics_->Add(c, 0);  // present from the start
     }
     metrics_->Set("tlr_kv_budget_bytes", static_cast<double>(limits_.kv_budget_bytes));
@@ -282,6 +285,7 @@ bool LlmEngine::MakeRoom(Session* self, int64_t need_positions, std::string* why
 }
 
 EngineResult LlmEngine::Next(const NextRequest& req) {
+  const auto arrived = Clock::now();
   std::shared_ptr<Session> sp;
   {
     std::lock_guard<std::mutex> l(store_mu_);
@@ -329,7 +333,9 @@ EngineResult LlmEngine::Next(const NextRequest& req) {
   }
   if (s->cache) s->cache->Truncate(req.base);
   s->tokens.resize(static_cast<size_t>(req.base));
-  EngineResult r = Run(s, req.append, req.n, req.sampling, req.top_logprobs, nullptr);
+  // Time already spent waiting for the session (an earlier call of the same device) counts.
+  const double left = req.timeout_s > 0 ? std::max(1e-6, req.timeout_s - Since(arrived)) : 0;
+  EngineResult r = Run(s, req.append, req.n, req.sampling, req.top_logprobs, nullptr, left);
   s->last_used = Clock::now();
   if (r.ok() && !req.request_id.empty()) {
     s->recent.emplace_back(req.request_id, r.reply);
@@ -393,7 +399,7 @@ EngineResult LlmEngine::Complete(std::span<const int32_t> prompt, int max_tokens
 
 // Runs one call on a locked session through the batch loop and waits for it.
 EngineResult LlmEngine::Run(Session* s, std::vector<int32_t> feed, int n, const SamplerParams& sampling,
-                            int top_logprobs, const TokenCallback& on_token) {
+                            int top_logprobs, const TokenCallback& on_token, double deadline_s) {
   Status valid = sampling.Validate();
   if (!valid.ok()) return Fail(EngineCode::kBadRequest, valid.message());
   std::string why;
@@ -419,6 +425,10 @@ EngineResult LlmEngine::Run(Session* s, std::vector<int32_t> feed, int n, const 
   job.logits.resize(static_cast<size_t>(model_.config().n_vocab));
   job.reply.prefilled = static_cast<int64_t>(job.feed.size());
   job.enqueued = Clock::now();
+  if (deadline_s > 0) {
+    job.has_deadline = true;
+    job.deadline = job.enqueued + std::chrono::microseconds(static_cast<int64_t>(deadline_s * 1e6));
+  }
   {
     std::lock_guard<std::mutex> l(queue_mu_);
     if (stop_) return Fail(EngineCode::kOverloaded, "the server is shutting down");
@@ -429,8 +439,8 @@ EngineResult LlmEngine::Run(Session* s, std::vector<int32_t> feed, int n, const 
   job.cv.wait(jl, [&] { return job.done; });
   PublishGauges();
   if (!job.error.empty()) {
-    // The cache may be partly written: forget it (the device resyncs).
-    EvictCache(s);
+    // A started call may have partly written the cache: forget it (the device resyncs).
+    if (job.started_set) EvictCache(s);
     return Fail(job.shutdown ? EngineCode::kOverloaded : EngineCode::kInternal, job.error);
   }
   EngineResult r;
@@ -474,6 +484,24 @@ void LlmEngine::WorkerLoop() {
 }
 
 void LlmEngine::Step(std::vector<Job*>& active) {
+  // Calls whose device has given up before their first pass are dropped, not computed.
+  const auto now = Clock::now();
+  for (size_t i = 0; i < active.size();) {
+    Job* j = active[i];
+    if (j->started_set || !j->has_deadline || now < j->deadline) {
+      ++i;
+      continue;
+    }
+    active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
+    if (metrics_) metrics_->Add("tlr_calls_expired_total", 1);
+    std::lock_guard<std::mutex> jl(j->mu);
+    j->error = "the call waited " + std::to_string(std::chrono::duration<double>(now - j->enqueued).count()) +
+               " s in the queue, past its timeout: the server is overloaded";
+    j->shutdown = true;
+    j->done = true;
+    j->cv.notify_all();
+  }
+  if (active.empty()) return;
   std::vector<SequenceInput> ins;
   std::vector<Job*> batch;
   int64_t budget = limits_.max_batch_tokens;

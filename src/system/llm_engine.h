@@ -84,6 +84,9 @@ struct NextRequest {
   int n = 1;
   SamplerParams sampling;
   int top_logprobs = 0;
+  // The device gives up after this long (0: never). A call still waiting for its first
+  // forward pass when it passes is dropped (503): no work for an answer nobody reads.
+  double timeout_s = 0;
 };
 
 struct SessionInfo {
@@ -125,7 +128,7 @@ class LlmEngine {
   struct Session;
   struct Job;
   EngineResult Run(Session* s, std::vector<int32_t> feed, int n, const SamplerParams& sampling,
-                   int top_logprobs, const TokenCallback& on_token);
+                   int top_logprobs, const TokenCallback& on_token, double deadline_s = 0);
   bool MakeRoom(Session* self, int64_t need_positions, std::string* why);
   void EvictCache(Session* s);
   void SweepExpired();

@@ -220,5 +220,28 @@ TEST_F(EngineTest, ConcurrentSessionsShareForwardPassesAndGetTheirOwnAnswers) {
   EXPECT_LT(h.count, static_cast<uint64_t>(kDevices * kCalls));
 }
 
+TEST_F(EngineTest, CallsPastTheirTimeoutAreDroppedBeforeTheyRun) {
+  Metrics metrics;
+  EngineLimits lim;
+  lim.max_batch_tokens = 16;  // a long prefill takes many passes and goes first (FIFO)
+  LlmEngine engine(*llm_, nullptr, lim, &metrics);
+  SessionInfo a, b;
+  ASSERT_TRUE(engine.CreateSession(&a).ok());
+  ASSERT_TRUE(engine.CreateSession(&b).ok());
+  std::thread long_call([&] { EXPECT_TRUE(engine.Next(Call(a.id, {}, std::vector<int32_t>(3000, 7), 1, "")).ok()); });
+  while (engine.prefill_tokens() == 0) std::this_thread::yield();
+  NextRequest quick = Call(b.id, {}, {1, 2, 3}, 1, "q");
+  quick.timeout_s = 0.001;
+  EngineResult r = engine.Next(quick);
+  long_call.join();
+  EXPECT_EQ(r.code, EngineCode::kOverloaded) << r.message;
+  EXPECT_EQ(metrics.Value("tlr_calls_expired_total"), 1);
+  // Nothing was computed for it, and the session is fine afterwards.
+  EXPECT_EQ(engine.prefill_tokens(), 3000);
+  EngineResult again = engine.Next(Call(b.id, {}, {1, 2, 3}, 1, "q2"));
+  ASSERT_TRUE(again.ok()) << again.message;
+  EXPECT_EQ(again.reply.tokens, Reference({1, 2, 3}, 1));
+}
+
 }  // namespace
 }  // namespace tlr

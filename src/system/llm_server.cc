@@ -203,13 +203,14 @@ void LlmServer::Routes() {
                 const json& j = *body;
                 NextRequest nr;
                 std::string err, hash;
-                int64_t base = 0, n = 1, top = 0;
+                int64_t base = 0, n = 1, top = 0, timeout_ms = 0;
                 if (!server::GetString(j, "session", &nr.session, &err) ||
                     !server::GetString(j, "request_id", &nr.request_id, &err) ||
                     !server::GetString(j, "prefix_hash", &hash, &err) ||
                     !server::GetInt(j, "base", 0, int64_t{1} << 40, &base, &err) ||
                     !server::GetInt(j, "n", 1, engine_->limits().max_tokens_per_call, &n, &err) ||
-                    !server::GetInt(j, "top_logprobs", 0, 20, &top, &err)) {
+                    !server::GetInt(j, "top_logprobs", 0, 20, &top, &err) ||
+                    !server::GetInt(j, "timeout_ms", 0, 3600000, &timeout_ms, &err)) {
                   return SendError(res, 400, "invalid_request", err);
                 }
                 if (nr.session.empty()) return SendError(res, 400, "invalid_request", "'session' is required");
@@ -232,6 +233,7 @@ void LlmServer::Routes() {
                 nr.base = base;
                 nr.n = static_cast<int>(n);
                 nr.top_logprobs = static_cast<int>(top);
+                nr.timeout_s = static_cast<double>(timeout_ms) / 1e3;
                 EngineResult r = engine_->Next(nr);
                 if (r.code == EngineCode::kConflict) {
                   json e = {{"error", {{"code", "resync"}, {"message", r.message}, {"type", "resync"}}},

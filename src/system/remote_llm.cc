@@ -124,7 +124,8 @@ RemoteLlm::Http RemoteLlm::RequestWithRetries(const std::string& path, const std
       wait *= 2;
     }
     h = Request("POST", path, body);
-    if (h.sent && h.status != 500 && h.status != 502 && h.status != 503 && h.status != 504) return h;
+    // 503 is the server shedding load: answer with the SLM now rather than add to it.
+    if (h.sent && h.status != 500 && h.status != 502 && h.status != 504) return h;
   }
   return h;
 }
@@ -231,6 +232,7 @@ Expected<LlmReply> RemoteLlm::NextTlr(std::span<const int32_t> context, int n, c
                  {"prefix_hash", HashHex(TokenPrefixHash(context.first(common)))},
                  {"append", std::vector<int32_t>(append.begin(), append.end())},
                  {"n", n},
+                 {"timeout_ms", static_cast<int64_t>(opts_.timeout_s * 1e3)},
                  {"sampling", SamplingJson(sampling)}};
     stats_.tokens_sent += static_cast<int64_t>(append.size());
     Http h = RequestWithRetries("/tlr/v1/next", body.dump());
