@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian packages TLR needs, or says exactly how to.
 #   scripts/deps.sh build        what `make` needs
-#   scripts/deps.sh build test   plus what `make test` needs (clang/libFuzzer, npm)
+#   scripts/deps.sh build test   plus what `make test` needs (clang/libFuzzer, npm, headless Chromium)
 # As root: apt-get update + apt-get install of whatever is missing. Otherwise: prints the
 # exact apt-get line and exits 1. The README says why each package is there.
 set -euo pipefail
 
 build_pkgs=(cmake make g++ pkg-config python3 libicu-dev nlohmann-json3-dev libcli11-dev libgtest-dev libhwy-dev libcpp-httplib-dev libssl-dev)
-test_pkgs=(clang libclang-rt-14-dev openssl)
+test_pkgs=(clang libclang-rt-14-dev openssl chromium chromium-driver)
 
 want=()
 for profile in "$@"; do

@@ -129,18 +129,7 @@ Status LlmServer::Start() {
   });
   Routes();
   RoutesOpenAi();
-  if (opts_.port == 0) {
-    port_ = http_->bind_to_any_port(opts_.host.c_str());
-    if (port_ < 0) return Status::Error("cannot listen on " + opts_.host);
-  } else {
-    if (!http_->bind_to_port(opts_.host.c_str(), opts_.port)) {
-      return Status::Error("cannot listen on " + opts_.host + ":" + std::to_string(opts_.port) +
-                           " (in use, or not an address of this machine)");
-    }
-    port_ = opts_.port;
-  }
-  thread_ = std::thread([this] { http_->listen_after_bind(); });
-  return Status::Ok();
+  return server::BindAndServe(http_.get(), opts_.host, opts_.port, &port_, &thread_);
 }
 
 void LlmServer::Stop() {

@@ -10,8 +10,10 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "model/sampler.h"
+#include "util/status.h"
 
 namespace tlr::server {
 
@@ -149,6 +151,23 @@ inline bool GetSampling(const json& j, SamplerParams* p, std::string* err) {
     return false;
   }
   return true;
+}
+
+// Binds host:port (port 0: any free port, written to *bound_port) and serves on a new thread.
+inline Status BindAndServe(httplib::Server* http, const std::string& host, int port, int* bound_port,
+                           std::thread* thread) {
+  if (port == 0) {
+    *bound_port = http->bind_to_any_port(host.c_str());
+    if (*bound_port < 0) return Status::Error("cannot listen on " + host);
+  } else {
+    if (!http->bind_to_port(host.c_str(), port)) {
+      return Status::Error("cannot listen on " + host + ":" + std::to_string(port) +
+                           " (in use, or not an address of this machine; --port 0 picks a free one)");
+    }
+    *bound_port = port;
+  }
+  *thread = std::thread([http] { http->listen_after_bind(); });
+  return Status::Ok();
 }
 
 }  // namespace tlr::server

@@ -29,6 +29,16 @@ check() {  # check NAME EXPECTED_STATUS REGEX -- command...
   fi
 }
 
+wait_url() {  # the URL a background `tlr serve` / `tlr ui` prints once listening (10 s at most)
+  local u=""
+  for _ in $(seq 1 100); do
+    u=$(sed -n 's/^listening on //p' "$1")
+    [ -n "$u" ] && break
+    sleep 0.1
+  done
+  echo "$u"
+}
+
 check help 0 "info.*GGUF" -- "$tlr" --help
 check help_tokenize 0 "--ids-only" -- "$tlr" tokenize --help
 check help_info 0 "--json" -- "$tlr" info --help
@@ -131,12 +141,7 @@ check generate_bad_url 1 "must start with http" -- "$tlr" generate -f "$tmp/demo
 check generate_server_down 0 "fallbacks" -- "$tlr" generate -f "$tmp/demo_q.txt" --server http://127.0.0.1:1 -n 30 -t 1 --no-color --threshold 0.99
 "$tlr" serve --port 0 -t 1 > "$tmp/serve.log" 2>&1 &
 serve_pid=$!
-url=""
-for _ in $(seq 1 100); do
-  url=$(sed -n 's/^listening on //p' "$tmp/serve.log")
-  [ -n "$url" ] && break
-  sleep 0.1
-done
+url=$(wait_url "$tmp/serve.log")
 check serve_started 0 "^http://127.0.0.1:[0-9]+$" -- echo "$url"
 check generate_server 0 "So the answer is building" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --no-color --server "$url"
 check generate_openai 0 "So the answer is building" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --no-color --server "$url" --backend openai
@@ -151,6 +156,25 @@ print("ok" if calls > 0 and 0.1 * calls <= r["comm_llm_time_s"] <= 0.1 * calls +
 check serve_health 0 '"status":"ok"' -- python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1] + "/health").read().decode())' "$url"
 kill "$serve_pid" 2>/dev/null
 wait "$serve_pid" 2>/dev/null
+
+# The web UI (its page is tested in headless Chromium by tools/browser/ui_test.sh, label browser).
+check ui_help 0 "/api/generate" -- "$tlr" ui --help
+check ui_public_no_flag 1 "refusing to listen on 0.0.0.0 .*--public" -- "$tlr" ui --host 0.0.0.0 --port 0
+check ui_bad_results 1 "--results: .* is not a results.json" -- "$tlr" ui --results "$tmp/q.jsonl" --port 0
+check ui_missing_results 1 "--results: cannot open" -- "$tlr" ui --results "$tmp/none.json" --port 0
+check ui_llm_and_server 1 "either --llm or --server" -- "$tlr" ui --llm "$tmp/tiny2.gguf" --server http://127.0.0.1:1 --port 0
+check ui_bad_port 2 "" -- "$tlr" ui --port 70000
+"$tlr" ui --port 0 -t 1 > "$tmp/ui.log" 2>&1 &
+ui_pid=$!
+url=$(wait_url "$tmp/ui.log")
+check ui_started 0 "^http://127.0.0.1:[0-9]+$" -- echo "$url"
+check ui_info 0 "^citer 5 0.91$" -- python3 -c '
+import json, sys, urllib.request
+i = json.load(urllib.request.urlopen(sys.argv[1] + "/api/info"))
+print(i["router"], len(i["examples"]), "%.2f" % i["threshold"])' "$url"
+check ui_page 0 "<script src=\"/app.js\">" -- python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1] + "/").read().decode())' "$url"
+kill "$ui_pid" 2>/dev/null
+wait "$ui_pid" 2>/dev/null
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

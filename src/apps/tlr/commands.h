@@ -29,6 +29,7 @@ Command AddRouterCommand(CLI::App& root);
 Command AddEvalCommand(CLI::App& root);
 Command AddServeCommand(CLI::App& root);
 Command AddLoadtestCommand(CLI::App& root);
+Command AddUiCommand(CLI::App& root);
 
 // Prints "tlr <cmd>: error: <message>" to stderr and returns the exit code for errors (1).
 int ReportError(const std::string& command, const std::string& message);

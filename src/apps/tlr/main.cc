@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
       tlr::cli::AddEvalCommand(app),
       tlr::cli::AddServeCommand(app),
       tlr::cli::AddLoadtestCommand(app),
+      tlr::cli::AddUiCommand(app),
       tlr::cli::AddBenchCommand(app),
       tlr::cli::AddMakeRandomCommand(app),
   };

@@ -1,0 +1,195 @@
+// `tlr ui`: a web page for interactive token routing (apps layer) — loads the SLM, the routers
+// and the LLM (in process or behind --server), then serves the embedded single-page app and its
+// API (ui_server.h) on loopback until SIGINT/SIGTERM.
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "apps/tlr/commands.h"
+#include "apps/tlr/model_args.h"
+#include "apps/tlr/ui_server.h"
+#include "model/model.h"
+#include "ops/thread_pool.h"
+#include "routing/qa.h"
+#include "routing/router.h"
+#include "system/llm_server.h"
+#include "util/mapped_file.h"
+
+namespace tlr::cli {
+
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+void OnSignal(int) { g_stop = 1; }
+
+std::string FileName(const std::string& path) { return std::filesystem::path(path).filename().string(); }
+
+}  // namespace
+
+Command AddUiCommand(CLI::App& root) {
+  struct Opts {
+    std::string slm, llm, router, data, results, host = "127.0.0.1";
+    int port = 8090, examples = 5, max_tokens = 128;
+    bool public_bind = false;
+    RunArgs run;
+    LlmArgs net;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* app = root.add_subcommand("ui", "Web page for interactive token routing: watch the LLM's tokens appear in red");
+  app->add_option("--slm", o->slm, "Small model GGUF (default: the bundled demo SLM)");
+  app->add_option("--llm", o->llm, "Large model GGUF, run in this process (default: the bundled demo LLM)");
+  app->add_option("--router", o->router,
+                  "Router GGUF from `tlr router train`, or a built-in kind: maxprob, entropy, random "
+                  "(default: the bundled demo router); the built-in kinds are always offered too");
+  app->add_option("--data", o->data, "Question set (JSONL) whose first questions the page offers as examples "
+                                     "(default: the bundled test split)");
+  app->add_option("--examples", o->examples, "How many example questions")->default_val(5)->check(CLI::Range(0, 100));
+  app->add_option("--results", o->results,
+                  "results.json of `tlr eval --out DIR`: the page charts accuracy vs threshold from it");
+  app->add_option("--host", o->host, "Address to listen on (loopback only, unless --public)")->default_val("127.0.0.1");
+  app->add_option("--port", o->port, "Port (0: any free port; the URL is printed)")->default_val(8090)
+      ->check(CLI::Range(0, 65535));
+  app->add_flag("--public", o->public_bind,
+                "Allow a non-loopback --host. The page has no login: whoever reaches the port can run "
+                "generations on this machine and use your LLM server (and its --api-key)");
+  app->add_option("-n,--max-tokens", o->max_tokens, "The page's initial max tokens")->default_val(128)
+      ->check(CLI::Range(1, 1 << 20));
+  AddThreadArgs(app, &o->run);
+  AddSamplingArgs(app, &o->run);
+  AddLlmServerArgs(app, &o->net);
+  app->footer(
+      "Open the printed URL in a browser. The page is embedded in this binary and loads nothing\n"
+      "from the network. LLM tokens are red, FALLBACK tokens (LLM unavailable) yellow; hover a\n"
+      "token for its source and confidence. Only one generation runs at a time.\n"
+      "Endpoints: GET /, /api/info, /api/results; POST /api/generate (Server-Sent Events), /api/stop\n"
+      "Examples:\n"
+      "  tlr ui                                             # bundled demo pair, http://127.0.0.1:8090/\n"
+      "  tlr ui --results docs/results/results.json --sim-rtt 170\n"
+      "  tlr ui --slm s.gguf --router r.gguf --server http://gpu-box:8080 --api-key \"$KEY\" --port 0");
+  return {app, [o]() -> int {
+            const char* cmd = "ui";
+            TLR_CLI_CHECK(cmd, o->run.sampling.Validate());
+            if (!IsLoopbackHost(o->host) && !o->public_bind) {
+              return ReportError(cmd, "refusing to listen on " + o->host +
+                                          " (not loopback): the page has no login, so anyone who reaches it could "
+                                          "run generations here and use your LLM server; give --public to allow it");
+            }
+            const bool remote = !o->net.server.empty();
+            if (remote && !o->llm.empty()) return ReportError(cmd, "give either --llm or --server, not both");
+            if (o->slm.empty()) o->slm = DemoFile("slm.gguf");
+            if (o->llm.empty() && !remote) o->llm = DemoFile("llm.gguf");
+            if (o->router.empty()) o->router = DemoFile("router.gguf");
+            const bool default_data = o->data.empty();
+            if (default_data) o->data = DemoFile("test.jsonl");
+
+            nlohmann::json results;
+            if (!o->results.empty()) {
+              auto text = ReadFileToString(o->results);
+              if (!text.ok()) return ReportError(cmd, "--results: " + text.status().message());
+              results = nlohmann::json::parse(*text, nullptr, false);
+              if (results.is_discarded() || !results.is_object() || !results.contains("rows") || !results["rows"].is_array()) {
+                return ReportError(cmd, "--results: " + o->results + " is not a results.json of `tlr eval --out` "
+                                                                     "(a JSON object with \"rows\")");
+              }
+            }
+            std::vector<UiExample> examples;
+            if (o->examples > 0) {
+              std::error_code ec;
+              if (!default_data || std::filesystem::exists(o->data, ec)) {
+                auto rows = LoadQaJsonl(o->data);
+                if (!rows.ok()) return ReportError(cmd, "--data: " + rows.status().message());
+                for (const QaRow& row : *rows) {
+                  if (static_cast<int>(examples.size()) >= o->examples) break;
+                  std::string answer;
+                  for (size_t k = 0; k < row.labels.size(); ++k) {
+                    if (row.labels[k] == row.answer_key) answer = row.labels[k] + ". " + row.texts[k];
+                  }
+                  examples.push_back({row.question, QaPrompt(row), answer});
+                }
+              }
+            }
+
+            auto slm = Model::Load(o->slm);
+            if (!slm.ok()) return ReportError(cmd, "SLM: " + slm.status().message());
+            std::unique_ptr<Model> llm;
+            if (!remote) {
+              auto m = Model::Load(o->llm);
+              if (!m.ok()) return ReportError(cmd, "LLM: " + m.status().message());
+              llm = std::move(m).value();
+              if (llm->tokenizer().Fingerprint() != (*slm)->tokenizer().Fingerprint()) {
+                return ReportError(cmd, "the LLM's vocabulary differs from the SLM's: token routing needs one tokenizer");
+              }
+            }
+            // The given router first (the page's default), then every built-in kind.
+            std::vector<std::unique_ptr<Router>> routers;
+            auto primary = Router::LoadOrBuiltin(o->router, o->run.sampling.seed);
+            if (!primary.ok()) return ReportError(cmd, primary.status().message());
+            routers.push_back(std::make_unique<Router>(std::move(primary).value()));
+            TLR_CLI_CHECK(cmd, routers[0]->CheckCompatible(**slm));
+            UiModels models;
+            const bool learned = RouterIsLearned(routers[0]->kind());
+            models.routers.push_back({std::string(RouterKindName(routers[0]->kind())),
+                                      std::string(RouterKindName(routers[0]->kind())) +
+                                          (learned ? " (" + FileName(o->router) + ")" : std::string(" (built-in)")),
+                                      routers[0].get()});
+            for (RouterKind k : {RouterKind::kMaxProb, RouterKind::kEntropy, RouterKind::kRandom}) {
+              if (k == routers[0]->kind()) continue;
+              auto r = Router::Builtin(k, o->run.sampling.seed);
+              if (!r.ok()) return ReportError(cmd, r.status().message());
+              routers.push_back(std::make_unique<Router>(std::move(r).value()));
+              models.routers.push_back({std::string(RouterKindName(k)), std::string(RouterKindName(k)) + " (built-in)",
+                                        routers.back().get()});
+            }
+
+            ThreadPool pool(o->run.threads);
+            std::unique_ptr<RemoteLlm> server;
+            if (remote) {
+              auto r = ConnectLlmServer(o->net, (*slm)->tokenizer(), o->run.sampling.seed);
+              if (!r.ok()) return ReportError(cmd, r.status().message());
+              server = std::move(r).value();
+              models.warning = server->warning();
+            }
+            models.slm = slm->get();
+            models.llm = llm.get();
+            models.remote = server.get();
+            models.sim_rtt_s = o->net.sim_rtt_ms / 1e3;
+            models.sim_jitter_s = o->net.sim_jitter_ms / 1e3;
+            models.pool = &pool;
+            models.sampling = o->run.sampling;
+            models.n_ctx = o->run.ctx;
+            models.describe = {
+                {"slm", {{"name", FileName(o->slm)}, {"architecture", (*slm)->config().arch_name}}},
+                {"llm", remote ? nlohmann::json{{"name", server->name()}, {"where", "server"}, {"url", o->net.server},
+                                                {"sim_rtt_ms", o->net.sim_rtt_ms}}
+                               : nlohmann::json{{"name", FileName(o->llm)}, {"where", "in-process"},
+                                                {"architecture", llm->config().arch_name},
+                                                {"sim_rtt_ms", o->net.sim_rtt_ms}}}};
+            UiOptions uo;
+            uo.host = o->host;
+            uo.port = o->port;
+            uo.public_bind = o->public_bind;
+            uo.default_max_tokens = static_cast<int>(std::min<int64_t>(o->max_tokens, o->run.ctx));
+            uo.examples = std::move(examples);
+            uo.results = std::move(results);
+            UiServer ui(std::move(models), std::move(uo));
+            TLR_CLI_CHECK(cmd, ui.Start());
+            std::signal(SIGINT, OnSignal);
+            std::signal(SIGTERM, OnSignal);
+            std::signal(SIGPIPE, SIG_IGN);
+            std::printf("tlr ui: SLM %s, LLM %s, router %s\n", FileName(o->slm).c_str(),
+                        remote ? o->net.server.c_str() : FileName(o->llm).c_str(), std::string(RouterKindName(routers[0]->kind())).c_str());
+            const bool v6 = o->host.find(':') != std::string::npos;
+            std::printf("listening on http://%s%s%s:%d\n", v6 ? "[" : "", o->host.c_str(), v6 ? "]" : "", ui.port());
+            std::fflush(stdout);
+            while (!g_stop) ::usleep(100 * 1000);
+            std::fprintf(stderr, "tlr ui: stopping\n");
+            ui.Stop();
+            return 0;
+          }};
+}
+
+}  // namespace tlr::cli

@@ -1,0 +1,456 @@
+// UiServer: the web UI's HTTP routes and the generation thread behind them (apps layer). See
+// ui_server.h for the endpoints and the rules (one generation at a time, cancellation, guards).
+#include "apps/tlr/ui_server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <optional>
+
+#include "apps/tlr/ui_assets.h"
+#include "model/chat.h"
+#include "ops/thread_pool.h"
+#include "system/decoder.h"
+#include "system/llm_backend.h"
+#include "system/llm_server.h"
+#include "system/server_json.h"
+
+namespace tlr::cli {
+
+using nlohmann::json;
+using server::SendError;
+using server::SendJson;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+constexpr size_t kMaxPromptBytes = 64 << 10;
+constexpr int kMaxSpan = 16;
+// What the page may load: itself only (no CDN, no fonts, no outside requests of any kind).
+constexpr const char* kContentSecurityPolicy =
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+// The in-process LLM's own compute time, so that the rest of an LLM call (the simulated round
+// trip) can be reported as network time.
+class TimedLlm : public LlmBackend {
+ public:
+  explicit TimedLlm(LlmBackend* inner) : inner_(inner) {}
+  Expected<LlmReply> Next(std::span<const int32_t> context, int n, const SamplerParams& sampling) override {
+    const auto t = Clock::now();
+    auto r = inner_->Next(context, n, sampling);
+    compute_s_ += Since(t);
+    return r;
+  }
+  void Reset() override { inner_->Reset(); }
+  uint64_t vocab_fingerprint() const override { return inner_->vocab_fingerprint(); }
+  std::string name() const override { return inner_->name(); }
+  double compute_s() const { return compute_s_; }
+
+ private:
+  LlmBackend* inner_;
+  double compute_s_ = 0;
+};
+
+std::string Sse(const char* event, const json& data) {
+  return std::string("event: ") + event + "\ndata: " + data.dump(-1, ' ', false, json::error_handler_t::replace) +
+         "\n\n";
+}
+
+// httplib matches routes as regular expressions.
+std::string RegexEscape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (std::string_view(".^$|()[]{}*+?\\").find(c) != std::string_view::npos) out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+// The host name of a Host header ("127.0.0.1:8090" -> "127.0.0.1", "[::1]:8090" -> "::1").
+std::string HostName(const std::string& header) {
+  if (!header.empty() && header[0] == '[') {
+    const size_t end = header.find(']');
+    return end == std::string::npos ? header : header.substr(1, end - 1);
+  }
+  return header.substr(0, header.find(':'));
+}
+
+double Ms(double s) { return s * 1e3; }
+
+// server::GetNumber with the range in the error written the short way ("0..1", not "0.000000..1.000000").
+bool GetNumberIn(const json& j, const char* key, double lo, double hi, double* out, std::string* err) {
+  if (server::GetNumber(j, key, lo, hi, out, err)) return true;
+  if (err->find("must be in") != std::string::npos) {
+    char b[64];
+    std::snprintf(b, sizeof b, "%g..%g", lo, hi);
+    *err = std::string("'") + key + "' must be a number in " + b;
+  }
+  return false;
+}
+
+}  // namespace
+
+// One generation: its SSE chunks, produced by the worker thread, sent by httplib's thread.
+struct UiServer::Job {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::string> chunks;
+  bool finished = false;
+  std::atomic<bool> cancelled{false};
+  std::atomic<bool> superseded{false};  // cancelled by a newer generation
+  uint64_t id = 0;
+  std::thread worker;
+
+  void Push(std::string s) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      chunks.push_back(std::move(s));
+    }
+    cv.notify_one();
+  }
+  void Finish() {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      finished = true;
+    }
+    cv.notify_one();
+  }
+  ~Job() {
+    cancelled = true;
+    if (!worker.joinable()) return;
+    // The worker may hold the last reference (the stream was sent or abandoned before it
+    // returned); a thread cannot join itself, so it is detached as it ends.
+    if (worker.get_id() == std::this_thread::get_id()) worker.detach();
+    else worker.join();
+  }
+};
+
+// A checked /api/generate request.
+struct UiServer::Request {
+  std::vector<int32_t> prompt;
+  DecodeOptions decode;
+  size_t router = 0;  // index into UiModels::routers
+};
+
+UiServer::UiServer(UiModels models, UiOptions opts) : models_(std::move(models)), opts_(std::move(opts)) {}
+
+UiServer::~UiServer() { Stop(); }
+
+Status UiServer::Start() {
+  if (!models_.slm || models_.routers.empty() || !models_.pool || (!models_.llm && !models_.remote)) {
+    return Status::Error("the web UI needs an SLM, a router and an LLM (in process or behind --server)");
+  }
+  if (!IsLoopbackHost(opts_.host) && !opts_.public_bind) {
+    return Status::Error("refusing to listen on " + opts_.host +
+                         " (not loopback): the web UI has no authentication, so anyone who can reach the "
+                         "port could run generations on this machine and your LLM server; give --public to "
+                         "allow it");
+  }
+  http_ = std::make_unique<httplib::Server>();
+  http_->new_task_queue = [] { return new httplib::ThreadPool(16); };
+  http_->set_tcp_nodelay(true);
+  http_->set_keep_alive_timeout(5);
+  http_->set_read_timeout(30, 0);
+  http_->set_write_timeout(30, 0);
+  http_->set_payload_max_length(1 << 20);
+  // DNS-rebinding guard: a page of another site whose name resolves to 127.0.0.1 sends its own
+  // host name, not ours.
+  http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (opts_.public_bind) return httplib::Server::HandlerResponse::Unhandled;
+    const std::string host = HostName(req.get_header_value("Host"));
+    if (host.empty() || IsLoopbackHost(host) || host == opts_.host) return httplib::Server::HandlerResponse::Unhandled;
+    SendError(res, 403, "forbidden_host",
+              "this server answers only to loopback host names, not '" + host + "' (open http://127.0.0.1:" +
+                  std::to_string(port_) + "/)");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 404) SendError(res, 404, "not_found", "no endpoint " + req.method + " " + req.path);
+    else if (res.status == 413) SendError(res, 413, "body_too_large", "the request body is larger than 1 MiB");
+    else SendError(res, res.status, "http_error", "HTTP error " + std::to_string(res.status));
+  });
+  http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+    SendError(res, 500, "internal", "internal error while handling the request");
+  });
+  Routes();
+  return server::BindAndServe(http_.get(), opts_.host, opts_.port, &port_, &thread_);
+}
+
+void UiServer::Stop() {
+  {
+    std::lock_guard<std::mutex> l(jobs_mu_);
+    if (auto job = current_.lock()) job->cancelled = true;
+  }
+  if (http_) http_->stop();
+  if (thread_.joinable()) thread_.join();
+  std::unique_lock<std::mutex> l(jobs_mu_);
+  workers_cv_.wait(l, [this] { return workers_ == 0; });
+}
+
+void UiServer::Routes() {
+  for (const UiAsset& a : UiAssets()) {
+    http_->Get(RegexEscape(a.path), [a](const httplib::Request&, httplib::Response& res) {
+      res.set_header("Content-Security-Policy", kContentSecurityPolicy);
+      res.set_header("X-Content-Type-Options", "nosniff");
+      res.set_header("Referrer-Policy", "no-referrer");
+      res.set_header("Cache-Control", "no-cache");
+      res.set_content(a.data.data(), a.data.size(), a.content_type);
+    });
+  }
+
+  http_->Get("/api/info", [this](const httplib::Request&, httplib::Response& res) {
+    json routers = json::array();
+    for (const UiRouter& r : models_.routers) {
+      routers.push_back({{"name", r.name},
+                         {"label", r.label},
+                         {"threshold", r.router->info().threshold},
+                         {"learned", RouterIsLearned(r.router->kind())}});
+    }
+    json examples = json::array();
+    for (const UiExample& e : opts_.examples) {
+      examples.push_back({{"label", e.label}, {"prompt", e.prompt}, {"answer", e.answer}});
+    }
+    SendJson(res, 200,
+             {{"models", models_.describe},
+              {"routers", routers},
+              {"router", models_.routers[0].name},
+              {"threshold", models_.routers[0].router->info().threshold},
+              {"modes", {"joint", "small_only", "large_only"}},
+              {"max_tokens", {{"default", opts_.default_max_tokens}, {"max", models_.n_ctx}}},
+              {"temperature", models_.sampling.temperature},
+              {"examples", examples},
+              {"results", !opts_.results.is_null()},
+              {"warning", models_.warning}});
+  });
+
+  http_->Get("/api/results", [this](const httplib::Request&, httplib::Response& res) {
+    if (opts_.results.is_null()) return SendError(res, 404, "no_results", "no eval results were given (tlr ui --results results.json)");
+    SendJson(res, 200, opts_.results);
+  });
+
+  // Refuses anything but JSON bodies: a cross-site form or no-cors fetch cannot send
+  // application/json, and a CORS preflight for it is never answered.
+  auto json_body = [](const httplib::Request& req, httplib::Response& res) -> std::optional<json> {
+    if (req.get_header_value("Content-Type").rfind("application/json", 0) != 0) {
+      SendError(res, 415, "unsupported_media_type", "send the request body as JSON (Content-Type: application/json)");
+      return std::nullopt;
+    }
+    return server::ParseBody(req, res);
+  };
+
+  http_->Post("/api/stop", [this, json_body](const httplib::Request& req, httplib::Response& res) {
+    if (!json_body(req, res)) return;
+    bool stopped = false;
+    {
+      std::lock_guard<std::mutex> l(jobs_mu_);
+      if (auto job = current_.lock(); job && !job->cancelled) {
+        job->cancelled = true;
+        stopped = true;
+      }
+    }
+    SendJson(res, 200, {{"stopped", stopped}});
+  });
+
+  http_->Post("/api/generate", [this, json_body](const httplib::Request& req, httplib::Response& res) {
+    auto body = json_body(req, res);
+    if (!body) return;
+    const json& j = *body;
+    std::string err, prompt, mode = "joint", router = models_.routers[0].name;
+    bool chat = false;
+    int64_t max_tokens = opts_.default_max_tokens, span = 1, seed = static_cast<int64_t>(models_.sampling.seed & ((1ull << 53) - 1));
+    double temperature = models_.sampling.temperature, top_p = models_.sampling.top_p, threshold = -1;
+    if (!server::GetString(j, "prompt", &prompt, &err) || !server::GetString(j, "mode", &mode, &err) ||
+        !server::GetString(j, "router", &router, &err) || !server::GetBool(j, "chat", &chat, &err) ||
+        !server::GetInt(j, "max_tokens", 1, models_.n_ctx, &max_tokens, &err) ||
+        !server::GetInt(j, "span", 1, kMaxSpan, &span, &err) ||
+        !server::GetInt(j, "seed", 0, int64_t{1} << 53, &seed, &err) ||
+        !GetNumberIn(j, "threshold", 0, 1, &threshold, &err) || !GetNumberIn(j, "temperature", 0, 2, &temperature, &err) ||
+        !GetNumberIn(j, "top_p", 0, 1, &top_p, &err)) {
+      return SendError(res, 400, "invalid_request", err);
+    }
+    if (prompt.empty()) return SendError(res, 400, "invalid_request", "the prompt is empty");
+    if (prompt.size() > kMaxPromptBytes) {
+      return SendError(res, 400, "invalid_request", "the prompt is longer than " + std::to_string(kMaxPromptBytes) + " bytes");
+    }
+    Request r;
+    auto m = ParseDecodeMode(mode);
+    if (!m.ok()) return SendError(res, 400, "invalid_request", m.status().message());
+    r.router = models_.routers.size();
+    std::string names;
+    for (size_t i = 0; i < models_.routers.size(); ++i) {
+      if (models_.routers[i].name == router) r.router = i;
+      names += (i ? ", " : "") + models_.routers[i].name;
+    }
+    if (r.router == models_.routers.size()) {
+      return SendError(res, 400, "invalid_request", "unknown router '" + router + "' (" + names + ")");
+    }
+    r.decode.mode = *m;
+    r.decode.threshold = threshold >= 0 ? static_cast<float>(threshold) : models_.routers[r.router].router->info().threshold;
+    r.decode.max_tokens = static_cast<int>(max_tokens);
+    r.decode.route_span = static_cast<int>(span);
+    r.decode.sampling = models_.sampling;
+    r.decode.sampling.temperature = static_cast<float>(temperature);
+    r.decode.sampling.top_p = static_cast<float>(top_p);
+    r.decode.sampling.seed = static_cast<uint64_t>(seed);
+    if (Status s = r.decode.sampling.Validate(); !s.ok()) return SendError(res, 400, "invalid_request", s.message());
+    const Model& slm = *models_.slm;
+    r.prompt = chat ? slm.tokenizer().Encode(FormatChat(ModelChatFormat(slm), {{"user", prompt}}, true), false, true)
+                    : slm.tokenizer().Encode(prompt, true, false);
+    if (r.prompt.empty()) return SendError(res, 400, "invalid_request", "the prompt has no tokens");
+    const int64_t need = static_cast<int64_t>(r.prompt.size()) + max_tokens + span + 1;
+    if (need > models_.n_ctx) {
+      return SendError(res, 400, "invalid_request",
+                       "the prompt (" + std::to_string(r.prompt.size()) + " tokens) and max_tokens " +
+                           std::to_string(max_tokens) + " do not fit the context of " + std::to_string(models_.n_ctx) +
+                           " tokens (tlr ui --ctx)");
+    }
+
+    auto job = std::make_shared<Job>();
+    {
+      std::lock_guard<std::mutex> l(jobs_mu_);
+      if (auto old = current_.lock()) {
+        old->superseded = true;
+        old->cancelled = true;
+      }
+      current_ = job;
+      job->id = next_job_++;
+      ++workers_;
+    }
+    job->worker = std::thread([this, job, r = std::move(r)] {
+      RunJob(job, r);
+      std::lock_guard<std::mutex> l(jobs_mu_);
+      --workers_;
+      workers_cv_.notify_all();
+    });
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [job](size_t, httplib::DataSink& sink) {
+          std::unique_lock<std::mutex> l(job->mu);
+          if (!job->cv.wait_for(l, std::chrono::seconds(1), [&] { return !job->chunks.empty() || job->finished; })) {
+            // Nothing for a second (a slow LLM call): a comment line, whose failure tells that
+            // the client has gone.
+            l.unlock();
+            static constexpr std::string_view kPing = ": ping\n\n";
+            if (!sink.write(kPing.data(), kPing.size())) {
+              job->cancelled = true;
+              return false;
+            }
+            return true;
+          }
+          while (!job->chunks.empty()) {
+            std::string c = std::move(job->chunks.front());
+            job->chunks.pop_front();
+            l.unlock();
+            if (!sink.write(c.data(), c.size())) {
+              job->cancelled = true;
+              return false;
+            }
+            l.lock();
+          }
+          if (job->finished) sink.done();
+          return true;
+        },
+        [job](bool) { job->cancelled = true; });
+  });
+}
+
+void UiServer::RunJob(const std::shared_ptr<Job>& job, const Request& r) {
+  std::lock_guard<std::mutex> gen(gen_mu_);  // one generation at a time
+  const DecodeOptions& d = r.decode;
+  auto stats_json = [&](const DecodeStats& st, double network_s) {
+    json j = {{"stop", st.stop},
+              {"superseded", job->superseded.load()},
+              {"tokens", st.generated},
+              {"routed", st.routed},
+              {"routed_pct", st.routed_pct()},
+              {"fallbacks", st.fallbacks},
+              {"llm_calls", st.llm_calls},
+              {"prompt_tokens", st.prompt_tokens},
+              {"ttft_ms", Ms(st.ttft_s)},
+              {"tbt_ms", Ms(st.tbt_s)},
+              {"slm_ms", Ms(st.slm_prefill_s + st.slm_decode_s)},
+              {"slm_prefill_ms", Ms(st.slm_prefill_s)},
+              {"router_ms", Ms(st.router_s)},
+              {"llm_ms", Ms(st.llm_s)},
+              {"network_ms", Ms(network_s)},
+              {"total_ms", Ms(st.total_s)}};
+    return j;
+  };
+  if (job->cancelled) {  // superseded or stopped while it waited for the one before it
+    DecodeStats none;
+    none.prompt_tokens = static_cast<int64_t>(r.prompt.size());
+    none.stop = "stopped";
+    job->Push(Sse("stats", stats_json(none, 0)));
+    job->Finish();
+    return;
+  }
+  // The LLM: this request's own in-process backend (a KV cache sized for it), or the server's.
+  std::unique_ptr<InProcessLlm> local;
+  std::unique_ptr<TimedLlm> timed;
+  std::unique_ptr<DelayedLlm> delayed;
+  LlmBackend* backend = nullptr;
+  RemoteStats before;
+  if (models_.remote) {
+    backend = models_.remote;
+    before = models_.remote->stats();
+  } else {
+    const int64_t n_ctx = static_cast<int64_t>(r.prompt.size()) + d.max_tokens + d.route_span + 1;
+    local = std::make_unique<InProcessLlm>(*models_.llm, models_.pool, n_ctx);
+    timed = std::make_unique<TimedLlm>(local.get());
+    backend = timed.get();
+    if (models_.sim_rtt_s > 0 || models_.sim_jitter_s > 0) {
+      delayed = std::make_unique<DelayedLlm>(backend, models_.sim_rtt_s, models_.sim_jitter_s, d.sampling.seed + job->id);
+      backend = delayed.get();
+    }
+  }
+  const UiRouter& router = models_.routers[r.router];
+  Router* use_router = d.mode == DecodeMode::kLargeOnly ? nullptr : router.router;
+  job->Push(Sse("start", {{"prompt_tokens", r.prompt.size()},
+                          {"mode", DecodeModeName(d.mode)},
+                          {"router", router.name},
+                          {"threshold", d.threshold},
+                          {"max_tokens", d.max_tokens},
+                          {"llm", backend->name()}}));
+  CollabDecoder dec(*models_.slm, use_router, d.mode == DecodeMode::kSmallOnly ? nullptr : backend, models_.pool);
+  int64_t i = 0;
+  auto st = dec.Generate(r.prompt, d, [&](const TokenEvent& ev) {
+    job->Push(Sse("token", {{"i", i++},
+                            {"id", ev.id},
+                            {"text", ev.text},
+                            {"source", TokenSourceName(ev.source)},
+                            {"confidence", ev.confidence},
+                            {"end", ev.end},
+                            {"slm_ms", Ms(ev.slm_s)},
+                            {"router_ms", Ms(ev.router_s)},
+                            {"llm_ms", Ms(ev.llm_s)},
+                            {"at_ms", Ms(ev.at_s)}}));
+    return !job->cancelled.load();
+  });
+  if (!st.ok()) {
+    job->Push(Sse("error", {{"message", st.status().message()}}));
+  } else {
+    // Network: for a remote LLM the whole call as the device sees it (round trips, the
+    // server's queue and compute, --sim-rtt); in process, only the simulated round trips.
+    const double network_s = models_.remote ? st->llm_s : std::max(0.0, st->llm_s - timed->compute_s());
+    json j = stats_json(*st, network_s);
+    if (models_.remote) {
+      const RemoteStats& now = models_.remote->stats();
+      j["remote"] = {{"http_requests", now.http_requests - before.http_requests},
+                     {"retries", now.retries - before.retries},
+                     {"resyncs", now.resyncs - before.resyncs},
+                     {"failed_calls", now.failed_calls - before.failed_calls},
+                     {"sim_delay_ms", Ms(now.sim_delay_s - before.sim_delay_s)}};
+    }
+    job->Push(Sse("stats", j));
+  }
+  job->Finish();
+}
+
+}  // namespace tlr::cli
