@@ -63,3 +63,6 @@ echo "== the server's own counters (delta sync: each token is ingested once)"
 if command -v curl >/dev/null 2>&1; then
   curl -s "$url/metrics" | grep -E '^tlr_(prefill_tokens_total|decode_tokens_total|generated_tokens_total|forward_passes_total|sessions|evictions_total) ' || true
 fi
+echo
+echo "== next: the web UI (tokens streaming in, LLM tokens red, threshold slider)"
+echo "   build/bin/tlr ui --results docs/results/results.json    # then open http://127.0.0.1:8090/"
