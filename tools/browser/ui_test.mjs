@@ -90,8 +90,10 @@ try {
     check('prompt prefilled with the first example', (await page.inputValue('#prompt')).startsWith('Question: '));
     const routers = await page.$$eval('#router option', (os) => os.map((o) => o.value));
     check('router kinds', ['citer', 'maxprob', 'entropy', 'random'].every((k) => routers.includes(k)), routers.join(','));
-    check('threshold starts at the router\'s recommended one', await text(page, '#threshold-value') === '0.91',
-          await text(page, '#threshold-value'));
+    const info = await (await fetch(new URL('/api/info', mainUrl))).json();
+    check('threshold starts at the router\'s recommended one',
+          await text(page, '#threshold-value') === info.threshold.toFixed(2),
+          `${await text(page, '#threshold-value')} vs ${info.threshold}`);
     check('models named', /slm\.gguf.*llm\.gguf/.test(await text(page, '#models')), await text(page, '#models'));
     check('chart shown with --results', !hasResults || await page.locator('#chart-box').isVisible());
   });

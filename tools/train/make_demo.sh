@@ -42,8 +42,9 @@ for m in slm llm; do
 done
 
 # 4. The router (CITER MLP), trained on variants of the dev questions: the SLM memorized every
-#    training question, so only unseen questions show where it is unsure.
-$py tools/worldgen/variants.py --data "$W/dev.jsonl" --n 6 --seed 7 --out "$W/router_train.jsonl"
+#    training question, so only unseen questions show where it is unsure. References are the
+#    gold answers (--reference), as in CITER, not the LLM's own greedy answers.
+$py tools/worldgen/variants.py --data "$W/dev.jsonl" --n 12 --seed 7 --reference --out "$W/router_train.jsonl"
 $tlr router train --slm models/demo/slm.gguf --llm models/demo/llm.gguf --data "$W/router_train.jsonl" \
   --out models/demo/router.gguf --lr 1e-4
 

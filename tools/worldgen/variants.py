@@ -4,8 +4,11 @@ each question template of its attribute and the choices in new seeded orders. Th
 the demo pair trains on dev variants: the small model memorized every training question, so
 on those it is never unsure, while dev questions (never in the training text) show it where it
 is unsure, as test questions will. Ids are new; facts, choices and answers stay the same.
+With --reference each row also carries its gold answer text (field "reference", the world's
+answer sentence), which router training uses instead of the LLM's own greedy answer — CITER's
+setup, where references come from the dataset.
 
-  python3 tools/worldgen/variants.py --data W/dev.jsonl --n 6 --seed 7 --out W/router_train.jsonl
+  python3 tools/worldgen/variants.py --data W/dev.jsonl --n 12 --seed 7 --reference --out W/router_train.jsonl
 """
 import argparse
 import hashlib
@@ -23,6 +26,7 @@ def main():
     ap.add_argument('--data', required=True)
     ap.add_argument('--n', type=int, default=6, help='variants per question')
     ap.add_argument('--seed', type=int, default=7)
+    ap.add_argument('--reference', action='store_true', help='add each answer\'s gold text as "reference"')
     ap.add_argument('--out', required=True)
     a = ap.parse_args()
     rng = random.Random(a.seed)
@@ -37,9 +41,12 @@ def main():
             t = list(texts)
             rng.shuffle(t)
             qid = hashlib.md5(('%s|%d|%s|%s' % (row['id'], k, question, '|'.join(t))).encode()).hexdigest()
-            out.append({'id': qid, 'question': question, 'question_concept': row['question_concept'],
-                        'choices': {'label': list(worldgen.LABELS), 'text': t},
-                        'answerKey': worldgen.LABELS[t.index(answer)]})
+            item = {'id': qid, 'question': question, 'question_concept': row['question_concept'],
+                    'choices': {'label': list(worldgen.LABELS), 'text': t},
+                    'answerKey': worldgen.LABELS[t.index(answer)]}
+            if a.reference:
+                item['reference'] = worldgen.target_answer(row["question_concept"], attr, answer)
+            out.append(item)
     worldgen.write_jsonl(a.out, out)
     print('%d variants of %s -> %s' % (len(out), a.data, a.out))
 

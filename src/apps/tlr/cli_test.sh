@@ -169,7 +169,8 @@ check ui_bad_port 2 "" -- "$tlr" ui --port 70000
 ui_pid=$!
 url=$(wait_url "$tmp/ui.log")
 check ui_started 0 "^http://127.0.0.1:[0-9]+$" -- echo "$url"
-check ui_info 0 "^citer 5 0.91$" -- python3 -c '
+demo_threshold=$("$tlr" router info "$(dirname "$0")/../../../models/demo/router.gguf" | sed -n 's/^threshold *//p' | python3 -c 'import sys; print("%.2f" % float(sys.stdin.read()))')
+check ui_info 0 "^citer 5 $demo_threshold$" -- python3 -c '
 import json, sys, urllib.request
 i = json.load(urllib.request.urlopen(sys.argv[1] + "/api/info"))
 print(i["router"], len(i["examples"]), "%.2f" % i["threshold"])' "$url"
