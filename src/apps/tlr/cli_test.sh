@@ -143,6 +143,7 @@ check generate_server_down 0 "fallbacks" -- "$tlr" generate -f "$tmp/demo_q.txt"
 serve_pid=$!
 url=$(wait_url "$tmp/serve.log")
 check serve_started 0 "^http://127.0.0.1:[0-9]+$" -- echo "$url"
+check serve_port_taken 1 "cannot listen on 127.0.0.1:" -- "$tlr" serve --port "${url##*:}" -t 1
 check generate_server 0 "So the answer is building" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --no-color --server "$url"
 check generate_openai 0 "So the answer is building" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --no-color --server "$url" --backend openai
 check generate_server_vocab 1 "different vocabulary" -- "$tlr" generate --slm "$tmp/tiny.gguf" --router maxprob -p "hi" -n 4 --server "$url"
