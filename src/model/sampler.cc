@@ -98,4 +98,11 @@ int32_t Sampler::Sample(const float* logits, std::span<const int32_t> history) {
   return cand_[n - 1].second;
 }
 
+float LogSumExp(const float* x, int64_t n) {
+  const float mx = *std::max_element(x, x + n);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i] - mx));
+  return mx + static_cast<float>(std::log(sum));
+}
+
 }  // namespace tlr

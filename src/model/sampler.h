@@ -42,5 +42,7 @@ class Sampler {
 
 // Index of the largest value (lowest index on ties).
 int32_t ArgMax(const float* x, int64_t n);
+// log(sum(exp(x))), stable: logits[i] - LogSumExp(logits) is token i's log-probability.
+float LogSumExp(const float* x, int64_t n);
 
 }  // namespace tlr

@@ -9,12 +9,7 @@ namespace tlr {
 
 namespace {
 
-float LogProb(const float* logits, int64_t n, int32_t tok) {
-  const float mx = *std::max_element(logits, logits + n);
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
-  return static_cast<float>(logits[tok] - mx - std::log(sum));
-}
+float LogProb(const float* logits, int64_t n, int32_t tok) { return logits[tok] - LogSumExp(logits, n); }
 
 }  // namespace
 

@@ -34,10 +34,7 @@ EngineResult Fail(EngineCode code, std::string message) {
 
 // Log-softmax of the chosen token and, when asked, the top k.
 void LogProbs(const float* logits, int64_t n, int32_t tok, int k, float* lp, std::vector<TopLogprob>* top) {
-  const float mx = *std::max_element(logits, logits + n);
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
-  const float lse = mx + static_cast<float>(std::log(sum));
+  const float lse = LogSumExp(logits, n);
   *lp = logits[tok] - lse;
   top->clear();
   if (k <= 0) return;
@@ -163,6 +160,10 @@ int64_t LlmEngine::session_count() const {
 
 uint64_t LlmEngine::kv_bytes() const {
   std::lock_guard<std::mutex> l(store_mu_);
+  return KvBytesLocked();
+}
+
+uint64_t LlmEngine::KvBytesLocked() const {
   uint64_t n = 0;
   for (const auto& [id, s] : sessions_) n += s->high_water.load();
   for (const auto& s : slots_) n += s->high_water.load();
@@ -245,19 +246,12 @@ bool LlmEngine::MakeRoom(Session* self, int64_t need_positions, std::string* why
   const int64_t grow = std::max<int64_t>(0, need_positions - self->high_water.load());
   if (grow == 0) return true;
   std::lock_guard<std::mutex> l(store_mu_);
-  auto used = [&] {
-    uint64_t n = 0;
-    for (const auto& [id, s] : sessions_) n += s->high_water.load();
-    for (const auto& s : slots_) n += s->high_water.load();
-    for (const auto& s : temps_) n += s->high_water.load();
-    return n * bytes_per_token_;
-  };
   const uint64_t want = static_cast<uint64_t>(grow) * bytes_per_token_;
   if (want > limits_.kv_budget_bytes) {
     *why = "the call needs more KV memory than the whole budget (--kv-budget)";
     return false;
   }
-  uint64_t now = used();
+  uint64_t now = KvBytesLocked();
   while (now + want > limits_.kv_budget_bytes) {
     // Least recently used idle session or slot holding memory.
     std::vector<Session*> all;
@@ -279,7 +273,7 @@ bool LlmEngine::MakeRoom(Session* self, int64_t need_positions, std::string* why
     }
     EvictCache(victim);
     if (metrics_) metrics_->Add("tlr_evictions_total", 1);
-    now = used();
+    now = KvBytesLocked();
   }
   return true;
 }

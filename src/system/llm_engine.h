@@ -130,6 +130,7 @@ class LlmEngine {
   EngineResult Run(Session* s, std::vector<int32_t> feed, int n, const SamplerParams& sampling,
                    int top_logprobs, const TokenCallback& on_token, double deadline_s = 0);
   bool MakeRoom(Session* self, int64_t need_positions, std::string* why);
+  uint64_t KvBytesLocked() const;  // kv_bytes() with store_mu_ held
   void EvictCache(Session* s);
   void SweepExpired();
   void WorkerLoop();

@@ -2,9 +2,7 @@
 // /v1/chat/completions, with Server-Sent Events streaming (see llm_server.h). The prompt
 // cache (LlmEngine::Complete) keeps a device that resends a growing context cheap.
 #include <chrono>
-#include <condition_variable>
 #include <ctime>
-#include <deque>
 #include <mutex>
 #include <thread>
 
@@ -12,6 +10,7 @@
 #include "system/llm_server.h"
 #include "system/protocol.h"
 #include "system/server_json.h"
+#include "system/sse_stream.h"
 
 namespace tlr {
 
@@ -199,31 +198,6 @@ bool ParseMessages(const json& j, const Model& model, CompletionParams* p, std::
   return true;
 }
 
-// A stream's chunks, produced by the generation thread and sent by httplib's thread.
-struct StreamState {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::string> chunks;
-  bool finished = false;
-  std::atomic<bool> cancelled{false};
-  std::thread worker;
-  void Push(std::string s) {
-    {
-      std::lock_guard<std::mutex> l(mu);
-      chunks.push_back(std::move(s));
-    }
-    cv.notify_one();
-  }
-  ~StreamState() {
-    cancelled = true;
-    if (!worker.joinable()) return;
-    // The worker drops the last reference itself when the response was sent (or abandoned)
-    // before it returned; a thread cannot join itself, so it is detached as it ends.
-    if (worker.get_id() == std::this_thread::get_id()) worker.detach();
-    else worker.join();
-  }
-};
-
 std::string Sse(const json& j) { return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n"; }
 
 }  // namespace
@@ -348,7 +322,7 @@ void LlmServer::RoutesOpenAi() {
       return;
     }
     // Streaming: generation on its own thread; httplib's thread sends chunks as they come.
-    auto st = std::make_shared<StreamState>();
+    auto st = std::make_shared<SseStream>();
     const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
     auto chunk = [=, this](const std::string& delta, const json& lp, const json& finish) {
       json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", lp}};
@@ -392,30 +366,9 @@ void LlmServer::RoutesOpenAi() {
         metrics_->Observe("tlr_http_request_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                           {{"endpoint", chat ? "/v1/chat/completions" : "/v1/completions"}});
       }
-      std::lock_guard<std::mutex> l(st->mu);
-      st->finished = true;
-      st->cv.notify_one();
+      st->Finish();
     });
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [st](size_t, httplib::DataSink& sink) {
-          std::unique_lock<std::mutex> l(st->mu);
-          st->cv.wait(l, [&] { return !st->chunks.empty() || st->finished; });
-          while (!st->chunks.empty()) {
-            std::string c = std::move(st->chunks.front());
-            st->chunks.pop_front();
-            l.unlock();
-            if (!sink.write(c.data(), c.size())) {
-              st->cancelled = true;
-              return false;
-            }
-            l.lock();
-          }
-          if (st->finished) sink.done();
-          return true;
-        },
-        [st](bool) { st->cancelled = true; });
+    SseStream::Serve(res, st);
   };
   http_->Post("/v1/completions", [handle](const httplib::Request& req, httplib::Response& res) { handle(false, req, res); });
   http_->Post("/v1/chat/completions", [handle](const httplib::Request& req, httplib::Response& res) { handle(true, req, res); });

@@ -6,7 +6,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <deque>
 #include <optional>
 
 #include "apps/tlr/ui_assets.h"
@@ -16,6 +15,7 @@
 #include "system/llm_backend.h"
 #include "system/llm_server.h"
 #include "system/server_json.h"
+#include "system/sse_stream.h"
 
 namespace tlr::cli {
 
@@ -96,38 +96,10 @@ bool GetNumberIn(const json& j, const char* key, double lo, double hi, double* o
 }  // namespace
 
 // One generation: its SSE chunks, produced by the worker thread, sent by httplib's thread.
-struct UiServer::Job {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::string> chunks;
-  bool finished = false;
-  std::atomic<bool> cancelled{false};
+struct UiServer::Job : SseStream {
   std::atomic<bool> superseded{false};  // cancelled by a newer generation
   uint64_t id = 0;
-  std::thread worker;
-
-  void Push(std::string s) {
-    {
-      std::lock_guard<std::mutex> l(mu);
-      chunks.push_back(std::move(s));
-    }
-    cv.notify_one();
-  }
-  void Finish() {
-    {
-      std::lock_guard<std::mutex> l(mu);
-      finished = true;
-    }
-    cv.notify_one();
-  }
-  ~Job() {
-    cancelled = true;
-    if (!worker.joinable()) return;
-    // The worker may hold the last reference (the stream was sent or abandoned before it
-    // returned); a thread cannot join itself, so it is detached as it ends.
-    if (worker.get_id() == std::this_thread::get_id()) worker.detach();
-    else worker.join();
-  }
+  ~Job() override { StopWorker(); }  // the worker reads superseded
 };
 
 // A checked /api/generate request.
@@ -328,36 +300,7 @@ void UiServer::Routes() {
       --workers_;
       workers_cv_.notify_all();
     });
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [job](size_t, httplib::DataSink& sink) {
-          std::unique_lock<std::mutex> l(job->mu);
-          if (!job->cv.wait_for(l, std::chrono::seconds(1), [&] { return !job->chunks.empty() || job->finished; })) {
-            // Nothing for a second (a slow LLM call): a comment line, whose failure tells that
-            // the client has gone.
-            l.unlock();
-            static constexpr std::string_view kPing = ": ping\n\n";
-            if (!sink.write(kPing.data(), kPing.size())) {
-              job->cancelled = true;
-              return false;
-            }
-            return true;
-          }
-          while (!job->chunks.empty()) {
-            std::string c = std::move(job->chunks.front());
-            job->chunks.pop_front();
-            l.unlock();
-            if (!sink.write(c.data(), c.size())) {
-              job->cancelled = true;
-              return false;
-            }
-            l.lock();
-          }
-          if (job->finished) sink.done();
-          return true;
-        },
-        [job](bool) { job->cancelled = true; });
+    SseStream::Serve(res, job, /*heartbeat_s=*/1.0);
   });
 }
 
