@@ -23,21 +23,25 @@ int32_t ArgMax(const float* x, int64_t n) {
   return static_cast<int32_t>(best);
 }
 
-Sampler::Sampler(const SamplerParams& params, int32_t n_vocab)
-    : params_(params), n_vocab_(n_vocab), state_(params.seed * 0x9E3779B97F4A7C15ull + 1) {
+Sampler::Sampler(const SamplerParams& params, int32_t n_vocab) : params_(params), n_vocab_(n_vocab) {
   cand_.reserve(n_vocab);
   probs_.reserve(n_vocab);
 }
 
-double Sampler::Uniform() {
-  uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+namespace {
+uint64_t Mix64(uint64_t z) {  // SplitMix64's finalizer
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+double CounterUniform(uint64_t seed, uint64_t position) {
+  const uint64_t z = Mix64(Mix64(seed * 0x9E3779B97F4A7C15ull + 1) ^ (position + 1) * 0xD1B54A32D192ED03ull);
   return static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
 }
 
-int32_t Sampler::Sample(const float* logits, std::span<const int32_t> history) {
+int32_t Sampler::SampleAt(const float* logits, std::span<const int32_t> history, uint64_t position) {
   cand_.clear();
   for (int32_t i = 0; i < n_vocab_; ++i) cand_.emplace_back(logits[i], i);
   // Repetition penalty (CTRL-style, as llama.cpp): divide positive logits, multiply negative.
@@ -90,7 +94,7 @@ int32_t Sampler::Sample(const float* logits, std::span<const int32_t> history) {
   for (size_t i = 0; i < n; ++i) {
     sum += probs_[i] = std::exp((cand_[i].first - mx) / params_.temperature);
   }
-  double r = Uniform() * sum;
+  double r = CounterUniform(params_.seed, position) * sum;
   for (size_t i = 0; i < n; ++i) {
     r -= probs_[i];
     if (r <= 0) return cand_[i].second;

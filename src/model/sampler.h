@@ -1,7 +1,13 @@
 // Sampler (model layer): picks the next token from logits. Greedy, or temperature with
 // top-k, top-p (nucleus), min-p and a repetition penalty, in llama.cpp's order (penalty ->
-// top-k -> top-p -> min-p -> temperature -> draw). Deterministic for a given seed; no heap
-// allocation per call after construction. Not thread-safe (one per sequence).
+// top-k -> top-p -> min-p -> temperature -> draw). No heap allocation per call after
+// construction. Not thread-safe (one per sequence).
+//
+// Counter-based: the random number of a draw is a function of (seed, position) only, where the
+// position is the index of the token being drawn (history.size() by default). So a token's draw
+// never depends on how many draws came before it: the device's SLM and the LLM (in process or on
+// a server) draw the same number at the same position, and speculative or cancelled work cannot
+// shift later draws. Same logits + same history + same seed -> same token, always.
 #pragma once
 
 #include <cstdint>
@@ -27,18 +33,24 @@ struct SamplerParams {
 class Sampler {
  public:
   Sampler(const SamplerParams& params, int32_t n_vocab);
-  // `history`: the tokens so far (prompt and generated), for the repetition penalty.
-  int32_t Sample(const float* logits, std::span<const int32_t> history);
+  // `history`: the tokens so far (prompt and generated), for the repetition penalty; the draw
+  // is keyed by (seed, history.size()).
+  int32_t Sample(const float* logits, std::span<const int32_t> history) {
+    return SampleAt(logits, history, history.size());
+  }
+  // The same with the draw keyed by (seed, position).
+  int32_t SampleAt(const float* logits, std::span<const int32_t> history, uint64_t position);
   const SamplerParams& params() const { return params_; }
 
  private:
-  double Uniform();
   SamplerParams params_;
   int32_t n_vocab_;
-  uint64_t state_;
   std::vector<std::pair<float, int32_t>> cand_;
   std::vector<float> probs_;
 };
+
+// The uniform number in [0, 1) that a sampler with `seed` draws at `position`.
+double CounterUniform(uint64_t seed, uint64_t position);
 
 // Index of the largest value (lowest index on ties).
 int32_t ArgMax(const float* x, int64_t n);

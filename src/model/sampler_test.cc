@@ -38,8 +38,8 @@ TEST(Sampler, SameSeedSameTokensAndTopKRestricts) {
   for (int i = 0; i < 5; ++i) allowed.insert(sorted[i].second);
   std::set<int> seen;
   for (int i = 0; i < 300; ++i) {
-    const int32_t x = a.Sample(logits.data(), {});
-    EXPECT_EQ(x, b.Sample(logits.data(), {}));
+    const int32_t x = a.SampleAt(logits.data(), {}, i);
+    EXPECT_EQ(x, b.SampleAt(logits.data(), {}, i));
     EXPECT_TRUE(allowed.count(x)) << x;
     seen.insert(x);
   }
@@ -48,8 +48,38 @@ TEST(Sampler, SameSeedSameTokensAndTopKRestricts) {
   Sampler c(p, 100);
   int differ = 0;
   Sampler a2({p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.repeat_last_n, 9}, 100);
-  for (int i = 0; i < 50; ++i) differ += a2.Sample(logits.data(), {}) != c.Sample(logits.data(), {});
+  for (int i = 0; i < 50; ++i) differ += a2.SampleAt(logits.data(), {}, i) != c.SampleAt(logits.data(), {}, i);
   EXPECT_GT(differ, 0);
+}
+
+TEST(Sampler, DrawsAreKeyedBySeedAndPositionOnly) {
+  // Counter-based: the token at a position does not depend on the draws made before it, so
+  // speculative or cancelled work cannot shift later tokens (the decoder's pipeline relies on it).
+  std::vector<float> logits(50);
+  for (int i = 0; i < 50; ++i) logits[i] = std::cos(i * 1.3f);
+  SamplerParams p;
+  p.temperature = 0.9f;
+  p.top_k = 0;
+  p.seed = 3;
+  Sampler fresh(p, 50), used(p, 50);
+  for (int i = 0; i < 17; ++i) used.SampleAt(logits.data(), {}, 1000 + i);  // unrelated draws
+  std::vector<int32_t> history;
+  int distinct_positions = 0;
+  for (int pos = 0; pos < 64; ++pos) {
+    const int32_t a = fresh.Sample(logits.data(), history);
+    EXPECT_EQ(a, used.SampleAt(logits.data(), history, history.size()));
+    EXPECT_EQ(a, fresh.Sample(logits.data(), history));  // the same position again: the same draw
+    distinct_positions += pos > 0 && a != history.back();
+    history.push_back(a);
+  }
+  EXPECT_GT(distinct_positions, 10);  // different positions draw different numbers
+  for (uint64_t pos = 0; pos < 1000; ++pos) {
+    const double u = CounterUniform(7, pos);
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+  }
+  EXPECT_NE(CounterUniform(7, 5), CounterUniform(8, 5));
+  EXPECT_NE(CounterUniform(7, 5), CounterUniform(7, 6));
 }
 
 TEST(Sampler, TopPAndMinPCutTheTail) {
@@ -63,7 +93,7 @@ TEST(Sampler, TopPAndMinPCutTheTail) {
     else p.min_p = 0.2f;
     Sampler s(p, 4);
     std::map<int, int> count;
-    for (int i = 0; i < 2000; ++i) count[s.Sample(logits, {})]++;
+    for (int i = 0; i < 2000; ++i) count[s.SampleAt(logits, {}, i)]++;
     EXPECT_EQ(count[2] + count[3], 0) << "mode " << mode;
     EXPECT_GT(count[1], 300);
     EXPECT_GT(count[0], count[1]);

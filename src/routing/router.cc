@@ -108,7 +108,7 @@ Expected<Router> Router::Builtin(RouterKind kind, uint64_t seed) {
   Router r;
   r.info_.kind = kind;
   r.info_.threshold = kind == RouterKind::kRandom ? 0.1f : 0.5f;
-  r.rng_ = seed;
+  r.seed_ = seed;
   return r;
 }
 
@@ -226,7 +226,7 @@ Expected<Router> Router::LoadOrBuiltin(const std::string& path_or_kind, uint64_t
   auto kind = ParseRouterKind(path_or_kind);
   if (kind.ok() && !RouterIsLearned(*kind)) return Builtin(*kind, seed);
   auto r = Load(path_or_kind);
-  if (r.ok()) r->rng_ = seed;
+  if (r.ok()) r->seed_ = seed;
   return r;
 }
 
@@ -297,8 +297,19 @@ float Router::Confidence(const float* hidden, const float* logits, int64_t n_voc
   switch (info_.kind) {
     case RouterKind::kMaxProb: return MaxProbConfidence(logits, n_vocab);
     case RouterKind::kEntropy: return EntropyConfidence(logits, n_vocab);
-    case RouterKind::kRandom:
-      return static_cast<float>((NextRandom(&rng_) >> 11) * (1.0 / 9007199254740992.0));
+    case RouterKind::kRandom: {
+      // A pure function of the SLM's state (its logits) and the seed: the same position gets
+      // the same draw however often or in whatever order it is asked (the decoder's speculative
+      // pipeline evaluates positions that are later discarded).
+      uint64_t h = seed_ ^ 0x6a09e667f3bcc909ull;
+      for (int64_t i = 0; i < n_vocab && logits; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, logits + i, sizeof bits);
+        h = (h ^ bits) * 0x100000001b3ull;
+      }
+      uint64_t s = h;
+      return static_cast<float>((NextRandom(&s) >> 11) * (1.0 / 9007199254740992.0));
+    }
     case RouterKind::kCiter:
     case RouterKind::kColm: {
       float out = 0;

@@ -10,7 +10,8 @@
 //   colm     Co-LLM's linear deferral head: P(defer) = sigmoid(w.h + b); confidence = 1 - P.
 //   maxprob  the SLM's largest softmax probability.
 //   entropy  1 - H(softmax) / log(V).
-//   random   uniform in [0, 1) from a seeded generator (an ablation).
+//   random   uniform in [0, 1), a hash of the seed and the SLM's logits (an ablation; a function
+//            of the state, so a position gets the same draw however often it is asked).
 // citer and colm are trained (router_train.h) and stored in a GGUF file: general.architecture
 // "tlr-router", keys tlr-router.{kind, input_dim, slm_fingerprint, slm_name, threshold,
 // training_summary (JSON)}, tensors router.layer.N.{weight, bias}. A router refuses an SLM
@@ -81,7 +82,7 @@ class Router {
   Status CheckCompatible(const Model& slm) const;
 
   // Confidence for one position: hidden [input_dim] (may be null for kinds that do not use it),
-  // logits [n_vocab]. Not thread-safe (scratch buffers, the random generator).
+  // logits [n_vocab]. Not thread-safe (scratch buffers).
   float Confidence(const float* hidden, const float* logits, int64_t n_vocab, ThreadPool* pool);
   // Confidence of a learned router for n hidden states [n, input_dim] at once.
   void ConfidenceBatch(const float* hidden, int64_t n, float* out, ThreadPool* pool);
@@ -100,7 +101,7 @@ class Router {
   std::vector<DenseLayer> layers_;
   GgmlType type_ = GgmlType::kF32;
   std::unique_ptr<Compiled> compiled_;
-  uint64_t rng_ = 0;
+  uint64_t seed_ = 0;  // the random router's
 };
 
 // Layers of a `kind` router (citer: h -> 2h -> h -> 1; colm: h -> 1) for hidden size `dim`,

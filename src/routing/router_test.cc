@@ -55,14 +55,19 @@ TEST(Router, BuiltinConfidences) {
   ASSERT_TRUE(r.ok());
   auto r2 = Router::Builtin(RouterKind::kRandom, 3);
   double sum = 0;
+  std::vector<float> state(100, 0.0f);
   for (int i = 0; i < 1000; ++i) {
-    const float c = r->Confidence(nullptr, flat.data(), 100, nullptr);
+    state[i % 100] += 0.25f;  // a new SLM state
+    const float c = r->Confidence(nullptr, state.data(), 100, nullptr);
     ASSERT_GE(c, 0.0f);
     ASSERT_LT(c, 1.0f);
-    ASSERT_EQ(c, r2->Confidence(nullptr, flat.data(), 100, nullptr));  // seeded
+    ASSERT_EQ(c, r2->Confidence(nullptr, state.data(), 100, nullptr));  // seeded
+    ASSERT_EQ(c, r->Confidence(nullptr, state.data(), 100, nullptr));  // a function of the state
     sum += c;
   }
   EXPECT_NEAR(sum / 1000, 0.5, 0.05);
+  auto other_seed = Router::Builtin(RouterKind::kRandom, 4);
+  EXPECT_NE(other_seed->Confidence(nullptr, state.data(), 100, nullptr), r->Confidence(nullptr, state.data(), 100, nullptr));
   EXPECT_FALSE(Router::Builtin(RouterKind::kCiter).ok());
   EXPECT_FALSE(ParseRouterKind("mlp").ok());
 }

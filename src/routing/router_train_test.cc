@@ -7,32 +7,15 @@
 #include <gtest/gtest.h>
 
 #include "model/model.h"
-#include "model/random_model.h"
+#include "model/random_pair_fixture.h"
 #include "ops/thread_pool.h"
 #include "util/temp_dir.h"
 
 namespace tlr {
 namespace {
 
-class RouterTrainTest : public ::testing::Test {
+class RouterTrainTest : public RandomPairTest<21, 22> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir("tlr_router_train_test");
-    RandomModelOptions o;
-    o.preset = "tiny";
-    o.type = "f32";
-    o.seed = 21;
-    ASSERT_TRUE(WriteRandomModel(o, dir_->File("slm.gguf")).ok());
-    o.seed = 22;
-    ASSERT_TRUE(WriteRandomModel(o, dir_->File("llm.gguf")).ok());
-    slm_ = Model::Load(dir_->File("slm.gguf"))->release();
-    llm_ = Model::Load(dir_->File("llm.gguf"))->release();
-  }
-  static void TearDownTestSuite() {
-    delete slm_;
-    delete llm_;
-    delete dir_;
-  }
 
   // The greedy continuation of a question's prompt by `m`, as text.
   std::string GreedyText(const Model& m, const QaRow& row, int n) {
@@ -70,14 +53,8 @@ class RouterTrainTest : public ::testing::Test {
     return rows;
   }
 
-  static TempDir* dir_;
-  static Model* slm_;
-  static Model* llm_;
   ThreadPool pool_{2};
 };
-TempDir* RouterTrainTest::dir_ = nullptr;
-Model* RouterTrainTest::slm_ = nullptr;
-Model* RouterTrainTest::llm_ = nullptr;
 
 TEST_F(RouterTrainTest, LabelsTrainsAndSaves) {
   const std::vector<QaRow> rows = Rows();

@@ -1,14 +1,29 @@
-// The collaborative decoding loop (see decoder.h).
+// The collaborative decoder's checks and its blocking loops: large_only, small_only and joint
+// with the pipeline off (see decoder.h; the pipelined joint loop is decoder_pipeline.cc).
 #include "system/decoder.h"
 
 #include <algorithm>
-#include <chrono>
+
+#include "system/decoder_emit.h"
 
 namespace tlr {
 
+using decoder_internal::Cancelled;
+using decoder_internal::Clock;
+using decoder_internal::Emitter;
+using decoder_internal::PadSlmPass;
+using decoder_internal::Since;
+
 namespace {
-using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Waits for a call, watching the cancel flag (a cancelled wait cancels the call).
+const Expected<LlmReply>& WaitFor(LlmCall& call, const DecodeOptions& opts) {
+  while (!call.WaitFor(0.05)) {
+    if (Cancelled(opts)) call.Cancel();
+  }
+  return call.Wait();
+}
+
 }  // namespace
 
 std::string_view DecodeModeName(DecodeMode m) {
@@ -36,6 +51,13 @@ std::string_view TokenSourceName(TokenSource s) {
   return "?";
 }
 
+Status PipelineOptions::Validate() const {
+  if (depth < 0 || depth > 4096) return Status::Error("the speculation depth must be in 0..4096");
+  if (branches < 1 || branches > 16) return Status::Error("speculation branches must be in 1..16");
+  if (lookahead < 0 || lookahead > 256) return Status::Error("lookahead must be in 0..256");
+  return Status::Ok();
+}
+
 CollabDecoder::CollabDecoder(const Model& slm, Router* router, LlmBackend* llm, ThreadPool* pool)
     : slm_(slm), router_(router), llm_(llm), pool_(pool) {}
 
@@ -44,7 +66,9 @@ Expected<DecodeStats> CollabDecoder::Generate(std::span<const int32_t> prompt, c
   if (prompt.empty()) return Status::Error("the prompt is empty");
   if (opts.route_span < 1) return Status::Error("the route span must be at least 1");
   if (opts.max_tokens < 0) return Status::Error("max tokens must not be negative");
+  if (!(opts.sim_slm_s >= 0) || opts.sim_slm_s > 60) return Status::Error("the simulated SLM step must be in [0, 60] s");
   TLR_RETURN_IF_ERROR(opts.sampling.Validate());
+  TLR_RETURN_IF_ERROR(opts.pipeline.Validate());
   const bool joint = opts.mode == DecodeMode::kJoint;
   if (opts.mode != DecodeMode::kSmallOnly && !llm_) {
     return Status::Error(std::string(DecodeModeName(opts.mode)) + " mode needs an LLM");
@@ -57,64 +81,59 @@ Expected<DecodeStats> CollabDecoder::Generate(std::span<const int32_t> prompt, c
   for (int32_t t : prompt) {
     if (t < 0 || t >= slm_.config().n_vocab) return Status::Error("prompt token " + std::to_string(t) + " is out of range");
   }
-  const Tokenizer& tok = slm_.tokenizer();
+  if (joint && opts.pipeline.enabled) return GeneratePipelined(prompt, opts, on_token);
+  return GenerateBlocking(prompt, opts, on_token);
+}
+
+Expected<DecodeStats> CollabDecoder::GenerateBlocking(std::span<const int32_t> prompt, const DecodeOptions& opts,
+                                                      const std::function<bool(const TokenEvent&)>& on_token) {
+  const bool joint = opts.mode == DecodeMode::kJoint;
   const int64_t V = slm_.config().n_vocab;
-  const auto t0 = Clock::now();
-  DecodeStats st;
-  st.prompt_tokens = static_cast<int64_t>(prompt.size());
-  st.stop = "max_tokens";
-  StreamDecoder text(tok);
-  double first_at = -1, last_at = 0;
-  // Emits one token; returns whether generation goes on.
-  auto emit = [&](TokenEvent ev) {
-    ev.end = tok.IsEndOfGeneration(ev.id);
-    ++st.generated;
-    if (!ev.end) ev.text = text.Push(ev.id);
-    if (ev.end || st.generated >= opts.max_tokens) ev.text += text.Flush();
-    ev.at_s = Since(t0);
-    if (first_at < 0) first_at = ev.at_s;
-    last_at = ev.at_s;
-    if (ev.source == TokenSource::kLlm) ++st.routed;
-    if (ev.source == TokenSource::kFallback) ++st.fallbacks;
-    if (on_token && !on_token(ev)) {
-      st.stop = "stopped";
-      return false;
-    }
-    if (ev.end) {
-      st.stop = "eos";
-      return false;
-    }
-    return st.generated < opts.max_tokens;
-  };
+  Emitter out(slm_.tokenizer(), opts, on_token, static_cast<int64_t>(prompt.size()));
+  DecodeStats& st = out.stats();
   std::vector<int32_t> seq(prompt.begin(), prompt.end());
-  auto finish = [&]() {
-    st.total_s = Since(t0);
-    st.ttft_s = first_at < 0 ? 0 : first_at;
-    st.tbt_s = st.generated > 1 ? (last_at - first_at) / (st.generated - 1) : 0;
-    return st;
+  if (opts.max_tokens == 0) return out.Finish();
+  // One blocking LLM call for the n tokens after seq.
+  auto call_llm = [&](int n, double* llm_s) -> Expected<LlmReply> {
+    LlmRequest req;
+    req.context = seq;
+    req.n = n;
+    req.sampling = opts.sampling;
+    const auto t = Clock::now();
+    std::shared_ptr<LlmCall> call = llm_->Submit(std::move(req), nullptr);
+    ++st.llm_calls;
+    st.max_in_flight = 1;
+    Expected<LlmReply> r = WaitFor(*call, opts);
+    *llm_s = Since(t);
+    st.llm_s += *llm_s;
+    st.stall_s += *llm_s;
+    return r;
   };
-  if (opts.max_tokens == 0) return finish();
 
   if (opts.mode == DecodeMode::kLargeOnly) {
     for (bool more = true; more;) {
-      const int n = std::min<int64_t>(opts.route_span, opts.max_tokens - st.generated);
-      const auto t = Clock::now();
-      auto reply = llm_->Next(seq, n, opts.sampling);
-      const double llm_s = Since(t);
-      st.llm_s += llm_s;
-      ++st.llm_calls;
-      if (!reply.ok()) return reply.status().WithPrefix("LLM");
+      const int n = static_cast<int>(std::min<int64_t>(opts.route_span, opts.max_tokens - st.generated));
+      double llm_s = 0;
+      auto reply = call_llm(n, &llm_s);
+      if (!reply.ok()) {
+        if (Cancelled(opts)) {
+          st.stop = "stopped";
+          break;
+        }
+        return reply.status().WithPrefix("LLM");
+      }
+      if (reply->tokens.empty()) return Status::Error("the LLM returned no tokens");
       for (size_t k = 0; k < reply->tokens.size() && more; ++k) {
         TokenEvent ev;
         ev.id = reply->tokens[k];
         ev.source = TokenSource::kLlm;
         ev.llm_s = k == 0 ? llm_s : 0;
+        ev.stall_s = k == 0 ? llm_s : 0;
         seq.push_back(ev.id);
-        more = emit(std::move(ev));
+        more = out.Emit(std::move(ev));
       }
-      if (reply->tokens.empty()) return Status::Error("the LLM returned no tokens");
     }
-    return finish();
+    return out.Finish();
   }
 
   TLR_ASSIGN_OR_RETURN(KvCache cache, slm_.NewCache(static_cast<int64_t>(prompt.size()) +
@@ -126,6 +145,7 @@ Expected<DecodeStats> CollabDecoder::Generate(std::span<const int32_t> prompt, c
     const auto t = Clock::now();
     SequenceInput in{&cache, prompt, OutputRows::kLast, logits.data(), hidden.data()};
     TLR_RETURN_IF_ERROR(slm_.Forward({&in, 1}, &ctx));
+    PadSlmPass(t, opts.sim_slm_s);
     st.slm_prefill_s = Since(t);
   }
   double slm_s = st.slm_prefill_s;  // charged to the next emitted token
@@ -141,20 +161,19 @@ Expected<DecodeStats> CollabDecoder::Generate(std::span<const int32_t> prompt, c
     std::vector<int32_t> toks;
     TokenSource source = TokenSource::kSlm;
     if (joint && first.confidence < opts.threshold) {
-      const int n = std::min<int64_t>(opts.route_span, opts.max_tokens - st.generated);
-      const auto t = Clock::now();
-      auto reply = llm_->Next(seq, n, opts.sampling);
-      first.llm_s = Since(t);
-      st.llm_s += first.llm_s;
-      ++st.llm_calls;
+      const int n = static_cast<int>(std::min<int64_t>(opts.route_span, opts.max_tokens - st.generated));
+      auto reply = call_llm(n, &first.llm_s);
+      first.stall_s = first.llm_s;
+      first.spec = SpecOutcome::kBlocking;
       if (reply.ok() && !reply->tokens.empty()) {
         toks = reply->tokens;
+        if (static_cast<int>(toks.size()) > n) toks.resize(static_cast<size_t>(n));
         source = TokenSource::kLlm;
       } else {
         source = TokenSource::kFallback;
       }
     }
-    if (toks.empty()) toks.push_back(sampler.Sample(logits.data(), seq));
+    if (toks.empty()) toks.push_back(sampler.Sample(logits.data(), seq));  // draw keyed by position
     size_t fed = 0;
     for (size_t k = 0; k < toks.size() && more; ++k) {
       TokenEvent ev = k == 0 ? first : TokenEvent{};
@@ -162,18 +181,20 @@ Expected<DecodeStats> CollabDecoder::Generate(std::span<const int32_t> prompt, c
       ev.source = source;
       seq.push_back(ev.id);
       ++fed;
-      more = emit(std::move(ev));
+      more = out.Emit(std::move(ev));
     }
     if (!more) break;
     const auto t = Clock::now();
     SequenceInput in{&cache, std::span<const int32_t>(seq).last(fed), OutputRows::kLast, logits.data(),
                      hidden.data()};
     TLR_RETURN_IF_ERROR(slm_.Forward({&in, 1}, &ctx));
+    PadSlmPass(t, opts.sim_slm_s);
     slm_s = Since(t);
     st.slm_decode_s += slm_s;
     ++st.slm_steps;
+    st.slm_rows += static_cast<int64_t>(fed);
   }
-  return finish();
+  return out.Finish();
 }
 
 }  // namespace tlr

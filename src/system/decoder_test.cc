@@ -5,32 +5,15 @@
 
 #include <gtest/gtest.h>
 
-#include "model/random_model.h"
+#include "model/random_pair_fixture.h"
 #include "ops/thread_pool.h"
 #include "util/temp_dir.h"
 
 namespace tlr {
 namespace {
 
-class DecoderTest : public ::testing::Test {
+class DecoderTest : public RandomPairTest<11, 12> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir("tlr_decoder_test");
-    RandomModelOptions o;
-    o.preset = "tiny";
-    o.type = "f32";
-    o.seed = 11;
-    ASSERT_TRUE(WriteRandomModel(o, dir_->File("slm.gguf")).ok());
-    o.seed = 12;
-    ASSERT_TRUE(WriteRandomModel(o, dir_->File("llm.gguf")).ok());
-    slm_ = Model::Load(dir_->File("slm.gguf"))->release();
-    llm_ = Model::Load(dir_->File("llm.gguf"))->release();
-  }
-  static void TearDownTestSuite() {
-    delete slm_;
-    delete llm_;
-    delete dir_;
-  }
 
   struct Out {
     std::vector<int32_t> ids;
@@ -63,23 +46,19 @@ class DecoderTest : public ::testing::Test {
     ASSERT_TRUE(m.Forward({&in, 1}, &ctx).ok());
   }
 
-  static TempDir* dir_;
-  static Model* slm_;
-  static Model* llm_;
   ThreadPool pool_{2};
   std::vector<int32_t> prompt_ = {5, 17, 42, 99, 7, 3};
 };
-TempDir* DecoderTest::dir_ = nullptr;
-Model* DecoderTest::slm_ = nullptr;
-Model* DecoderTest::llm_ = nullptr;
 
 // A backend whose server is down: every call fails (the decoder must fall back).
 class DownLlm : public LlmBackend {
  public:
   explicit DownLlm(uint64_t fp) : fp_(fp) {}
-  Expected<LlmReply> Next(std::span<const int32_t>, int, const SamplerParams&) override {
+  std::shared_ptr<LlmCall> Submit(LlmRequest, std::function<void()> on_done) override {
     ++calls;
-    return Status::Error("connection refused");
+    auto c = std::make_shared<LlmCall>(std::move(on_done));
+    c->Complete(Status::Error("connection refused"));
+    return c;
   }
   void Reset() override {}
   uint64_t vocab_fingerprint() const override { return fp_; }
@@ -91,6 +70,8 @@ class DownLlm : public LlmBackend {
 };
 
 TEST_F(DecoderTest, JointEqualsTheFromScratchReferenceAndNeverRereads) {
+  for (bool pipeline : {false, true}) {
+  SCOPED_TRACE(pipeline ? "pipeline on" : "pipeline off");
   // The seeded random router routes about half the tokens; the reference draws the same numbers.
   auto router = Router::Builtin(RouterKind::kRandom, 5);
   auto ref_router = Router::Builtin(RouterKind::kRandom, 5);
@@ -98,7 +79,8 @@ TEST_F(DecoderTest, JointEqualsTheFromScratchReferenceAndNeverRereads) {
   DecodeOptions d;
   d.max_tokens = 40;
   d.threshold = 0.5f;
-  InProcessLlm llm(*llm_, &pool_, 256);
+  d.pipeline.enabled = pipeline;
+  InProcessLlm llm(*llm_, 1, 256);
   Out got = Run(&*router, &llm, d);
   ASSERT_GT(got.st.routed, 0);
   ASSERT_LT(got.st.routed, got.st.generated);
@@ -121,16 +103,18 @@ TEST_F(DecoderTest, JointEqualsTheFromScratchReferenceAndNeverRereads) {
     ASSERT_NEAR(got.conf[i], conf, 1e-4);
     seq.push_back(want);
   }
+  EXPECT_EQ(got.st.fallbacks, 0);
+  if (pipeline) continue;
   // The SLM stepped once per token after the prefill; the LLM read every token at most once.
   EXPECT_EQ(got.st.slm_steps, got.st.generated - 1);
   EXPECT_LE(llm.total_ingested(), static_cast<int64_t>(seq.size()));
   EXPECT_EQ(got.st.llm_calls, got.st.routed);
-  EXPECT_EQ(got.st.fallbacks, 0);
+  }
 }
 
 TEST_F(DecoderTest, BaselinesAndExtremeThresholds) {
   auto router = Router::Builtin(RouterKind::kEntropy);
-  InProcessLlm llm(*llm_, &pool_, 256);
+  InProcessLlm llm(*llm_, 1, 256);
   DecodeOptions d;
   d.max_tokens = 24;
   d.mode = DecodeMode::kSmallOnly;
@@ -154,7 +138,7 @@ TEST_F(DecoderTest, BaselinesAndExtremeThresholds) {
 
 TEST_F(DecoderTest, RouteSpanTakesSeveralLlmTokensPerCall) {
   auto router = Router::Builtin(RouterKind::kEntropy);
-  InProcessLlm llm(*llm_, &pool_, 256);
+  InProcessLlm llm(*llm_, 1, 256);
   DecodeOptions d;
   d.max_tokens = 24;
   d.mode = DecodeMode::kLargeOnly;
@@ -162,6 +146,7 @@ TEST_F(DecoderTest, RouteSpanTakesSeveralLlmTokensPerCall) {
   d.mode = DecodeMode::kJoint;
   d.threshold = 1.01f;
   d.route_span = 4;
+  d.pipeline.enabled = false;  // the blocking loop: one call per span
   Out span = Run(&*router, &llm, d);
   EXPECT_EQ(span.ids, large.ids);  // greedy LLM tokens, 4 per call
   EXPECT_EQ(span.st.llm_calls, (span.st.generated + 3) / 4);
@@ -177,10 +162,15 @@ TEST_F(DecoderTest, FallsBackToTheSlmWhenTheLlmFails) {
   Out small = Run(&*router, nullptr, d);
   d.mode = DecodeMode::kJoint;
   d.threshold = 1.01f;
+  d.pipeline.enabled = false;
   Out got = Run(&*router, &down, d);
   EXPECT_EQ(got.ids, small.ids);  // the request completes with the SLM's own tokens
   EXPECT_EQ(got.st.fallbacks, got.st.generated);
   EXPECT_EQ(down.calls, got.st.generated);
+  d.pipeline.enabled = true;
+  Out piped = Run(&*router, &down, d);
+  EXPECT_EQ(piped.ids, small.ids);
+  EXPECT_EQ(piped.src, got.src);
   for (TokenSource s : got.src) EXPECT_EQ(s, TokenSource::kFallback);
   // large_only has nothing to fall back to: an error, not a crash.
   CollabDecoder dec(*slm_, nullptr, &down, &pool_);
@@ -190,7 +180,7 @@ TEST_F(DecoderTest, FallsBackToTheSlmWhenTheLlmFails) {
 
 TEST_F(DecoderTest, StopsWhenAskedAndChecksItsInputs) {
   auto router = Router::Builtin(RouterKind::kMaxProb);
-  InProcessLlm llm(*llm_, &pool_, 256);
+  InProcessLlm llm(*llm_, 1, 256);
   CollabDecoder dec(*slm_, &*router, &llm, &pool_);
   DecodeOptions d;
   d.max_tokens = 50;

@@ -37,11 +37,16 @@ Expected<std::vector<EvalRow>> RunEval(const Model& slm, Router* router, LlmBack
     d.max_tokens = opts.max_tokens;
     d.route_span = opts.route_span;
     d.sampling = opts.sampling;
+    d.pipeline = opts.pipeline;
+    d.sim_slm_s = opts.sim_slm_s;
     for (size_t q = 0; q < rows.size(); ++q) {
       if (llm) llm->Reset();
-      std::vector<int32_t> ids;
+      std::vector<int32_t> ids, all;
+      std::vector<TokenSource> sources;
       auto st = dec.Generate(prompts[q], d, [&](const TokenEvent& ev) {
         if (!ev.end) ids.push_back(ev.id);
+        all.push_back(ev.id);
+        sources.push_back(ev.source);
         return true;
       });
       if (!st.ok()) {
@@ -64,7 +69,13 @@ Expected<std::vector<EvalRow>> RunEval(const Model& slm, Router* router, LlmBack
       row.router_s += st->router_s;
       row.llm_s += st->llm_s;
       row.total_s += st->total_s;
-      if (answers) (*answers)[k].push_back({rows[q].id, text, choice.value_or(""), right});
+      row.stall_s += st->stall_s;
+      row.spec_resolved += st->spec_resolved;
+      row.spec_kept += st->spec_hits + st->spec_branch_hits;
+      row.lookahead_used += st->lookahead_used;
+      row.wasted_slm_steps += st->wasted_slm_steps;
+      row.cancelled_calls += st->cancelled_calls;
+      if (answers) (*answers)[k].push_back({rows[q].id, text, choice.value_or(""), right, std::move(all), std::move(sources)});
       if (opts.on_progress) opts.on_progress(++done, total);
     }
   }
@@ -83,20 +94,26 @@ std::string ModeLabel(const EvalRow& r) {
 std::string EvalMarkdown(const std::vector<EvalRow>& rows) {
   std::string s =
       "| mode | n | accuracy | well formed | routed tokens | routed % | SLM time (s) | TTFT (ms) | "
-      "TBT SLM (ms) | comm + LLM (s) | router (ms) | overall (s) | fallbacks |\n"
-      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+      "TBT SLM (ms) | comm + LLM (s) | router (ms) | overall (s) | fallbacks | stall (s) | stall / routed (ms) | "
+      "spec hit % | lookahead used | wasted SLM steps |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const EvalRow& r : rows) {
-    char b[512];
+    char b[768];
     std::snprintf(b, sizeof b,
                   "| %s | %lld | %.1f%% | %.1f%% | %lld / %lld | %.1f%% | %.4f | %.2f | %.3f | %.4f | %.3f | "
-                  "%.4f | %lld |\n",
+                  "%.4f | %lld | %.4f | %.1f | %.1f | %lld | %lld |\n",
                   ModeLabel(r).c_str(), static_cast<long long>(r.n), 100 * r.accuracy(), r.well_formed_pct(),
                   static_cast<long long>(r.routed), static_cast<long long>(r.generated), r.routed_pct(),
                   r.mean(r.slm_s), 1e3 * r.mean(r.ttft_s), 1e3 * r.tbt_slm_s(), r.mean(r.llm_s),
-                  1e3 * r.mean(r.router_s), r.mean(r.total_s), static_cast<long long>(r.fallbacks));
+                  1e3 * r.mean(r.router_s), r.mean(r.total_s), static_cast<long long>(r.fallbacks),
+                  r.mean(r.stall_s), 1e3 * r.stall_per_routed_s(), r.spec_hit_pct(),
+                  static_cast<long long>(r.lookahead_used), static_cast<long long>(r.wasted_slm_steps));
     s += b;
   }
-  s += "\nTimes are per question (means); TBT SLM is SLM decode time per SLM step.\n";
+  s += "\nTimes are per question (means); TBT SLM is SLM decode time per SLM step. comm + LLM sums the "
+       "round trips of the LLM calls used (with the pipeline they overlap SLM work); stall is the time the "
+       "device had nothing to do but wait for the LLM. spec hit %: routed tokens answered by a call whose "
+       "speculation stood (the LLM chose a speculated candidate).\n";
   return s;
 }
 
@@ -116,7 +133,13 @@ static nlohmann::ordered_json RowJson(const EvalRow& r) {
           {"router_time_s", r.mean(r.router_s)},
           {"comm_llm_time_s", r.mean(r.llm_s)},
           {"overall_s", r.mean(r.total_s)},
-          {"fallbacks", r.fallbacks}};
+          {"fallbacks", r.fallbacks},
+          {"stall_s", r.mean(r.stall_s)},
+          {"stall_per_routed_s", r.stall_per_routed_s()},
+          {"spec_hit_pct", r.spec_hit_pct()},
+          {"lookahead_used", r.lookahead_used},
+          {"wasted_slm_steps", r.wasted_slm_steps},
+          {"cancelled_calls", r.cancelled_calls}};
 }
 
 std::string EvalJson(const std::vector<EvalRow>& rows, const std::string& meta_json) {

@@ -35,7 +35,7 @@ TEST(Eval, RowsFormatsAndDeterminism) {
   }
   ThreadPool pool(2);
   auto router = Router::Builtin(RouterKind::kEntropy);
-  InProcessLlm backend(**llm, &pool, 512);
+  InProcessLlm backend(**llm, 1, 512);
   EvalOptions e;
   e.thresholds = {0.0f, 0.5f, 1.01f};
   e.max_tokens = 10;

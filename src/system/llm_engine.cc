@@ -56,6 +56,7 @@ struct LlmEngine::Session {
   std::vector<int32_t> tokens;         // what the cache holds
   std::atomic<int64_t> high_water{0};  // positions ever written since (re)creation
   Clock::time_point last_used = Clock::now();
+  int64_t version = 0;                 // counts the calls that changed what the session holds
   std::deque<std::pair<std::string, EngineReply>> recent;  // request_id -> reply
 };
 
@@ -125,6 +126,8 @@ LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& l
     metrics_->DeclareCounter("tlr_resyncs_total", "Next-token calls answered with a conflict (device resends)");
     metrics_->DeclareCounter("tlr_forward_passes_total", "Batched forward passes");
     metrics_->DeclareCounter("tlr_calls_expired_total", "Calls dropped unstarted after their timeout_ms (overload)");
+    metrics_->DeclareCounter("tlr_lookahead_tokens_total", "Lookahead tokens generated for devices' drafts (native protocol)");
+    metrics_->DeclareCounter("tlr_rewound_tokens_total", "Tokens dropped from sessions by calls with a smaller base (pipelined or rewinding devices)");
     metrics_->DeclareGauge("tlr_sessions", "Open sessions");
     metrics_->DeclareGauge("tlr_kv_bytes", "KV cache bytes in use (sessions and prompt cache)");
     metrics_->DeclareGauge("tlr_kv_budget_bytes", "KV cache budget");
@@ -134,7 +137,8 @@ LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& l
     metrics_->DeclareHistogram("tlr_queue_seconds", "Time a call waited before its first pass",
                                {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
     for (const char* c : {"tlr_prefill_tokens_total", "tlr_decode_tokens_total", "tlr_generated_tokens_total",
-                          "tlr_evictions_total", "tlr_sessions_expired_total", "tlr_resyncs_total", "tlr_forward_passes_total", "tlr_calls_expired_total"}) {
+                          "tlr_evictions_total", "tlr_sessions_expired_total", "tlr_resyncs_total", "tlr_forward_passes_total", "tlr_calls_expired_total",
+                          "tlr_lookahead_tokens_total", "tlr_rewound_tokens_total"}) {
       metrics_->Add(c, 0);  // present from the start
     }
     metrics_->Set("tlr_kv_budget_bytes", static_cast<double>(limits_.kv_budget_bytes));
@@ -318,19 +322,38 @@ EngineResult LlmEngine::Next(const NextRequest& req) {
                                                      " and its prefix hash; resend from what it holds");
     r.held = held;
     r.held_hash = TokenPrefixHash(s->tokens);
+    r.version = s->version;
     return r;
   }
+  if (req.lookahead < 0) return Fail(EngineCode::kBadRequest, "'lookahead' must not be negative");
   // The session ends up holding base + append + n - 1 tokens (the last one is not fed back).
   const int64_t need = req.base + static_cast<int64_t>(req.append.size()) + req.n - 1;
   if (need > limits_.max_context) {
     return Fail(EngineCode::kBadRequest, "context of " + std::to_string(need + 1) + " tokens (base + append + n) exceeds the server's limit of " + std::to_string(limits_.max_context) + " + 1");
   }
+  // Lookahead is a hint: as much as the per-call and context limits leave.
+  const int lookahead = static_cast<int>(std::max<int64_t>(
+      0, std::min<int64_t>({req.lookahead, limits_.max_tokens_per_call - req.n, limits_.max_context - need})));
+  if (metrics_ && held > req.base) metrics_->Add("tlr_rewound_tokens_total", static_cast<double>(held - req.base));
   if (s->cache) s->cache->Truncate(req.base);
   s->tokens.resize(static_cast<size_t>(req.base));
+  ++s->version;
   // Time already spent waiting for the session (an earlier call of the same device) counts.
   const double left = req.timeout_s > 0 ? std::max(1e-6, req.timeout_s - Since(arrived)) : 0;
-  EngineResult r = Run(s, req.append, req.n, req.sampling, req.top_logprobs, nullptr, left);
+  EngineResult r = Run(s, req.append, req.n + lookahead, req.sampling, req.top_logprobs, nullptr, left);
   s->last_used = Clock::now();
+  if (r.ok()) {
+    // The first n tokens answer the call; the rest is the lookahead draft.
+    EngineReply& rep = r.reply;
+    if (static_cast<int>(rep.tokens.size()) > req.n) {
+      rep.lookahead.assign(rep.tokens.begin() + req.n, rep.tokens.end());
+      rep.tokens.resize(static_cast<size_t>(req.n));
+      rep.logprobs.resize(std::min(rep.logprobs.size(), static_cast<size_t>(req.n)));
+      if (rep.top.size() > static_cast<size_t>(req.n)) rep.top.resize(static_cast<size_t>(req.n));
+      if (metrics_) metrics_->Add("tlr_lookahead_tokens_total", static_cast<double>(rep.lookahead.size()));
+    }
+    rep.version = s->version;
+  }
   if (r.ok() && !req.request_id.empty()) {
     s->recent.emplace_back(req.request_id, r.reply);
     while (static_cast<int>(s->recent.size()) > limits_.recent_replies) s->recent.pop_front();
@@ -410,9 +433,9 @@ EngineResult LlmEngine::Run(Session* s, std::vector<int32_t> feed, int n, const 
   job.remaining = n;
   job.sampling = sampling;
   if (sampling.temperature > 0) {
-    SamplerParams p = sampling;
-    p.seed = sampling.seed ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(s->tokens.size() + 1));
-    job.sampler = std::make_unique<Sampler>(p, static_cast<int32_t>(model_.config().n_vocab));
+    // Counter-based draws (keyed by seed and position): a context gets the same tokens
+    // whichever calls came before it, and the same as the device's SLM would draw there.
+    job.sampler = std::make_unique<Sampler>(sampling, static_cast<int32_t>(model_.config().n_vocab));
   }
   job.top_logprobs = top_logprobs;
   job.on_token = on_token ? &on_token : nullptr;

@@ -56,7 +56,9 @@ struct TopLogprob {
 };
 
 struct EngineReply {
-  std::vector<int32_t> tokens;
+  std::vector<int32_t> tokens;                 // the n asked for
+  std::vector<int32_t> lookahead;              // generated after them when asked (Next only)
+  int64_t version = 0;                         // the session's state counter after the call
   std::vector<float> logprobs;                 // of each returned token
   std::vector<std::vector<TopLogprob>> top;    // per token, when asked for
   int64_t position = 0;                        // tokens the session holds after the call
@@ -73,6 +75,7 @@ struct EngineResult {
   // On kConflict: what the session holds.
   int64_t held = 0;
   uint64_t held_hash = 0;
+  int64_t version = 0;
   bool ok() const { return code == EngineCode::kOk; }
 };
 
@@ -82,6 +85,9 @@ struct NextRequest {
   uint64_t prefix_hash = 0;      // TokenPrefixHash of those tokens
   std::vector<int32_t> append;   // new tokens (at least one)
   int n = 1;
+  // Extra tokens of the LLM's continuation after the n, in the same passes (the device keeps
+  // them as a draft). A hint: the server gives what fits its limits.
+  int lookahead = 0;
   SamplerParams sampling;
   int top_logprobs = 0;
   // The device gives up after this long (0: never). A call still waiting for its first

@@ -23,7 +23,7 @@ class EngineTest : public ::testing::Test {
   std::vector<int32_t> Prompt(const std::string& text) const { return llm_->tokenizer().Encode(text, true); }
   // Greedy next tokens from scratch (a fresh in-process backend).
   std::vector<int32_t> Reference(const std::vector<int32_t>& ctx, int n) const {
-    InProcessLlm ref(*llm_, nullptr, 1024);
+    InProcessLlm ref(*llm_, 1, 1024);
     return ref.Next(ctx, n, SamplerParams{})->tokens;
   }
   static NextRequest Call(const std::string& session, const std::vector<int32_t>& held, const std::vector<int32_t>& ctx,
@@ -210,7 +210,7 @@ TEST_F(EngineTest, ConcurrentSessionsShareForwardPassesAndGetTheirOwnAnswers) {
     ASSERT_TRUE(errors[d].empty()) << errors[d];
     // Greedy from scratch over the same context gives the same continuation.
     std::vector<int32_t> prompt(contexts[d].begin(), contexts[d].end() - kCalls);
-    InProcessLlm ref(*llm_, nullptr, 1024);
+    InProcessLlm ref(*llm_, 1, 1024);
     EXPECT_EQ(ref.Next(prompt, kCalls, SamplerParams{})->tokens, answers[d]) << "device " << d;
   }
   const Metrics::HistogramSnapshot h = metrics.Histogram("tlr_batch_sequences");

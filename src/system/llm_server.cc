@@ -192,13 +192,14 @@ void LlmServer::Routes() {
                 const json& j = *body;
                 NextRequest nr;
                 std::string err, hash;
-                int64_t base = 0, n = 1, top = 0, timeout_ms = 0;
+                int64_t base = 0, n = 1, top = 0, timeout_ms = 0, lookahead = 0;
                 if (!server::GetString(j, "session", &nr.session, &err) ||
                     !server::GetString(j, "request_id", &nr.request_id, &err) ||
                     !server::GetString(j, "prefix_hash", &hash, &err) ||
                     !server::GetInt(j, "base", 0, int64_t{1} << 40, &base, &err) ||
                     !server::GetInt(j, "n", 1, engine_->limits().max_tokens_per_call, &n, &err) ||
                     !server::GetInt(j, "top_logprobs", 0, 20, &top, &err) ||
+                    !server::GetInt(j, "lookahead", 0, engine_->limits().max_tokens_per_call, &lookahead, &err) ||
                     !server::GetInt(j, "timeout_ms", 0, 3600000, &timeout_ms, &err)) {
                   return SendError(res, 400, "invalid_request", err);
                 }
@@ -221,19 +222,22 @@ void LlmServer::Routes() {
                 }
                 nr.base = base;
                 nr.n = static_cast<int>(n);
+                nr.lookahead = static_cast<int>(lookahead);
                 nr.top_logprobs = static_cast<int>(top);
                 nr.timeout_s = static_cast<double>(timeout_ms) / 1e3;
                 EngineResult r = engine_->Next(nr);
                 if (r.code == EngineCode::kConflict) {
                   json e = {{"error", {{"code", "resync"}, {"message", r.message}, {"type", "resync"}}},
                             {"held", r.held},
-                            {"held_hash", HashHex(r.held_hash)}};
+                            {"held_hash", HashHex(r.held_hash)},
+                            {"version", r.version}};
                   return SendJson(res, 409, e);
                 }
                 if (!r.ok()) return SendError(res, HttpStatusOf(r.code), std::string(EngineCodeName(r.code)), r.message);
                 json out = {{"tokens", r.reply.tokens},
                             {"logprobs", r.reply.logprobs},
                             {"position", r.reply.position},
+                            {"version", r.reply.version},
                             {"finish_reason", r.reply.finish},
                             {"replayed", r.reply.replayed},
                             {"timing",
@@ -249,6 +253,7 @@ void LlmServer::Routes() {
                   }
                   out["top_logprobs"] = tl;
                 }
+                if (lookahead > 0) out["lookahead"] = r.reply.lookahead;
                 SendJson(res, 200, out);
               }));
 }

@@ -1,61 +1,63 @@
-// Remote LLM backends (system layer): the decoder's LLM over the network.
+// Remote LLM backends (system layer): the decoder's LLM over the network, one class per wire
+// protocol over one HTTP transport (http_transport.h):
 //
-//   tlr     the native protocol of `tlr serve` (docs/protocol.md): a session on the server
-//           holds this device's KV cache; each call sends only the tokens the server has not
-//           seen (base + prefix hash + append), and a 409 (server evicted or restarted, a reply
-//           was lost) makes the backend resend from what the server still holds.
-//   openai  any OpenAI-compatible engine (SGLang, vLLM, llama.cpp server, `tlr serve`):
-//           /v1/completions with the context as token ids and max_tokens = n; the engine's
-//           prefix cache keeps resending the context cheap.
+//   TlrServerLlm  the native protocol of `tlr serve` (docs/protocol.md): a session on the server
+//                 holds this device's KV cache; each call sends only the tokens the server has
+//                 not seen (base + prefix hash + append), and a 409 (server evicted or restarted,
+//                 a reply was lost) makes the backend resend from what the server still holds.
+//   OpenAiLlm     any OpenAI-compatible engine (SGLang, vLLM, llama.cpp server, `tlr serve`):
+//                 /v1/completions with the context as token ids and max_tokens = n + lookahead;
+//                 the engine's prefix cache keeps resending the context cheap.
 //
-// Robustness: keep-alive connection reuse, a timeout per attempt, retries with exponential
-// backoff (a retried call keeps its request_id, so the server never appends twice). When the
-// server stays unreachable, Next fails fast for a while (the decoder then uses the SLM's
-// token, source FALLBACK) and probes again later; the session resyncs when it is back.
-// --sim-rtt adds a simulated network delay per HTTP round trip (for evaluations).
+// Calls are asynchronous (llm_backend.h): up to `max_in_flight` run at once, each on its own
+// keep-alive connection, so a device can pipeline calls on one session. The native protocol
+// picks each call's base so that it is valid whatever order the server runs the calls in
+// flight (the server rewinds a session to a smaller base), and trusts what a reply says the
+// session holds only when it is the newest state the server reports (its session version).
+//
+// Robustness: a timeout per attempt, retries with exponential backoff (a retried call keeps its
+// request_id, so the server never appends twice). When the server stays unreachable, calls
+// fail fast for a while (the decoder then uses the SLM's token, source FALLBACK) and probe again
+// later; the session resyncs when it is back. --sim-rtt adds a simulated network delay per HTTP
+// round trip (for evaluations).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <random>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "model/tokenizer/tokenizer.h"
+#include "system/http_transport.h"
 #include "system/llm_backend.h"
 #include "util/status.h"
 
-namespace httplib {
-class Client;
-}
-
 namespace tlr {
 
+enum class RemoteProtocol { kTlr, kOpenAi };
+Expected<RemoteProtocol> ParseRemoteProtocol(std::string_view name);  // "tlr", "openai"
+std::string_view RemoteProtocolName(RemoteProtocol p);
+
 struct RemoteOptions {
-  std::string url;               // http://host:port or https://host:port
-  std::string backend = "tlr";   // tlr | openai
-  std::string api_key;           // sent as a Bearer token
+  HttpOptions http;
+  RemoteProtocol protocol = RemoteProtocol::kTlr;
   std::string model;             // openai: the model name (default: the first of /v1/models)
-  std::string ca_file;           // https: CA bundle to verify the server with (default: system's)
-  bool verify_tls = true;
-  double timeout_s = 10;         // per attempt (connect, send, receive)
-  int retries = 2;               // further attempts after a failed one
-  double backoff_s = 0.05;       // before the first retry; doubles
   double retry_after_s = 1.0;    // after giving up: fail fast this long, then probe again
-  double sim_rtt_s = 0;          // simulated network round trip, per HTTP request
-  double sim_jitter_s = 0;       // +- uniform
-  uint64_t seed = 1;             // for the jitter
+  int max_in_flight = 4;         // calls running at once (one connection each)
 };
 
 struct RemoteStats {
-  int64_t calls = 0;             // Next calls
-  int64_t failed_calls = 0;      // Next calls that returned an error
+  int64_t calls = 0;             // calls submitted
+  int64_t failed_calls = 0;      // calls that returned an error (not counting cancelled ones)
+  int64_t cancelled_calls = 0;   // calls the decoder cancelled (their replies are not used)
   int64_t http_requests = 0;
   int64_t retries = 0;
   int64_t resyncs = 0;           // 409 / unknown-session recoveries
   int64_t sessions_created = 0;
   int64_t tokens_sent = 0;       // token ids sent to the server
+  int64_t lookahead_tokens = 0;  // lookahead tokens received
   double sim_delay_s = 0;        // simulated network time added
 };
 
@@ -68,41 +70,46 @@ class RemoteLlm : public LlmBackend {
   static Expected<std::unique_ptr<RemoteLlm>> Connect(const RemoteOptions& opts, const Tokenizer& vocab);
   ~RemoteLlm() override;
 
-  Expected<LlmReply> Next(std::span<const int32_t> context, int n, const SamplerParams& sampling) override;
-  void Reset() override;
+  std::shared_ptr<LlmCall> Submit(LlmRequest request, std::function<void()> on_done) override;
+  void Reset() override {}  // the session stays: the next call's prefix match decides what the server keeps
   uint64_t vocab_fingerprint() const override { return vocab_.Fingerprint(); }
   std::string name() const override;
 
-  const RemoteStats& stats() const { return stats_; }
+  RemoteStats stats() const;
   // Set when Connect could not verify something (server down, engine without a vocabulary
   // fingerprint); empty otherwise.
   const std::string& warning() const { return warning_; }
 
- private:
+ protected:
   RemoteLlm(const RemoteOptions& opts, const Tokenizer& vocab);
-  struct Http;  // result of one request
-  Http Request(const std::string& method, const std::string& path, const std::string& body);
-  Http RequestWithRetries(const std::string& path, const std::string& body);
-  Status CheckServer(bool* reachable);
-  Expected<LlmReply> NextTlr(std::span<const int32_t> context, int n, const SamplerParams& sampling);
-  Expected<LlmReply> NextOpenAi(std::span<const int32_t> context, int n, const SamplerParams& sampling);
-  Status CreateSession();
-  void SimulateDelay();
+  // Starts the call workers (the last step of Connect, once the object is complete).
+  void StartWorkers();
+  // Stops the workers (the first step of a derived destructor).
+  void StopWorkers();
+  // Checks the server at connect time; sets *reachable.
+  virtual Status CheckServer(bool* reachable) = 0;
+  // One call, blocking, on a worker thread. Sets *outage when the failure is the server being
+  // unreachable or failing (no answer, 5xx): later calls then fail fast for a while.
+  virtual Expected<LlmReply> Execute(const LlmRequest& req, LlmCall& call, bool* outage) = 0;
+  static std::string ErrorMessage(const std::string& body);
+  // GET `path` at connect time: sets *reachable; Ok with *body empty when the server did not
+  // answer; an error for TLS, key or status problems (`not_200` explains the last).
+  Status GetForCheck(const std::string& path, const std::string& not_200, bool* reachable, std::string* body);
+  void CountStat(int64_t RemoteStats::*field, int64_t by = 1);
 
   RemoteOptions opts_;
   const Tokenizer& vocab_;
-  std::unique_ptr<httplib::Client> client_;
-  std::string session_;
-  std::vector<int32_t> held_;   // what the server's session holds, as far as we know
-  uint64_t request_seq_ = 0;
-  std::string request_prefix_;
-  bool down_ = false;
-  bool transient_ = false;  // the last failure was an outage (no answer, 5xx)
+  HttpTransport http_;
+  std::string warning_;
+
+ private:
+  Expected<LlmReply> Run(const LlmRequest& req, LlmCall& call);
+  mutable std::mutex stats_mu_;
+  RemoteStats stats_;
+  bool down_ = false;  // under stats_mu_
   std::chrono::steady_clock::time_point retry_at_;
   double retry_after_s_ = 1.0;
-  RemoteStats stats_;
-  std::string warning_;
-  std::mt19937_64 rng_;
+  std::unique_ptr<CallExecutor> exec_;
 };
 
 }  // namespace tlr

@@ -132,10 +132,10 @@ inline bool GetTokenArray(const json& v, const char* what, int64_t n_vocab, std:
 // `*p`; checked with SamplerParams::Validate.
 inline bool GetSampling(const json& j, SamplerParams* p, std::string* err) {
   double t = p->temperature, tp = p->top_p, mp = p->min_p, rp = p->repeat_penalty;
-  int64_t tk = p->top_k, seed = static_cast<int64_t>(p->seed & 0x7fffffffffffffffull);
+  int64_t tk = p->top_k, seed = static_cast<int64_t>(p->seed & 0x7fffffffffffffffull), last_n = p->repeat_last_n;
   if (!GetNumber(j, "temperature", 0, 100, &t, err) || !GetNumber(j, "top_p", 0, 1, &tp, err) ||
       !GetNumber(j, "min_p", 0, 1, &mp, err) || !GetNumber(j, "repeat_penalty", 0, 100, &rp, err) ||
-      !GetInt(j, "top_k", -1, 1 << 20, &tk, err) ||
+      !GetInt(j, "top_k", -1, 1 << 20, &tk, err) || !GetInt(j, "repeat_last_n", 0, 1 << 20, &last_n, err) ||
       !GetInt(j, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &seed, err)) {
     return false;
   }
@@ -144,6 +144,7 @@ inline bool GetSampling(const json& j, SamplerParams* p, std::string* err) {
   p->min_p = static_cast<float>(mp);
   p->repeat_penalty = static_cast<float>(rp);
   p->top_k = static_cast<int32_t>(tk);
+  p->repeat_last_n = static_cast<int32_t>(last_n);
   p->seed = static_cast<uint64_t>(seed);
   Status s = p->Validate();
   if (!s.ok()) {

@@ -47,11 +47,13 @@ class ServerTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.message();
     url_ = "http://127.0.0.1:" + std::to_string(server_->port());
   }
-  std::unique_ptr<RemoteLlm> Connect(const std::string& backend) {
+  std::unique_ptr<RemoteLlm> Connect(const std::string& backend, double sim_rtt_s = 0, double sim_jitter_s = 0) {
     RemoteOptions o;
-    o.url = url_;
-    o.backend = backend;
-    o.timeout_s = 5;
+    o.http.url = url_;
+    o.protocol = *ParseRemoteProtocol(backend);
+    o.http.timeout_s = 5;
+    o.http.sim_rtt_s = sim_rtt_s;
+    o.http.sim_jitter_s = sim_jitter_s;
     auto r = RemoteLlm::Connect(o, slm_->tokenizer());
     EXPECT_TRUE(r.ok()) << r.status().message();
     return r.ok() ? std::move(r).value() : nullptr;
@@ -61,11 +63,12 @@ class ServerTest : public ::testing::Test {
     std::vector<TokenSource> src;
     DecodeStats st;
   };
-  Run Generate(LlmBackend* llm, const QaRow& row, float threshold) {
+  Run Generate(LlmBackend* llm, const QaRow& row, float threshold, bool pipeline = true) {
     CollabDecoder dec(*slm_, router_, llm, &pool_);
     DecodeOptions d;
     d.threshold = threshold;
     d.max_tokens = 40;
+    d.pipeline.enabled = pipeline;
     Run out;
     auto st = dec.Generate(slm_->tokenizer().Encode(QaPrompt(row)), d, [&](const TokenEvent& ev) {
       out.ids.push_back(ev.id);
@@ -100,18 +103,29 @@ std::vector<QaRow>* ServerTest::rows_ = nullptr;
 TEST_F(ServerTest, JointGenerationThroughEitherBackendEqualsInProcess) {
   Start();
   for (const std::string backend : {"tlr", "openai"}) {
-    auto remote = Connect(backend);
+    // Jittered round trips: pipelined calls on one session arrive in any order.
+    auto remote = Connect(backend, 0.01, 0.008);
     ASSERT_TRUE(remote);
     for (int q = 0; q < 4; ++q) {
-      InProcessLlm local(*llm_, nullptr, 1024);
-      const Run want = Generate(&local, (*rows_)[q], 0.95f);
-      const Run got = Generate(remote.get(), (*rows_)[q], 0.95f);
-      EXPECT_EQ(got.ids, want.ids) << backend << " question " << q;
-      EXPECT_EQ(got.src, want.src) << backend << " question " << q;
+      InProcessLlm local(*llm_, 1, 1024);
+      const Run want = Generate(&local, (*rows_)[q], 0.95f, /*pipeline=*/false);
+      for (bool pipeline : {false, true}) {
+        const Run got = Generate(remote.get(), (*rows_)[q], 0.95f, pipeline);
+        EXPECT_EQ(got.ids, want.ids) << backend << " question " << q << " pipeline " << pipeline;
+        EXPECT_EQ(got.src, want.src) << backend << " question " << q << " pipeline " << pipeline;
+        EXPECT_EQ(got.st.fallbacks, 0);
+        if (pipeline) EXPECT_GT(got.st.max_in_flight, 1) << backend << " question " << q;
+      }
       EXPECT_GT(want.st.routed, 0);
-      EXPECT_EQ(got.st.fallbacks, 0);
     }
+    const RemoteStats rs = remote->stats();
+    EXPECT_EQ(rs.failed_calls, 0) << backend;
+    if (backend == "tlr") EXPECT_GT(rs.lookahead_tokens, 0);
   }
+  // The server generated lookahead drafts, and pipelined calls rewound the session.
+  const std::string m = Client().Get("/metrics")->body;
+  EXPECT_NE(m.find("tlr_lookahead_tokens_total"), std::string::npos);
+  EXPECT_NE(m.find("tlr_rewound_tokens_total"), std::string::npos);
 }
 
 TEST_F(ServerTest, DeltaSyncIngestsEachTokenOnce) {
@@ -120,7 +134,7 @@ TEST_F(ServerTest, DeltaSyncIngestsEachTokenOnce) {
   ASSERT_TRUE(remote);
   for (int q = 0; q < 3; ++q) {
     const int64_t before = engine_->prefill_tokens() + engine_->decode_tokens();
-    const Run run = Generate(remote.get(), (*rows_)[q], 0.99f);
+    const Run run = Generate(remote.get(), (*rows_)[q], 0.99f, /*pipeline=*/false);
     const int64_t ingested = engine_->prefill_tokens() + engine_->decode_tokens() - before;
     // The last routed call's context: the prompt and every token before the last LLM token.
     int64_t last = -1;
@@ -211,9 +225,9 @@ TEST_F(ServerTest, ApiKeysAreRequiredExceptForHealth) {
   c.set_bearer_token_auth("beta-key");
   EXPECT_EQ(c.Get("/v1/models")->status, 200);
   RemoteOptions o;
-  o.url = url_;
+  o.http.url = url_;
   EXPECT_FALSE(RemoteLlm::Connect(o, slm_->tokenizer()).ok());
-  o.api_key = "alpha-key";
+  o.http.api_key = "alpha-key";
   EXPECT_TRUE(RemoteLlm::Connect(o, slm_->tokenizer()).ok());
   // Non-loopback without a key is refused.
   ServerOptions wide;
@@ -232,7 +246,7 @@ TEST_F(ServerTest, OpenAiCompletionsStreamAndStop) {
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   const json full = json::parse(r->body);
-  InProcessLlm ref(*llm_, nullptr, 1024);
+  InProcessLlm ref(*llm_, 1, 1024);
   const std::vector<int32_t> want = ref.Next(prompt, 12, SamplerParams{})->tokens;
   EXPECT_EQ(full["tlr"]["token_ids"].get<std::vector<int32_t>>(), want);
   const std::string text = full["choices"][0]["text"];
@@ -279,20 +293,20 @@ TEST_F(ServerTest, TlsWithVerifiedCertificate) {
   so.tls_key = key;
   Start(so);
   RemoteOptions o;
-  o.url = "https://127.0.0.1:" + std::to_string(server_->port());
-  o.ca_file = cert;
+  o.http.url = "https://127.0.0.1:" + std::to_string(server_->port());
+  o.http.ca_file = cert;
   auto remote = RemoteLlm::Connect(o, slm_->tokenizer());
   ASSERT_TRUE(remote.ok()) << remote.status().message();
   EXPECT_TRUE((*remote)->warning().empty()) << (*remote)->warning();
-  InProcessLlm local(*llm_, nullptr, 1024);
+  InProcessLlm local(*llm_, 1, 1024);
   EXPECT_EQ(Generate(remote->get(), (*rows_)[1], 0.95f).ids, Generate(&local, (*rows_)[1], 0.95f).ids);
   // Without the CA the certificate is not trusted: a clear error, not a silent fallback.
-  o.ca_file.clear();
+  o.http.ca_file.clear();
   auto untrusted = RemoteLlm::Connect(o, slm_->tokenizer());
   ASSERT_FALSE(untrusted.ok());
   EXPECT_NE(untrusted.status().message().find("--ca-file"), std::string::npos) << untrusted.status().message();
   // Plain HTTP to the TLS port fails too, and so does https to a plain server.
-  o.url = "http://127.0.0.1:" + std::to_string(server_->port());
+  o.http.url = "http://127.0.0.1:" + std::to_string(server_->port());
   auto plain = RemoteLlm::Connect(o, slm_->tokenizer());
   EXPECT_TRUE(!plain.ok() || !(*plain)->Next(std::vector<int32_t>{1, 2}, 1, SamplerParams{}).ok());
   // A key that does not match is refused at start.

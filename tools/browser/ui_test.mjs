@@ -98,9 +98,12 @@ try {
     check('chart shown with --results', !hasResults || await page.locator('#chart-box').isVisible());
   });
 
+  let blocking = null;  // the blocking run's tokens and stall, for the pipelined run
+  const sources = (page) => page.$$eval('#text .tok', (ts) => ts.map((t) => t.className + '|' + t.textContent));
   await scenario('joint at a high threshold: red LLM tokens', async () => {
     await page.selectOption('#example', '0');
     await page.selectOption('#mode', 'joint');
+    await page.setChecked('#pipeline', false);  // blocking: every routed token waits its round trip
     await page.fill('#threshold', '0.99');
     await page.fill('#max-tokens', '60');
     check('slider value shown', await text(page, '#threshold-value') === '0.99');
@@ -128,6 +131,39 @@ try {
           `${await text(page, '#st-network')} for ${llm} LLM tokens at 150 ms`);
     await page.screenshot({ path: `${artifacts}/ui.png`, fullPage: true });
     console.log(`    screenshot: ${artifacts}/ui.png`);
+    check('pipeline off reported', await text(page, '#st-spec') === 'pipeline off', await text(page, '#st-spec'));
+    blocking = { tokens: await sources(page), stall: parseFloat(await text(page, '#st-stall')), unit: await text(page, '#st-stall') };
+  });
+
+  await scenario('pipeline on: provisional text while the LLM answers, then the same tokens', async () => {
+    await page.setChecked('#pipeline', true);
+    // Record the provisional tail as the page draws it (a routed token is 150 ms away).
+    await page.evaluate(() => {
+      window.__prov = { max: 0, pending: 0, texts: 0 };
+      new MutationObserver(() => {
+        const p = document.getElementById('provisional');
+        if (!p) return;
+        window.__prov.max = Math.max(window.__prov.max, Number(p.dataset.count || 0));
+        window.__prov.pending = Math.max(window.__prov.pending, Number(p.dataset.pending || 0));
+        if (p.textContent) window.__prov.texts++;
+      }).observe(document.getElementById('text'), { subtree: true, childList: true, attributes: true, characterData: true });
+    });
+    await run(page);
+    const prov = await page.evaluate(() => window.__prov);
+    check('provisional tokens drawn while waiting', prov.max > 0 && prov.texts > 0, JSON.stringify(prov));
+    check('provisional tail waited on routed tokens', prov.pending > 0, JSON.stringify(prov));
+    const provStyle = await page.locator('#provisional').evaluate((e) => getComputedStyle(e).fontStyle);
+    check('provisional text is drawn differently (italic)', provStyle === 'italic', provStyle);
+    check('no provisional text once done', await text(page, '#provisional') === '' &&
+          await attr(page, '#provisional', 'data-count') === '0');
+    const tokens = await sources(page);
+    check('confirmed tokens as SLM/LLM, identical to the blocking run', blocking &&
+          JSON.stringify(tokens) === JSON.stringify(blocking.tokens), `${tokens.length} vs ${blocking && blocking.tokens.length}`);
+    check('speculation statistics shown', /answered|lookahead/.test(await text(page, '#st-spec')), await text(page, '#st-spec'));
+    const stallText = await text(page, '#st-stall');
+    const toMs = (t) => parseFloat(t) * (/ ms$/.test(t) ? 1 : 1000);
+    check('less waiting than blocking', blocking && toMs(stallText) < toMs(blocking.unit),
+          `${stallText} vs ${blocking && blocking.unit}`);
   });
 
   await scenario('small_only: no LLM tokens', async () => {
@@ -167,6 +203,7 @@ try {
 
   await scenario('Stop cancels a long generation', async () => {
     await page.selectOption('#mode', 'joint');
+    await page.setChecked('#pipeline', false);  // slow enough to stop half way
     await page.fill('#threshold', '1');
     await page.fill('#max-tokens', '2000');
     await page.click('#start');

@@ -104,6 +104,11 @@ check generate_bad_router 1 "cannot open" -- "${gen[@]}" --router "$tmp/none.ggu
 check generate_model_as_router 1 "not 'tlr-router'" -- "${gen[@]}" --router "$tmp/tiny.gguf"
 check generate_bad_mode 2 "" -- "${gen[@]}" --router maxprob --mode both
 check generate_bad_threshold 2 "" -- "${gen[@]}" --router maxprob --threshold 1.5
+check generate_bad_pipeline 2 "pipeline" -- "${gen[@]}" --router maxprob --pipeline maybe
+check generate_bad_branches 2 "spec-branches" -- "${gen[@]}" --router maxprob --spec-branches 0
+check generate_sim_slm 0 "SIMULATED SLM pace >= 5 ms" -- "${gen[@]}" --router maxprob --sim-slm-ms 5
+check generate_pipeline_summary 0 "pipeline: speculation stood at [0-9]+ of [0-9]+" -- "${gen[@]}" --router maxprob --threshold 0.9 --sim-rtt 20
+check trace_spec_fields 0 '"spec":"[a-z]+".*"stall_ms"' -- head -1 "$tmp/trace.jsonl"
 check generate_no_prompt 1 "give a prompt" -- "$tlr" generate --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob
 check eval 0 "\| joint @ 0.50 \| 2 \|" -- "$tlr" eval --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob --data "$tmp/q.jsonl" --thresholds 0.5 --max-tokens 6 -t 1 --out "$tmp/ev"
 check eval_json 0 '"routed_pct"' -- cat "$tmp/ev/results.json"
@@ -147,14 +152,23 @@ check serve_port_taken 1 "cannot listen on 127.0.0.1:" -- "$tlr" serve --port "$
 check generate_server 0 "So the answer is building" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --no-color --server "$url"
 check generate_openai 0 "So the answer is building" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --no-color --server "$url" --backend openai
 check generate_server_vocab 1 "different vocabulary" -- "$tlr" generate --slm "$tmp/tiny.gguf" --router maxprob -p "hi" -n 4 --server "$url"
-check eval_server_rtt 0 "joint @ 0.90" -- "$tlr" eval --limit 3 --max-tokens 40 --thresholds 0.9 --no-baselines -t 1 --server "$url" --sim-rtt 100 --out "$tmp/evr"
-# The communication column carries the simulated 100 ms per routed call (plus one round trip
-# per run to open the session, and the real loopback HTTP + LLM time: at most 50 ms per call).
+check eval_server_rtt 0 "joint @ 0.90" -- "$tlr" eval --limit 3 --max-tokens 40 --thresholds 0.9 --no-baselines -t 1 --server "$url" --sim-rtt 100 --pipeline off --out "$tmp/evr" --answers "$tmp/evr/answers.jsonl"
+# Blocking: the communication column carries the simulated 100 ms per routed call (plus one
+# round trip per run to open the session, and the real loopback HTTP + LLM time: at most 50 ms
+# per call), and all of it is stall.
 check eval_rtt_column 0 "^ok" -- python3 -c '
 import json, sys
 r = json.load(open(sys.argv[1]))["rows"][0]
 calls = r["llm_calls"] / r["n"]
-print("ok" if calls > 0 and 0.1 * calls <= r["comm_llm_time_s"] <= 0.15 * calls + 0.1 / r["n"] else "bad %r" % r)' "$tmp/evr/results.json"
+print("ok" if calls > 0 and 0.1 * calls <= r["comm_llm_time_s"] <= 0.15 * calls + 0.1 / r["n"] and r["stall_s"] >= 0.1 * calls else "bad %r" % r)' "$tmp/evr/results.json"
+# The pipeline: the same tokens and sources, less waiting.
+check eval_server_pipeline 0 "joint @ 0.90" -- "$tlr" eval --limit 3 --max-tokens 40 --thresholds 0.9 --no-baselines -t 1 --server "$url" --sim-rtt 100 --pipeline on --out "$tmp/evp" --answers "$tmp/evp/answers.jsonl"
+check eval_pipeline_same_tokens 0 "" -- cmp "$tmp/evr/answers.jsonl" "$tmp/evp/answers.jsonl"
+check eval_pipeline_less_stall 0 "^ok" -- python3 -c '
+import json, sys
+off = json.load(open(sys.argv[1]))["rows"][0]
+on = json.load(open(sys.argv[2]))["rows"][0]
+print("ok" if on["stall_s"] < off["stall_s"] and on["overall_s"] < off["overall_s"] and on["spec_hit_pct"] >= 0 else "bad %r %r" % (off, on))' "$tmp/evr/results.json" "$tmp/evp/results.json"
 check serve_health 0 '"status":"ok"' -- python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1] + "/health").read().decode())' "$url"
 kill "$serve_pid" 2>/dev/null
 wait "$serve_pid" 2>/dev/null

@@ -43,11 +43,12 @@ Status WriteText(const std::string& path, const std::string& text) {
 
 Command AddEvalCommand(CLI::App& root) {
   struct Opts {
-    std::string slm, llm, router, data, out, thresholds = "0.4,0.5,0.6,0.7,0.72,0.76,0.8,0.9";
+    std::string slm, llm, router, data, out, answers, thresholds = "0.4,0.5,0.6,0.7,0.72,0.76,0.8,0.9";
     int limit = 100, max_tokens = 100, span = 1;
     bool no_baselines = false, chat = false;
     RunArgs run;
     LlmArgs net;
+    PipelineArgs pipe;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* app = root.add_subcommand(
@@ -72,12 +73,17 @@ Command AddEvalCommand(CLI::App& root) {
   app->add_option("--out", o->out,
                   "Directory for results.json, results.csv and SVG plots (accuracy and routed share vs "
                   "threshold, stacked latency, accuracy vs routed share)");
+  app->add_option("--answers", o->answers,
+                  "Write every answer as JSONL: row (mode, threshold), question id, token ids and their sources "
+                  "(to compare runs token for token)");
   AddThreadArgs(app, &o->run);
   AddSamplingArgs(app, &o->run);
   AddLlmServerArgs(app, &o->net);
+  AddPipelineArgs(app, &o->pipe);
   app->footer("Examples:\n"
               "  tlr eval --limit 200 --out results/   # bundled demo pair, test split\n"
-              "  tlr eval --server http://127.0.0.1:8080 --sim-rtt 170 --out results/   # LLM behind `tlr serve`");
+              "  tlr eval --server http://127.0.0.1:8080 --sim-rtt 170 --out results/   # LLM behind `tlr serve`\n"
+              "  tlr eval --sim-rtt 170 --sim-slm-ms 20 --pipeline off --thresholds 0.8   # the blocking loop");
   return {app, [o]() -> int {
             const char* cmd = "eval";
             TLR_CLI_CHECK(cmd, o->run.sampling.Validate());
@@ -108,24 +114,9 @@ Command AddEvalCommand(CLI::App& root) {
               if (ec) return ReportError(cmd, "cannot create '" + o->out + "': " + ec.message());
             }
             ThreadPool pool(o->run.threads);
-            std::unique_ptr<InProcessLlm> local;
-            std::unique_ptr<DelayedLlm> delayed;
-            std::unique_ptr<RemoteLlm> server;
-            LlmBackend* backend = nullptr;
-            if (remote) {
-              auto r = ConnectLlmServer(o->net, (*slm)->tokenizer(), o->run.sampling.seed);
-              if (!r.ok()) return ReportError(cmd, r.status().message());
-              server = std::move(r).value();
-              backend = server.get();
-            } else {
-              local = std::make_unique<InProcessLlm>(*llm, &pool, 8192);
-              backend = local.get();
-              if (o->net.sim_rtt_ms > 0 || o->net.sim_jitter_ms > 0) {
-                delayed = std::make_unique<DelayedLlm>(backend, o->net.sim_rtt_ms / 1e3, o->net.sim_jitter_ms / 1e3,
-                                                       o->run.sampling.seed);
-                backend = delayed.get();
-              }
-            }
+            auto stack = MakeLlm(o->net, llm.get(), o->run.threads, 8192, (*slm)->tokenizer(), o->run.sampling.seed);
+            if (!stack.ok()) return ReportError(cmd, stack.status().message());
+            LlmBackend* backend = (*stack)->backend();
             EvalOptions e;
             e.thresholds = *thresholds;
             e.small_only = e.large_only = !o->no_baselines;
@@ -133,15 +124,38 @@ Command AddEvalCommand(CLI::App& root) {
             e.route_span = o->span;
             e.sampling = o->run.sampling;
             e.chat = o->chat;
+            DecodeOptions pipe_opts;
+            TLR_CLI_CHECK(cmd, o->pipe.Apply(&pipe_opts));
+            e.pipeline = pipe_opts.pipeline;
+            e.sim_slm_s = pipe_opts.sim_slm_s;
+            std::vector<std::vector<EvalAnswer>> answers;
             Progress progress;
             e.on_progress = [&](int64_t done, int64_t total) { progress.Update("eval", done, total); };
-            auto result = RunEval(**slm, &*router, backend, *rows, e, &pool);
+            auto result = RunEval(**slm, &*router, backend, *rows, e, &pool, o->answers.empty() ? nullptr : &answers);
             progress.Done();
             if (!result.ok()) return ReportError(cmd, result.status().message());
+            if (!o->answers.empty()) {
+              std::string lines;
+              for (size_t k = 0; k < result->size(); ++k) {
+                const EvalRow& row = (*result)[k];
+                for (const EvalAnswer& a : answers[k]) {
+                  nlohmann::json src = nlohmann::json::array();
+                  for (TokenSource t : a.sources) src.push_back(TokenSourceName(t));
+                  nlohmann::json j = {{"mode", DecodeModeName(row.mode)},
+                                      {"threshold", row.threshold ? nlohmann::json(*row.threshold) : nlohmann::json(nullptr)},
+                                      {"id", a.id}, {"ids", a.ids}, {"sources", src}, {"correct", a.correct}};
+                  lines += j.dump() + "\n";
+                }
+              }
+              TLR_CLI_CHECK(cmd, WriteText(o->answers, lines));
+            }
             std::printf("%s", EvalMarkdown(*result).c_str());
             if (!o->out.empty()) {
               nlohmann::json meta = {{"slm", o->slm}, {"llm", remote ? o->net.server : o->llm}, {"router", o->router},
                                      {"backend", remote ? o->net.backend : "in-process"}, {"sim_rtt_ms", o->net.sim_rtt_ms},
+                                     {"sim_jitter_ms", o->net.sim_jitter_ms}, {"pipeline", o->pipe.pipeline},
+                                     {"spec_depth", e.pipeline.depth}, {"spec_branches", e.pipeline.branches},
+                                     {"lookahead", e.pipeline.lookahead}, {"sim_slm_ms", o->pipe.sim_slm_ms},
                                      {"data", o->data}, {"questions", rows->size()},
                                      {"max_tokens", o->max_tokens}, {"threads", o->run.threads},
                                      {"prompt", o->chat ? "chat" : "plain"}};

@@ -31,21 +31,34 @@ std::string Ms(double s) {
   return b;
 }
 
+std::string FormatNumber(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+
 }  // namespace
 
 std::string FormatDecodeSummary(const DecodeStats& st) {
-  char b[768];
+  char b[1280];
   std::snprintf(b, sizeof b,
                 "tokens: %lld generated, %lld routed to the LLM (%.1f%%) in %lld calls, %lld fallbacks; "
                 "prompt %lld tokens; stop: %s\n"
-                "time: TTFT %s, TBT %s (SLM part %s/token); SLM %s (prefill %s), router %s, LLM %s; "
-                "total %s\n",
+                "time: TTFT %s, TBT %s (SLM part %s/step); SLM %s (prefill %s), router %s, LLM %s; "
+                "total %s; waiting for the LLM (stall) %s\n"
+                "pipeline: speculation stood at %lld of %lld answered routed tokens (%.1f%%: %lld own guess, "
+                "%lld branch), %lld routed tokens from LLM lookahead, %lld SLM steps wasted, %lld calls "
+                "cancelled, up to %lld in flight\n",
                 static_cast<long long>(st.generated), static_cast<long long>(st.routed), st.routed_pct(),
                 static_cast<long long>(st.llm_calls), static_cast<long long>(st.fallbacks),
                 static_cast<long long>(st.prompt_tokens), st.stop.c_str(), Ms(st.ttft_s).c_str(),
                 Ms(st.tbt_s).c_str(), Ms(st.tbt_slm_s()).c_str(),
                 Ms(st.slm_prefill_s + st.slm_decode_s).c_str(), Ms(st.slm_prefill_s).c_str(),
-                Ms(st.router_s).c_str(), Ms(st.llm_s).c_str(), Ms(st.total_s).c_str());
+                Ms(st.router_s).c_str(), Ms(st.llm_s).c_str(), Ms(st.total_s).c_str(), Ms(st.stall_s).c_str(),
+                static_cast<long long>(st.spec_hits + st.spec_branch_hits), static_cast<long long>(st.spec_resolved),
+                st.spec_hit_pct(), static_cast<long long>(st.spec_hits), static_cast<long long>(st.spec_branch_hits),
+                static_cast<long long>(st.lookahead_used), static_cast<long long>(st.wasted_slm_steps),
+                static_cast<long long>(st.cancelled_calls), static_cast<long long>(st.max_in_flight));
   return b;
 }
 
@@ -57,6 +70,7 @@ Command AddGenerateCommand(CLI::App& root) {
     bool chat = false, no_color = false, quiet = false;
     RunArgs run;
     LlmArgs net;
+    PipelineArgs pipe;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* app = root.add_subcommand(
@@ -82,11 +96,13 @@ Command AddGenerateCommand(CLI::App& root) {
   app->add_flag("--chat", o->chat, "Wrap the prompt in the SLM's chat template (instruct models)");
   app->add_flag("--no-color", o->no_color, "Plain text even on a terminal (LLM tokens are red otherwise)");
   app->add_option("--trace", o->trace,
-                  "Write a JSONL trace: per token id, text, source (SLM/LLM/FALLBACK), confidence, times");
+                  "Write a JSONL trace: per token id, text, source (SLM/LLM/FALLBACK), confidence, what became "
+                  "of its speculation (hit/branch/miss/draft), discarded SLM steps, times and stall");
   app->add_flag("-q,--quiet", o->quiet, "Print only the text, no summary");
   AddThreadArgs(app, &o->run);
   AddSamplingArgs(app, &o->run);
   AddLlmServerArgs(app, &o->net);
+  AddPipelineArgs(app, &o->pipe);
   app->footer(
       "LLM tokens print in red, FALLBACK tokens (LLM unavailable: the SLM's own) in underlined yellow.\n"
       "Examples:\n"
@@ -141,30 +157,21 @@ Command AddGenerateCommand(CLI::App& root) {
             if (ids.empty()) return ReportError(cmd, "the prompt is empty");
             ThreadPool pool(o->run.threads);
             const int64_t n_ctx = static_cast<int64_t>(ids.size()) + o->n + o->span + 1;
-            std::unique_ptr<InProcessLlm> local;
-            std::unique_ptr<DelayedLlm> delayed;
-            std::unique_ptr<RemoteLlm> server;
-            LlmBackend* backend = nullptr;
-            if (remote && *mode != DecodeMode::kSmallOnly) {
-              auto r = ConnectLlmServer(o->net, slm->tokenizer(), o->run.sampling.seed);
-              if (!r.ok()) return ReportError(cmd, r.status().message());
-              server = std::move(r).value();
-              backend = server.get();
-            } else if (llm) {
-              local = std::make_unique<InProcessLlm>(*llm, &pool, n_ctx);
-              backend = local.get();
-              if (o->net.sim_rtt_ms > 0 || o->net.sim_jitter_ms > 0) {
-                delayed = std::make_unique<DelayedLlm>(backend, o->net.sim_rtt_ms / 1e3, o->net.sim_jitter_ms / 1e3,
-                                                       o->run.sampling.seed);
-                backend = delayed.get();
-              }
+            std::unique_ptr<LlmStack> llm_stack;
+            if (*mode != DecodeMode::kSmallOnly) {
+              auto s = MakeLlm(o->net, llm.get(), o->run.threads, n_ctx, main_model.tokenizer(), o->run.sampling.seed);
+              if (!s.ok()) return ReportError(cmd, s.status().message());
+              llm_stack = std::move(s).value();
             }
+            LlmBackend* backend = llm_stack ? llm_stack->backend() : nullptr;
+            RemoteLlm* server = llm_stack ? llm_stack->remote() : nullptr;
             DecodeOptions d;
             d.mode = *mode;
             d.threshold = o->threshold >= 0 ? o->threshold : (router ? router->info().threshold : 0.5f);
             d.route_span = o->span;
             d.max_tokens = o->n;
             d.sampling = o->run.sampling;
+            TLR_CLI_CHECK(cmd, o->pipe.Apply(&d));
             const bool color = !o->no_color && isatty(STDOUT_FILENO);
             nlohmann::json trace = nlohmann::json::array();
             CollabDecoder dec(slm ? *slm : *llm, router.get(), backend, &pool);
@@ -181,8 +188,10 @@ Command AddGenerateCommand(CLI::App& root) {
                 trace.push_back({{"i", trace.size()}, {"id", ev.id}, {"text", ev.text},
                                  {"source", TokenSourceName(ev.source)},
                                  {"confidence", ev.confidence}, {"end", ev.end},
+                                 {"spec", SpecOutcomeName(ev.spec)}, {"wasted_slm_steps", ev.wasted},
                                  {"slm_ms", ev.slm_s * 1e3}, {"router_ms", ev.router_s * 1e3},
-                                 {"llm_ms", ev.llm_s * 1e3}, {"at_ms", ev.at_s * 1e3}});
+                                 {"llm_ms", ev.llm_s * 1e3}, {"stall_ms", ev.stall_s * 1e3},
+                                 {"at_ms", ev.at_s * 1e3}});
               }
               return true;
             });
@@ -194,11 +203,13 @@ Command AddGenerateCommand(CLI::App& root) {
               TLR_CLI_CHECK(cmd, WriteFileAtomic(o->trace, {reinterpret_cast<const uint8_t*>(lines.data()), lines.size()}));
             }
             if (!o->quiet) {
-              std::fprintf(stderr, "\nmode %s, threshold %.3f, router %s\n%s", o->mode.c_str(), d.threshold,
+              std::fprintf(stderr, "\nmode %s, threshold %.3f, router %s, pipeline %s%s\n%s", o->mode.c_str(), d.threshold,
                            router ? std::string(RouterKindName(router->kind())).c_str() : "-",
+                           o->pipe.pipeline.c_str(),
+                           d.sim_slm_s > 0 ? (", SIMULATED SLM pace >= " + FormatNumber(o->pipe.sim_slm_ms) + " ms/step").c_str() : "",
                            FormatDecodeSummary(*stats).c_str());
               if (server) {
-                const RemoteStats& rs = server->stats();
+                const RemoteStats rs = server->stats();
                 std::fprintf(stderr, "server: %lld calls (%lld failed), %lld HTTP requests, %lld retries, %lld resyncs, "
                              "%lld tokens sent, simulated network %.1f ms\n",
                              static_cast<long long>(rs.calls), static_cast<long long>(rs.failed_calls),

@@ -212,13 +212,14 @@ Expected<RunResult> RunLoad(const LoadOptions& o, const Tokenizer& vocab, int se
   RunResult run;
   run.sessions = sessions;
   RemoteOptions ro;
-  ro.url = o.server;
-  ro.api_key = o.api_key;
-  ro.timeout_s = o.timeout_s;
-  ro.sim_rtt_s = o.sim_rtt_ms / 1e3;
+  ro.http.url = o.server;
+  ro.http.api_key = o.api_key;
+  ro.http.timeout_s = o.timeout_s;
+  ro.http.sim_rtt_s = o.sim_rtt_ms / 1e3;
+  ro.max_in_flight = 1;  // a simulated device makes one call at a time
   std::vector<std::unique_ptr<RemoteLlm>> devices;
   for (int d = 0; d < sessions; ++d) {
-    ro.seed = seed + static_cast<uint64_t>(d);
+    ro.http.seed = seed + static_cast<uint64_t>(d);
     auto llm = RemoteLlm::Connect(ro, vocab);
     if (!llm.ok()) {
       const std::string& m = llm.status().message();

@@ -37,6 +37,7 @@ Command AddUiCommand(CLI::App& root) {
     bool public_bind = false;
     RunArgs run;
     LlmArgs net;
+    PipelineArgs pipe;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* app = root.add_subcommand("ui", "Web page for interactive token routing: watch the LLM's tokens appear in red");
@@ -61,6 +62,7 @@ Command AddUiCommand(CLI::App& root) {
   AddThreadArgs(app, &o->run);
   AddSamplingArgs(app, &o->run);
   AddLlmServerArgs(app, &o->net);
+  AddPipelineArgs(app, &o->pipe);
   app->footer(
       "Open the printed URL in a browser. The page is embedded in this binary and loads nothing\n"
       "from the network. LLM tokens are red, FALLBACK tokens (LLM unavailable) yellow; hover a\n"
@@ -146,16 +148,23 @@ Command AddUiCommand(CLI::App& root) {
             }
 
             ThreadPool pool(o->run.threads);
-            std::unique_ptr<RemoteLlm> server;
+            std::unique_ptr<LlmStack> server_stack;
+            RemoteLlm* server = nullptr;
             if (remote) {
-              auto r = ConnectLlmServer(o->net, (*slm)->tokenizer(), o->run.sampling.seed);
+              auto r = MakeLlm(o->net, nullptr, o->run.threads, o->run.ctx, (*slm)->tokenizer(), o->run.sampling.seed);
               if (!r.ok()) return ReportError(cmd, r.status().message());
-              server = std::move(r).value();
+              server_stack = std::move(r).value();
+              server = server_stack->remote();
               models.warning = server->warning();
             }
+            DecodeOptions pipe_opts;
+            TLR_CLI_CHECK(cmd, o->pipe.Apply(&pipe_opts));
+            models.pipeline = pipe_opts.pipeline;
+            models.sim_slm_s = pipe_opts.sim_slm_s;
+            models.llm_threads = o->run.threads;
             models.slm = slm->get();
             models.llm = llm.get();
-            models.remote = server.get();
+            models.remote = server;
             models.sim_rtt_s = o->net.sim_rtt_ms / 1e3;
             models.sim_jitter_s = o->net.sim_jitter_ms / 1e3;
             models.pool = &pool;

@@ -74,28 +74,71 @@ void AddLlmServerArgs(CLI::App* app, LlmArgs* a) {
       ->default_val(0)->check(CLI::Range(0.0, 600000.0));
   app->add_option("--sim-jitter", a->sim_jitter_ms, "Uniform +- jitter on --sim-rtt, in ms")->default_val(0)
       ->check(CLI::Range(0.0, 600000.0));
+  app->add_option("--llm-connections", a->connections,
+                  "--server: LLM calls in flight at once (one keep-alive connection each)")
+      ->default_val(4)->check(CLI::Range(1, 64));
 }
 
-Expected<std::unique_ptr<RemoteLlm>> ConnectLlmServer(const LlmArgs& a, const Tokenizer& vocab, uint64_t seed) {
-  RemoteOptions r;
-  r.url = a.server;
-  r.backend = a.backend;
-  r.api_key = a.api_key;
-  if (r.api_key.empty()) {
-    if (const char* k = std::getenv("TLR_API_KEY"); k && *k) r.api_key = k;
+Expected<std::unique_ptr<LlmStack>> MakeLlm(const LlmArgs& a, const Model* model, int threads, int64_t n_ctx,
+                                            const Tokenizer& vocab, uint64_t seed) {
+  LlmSpec spec;
+  spec.model = model;
+  spec.threads = threads;
+  spec.n_ctx = n_ctx;
+  spec.sim_rtt_s = a.sim_rtt_ms / 1e3;
+  spec.sim_jitter_s = a.sim_jitter_ms / 1e3;
+  spec.seed = seed;
+  if (!a.server.empty()) {
+    RemoteOptions& r = spec.remote;
+    r.http.url = a.server;
+    auto protocol = ParseRemoteProtocol(a.backend);
+    if (!protocol.ok()) return protocol.status();
+    r.protocol = *protocol;
+    r.http.api_key = a.api_key;
+    if (r.http.api_key.empty()) {
+      if (const char* k = std::getenv("TLR_API_KEY"); k && *k) r.http.api_key = k;
+    }
+    r.model = a.model;
+    r.http.ca_file = a.ca_file;
+    r.http.verify_tls = !a.no_verify_tls;
+    r.http.timeout_s = a.timeout_s;
+    r.http.retries = a.retries;
+    r.retry_after_s = a.retry_after_s;
+    r.max_in_flight = a.connections;
   }
-  r.model = a.model;
-  r.ca_file = a.ca_file;
-  r.verify_tls = !a.no_verify_tls;
-  r.timeout_s = a.timeout_s;
-  r.retries = a.retries;
-  r.retry_after_s = a.retry_after_s;
-  r.sim_rtt_s = a.sim_rtt_ms / 1e3;
-  r.sim_jitter_s = a.sim_jitter_ms / 1e3;
-  r.seed = seed;
-  auto remote = RemoteLlm::Connect(r, vocab);
-  if (remote.ok() && !(*remote)->warning().empty()) std::fprintf(stderr, "warning: %s\n", (*remote)->warning().c_str());
-  return remote;
+  auto stack = LlmStack::Create(spec, vocab);
+  if (stack.ok() && !(*stack)->warning().empty()) std::fprintf(stderr, "warning: %s\n", (*stack)->warning().c_str());
+  return stack;
+}
+
+Status PipelineArgs::Apply(DecodeOptions* d) const {
+  d->pipeline = options;
+  d->pipeline.enabled = pipeline == "on";
+  d->sim_slm_s = sim_slm_ms / 1e3;
+  return d->pipeline.Validate();
+}
+
+void AddPipelineArgs(CLI::App* app, PipelineArgs* a) {
+  const PipelineOptions def;
+  app->add_option("--pipeline", a->pipeline,
+                  "on: keep decoding while routed tokens are on the network (speculate, pipeline calls, "
+                  "use LLM lookahead); off: block on every routed token. Outputs are identical either way")
+      ->default_val("on")->check(CLI::IsMember({"on", "off"}));
+  app->add_option("--spec-depth", a->options.depth,
+                  "Pipeline: tokens the SLM may run ahead of the oldest unanswered routed token")
+      ->default_val(def.depth)->check(CLI::Range(0, 4096));
+  app->add_option("--spec-branches", a->options.branches,
+                  "Pipeline: SLM candidates speculated on at once at a routed token (KV fork, one batched "
+                  "SLM pass)")
+      ->default_val(def.branches)->check(CLI::Range(1, 16));
+  app->add_option("--lookahead", a->options.lookahead,
+                  "Pipeline: tokens of the LLM's own continuation asked for with each routed call; a later "
+                  "routed token whose context matches takes its token with no call")
+      ->default_val(def.lookahead)->check(CLI::Range(0, 256));
+  app->add_option("--sim-slm-ms", a->sim_slm_ms,
+                  "SIMULATED device pace: every SLM pass takes at least this many ms (e.g. 20 for a "
+                  "0.5B-class SLM on a phone); outputs are unchanged")
+      ->default_val(0)->check(CLI::Range(0.0, 60000.0));
 }
 
 }  // namespace tlr::cli

@@ -10,6 +10,8 @@
 #include "model/sampler.h"
 #include "model/tokenizer/tokenizer.h"
 #include "system/llm_backend.h"
+#include "system/decoder.h"
+#include "system/llm_factory.h"
 #include "system/remote_llm.h"
 
 namespace tlr::cli {
@@ -34,11 +36,23 @@ void AddSamplingArgs(CLI::App* app, RunArgs* args);
 struct LlmArgs {
   std::string server, backend = "tlr", api_key, model, ca_file;
   double timeout_s = 10, retry_after_s = 1, sim_rtt_ms = 0, sim_jitter_ms = 0;
-  int retries = 2;
+  int retries = 2, connections = 4;
   bool no_verify_tls = false;
 };
 void AddLlmServerArgs(CLI::App* app, LlmArgs* args);
-// Connects to --server (prints the backend's warning, if any, to stderr).
-Expected<std::unique_ptr<RemoteLlm>> ConnectLlmServer(const LlmArgs& args, const Tokenizer& vocab, uint64_t seed);
+// The LLM the arguments describe: `model` in process (threads, n_ctx), or --server. Prints the
+// backend's warning, if any, to stderr.
+Expected<std::unique_ptr<LlmStack>> MakeLlm(const LlmArgs& args, const Model* model, int threads, int64_t n_ctx,
+                                            const Tokenizer& vocab, uint64_t seed);
+
+// The asynchronous pipeline and the simulated device pace (generate, eval, ui).
+struct PipelineArgs {
+  std::string pipeline = "on";
+  PipelineOptions options;
+  double sim_slm_ms = 0;
+  // Into decode options; fails on inconsistent values.
+  Status Apply(DecodeOptions* d) const;
+};
+void AddPipelineArgs(CLI::App* app, PipelineArgs* args);
 
 }  // namespace tlr::cli

@@ -1,7 +1,7 @@
-// The real `tlr serve` binary killed with SIGKILL in the middle of a generation: the device
-// finishes the request with FALLBACK tokens and does not crash; after a restart on the same
-// port the backend resyncs (a new session, the context sent once) and the output from there is
-// exactly what a fault-free run gives when the same LLM calls fail.
+// The real `tlr serve` binary killed with SIGKILL in the middle of a pipelined generation: the
+// device finishes the request with FALLBACK tokens and does not crash; after a restart on the
+// same port the backend resyncs (a new session) and the output is exactly what a blocking run
+// in process gives when the LLM calls at the same positions fail.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -74,13 +74,19 @@ class ServerProcess {
   pid_t pid_ = -1;
 };
 
-// The in-process LLM with the given calls (0-based) failing, as when the server was down.
-class FailingCalls : public LlmBackend {
+// The in-process LLM with the calls for the given positions (generated tokens before them)
+// failing, as when the server was down.
+class FailingPositions : public LlmBackend {
  public:
-  FailingCalls(LlmBackend* inner, std::set<int> fail) : inner_(inner), fail_(std::move(fail)) {}
-  Expected<LlmReply> Next(std::span<const int32_t> ctx, int n, const SamplerParams& s) override {
-    if (fail_.count(call_++)) return Status::Error("down");
-    return inner_->Next(ctx, n, s);
+  FailingPositions(LlmBackend* inner, size_t prompt_len, std::set<size_t> fail)
+      : inner_(inner), prompt_len_(prompt_len), fail_(std::move(fail)) {}
+  std::shared_ptr<LlmCall> Submit(LlmRequest req, std::function<void()> on_done) override {
+    if (fail_.count(req.context.size() - prompt_len_)) {
+      auto c = std::make_shared<LlmCall>(std::move(on_done));
+      c->Complete(Status::Error("down"));
+      return c;
+    }
+    return inner_->Submit(std::move(req), std::move(on_done));
   }
   void Reset() override { inner_->Reset(); }
   uint64_t vocab_fingerprint() const override { return inner_->vocab_fingerprint(); }
@@ -88,8 +94,8 @@ class FailingCalls : public LlmBackend {
 
  private:
   LlmBackend* inner_;
-  std::set<int> fail_;
-  int call_ = 0;
+  size_t prompt_len_;
+  std::set<size_t> fail_;
 };
 
 TEST(ServeKillTest, DeviceFallsBackAndResyncsAfterRestart) {
@@ -105,16 +111,19 @@ TEST(ServeKillTest, DeviceFallsBackAndResyncsAfterRestart) {
   ASSERT_TRUE(server.Start(0, &url)) << "tlr serve did not start";
   const int port = std::stoi(url.substr(url.rfind(':') + 1));
   RemoteOptions o;
-  o.url = url;
-  o.timeout_s = 2;
-  o.retries = 1;
-  o.backoff_s = 0.01;
+  o.http.url = url;
+  o.http.timeout_s = 2;
+  o.http.retries = 1;
+  o.http.backoff_s = 0.01;
   o.retry_after_s = 0.01;
+  o.http.sim_rtt_s = 0.02;  // calls are still on the way when the server dies
   auto remote = RemoteLlm::Connect(o, (*slm)->tokenizer());
   ASSERT_TRUE(remote.ok()) << remote.status().message();
 
   DecodeOptions d;
-  d.threshold = 0.6f;  // a random router: about 60% of the tokens go to the LLM
+  d.threshold = 0.8f;  // a random router: about 80% of the tokens go to the LLM
+  d.pipeline.depth = 4;
+  d.pipeline.lookahead = 2;
   d.max_tokens = 48;
   ThreadPool pool(1);
   auto router = Router::Builtin(RouterKind::kRandom, 5);
@@ -124,21 +133,17 @@ TEST(ServeKillTest, DeviceFallsBackAndResyncsAfterRestart) {
   int routed_ok = 0, fallbacks = 0;
   bool killed = false, restarted = false;
   size_t restart_at = 0;
-  std::set<int> failed_calls;
-  int llm_calls = 0;
+  std::set<size_t> failed_positions;
   CollabDecoder dec(**slm, &*router, remote->get(), &pool);
   auto st = dec.Generate(prompt, d, [&](const TokenEvent& ev) {
+    if (ev.source == TokenSource::kFallback) {
+      failed_positions.insert(ids.size());
+      ++fallbacks;
+    } else if (ev.source == TokenSource::kLlm) {
+      ++routed_ok;
+    }
     ids.push_back(ev.id);
     src.push_back(ev.source);
-    if (ev.source != TokenSource::kSlm) {
-      if (ev.source == TokenSource::kFallback) {
-        failed_calls.insert(llm_calls);
-        ++fallbacks;
-      } else {
-        ++routed_ok;
-      }
-      ++llm_calls;
-    }
     if (!killed && routed_ok == 3) {
       server.Kill();  // SIGKILL: no goodbye, sockets reset
       killed = true;
@@ -161,11 +166,13 @@ TEST(ServeKillTest, DeviceFallsBackAndResyncsAfterRestart) {
   EXPECT_GE((*remote)->stats().resyncs, 1);
   EXPECT_EQ((*remote)->stats().sessions_created, 2);
 
-  // The same request in process, with the same LLM calls failing, gives the same tokens.
-  InProcessLlm local(**llm, nullptr, 1024);
-  FailingCalls failing(&local, failed_calls);
+  // The same request in process, blocking, with the LLM calls at the same positions failing,
+  // gives the same tokens.
+  InProcessLlm local(**llm, 1, 1024);
+  FailingPositions failing(&local, prompt.size(), failed_positions);
   auto router2 = Router::Builtin(RouterKind::kRandom, 5);
   CollabDecoder ref(**slm, &*router2, &failing, &pool);
+  d.pipeline.enabled = false;
   std::vector<int32_t> want_ids;
   std::vector<TokenSource> want_src;
   auto st2 = ref.Generate(prompt, d, [&](const TokenEvent& ev) {

@@ -13,6 +13,7 @@
 #include "ops/thread_pool.h"
 #include "system/decoder.h"
 #include "system/llm_backend.h"
+#include "system/llm_factory.h"
 #include "system/llm_server.h"
 #include "system/server_json.h"
 #include "system/sse_stream.h"
@@ -34,27 +35,6 @@ constexpr int kMaxSpan = 16;
 constexpr const char* kContentSecurityPolicy =
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
-
-// The in-process LLM's own compute time, so that the rest of an LLM call (the simulated round
-// trip) can be reported as network time.
-class TimedLlm : public LlmBackend {
- public:
-  explicit TimedLlm(LlmBackend* inner) : inner_(inner) {}
-  Expected<LlmReply> Next(std::span<const int32_t> context, int n, const SamplerParams& sampling) override {
-    const auto t = Clock::now();
-    auto r = inner_->Next(context, n, sampling);
-    compute_s_ += Since(t);
-    return r;
-  }
-  void Reset() override { inner_->Reset(); }
-  uint64_t vocab_fingerprint() const override { return inner_->vocab_fingerprint(); }
-  std::string name() const override { return inner_->name(); }
-  double compute_s() const { return compute_s_; }
-
- private:
-  LlmBackend* inner_;
-  double compute_s_ = 0;
-};
 
 std::string Sse(const char* event, const json& data) {
   return std::string("event: ") + event + "\ndata: " + data.dump(-1, ' ', false, json::error_handler_t::replace) +
@@ -196,6 +176,11 @@ void UiServer::Routes() {
               {"modes", {"joint", "small_only", "large_only"}},
               {"max_tokens", {{"default", opts_.default_max_tokens}, {"max", models_.n_ctx}}},
               {"temperature", models_.sampling.temperature},
+              {"pipeline", {{"enabled", models_.pipeline.enabled},
+                            {"depth", models_.pipeline.depth},
+                            {"branches", models_.pipeline.branches},
+                            {"lookahead", models_.pipeline.lookahead},
+                            {"sim_slm_ms", Ms(models_.sim_slm_s)}}},
               {"examples", examples},
               {"results", !opts_.results.is_null()},
               {"warning", models_.warning}});
@@ -234,11 +219,12 @@ void UiServer::Routes() {
     if (!body) return;
     const json& j = *body;
     std::string err, prompt, mode = "joint", router = models_.routers[0].name;
-    bool chat = false;
+    bool chat = false, pipeline = models_.pipeline.enabled;
     int64_t max_tokens = opts_.default_max_tokens, span = 1, seed = static_cast<int64_t>(models_.sampling.seed & ((1ull << 53) - 1));
     double temperature = models_.sampling.temperature, top_p = models_.sampling.top_p, threshold = -1;
     if (!server::GetString(j, "prompt", &prompt, &err) || !server::GetString(j, "mode", &mode, &err) ||
         !server::GetString(j, "router", &router, &err) || !server::GetBool(j, "chat", &chat, &err) ||
+        !server::GetBool(j, "pipeline", &pipeline, &err) ||
         !server::GetInt(j, "max_tokens", 1, models_.n_ctx, &max_tokens, &err) ||
         !server::GetInt(j, "span", 1, kMaxSpan, &span, &err) ||
         !server::GetInt(j, "seed", 0, int64_t{1} << 53, &seed, &err) ||
@@ -270,6 +256,9 @@ void UiServer::Routes() {
     r.decode.sampling.temperature = static_cast<float>(temperature);
     r.decode.sampling.top_p = static_cast<float>(top_p);
     r.decode.sampling.seed = static_cast<uint64_t>(seed);
+    r.decode.pipeline = models_.pipeline;
+    r.decode.pipeline.enabled = pipeline;
+    r.decode.sim_slm_s = models_.sim_slm_s;
     if (Status s = r.decode.sampling.Validate(); !s.ok()) return SendError(res, 400, "invalid_request", s.message());
     const Model& slm = *models_.slm;
     r.prompt = chat ? slm.tokenizer().Encode(FormatChat(ModelChatFormat(slm), {{"user", prompt}}, true), false, true)
@@ -323,7 +312,15 @@ void UiServer::RunJob(const std::shared_ptr<Job>& job, const Request& r) {
               {"router_ms", Ms(st.router_s)},
               {"llm_ms", Ms(st.llm_s)},
               {"network_ms", Ms(network_s)},
-              {"total_ms", Ms(st.total_s)}};
+              {"total_ms", Ms(st.total_s)},
+              {"pipeline", d.pipeline.enabled && d.mode == DecodeMode::kJoint},
+              {"stall_ms", Ms(st.stall_s)},
+              {"spec_resolved", st.spec_resolved},
+              {"spec_hit_pct", st.spec_hit_pct()},
+              {"lookahead_used", st.lookahead_used},
+              {"wasted_slm_steps", st.wasted_slm_steps},
+              {"cancelled_calls", st.cancelled_calls},
+              {"sim_slm_ms", Ms(d.sim_slm_s)}};
     return j;
   };
   if (job->cancelled) {  // superseded or stopped while it waited for the one before it
@@ -335,23 +332,28 @@ void UiServer::RunJob(const std::shared_ptr<Job>& job, const Request& r) {
     return;
   }
   // The LLM: this request's own in-process backend (a KV cache sized for it), or the server's.
-  std::unique_ptr<InProcessLlm> local;
-  std::unique_ptr<TimedLlm> timed;
-  std::unique_ptr<DelayedLlm> delayed;
+  std::unique_ptr<LlmStack> local;
   LlmBackend* backend = nullptr;
   RemoteStats before;
   if (models_.remote) {
     backend = models_.remote;
     before = models_.remote->stats();
   } else {
-    const int64_t n_ctx = static_cast<int64_t>(r.prompt.size()) + d.max_tokens + d.route_span + 1;
-    local = std::make_unique<InProcessLlm>(*models_.llm, models_.pool, n_ctx);
-    timed = std::make_unique<TimedLlm>(local.get());
-    backend = timed.get();
-    if (models_.sim_rtt_s > 0 || models_.sim_jitter_s > 0) {
-      delayed = std::make_unique<DelayedLlm>(backend, models_.sim_rtt_s, models_.sim_jitter_s, d.sampling.seed + job->id);
-      backend = delayed.get();
+    LlmSpec spec;
+    spec.model = models_.llm;
+    spec.threads = models_.llm_threads;
+    spec.n_ctx = static_cast<int64_t>(r.prompt.size()) + d.max_tokens + d.route_span + 1;
+    spec.sim_rtt_s = models_.sim_rtt_s;
+    spec.sim_jitter_s = models_.sim_jitter_s;
+    spec.seed = d.sampling.seed + job->id;
+    auto s = LlmStack::Create(spec, models_.slm->tokenizer());
+    if (!s.ok()) {
+      job->Push(Sse("error", {{"message", s.status().message()}}));
+      job->Finish();
+      return;
     }
+    local = std::move(s).value();
+    backend = local->backend();
   }
   const UiRouter& router = models_.routers[r.router];
   Router* use_router = d.mode == DecodeMode::kLargeOnly ? nullptr : router.router;
@@ -363,13 +365,20 @@ void UiServer::RunJob(const std::shared_ptr<Job>& job, const Request& r) {
                           {"llm", backend->name()}}));
   CollabDecoder dec(*models_.slm, use_router, d.mode == DecodeMode::kSmallOnly ? nullptr : backend, models_.pool);
   int64_t i = 0;
-  auto st = dec.Generate(r.prompt, d, [&](const TokenEvent& ev) {
+  DecodeOptions dopt = d;
+  dopt.cancel = &job->cancelled;
+  dopt.on_provisional = [&](const ProvisionalEvent& p) {
+    job->Push(Sse("provisional", {{"from", i}, {"ids", p.ids}, {"pending", p.pending}, {"text", p.text}}));
+  };
+  auto st = dec.Generate(r.prompt, dopt, [&](const TokenEvent& ev) {
     job->Push(Sse("token", {{"i", i++},
                             {"id", ev.id},
                             {"text", ev.text},
                             {"source", TokenSourceName(ev.source)},
                             {"confidence", ev.confidence},
                             {"end", ev.end},
+                            {"spec", SpecOutcomeName(ev.spec)},
+                            {"stall_ms", Ms(ev.stall_s)},
                             {"slm_ms", Ms(ev.slm_s)},
                             {"router_ms", Ms(ev.router_s)},
                             {"llm_ms", Ms(ev.llm_s)},
@@ -381,10 +390,10 @@ void UiServer::RunJob(const std::shared_ptr<Job>& job, const Request& r) {
   } else {
     // Network: for a remote LLM the whole call as the device sees it (round trips, the
     // server's queue and compute, --sim-rtt); in process, only the simulated round trips.
-    const double network_s = models_.remote ? st->llm_s : std::max(0.0, st->llm_s - timed->compute_s());
+    const double network_s = models_.remote ? st->llm_s : local->sim_delay_s();
     json j = stats_json(*st, network_s);
     if (models_.remote) {
-      const RemoteStats& now = models_.remote->stats();
+      const RemoteStats now = models_.remote->stats();
       j["remote"] = {{"http_requests", now.http_requests - before.http_requests},
                      {"retries", now.retries - before.retries},
                      {"resyncs", now.resyncs - before.resyncs},

@@ -6,7 +6,9 @@
 //                       example prompts, whether eval results are loaded
 //   GET  /api/results   the --results file (results.json of `tlr eval --out`); 404 without one
 //   POST /api/generate  {prompt, mode, router, threshold, max_tokens, temperature, top_p, seed,
-//                       chat, span} -> text/event-stream: `start`, one `token` per token, then
+//                       chat, span, pipeline} -> text/event-stream: `start`, one `token` per
+//                       confirmed token, `provisional` whenever the speculative tail (tokens the
+//                       SLM decoded while routed tokens are on the network) changes, then
 //                       `stats` (or `error`). Bad input: 400 {"error": {code, message}}.
 //   POST /api/stop      cancels the running generation (the decoder stops at its next token)
 //
@@ -30,6 +32,7 @@
 #include "model/model.h"
 #include "model/sampler.h"
 #include "routing/router.h"
+#include "system/decoder.h"
 #include "system/remote_llm.h"
 #include "util/status.h"
 
@@ -61,6 +64,9 @@ struct UiModels {
   const Model* llm = nullptr;       // an in-process LLM, or
   RemoteLlm* remote = nullptr;      // the LLM behind --server (exactly one of the two)
   double sim_rtt_s = 0, sim_jitter_s = 0;  // in-process LLM only (RemoteLlm adds its own)
+  int llm_threads = 1;              // the in-process LLM's own thread pool
+  PipelineOptions pipeline;         // defaults; the page may turn the pipeline off
+  double sim_slm_s = 0;             // simulated SLM pace (DecodeOptions::sim_slm_s)
   std::vector<UiRouter> routers;    // the first is the default
   ThreadPool* pool = nullptr;       // used by one generation at a time
   SamplerParams sampling;           // defaults; the page sets temperature, top_p and seed

@@ -111,10 +111,16 @@ function resetOutput(promptText) {
   p.className = 'prompt';
   p.textContent = promptText;
   text.appendChild(p);
+  const prov = document.createElement('span');
+  prov.id = 'provisional';
+  prov.className = 'provisional';
+  prov.dataset.count = '0';
+  prov.title = 'provisional: the SLM\'s guess while routed tokens are on the network';
+  text.appendChild(prov);
   $('strip-bars').textContent = '';
   sizeStrip();
   for (const id of ['st-tokens', 'st-routed', 'st-fallbacks', 'st-ttft', 'st-tbt', 'st-slm', 'st-router',
-                    'st-llm', 'st-network', 'st-total', 'st-stop']) {
+                    'st-llm', 'st-network', 'st-stall', 'st-spec', 'st-total', 'st-stop']) {
     $(id).textContent = '–';
   }
 }
@@ -140,7 +146,7 @@ function addToken(ev) {
   span.textContent = ev.end ? ' ⟨end⟩' : ev.text;
   const text = $('text');
   const atBottom = text.scrollTop + text.clientHeight >= text.scrollHeight - 4;
-  text.appendChild(span);
+  text.insertBefore(span, $('provisional'));  // confirmed tokens go before the provisional tail
   if (atBottom) text.scrollTop = text.scrollHeight;
 
   const i = ui.tokens.length - 1;
@@ -154,6 +160,18 @@ function addToken(ev) {
   svg('title', {}, bar).textContent = title;
   sizeStrip();
   liveStats();
+}
+
+// The speculative tail while routed tokens are on the network: drawn after the confirmed text
+// until the LLM's answers confirm (or replace) it.
+function setProvisional(ev) {
+  const p = $('provisional');
+  if (!p) return;
+  const ids = Array.isArray(ev.ids) ? ev.ids : [];
+  const pending = Array.isArray(ev.pending) ? ev.pending.filter(Boolean).length : 0;
+  p.textContent = ids.length ? String(ev.text || '') : '';
+  p.dataset.count = String(ids.length);
+  p.dataset.pending = String(pending);
 }
 
 function liveStats() {
@@ -191,7 +209,13 @@ function finalStats(s) {
   $('st-router').textContent = fmtMs(s.router_ms);
   $('st-llm').textContent = fmtMs(s.llm_ms);
   $('st-network').textContent = fmtMs(s.network_ms);
+  $('st-stall').textContent = fmtMs(s.stall_ms);
+  $('st-spec').textContent = !s.pipeline ? 'pipeline off' :
+    s.spec_resolved ? Number(s.spec_hit_pct).toFixed(0) + '% of ' + s.spec_resolved + ' answered' +
+                      (s.lookahead_used ? ', ' + s.lookahead_used + ' from lookahead' : '') :
+    s.lookahead_used ? s.lookahead_used + ' from lookahead' : '–';
   $('st-total').textContent = fmtMs(s.total_ms);
+  setProvisional({ ids: [] });
   $('st-stop').textContent = STOP_TEXT[s.stop] || String(s.stop);
   if (s.stop === 'stopped') {
     setStatus('stopped', (s.superseded ? 'cancelled by a newer generation after ' : 'stopped after ') + s.tokens +
@@ -210,6 +234,7 @@ function handleEvent(name, data) {
     throw new Error('the server sent a malformed ' + name + ' event');
   }
   if (name === 'token') addToken(j);
+  else if (name === 'provisional') setProvisional(j);
   else if (name === 'stats') finalStats(j);
   else if (name === 'error') {
     ui.gotFinal = true;
@@ -269,6 +294,7 @@ async function start() {
       max_tokens: readNumber('max-tokens', 'max tokens', true),
       temperature: readNumber('temperature', 'temperature', false),
       chat: $('chat').checked,
+      pipeline: $('pipeline').checked,
     };
   } catch (e) {
     showError(e.message);
@@ -495,6 +521,7 @@ async function loadInfo() {
   $('max-tokens').value = String(info.max_tokens.default);
   $('max-tokens').max = String(info.max_tokens.max);
   $('temperature').value = String(info.temperature);
+  if (info.pipeline) $('pipeline').checked = !!info.pipeline.enabled;
   routerHint();
   onThreshold();
   if (info.results) {

@@ -1,0 +1,43 @@
+// A GoogleTest fixture for tests that need an SLM and an LLM sharing one tokenizer (model
+// layer, tests only): two random-weight "tiny" models (F32) with the given seeds, written to a
+// temporary folder and loaded once per test suite.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "model/model.h"
+#include "model/random_model.h"
+#include "util/temp_dir.h"
+
+namespace tlr {
+
+template <uint64_t kSlmSeed, uint64_t kLlmSeed>
+class RandomPairTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir("tlr_pair_" + std::to_string(kSlmSeed) + "_" + std::to_string(kLlmSeed));
+    RandomModelOptions o;
+    o.preset = "tiny";
+    o.type = "f32";
+    o.seed = kSlmSeed;
+    ASSERT_TRUE(WriteRandomModel(o, dir_->File("slm.gguf")).ok());
+    o.seed = kLlmSeed;
+    ASSERT_TRUE(WriteRandomModel(o, dir_->File("llm.gguf")).ok());
+    slm_ = Model::Load(dir_->File("slm.gguf"))->release();
+    llm_ = Model::Load(dir_->File("llm.gguf"))->release();
+  }
+  static void TearDownTestSuite() {
+    delete slm_;
+    delete llm_;
+    delete dir_;
+    slm_ = llm_ = nullptr;
+    dir_ = nullptr;
+  }
+  static inline TempDir* dir_ = nullptr;
+  static inline Model* slm_ = nullptr;
+  static inline Model* llm_ = nullptr;
+};
+
+}  // namespace tlr

@@ -1,0 +1,84 @@
+// HttpTransport (system layer): the HTTP client under the remote LLM backends (remote_llm.h).
+// It knows nothing about a protocol: it sends requests to one server and gives back status and
+// body, with keep-alive connections (one per request in flight, reused), timeouts, retries with
+// exponential backoff on server errors, TLS verification and an optional simulated network
+// delay (half before a request is sent, half after its answer, per request; requests in flight
+// at once overlap their delays as on a real network).
+//
+// Thread-safe: several threads may send at once; each request borrows a connection of its own.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "system/llm_backend.h"
+
+namespace httplib {
+class Client;
+}
+
+namespace tlr {
+
+struct HttpOptions {
+  std::string url;               // http://host:port or https://host:port
+  std::string api_key;           // sent as a Bearer token
+  std::string ca_file;           // https: CA bundle to verify the server with (default: system's)
+  bool verify_tls = true;
+  double timeout_s = 10;         // per attempt (connect, send, receive)
+  int retries = 2;               // further attempts after a failed one
+  double backoff_s = 0.05;       // before the first retry; doubles
+  double sim_rtt_s = 0;          // simulated network round trip, per HTTP request
+  double sim_jitter_s = 0;       // +- uniform
+  uint64_t seed = 1;             // for the jitter
+};
+
+struct HttpResult {
+  bool sent = false;   // a response came back
+  int status = 0;
+  std::string body;
+  std::string error;   // network error when !sent
+  bool tls_failure = false;
+  bool cancelled = false;  // the call was cancelled before the request was sent
+};
+
+class HttpTransport {
+ public:
+  explicit HttpTransport(const HttpOptions& opts);
+  ~HttpTransport();
+  // Fails for a URL that is not http(s)://host[:port] or negative timeouts.
+  static Status Validate(const HttpOptions& opts);
+
+  // One request. `call` (may be null): a cancelled call skips the request, and its simulated
+  // delays end early.
+  HttpResult Request(const std::string& method, const std::string& path, const std::string& body,
+                     LlmCall* call = nullptr);
+  // POSTs until a response that is not a server-side transient error (500, 502, 504) comes back
+  // or the retries are used up. 503 is the server shedding load: not retried.
+  HttpResult PostWithRetries(const std::string& path, const std::string& body, LlmCall* call = nullptr);
+  // DELETE with a short timeout (goodbyes).
+  void DeleteQuietly(const std::string& path);
+
+  const HttpOptions& options() const { return opts_; }
+  int64_t http_requests() const;
+  int64_t retries() const;
+  double sim_delay_s() const;
+
+ private:
+  std::unique_ptr<httplib::Client> NewClient(double timeout_s) const;
+  std::unique_ptr<httplib::Client> Borrow();
+  void Return(std::unique_ptr<httplib::Client> c);
+  double DrawDelay();
+
+  HttpOptions opts_;
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<httplib::Client>> idle_;  // keep-alive connections not in use
+  std::mt19937_64 rng_;
+  int64_t http_requests_ = 0, retries_ = 0;
+  double sim_delay_s_ = 0;
+};
+
+}  // namespace tlr
