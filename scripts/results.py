@@ -2,7 +2,8 @@
 """Writes docs/RESULTS.md from an evaluation's results.json (make results): the table, the
 plots, and the comparison with the paper's shape, every number computed from the file; with
 NET_DIR also the same evaluation over `tlr serve` with a simulated round trip.
-Usage: results.py RESULTS_DIR OUT.md [NET_DIR]"""
+With PIPELINE_DIR also the pipeline off/on comparison (off-own, on-own, off-20ms, on-20ms).
+Usage: results.py RESULTS_DIR OUT.md [NET_DIR [PIPELINE_DIR]]"""
 import json
 import os
 import sys
@@ -56,6 +57,48 @@ def network_section(d, out):
     return L
 
 
+def pipeline_section(d, out):
+    rel = os.path.relpath(d, os.path.dirname(out))
+    L = ['## The asynchronous pipeline over the network', '',
+         'The same server and simulated 170 ms round trip, the first 200 test questions, with the device blocking on '
+         'every routed token (`--pipeline off`, as above and as the paper\'s system) and with the asynchronous '
+         'pipeline (`--pipeline on`, default options: the SLM keeps decoding from its own candidate while routed '
+         'tokens are on the network, routed tokens inside that speculation have their calls in flight at once, and '
+         'each call brings 8 tokens of the LLM\'s own continuation that later routed tokens take without a call). '
+         'Once at the bundled SLM\'s own pace (a few tens of microseconds per step), once with every SLM pass padded '
+         'to 20 ms (`--sim-slm-ms 20`, SIMULATED: the pace of a 0.5B-class SLM on a device). Files: `%s/`.' % rel, '']
+    for pace, label in [('own', 'the bundled SLM\'s own pace'), ('20ms', 'a SIMULATED 20 ms per SLM step')]:
+        try:
+            off = json.load(open(os.path.join(d, 'off-' + pace, 'results.json')))
+            on = json.load(open(os.path.join(d, 'on-' + pace, 'results.json')))
+        except OSError:
+            continue
+        rtt = on.get('sim_rtt_ms', 170) / 1e3
+        same = open(os.path.join(d, 'off-' + pace, 'answers.jsonl')).read() == \
+            open(os.path.join(d, 'on-' + pace, 'answers.jsonl')).read()
+        n_answers = sum(1 for _ in open(os.path.join(d, 'on-' + pace, 'answers.jsonl')))
+        L += ['### At %s' % label, '',
+              '| threshold | routed % | accuracy | overall off (ms) | overall on (ms) | faster | stall / routed off | '
+              'stall / routed on | speculation stood | lookahead used | wasted SLM steps | LLM calls off / on | '
+              'TBT SLM off / on (ms) |',
+              '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+        for a, b in zip(sorted(off['rows'], key=lambda r: r['threshold']), sorted(on['rows'], key=lambda r: r['threshold'])):
+            L.append('| %.2f | %.1f%% | %.1f%% | %.1f | %.1f | %.2fx | %.2f RTT | %.3f RTT | %.1f%% | %d | %d | %d / %d | '
+                     '%.4f / %.4f |' % (
+                         b['threshold'], b['routed_pct'], 100 * b['accuracy'], 1e3 * a['overall_s'], 1e3 * b['overall_s'],
+                         a['overall_s'] / max(b['overall_s'], 1e-9), a['stall_per_routed_s'] / rtt,
+                         b['stall_per_routed_s'] / rtt, b['spec_hit_pct'], b['lookahead_used'], b['wasted_slm_steps'],
+                         a['llm_calls'], b['llm_calls'], 1e3 * a['tbt_slm_s'], 1e3 * b['tbt_slm_s']))
+        L += ['', '- Tokens and their sources with the pipeline on and off: %s (%d answers compared token for token).' % (
+            'identical' if same else '**DIFFERENT**', n_answers), '']
+    L += ['Stall is the time the device had nothing to do but wait for the LLM, per routed token, in round trips; '
+          '"speculation stood" is the share of routed tokens answered by a call whose LLM token was the speculated one; '
+          'wasted SLM steps are token rows the SLM computed and then discarded (the price of speculating); LLM calls '
+          'with the pipeline include calls cancelled when speculation was discarded, and exclude routed tokens taken '
+          'from lookahead drafts.', '']
+    return L
+
+
 def main():
     d, out = sys.argv[1], sys.argv[2]
     res = json.load(open(os.path.join(d, 'results.json')))
@@ -104,6 +147,8 @@ def main():
     L.append('')
     if len(sys.argv) > 3:
         L += network_section(sys.argv[3], out)
+    if len(sys.argv) > 4:
+        L += pipeline_section(sys.argv[4], out)
     open(out, 'w').write('\n'.join(L) + '\n')
     print('wrote', out)
 

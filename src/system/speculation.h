@@ -103,6 +103,10 @@ class SpecState {
   // `is_end` says so. Empty when no draft covers them.
   std::vector<int32_t> DraftAt(const std::vector<int32_t>& context, int n,
                                const std::function<bool(int32_t)>& is_end) const;
+  // Up to `max_n` tokens that a draft with exactly this context goes on with (through an end
+  // token at most); empty when none. The SLM checks them in one pass (the decoder's draft feed).
+  std::vector<int32_t> DraftContinuation(const std::vector<int32_t>& context, int max_n,
+                                         const std::function<bool(int32_t)>& is_end) const;
 
  private:
   void TruncateLine(SpecLine& line, int64_t position, std::vector<std::shared_ptr<LlmCall>>* cancel);
