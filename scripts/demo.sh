@@ -56,6 +56,15 @@ question 1 > build/demo-prompt.txt
 echo "-- small_only"; $tlr generate -f build/demo-prompt.txt -n 40 -t 2 --mode small_only -q
 echo "-- large_only"; $tlr generate -f build/demo-prompt.txt -n 40 -t 1 --mode large_only -q --server "$url"
 echo
+echo "== question 2 over a simulated 170 ms round trip: blocking on every routed token, then the"
+echo "   asynchronous pipeline (the SLM keeps decoding while routed tokens are on the network;"
+echo "   the same tokens, less waiting)"
+question 2 > build/demo-prompt.txt
+for p in off on; do
+  echo "-- --pipeline $p"
+  $tlr generate -f build/demo-prompt.txt -n 40 -t 1 --server "$url" --sim-rtt 170 --pipeline $p --no-color
+done
+echo
 echo "== tlr eval --limit 100 over the server (accuracy, routed share and time per threshold; Table 1 of the paper)"
 $tlr eval --limit 100 --max-tokens 40 -t 1 --server "$url"
 echo

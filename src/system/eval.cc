@@ -63,6 +63,7 @@ Expected<std::vector<EvalRow>> RunEval(const Model& slm, Router* router, LlmBack
       row.fallbacks += st->fallbacks;
       row.llm_calls += st->llm_calls;
       row.slm_steps += st->slm_steps;
+      row.slm_rows += st->slm_rows;
       row.ttft_s += st->ttft_s;
       row.slm_s += st->slm_prefill_s + st->slm_decode_s;
       row.slm_decode_s += st->slm_decode_s;
@@ -129,6 +130,9 @@ static nlohmann::ordered_json RowJson(const EvalRow& r) {
           {"llm_calls", r.llm_calls},
           {"ttft_s", r.mean(r.ttft_s)},
           {"tbt_slm_s", r.tbt_slm_s()},
+          {"slm_steps", r.slm_steps},
+          {"slm_rows", r.slm_rows},
+          {"slm_row_s", r.slm_row_s()},
           {"slm_time_s", r.mean(r.slm_s)},
           {"router_time_s", r.mean(r.router_s)},
           {"comm_llm_time_s", r.mean(r.llm_s)},

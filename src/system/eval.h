@@ -40,7 +40,7 @@ struct EvalRow {
   DecodeMode mode = DecodeMode::kJoint;
   std::optional<float> threshold;  // joint rows only
   int64_t n = 0, correct = 0, well_formed = 0;
-  int64_t generated = 0, routed = 0, fallbacks = 0, llm_calls = 0, slm_steps = 0;
+  int64_t generated = 0, routed = 0, fallbacks = 0, llm_calls = 0, slm_steps = 0, slm_rows = 0;
   int64_t spec_resolved = 0, spec_kept = 0, lookahead_used = 0, wasted_slm_steps = 0, cancelled_calls = 0;
   double ttft_s = 0, slm_s = 0, slm_decode_s = 0, router_s = 0, llm_s = 0, total_s = 0, stall_s = 0;  // sums
   double accuracy() const { return n ? static_cast<double>(correct) / n : 0; }
@@ -48,6 +48,8 @@ struct EvalRow {
   double routed_pct() const { return generated ? 100.0 * routed / generated : 0; }
   double mean(double sum) const { return n ? sum / n : 0; }
   double tbt_slm_s() const { return slm_steps ? slm_decode_s / slm_steps : 0; }
+  // SLM decode time per token row (a pipelined pass may read several rows: branches, drafts).
+  double slm_row_s() const { return slm_rows ? slm_decode_s / slm_rows : 0; }
   // Stall (waiting for the LLM with nothing else to do) per routed token.
   double stall_per_routed_s() const { return routed ? stall_s / routed : 0; }
   double spec_hit_pct() const { return spec_resolved ? 100.0 * spec_kept / spec_resolved : 0; }

@@ -94,6 +94,8 @@ Expected<std::unique_ptr<RemoteLlm>> RemoteLlm::Connect(const RemoteOptions& opt
   if (!reachable) {
     r->warning_ = "the LLM server at " + opts.http.url + " is not reachable now; answering with the SLM "
                   "(FALLBACK) until it is";
+  } else {
+    r->Prepare();
   }
   r->StartWorkers();
   return r;

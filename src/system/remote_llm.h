@@ -88,6 +88,9 @@ class RemoteLlm : public LlmBackend {
   void StopWorkers();
   // Checks the server at connect time; sets *reachable.
   virtual Status CheckServer(bool* reachable) = 0;
+  // Once the server answered at connect time: work that saves the first call a round trip
+  // (the native protocol opens its session). Failures are left for the first call.
+  virtual void Prepare() {}
   // One call, blocking, on a worker thread. Sets *outage when the failure is the server being
   // unreachable or failing (no answer, 5xx): later calls then fail fast for a while.
   virtual Expected<LlmReply> Execute(const LlmRequest& req, LlmCall& call, bool* outage) = 0;

@@ -20,6 +20,7 @@ class TlrServerLlm : public RemoteLlm {
 
  protected:
   Status CheckServer(bool* reachable) override;
+  void Prepare() override;
   Expected<LlmReply> Execute(const LlmRequest& req, LlmCall& call, bool* outage) override;
 
  private:

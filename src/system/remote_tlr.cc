@@ -52,6 +52,13 @@ Status TlrServerLlm::CheckServer(bool* reachable) {
   return Status::Ok();
 }
 
+void TlrServerLlm::Prepare() {
+  std::string id;
+  uint64_t generation = 0;
+  bool outage = false;
+  (void)EnsureSession(0, &id, &generation, &outage);  // a failure is retried by the first call
+}
+
 Status TlrServerLlm::EnsureSession(uint64_t stale, std::string* id, uint64_t* generation, bool* outage) {
   std::lock_guard<std::mutex> create(session_mu_);
   {
