@@ -150,6 +150,11 @@ Command AddEvalCommand(CLI::App& root) {
               TLR_CLI_CHECK(cmd, WriteText(o->answers, lines));
             }
             std::printf("%s", EvalMarkdown(*result).c_str());
+            std::printf("Pipeline %s", o->pipe.pipeline.c_str());
+            if (e.sim_slm_s > 0) {
+              std::printf("; SLM pace SIMULATED: every SLM pass takes at least %g ms (--sim-slm-ms)", o->pipe.sim_slm_ms);
+            }
+            std::printf(".\n");
             if (!o->out.empty()) {
               nlohmann::json meta = {{"slm", o->slm}, {"llm", remote ? o->net.server : o->llm}, {"router", o->router},
                                      {"backend", remote ? o->net.backend : "in-process"}, {"sim_rtt_ms", o->net.sim_rtt_ms},

@@ -137,7 +137,10 @@ function addToken(ev) {
   const source = String(ev.source || 'SLM');
   const conf = typeof ev.confidence === 'number' ? ev.confidence : -1;
   const confText = conf >= 0 ? 'confidence ' + conf.toFixed(3) : 'confidence n/a (router not run)';
-  const title = source + ' · ' + confText + (ev.end ? ' · end of generation' : '');
+  const SPEC = { hit: 'the speculation on it stood', branch: 'a speculated branch stood', miss: 'speculation discarded',
+                 draft: 'from the LLM\'s lookahead draft, no call', blocking: 'the device waited for it' };
+  const spec = SPEC[ev.spec] ? ' · ' + SPEC[ev.spec] : '';
+  const title = source + ' · ' + confText + spec + (ev.end ? ' · end of generation' : '');
 
   const span = document.createElement('span');
   span.className = 'tok tok-' + source.toLowerCase() + (ev.end ? ' tok-end' : '');
@@ -473,7 +476,9 @@ function describeModels(info) {
   const slm = m.slm ? m.slm.name : '?';
   const llm = m.llm ? (m.llm.where === 'server' ? m.llm.name : m.llm.name + ' (in process)') : '?';
   const rtt = m.llm && m.llm.sim_rtt_ms > 0 ? ', simulated round trip ' + m.llm.sim_rtt_ms + ' ms' : '';
-  return 'SLM ' + slm + ' · LLM ' + llm + rtt;
+  const pace = info.pipeline && info.pipeline.sim_slm_ms > 0 ?
+    ' · SLM pace SIMULATED: ≥ ' + info.pipeline.sim_slm_ms + ' ms per pass' : '';
+  return 'SLM ' + slm + ' · LLM ' + llm + rtt + pace;
 }
 
 function routerHint() {
