@@ -288,10 +288,11 @@ double DelayedLlm::sim_delay_s() const {
 }
 
 void DelayedLlm::Schedule(Clock::time_point at, std::function<void()> fn) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    timers_.emplace(at, std::move(fn));
-  }
+  // Notified under the lock: the inner backend's threads call this, and once the lock is
+  // released the timer thread may run the event, finish the last call and let the destructor
+  // destroy cv_ (ThreadSanitizer found the race with an unlocked notify).
+  std::lock_guard<std::mutex> l(mu_);
+  timers_.emplace(at, std::move(fn));
   cv_.notify_all();
 }
 
