@@ -6,7 +6,7 @@ FUZZ_SECONDS ?= 300
 CTEST_ARGS ?=
 FUZZERS := gguf_fuzz tokenizer_fuzz
 
-.PHONY: results interop-check all build demo test unit-test fuzz-test fuzz asan-test deps deps-test clean help
+.PHONY: results pipeline-check interop-check all build demo test unit-test fuzz-test fuzz asan-test deps deps-test clean help
 
 all: build
 
@@ -17,6 +17,7 @@ help:
 	@echo "make asan-test  the test suite under AddressSanitizer + UBSan (build-asan/)"
 	@echo "make fuzz     run each libFuzzer target for FUZZ_SECONDS (default 300)"
 	@echo "make results  evaluate the bundled pair: docs/RESULTS.md and its plots"
+	@echo "make pipeline-check  --pipeline on vs off give identical tokens (607 questions x 3 thresholds, ~12 min)"
 	@echo "make interop-check  the demo models under llama.cpp give TLR's greedy answers"
 
 deps:
@@ -43,6 +44,10 @@ test: deps-test build
 # (in process on all test questions; over a local tlr serve with a simulated 170 ms round trip).
 results: build
 	scripts/results.sh
+
+# The asynchronous pipeline gives the blocking loop's tokens, token for token (long; not in `test`).
+pipeline-check: build
+	scripts/pipeline_check.sh
 
 # The demo models under llama.cpp (downloads its prebuilt binaries from npm; slow, not in `test`).
 interop-check: build
