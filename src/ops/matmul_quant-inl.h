@@ -80,6 +80,17 @@ HWY_INLINE __m256i Nibbles(const uint8_t* qs) {
   const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   return _mm256_and_si256(_mm256_setr_m128i(x, _mm_srli_epi16(x, 4)), _mm256_set1_epi8(0x0F));
 }
+// The 5th bits of a Q5 group: byte j is 0x10 where bit j of qh is set. Each byte picks the
+// qh byte holding its bit (the 32 bits are broadcast to every 4 bytes of both 128-bit lanes,
+// so an in-lane byte shuffle reaches bytes 0-3), then tests its own bit with a mask.
+HWY_INLINE __m256i Q5HighBits(uint32_t qh) {
+  const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), pick);
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
 HWY_INLINE VI ToVI(__m256i v) { return VI{v}; }
 #endif
 
@@ -218,11 +229,16 @@ HWY_INLINE void Fetch(const uint8_t* row, int64_t g, Unpacked& u, SuperBlockCach
   } else if constexpr (kType == GgmlType::kQ5_0 || kType == GgmlType::kQ5_1) {
     constexpr bool kMin = kType == GgmlType::kQ5_1;
     constexpr size_t kBytes = kMin ? sizeof(BlockQ5_1) : sizeof(BlockQ5_0);
+#ifdef TLR_X86_256
+    // In registers: the nibbles as for Q4_0, OR the 5th bits.
+    const Q5Fields q = ParseQ5(row + g * kBytes, kMin);
+    u.scale = Half(q.d);
+    u.offset = kMin ? Half(q.m) : u.scale;  // Q5_0: times -16, applied once per row
+    u.v = _mm256_or_si256(Nibbles(q.qs), Q5HighBits(q.qh));
+#else
     const Group gr = UnpackQ5_0(row + g * kBytes, kMin, u.w);
     u.scale = gr.scale;
     u.offset = kMin ? gr.offset : gr.scale;  // Q5_0: times -16, applied once per row
-#ifdef TLR_X86_256
-    u.v = Load32(u.w);
 #endif
   } else if constexpr (kType == GgmlType::kQ4_K) {
     const auto& x = reinterpret_cast<const BlockQ4_K*>(row)[g / 8];
