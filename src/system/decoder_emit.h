@@ -31,7 +31,6 @@ class Emitter {
     st_.stop = "max_tokens";
   }
   DecodeStats& stats() { return st_; }
-  Clock::time_point start() const { return t0_; }
   const StreamDecoder& text() const { return text_; }
 
   // Emits one confirmed token; returns whether generation goes on.

@@ -184,11 +184,6 @@ int64_t InProcessLlm::total_ingested() const {
   return total_ingested_;
 }
 
-double InProcessLlm::compute_s() const {
-  std::lock_guard<std::mutex> l(mu_);
-  return compute_s_;
-}
-
 Expected<LlmReply> InProcessLlm::Execute(const LlmRequest& req) {
   const std::span<const int32_t> context(req.context);
   if (context.empty()) return Status::Error("the LLM needs at least one context token");
@@ -206,7 +201,6 @@ Expected<LlmReply> InProcessLlm::Execute(const LlmRequest& req) {
   // Lookahead is a hint: as much of it as fits in the cache.
   const int64_t lookahead = std::min<int64_t>(req.lookahead, n_ctx_ - static_cast<int64_t>(context.size()) - req.n);
   std::lock_guard<std::mutex> l(mu_);
-  const auto t0 = Clock::now();
   if (!cache_) {
     TLR_ASSIGN_OR_RETURN(KvCache c, llm_.NewCache(n_ctx_));
     cache_ = std::make_unique<KvCache>(std::move(c));
@@ -262,7 +256,6 @@ Expected<LlmReply> InProcessLlm::Execute(const LlmRequest& req) {
     }
     held_.push_back(tok);
   }
-  compute_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
   return reply;
 }
 

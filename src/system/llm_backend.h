@@ -149,8 +149,6 @@ class InProcessLlm : public LlmBackend {
   std::string name() const override { return "in-process"; }
   // Tokens ingested over the backend's life (for tests of the delta behaviour).
   int64_t total_ingested() const;
-  // Seconds spent computing (prefill and generation) over the backend's life.
-  double compute_s() const;
 
  private:
   Expected<LlmReply> Execute(const LlmRequest& request);
@@ -163,7 +161,6 @@ class InProcessLlm : public LlmBackend {
   std::vector<float> logits_;
   std::unique_ptr<Sampler> sampler_;
   int64_t total_ingested_ = 0;
-  double compute_s_ = 0;
   std::unique_ptr<CallExecutor> exec_;  // last: its worker stops before the rest goes
 };
 
