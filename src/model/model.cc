@@ -215,7 +215,7 @@ void Model::Repack() {
   }
   repack(output_);
   if (count > 0) {
-    notes_.push_back("repacked " + std::to_string(count) + " q4_0 matrices (" +
+    notes_.push_back("repacked " + std::to_string(count) + " matrices (" +
                      std::to_string(bytes >> 20) + " MiB copied) into the kernel layout");
   }
 }

@@ -1,143 +1,31 @@
-// SIMD kernels for MatMul (ops layer), compiled once per Highway target and dispatched at
-// run time. See matmul.h for the contract.
+// MatMul entry points (ops layer): activation quantization (Q8A, SIMD per target), routing
+// of each weight type to its family's kernels (matmul_kernels.h) and the threading. See
+// matmul.h for the contract.
 //
-// Quantized weights: each 32-weight block is unpacked to 32 small integers (unsigned for the
-// types with an offset, signed for Q8_0 and Q6_K) and dotted with the token's 8-bit activation block; the
-// 8 int32 partial sums become floats scaled by d_w * d_a and accumulate in a float vector.
-// Offsets (Q4_0's -8, Q4_1's min, K-quant minimums) contribute offset_w * s_a per block,
-// where s_a = d_a * sum(q_a). Up to four tokens share each unpacked weight block (prefill).
-//
-// x86 (AVX2, AVX-512, AVX-512 VNNI) unpacks in registers and uses maddubs / vpdpbusd; every
-// other target unpacks through a small buffer and uses Highway's portable widening
-// multiply-accumulate. Both compute the same integer sums.
+// Quantized weights are dotted as integers with the tokens' 8-bit activations: each 32-weight
+// block's integer sum becomes a float scaled by d_w * d_a; offsets (Q4_0's -8, Q4_1's min,
+// K-quant minimums) contribute offset_w * s_a per block, where s_a = d_a * sum(q_a). Threads
+// take runs of whole panels (8 rows), so every row goes through the same kernel whatever
+// the thread count.
 #include <cmath>
 #include <cstring>
 #include <string>
 
 #include "ops/matmul.h"
+#include "ops/matmul_kernels.h"
+#include "ops/panel_layout.h"
 #include "ops/thread_pool.h"
 #include "quant/quantize.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/matmul.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/cache_control.h"
 #include "hwy/highway.h"
-
-#include "ops/matmul_quant-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace tlr {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-// Float weights times float activations.
-template <GgmlType kType, int NT>
-HWY_INLINE void DotRowF(const uint8_t* row, int64_t n, const float* const* x, float* out) {
-  const hn::ScalableTag<float> df;
-  const size_t L = hn::Lanes(df);
-  using V = hn::Vec<decltype(df)>;
-  V acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = hn::Zero(df);
-  int64_t i = 0;
-  for (; i + static_cast<int64_t>(L) <= n; i += L) {
-    V wv;
-    if constexpr (kType == GgmlType::kF32) {
-      wv = hn::LoadU(df, reinterpret_cast<const float*>(row) + i);
-    } else if constexpr (kType == GgmlType::kF16) {
-      const hn::Rebind<hwy::float16_t, decltype(df)> dh;
-      wv = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row) + i));
-    } else {
-      const hn::Rebind<hwy::bfloat16_t, decltype(df)> dh;
-      wv = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::bfloat16_t*>(row) + i));
-    }
-    for (int t = 0; t < NT; ++t) acc[t] = hn::MulAdd(wv, hn::LoadU(df, x[t] + i), acc[t]);
-  }
-  for (int t = 0; t < NT; ++t) out[t] = hn::GetLane(hn::SumOfLanes(df, acc[t]));
-  for (; i < n; ++i) {  // tail (rows not a multiple of the vector length)
-    float wf;
-    if constexpr (kType == GgmlType::kF32) {
-      wf = reinterpret_cast<const float*>(row)[i];
-    } else if constexpr (kType == GgmlType::kF16) {
-      wf = F16Table()[reinterpret_cast<const uint16_t*>(row)[i]];
-    } else {
-      wf = Bf16ToF32(reinterpret_cast<const uint16_t*>(row)[i]);
-    }
-    for (int t = 0; t < NT; ++t) out[t] += wf * x[t][i];
-  }
-}
-
-template <GgmlType kType>
-void RowsOfType(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0,
-                int64_t r1) {
-  constexpr bool kFloat =
-      kType == GgmlType::kF32 || kType == GgmlType::kF16 || kType == GgmlType::kBF16;
-  const int64_t nb = in.n_cols / 32;
-  // Blocks of rows outside, groups of 4 tokens inside: a block's weights stay in L1/L2 while
-  // every token uses them (prefill reads each weight from memory once).
-  constexpr int64_t kRowBlock = 16;
-  for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
-    const int64_t re = std::min(r1, rb + kRowBlock);
-    for (int64_t t0 = 0; t0 < in.n_tokens; t0 += 4) {
-      const int nt = static_cast<int>(std::min<int64_t>(4, in.n_tokens - t0));
-      ActView aq[4];
-      const float* af[4];
-      for (int t = 0; t < nt; ++t) {
-        if constexpr (!kFloat) aq[t] = {in.qs + (t0 + t) * in.n_cols, in.d + (t0 + t) * nb, in.s + (t0 + t) * nb};
-        af[t] = in.x + (t0 + t) * in.ld;
-      }
-      for (int64_t r = rb; r < re; ++r) {
-        float out[4] = {0, 0, 0, 0};
-        const uint8_t* row = w.Row(r);
-        if constexpr (kFloat) {
-          switch (nt) {
-            case 4: DotRowF<kType, 4>(row, in.n_cols, af, out); break;
-            case 3: DotRowF<kType, 3>(row, in.n_cols, af, out); break;
-            case 2: DotRowF<kType, 2>(row, in.n_cols, af, out); break;
-            default: DotRowF<kType, 1>(row, in.n_cols, af, out); break;
-          }
-        } else if (kType == GgmlType::kQ4_0 && w.repacked) {
-          switch (nt) {
-            case 4: DotRowQ4_0R<4>(row, in.n_cols, aq, out); break;
-            case 3: DotRowQ4_0R<3>(row, in.n_cols, aq, out); break;
-            case 2: DotRowQ4_0R<2>(row, in.n_cols, aq, out); break;
-            default: DotRowQ4_0R<1>(row, in.n_cols, aq, out); break;
-          }
-        } else {
-          switch (nt) {
-            case 4: DotRowQ<kType, 4>(row, in.n_cols, aq, out); break;
-            case 3: DotRowQ<kType, 3>(row, in.n_cols, aq, out); break;
-            case 2: DotRowQ<kType, 2>(row, in.n_cols, aq, out); break;
-            default: DotRowQ<kType, 1>(row, in.n_cols, aq, out); break;
-          }
-        }
-        for (int t = 0; t < nt; ++t) y[(t0 + t) * ldy + r] = out[t];
-      }
-    }
-  }
-}
-
-void MatMulRowsImpl(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0,
-                    int64_t r1) {
-  switch (w.type) {
-#define TLR_CASE(T) \
-  case GgmlType::T: return RowsOfType<GgmlType::T>(w, in, y, ldy, r0, r1);
-    TLR_CASE(kF32)
-    TLR_CASE(kF16)
-    TLR_CASE(kBF16)
-    TLR_CASE(kQ8_0)
-    TLR_CASE(kQ4_0)
-    TLR_CASE(kQ4_1)
-    TLR_CASE(kQ5_0)
-    TLR_CASE(kQ5_1)
-    TLR_CASE(kQ4_K)
-    TLR_CASE(kQ5_K)
-    TLR_CASE(kQ6_K)
-#undef TLR_CASE
-    default:
-      return;
-  }
-}
 
 void QuantizeQ8ARows(const float* x, int64_t ld, int64_t n_cols, int8_t* qs, float* ds,
                      float* ss, int64_t t0, int64_t t1) {
@@ -180,7 +68,6 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace tlr {
 
-HWY_EXPORT(MatMulRowsImpl);
 HWY_EXPORT(QuantizeQ8ARows);
 HWY_EXPORT(TargetNameImpl);
 
@@ -231,8 +118,23 @@ void MatMulInput::Prepare(GgmlType type, const float* xs, int64_t n_tok, int64_t
 
 void MatMulRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0,
                 int64_t r1) {
-  HWY_DYNAMIC_DISPATCH(MatMulRowsImpl)(w, in, y, ldy, r0, r1);
+  switch (w.type) {
+    case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16:
+      return kernels::FloatRows(w, in, y, ldy, r0, r1);
+    case GgmlType::kQ8_0: case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+      return kernels::LegacyRows(w, in, y, ldy, r0, r1);
+    case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
+      return kernels::KQuantRows(w, in, y, ldy, r0, r1);
+    default:
+      return;
+  }
 }
+
+namespace {
+// Row chunks for threads start on panel boundaries (a panel is computed whole).
+int64_t AlignToPanels(int64_t rows) { return (rows + kPanelRows - 1) / kPanelRows * kPanelRows; }
+}  // namespace
 
 void MatMulFused(std::span<const WeightView> ws, const MatMulInput& in, std::span<float* const> ys,
                  ThreadPool* pool) {
@@ -245,7 +147,7 @@ void MatMulFused(std::span<const WeightView> ws, const MatMulInput& in, std::spa
   // Two chunks per thread: each thread streams long contiguous runs of rows (what the
   // hardware prefetcher wants; many small chunks measured ~10% slower for decode), with a
   // little slack for a core that runs slower.
-  const int64_t chunk = std::max<int64_t>(16, total_rows / (2 * threads));
+  const int64_t chunk = AlignToPanels(std::max<int64_t>(16, total_rows / (2 * threads)));
   int64_t first_chunk[kMax + 1];
   first_chunk[0] = 0;
   for (size_t i = 0; i < m; ++i) first_chunk[i + 1] = first_chunk[i] + (ws[i].n_rows + chunk - 1) / chunk;
@@ -267,7 +169,7 @@ void MatMulFused(std::span<const WeightView> ws, const MatMulInput& in, std::spa
 
 void MatMul(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, ThreadPool* pool) {
   // Two chunks per thread, as in MatMulFused.
-  const int64_t chunk = std::max<int64_t>(16, w.n_rows / (2 * (pool ? pool->n_threads() : 1)));
+  const int64_t chunk = AlignToPanels(std::max<int64_t>(16, w.n_rows / (2 * (pool ? pool->n_threads() : 1))));
   if (!pool || pool->n_threads() == 1) {
     MatMulRows(w, in, y, ldy, 0, w.n_rows);
     return;

@@ -7,8 +7,9 @@
 // what makes them fast (8-bit multiply-adds, maddubs/VNNI on x86), at a cost of ~0.4% relative
 // error per activation block, far below the weights' own quantization error.
 //
-// SIMD lives in matmul.cc (Google Highway, runtime dispatch over the compiled targets); every
-// kernel has a scalar reference here for tests. Thread-safe: no shared mutable state.
+// SIMD lives in one translation unit per family of weight types (matmul_kernels.h; Google
+// Highway, runtime dispatch over the compiled targets); every kernel has a scalar reference
+// here for tests. Thread-safe: no shared mutable state.
 #pragma once
 
 #include <cstdint>
@@ -36,11 +37,12 @@ struct WeightView {
   const uint8_t* Row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
 };
 
-// Repacking (an explicit copy at load, same size): Q4_0 rows rearranged so the kernel loads
-// 8 block scales with one vector load and unpacks two blocks' 4-bit values from one 32-byte
-// load. Per row of G blocks: G f16 scales, then for each pair of blocks 32 bytes whose low
-// nibbles are the first block's 32 values and high nibbles the second's (an odd last block
-// keeps its 16 GGUF bytes). Only Q4_0 gains enough to be worth a copy.
+// Repacking (an explicit copy at load, same size): Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 rows are
+// interleaved in panels of 8 rows (panel_layout.h), so one vector instruction works on 8 rows
+// at once and a prefill reads each weight block once per 8 tokens (AVX-512: 8; else 4). Rows
+// after the last full panel keep GGUF layout. The kernels give the same results either way
+// up to float rounding; the layout never changes which kernel a row goes through within one
+// matrix, so results do not depend on the batch or on the thread count.
 bool CanRepack(GgmlType type);
 // Writes the repacked rows of `w` (GGUF layout) to dst (w.n_rows * w.row_bytes bytes).
 void RepackMatrix(const WeightView& w, uint8_t* dst);

@@ -17,6 +17,7 @@
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "quant/blocks.h"
+#include "ops/matmul.h"
 #include "quant/quantize.h"
 
 #ifndef TLR_OPS_MATMUL_F16_TABLE
@@ -461,83 +462,43 @@ HWY_INLINE void DotRowQ(const uint8_t* row, int64_t n_cols, const ActView* a, fl
   }
 }
 
-// Repacked Q4_0 (see RepackMatrix): per chunk of up to 256 groups, the weight scales of 8
-// groups are widened with one vector op and multiplied by the tokens' activation scales
-// (structure of arrays) into a small table; the offset term is one vector FMA per 8 groups;
-// each 32-byte load of nibbles unpacks to two groups with an AND and a shift.
-template <int NT>
-HWY_INLINE void DotRowQ4_0R(const uint8_t* row, int64_t n_cols, const ActView* a, float* out) {
-  const DF df;
-  const hn::Rebind<hwy::float16_t, DF> dh;
-  constexpr int64_t kChunk = 256;
-  HWY_ALIGN float scale[NT][kChunk];
-  VF acc0[NT], acc1[NT], offv[NT];
-  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = offv[t] = hn::Zero(df);
-  const int64_t ng = n_cols / 32;
-  const uint16_t* sc16 = reinterpret_cast<const uint16_t*>(row);
-  const uint8_t* nib = row + 2 * ng;
-  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
-  for (int64_t c0 = 0; c0 < ng; c0 += kChunk) {
-    const int64_t cn = std::min(kChunk, ng - c0);
-    int64_t j = 0;
-    for (; j + L <= cn; j += L) {
-      const VF dw = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(sc16 + c0 + j)));
-      for (int t = 0; t < NT; ++t) {
-        hn::Store(hn::Mul(dw, hn::LoadU(df, a[t].d + c0 + j)), df, scale[t] + j);
-        offv[t] = hn::MulAdd(dw, hn::LoadU(df, a[t].s + c0 + j), offv[t]);
-      }
-    }
-    float off_tail[NT] = {};
-    for (; j < cn; ++j) {
-      const float dw = Half(sc16[c0 + j]);
-      for (int t = 0; t < NT; ++t) {
-        scale[t][j] = dw * a[t].d[c0 + j];
-        off_tail[t] += dw * a[t].s[c0 + j];
-      }
-    }
-    for (int t = 0; t < NT; ++t) offv[t] = hn::Add(offv[t], hn::Set(df, off_tail[t] / static_cast<float>(L)));
-    int64_t g = c0;
-    for (; g + 1 < c0 + cn; g += 2) {
-      hwy::Prefetch(nib + 16 * g + 1024);
-#ifdef TLR_X86_256
-      const __m256i raw = Load32(nib + 16 * g);
-      const __m256i mask = _mm256_set1_epi8(0x0F);
-      const __m256i w0 = _mm256_and_si256(raw, mask);
-      const __m256i w1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
-      for (int t = 0; t < NT; ++t) {
-        const int8_t* q = a[t].qs + 32 * g;
-        acc0[t] = hn::MulAdd(hn::ConvertTo(df, ToVI(DotU8(w0, Load32(q)))), hn::Set(df, scale[t][g - c0]), acc0[t]);
-        acc1[t] = hn::MulAdd(hn::ConvertTo(df, ToVI(DotU8(w1, Load32(q + 32)))), hn::Set(df, scale[t][g + 1 - c0]), acc1[t]);
-      }
-#else
-      HWY_ALIGN int8_t w0[32], w1[32];
-      for (int i = 0; i < 32; ++i) {
-        w0[i] = static_cast<int8_t>(nib[16 * g + i] & 0xF);
-        w1[i] = static_cast<int8_t>(nib[16 * g + i] >> 4);
-      }
-      for (int t = 0; t < NT; ++t) {
-        const int8_t* q = a[t].qs + 32 * g;
-        acc0[t] = hn::MulAdd(hn::ConvertTo(df, DotPortable(w0, q)), hn::Set(df, scale[t][g - c0]), acc0[t]);
-        acc1[t] = hn::MulAdd(hn::ConvertTo(df, DotPortable(w1, q + 32)), hn::Set(df, scale[t][g + 1 - c0]), acc1[t]);
-      }
-#endif
-    }
-    if (g < c0 + cn) {  // odd last group: GGUF nibble layout
-      HWY_ALIGN int8_t w[32];
-      const uint8_t* qs = nib + 16 * g;
-      for (int i = 0; i < 16; ++i) {
-        w[i] = static_cast<int8_t>(qs[i] & 0xF);
-        w[i + 16] = static_cast<int8_t>(qs[i] >> 4);
-      }
-      for (int t = 0; t < NT; ++t) {
-        acc0[t] = hn::MulAdd(hn::ConvertTo(df, DotPortable(w, a[t].qs + 32 * g)), hn::Set(df, scale[t][g - c0]), acc0[t]);
+// Rows [r0, r1) of a matrix in GGUF layout times every token of `in`: blocks of rows outside,
+// groups of up to 4 tokens inside, so a block's weights stay in L1/L2 while every token uses
+// them. dot(row, nt, t0, out) computes tokens t0..t0+nt-1 against one row.
+template <class Dot>
+HWY_INLINE void RowBlocks(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy,
+                          int64_t r0, int64_t r1, const Dot& dot) {
+  constexpr int64_t kRowBlock = 16;
+  for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
+    const int64_t re = std::min(r1, rb + kRowBlock);
+    for (int64_t t0 = 0; t0 < in.n_tokens; t0 += 4) {
+      const int nt = static_cast<int>(std::min<int64_t>(4, in.n_tokens - t0));
+      for (int64_t r = rb; r < re; ++r) {
+        float out[4] = {0, 0, 0, 0};
+        dot(w.Row(r), nt, t0, out);
+        for (int t = 0; t < nt; ++t) y[(t0 + t) * ldy + r] = out[t];
       }
     }
   }
-  for (int t = 0; t < NT; ++t) {
-    out[t] = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0[t], acc1[t]))) -
-             8.0f * hn::GetLane(hn::SumOfLanes(df, offv[t]));
-  }
+}
+
+// The same for a quantized type with its DotRowQ kernel.
+template <GgmlType kType>
+HWY_INLINE void QuantRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy,
+                          int64_t r0, int64_t r1) {
+  const int64_t nb = in.n_cols / 32;
+  RowBlocks(w, in, y, ldy, r0, r1, [&](const uint8_t* row, int nt, int64_t t0, float* out) {
+    ActView aq[4];
+    for (int t = 0; t < nt; ++t) {
+      aq[t] = {in.qs + (t0 + t) * in.n_cols, in.d + (t0 + t) * nb, in.s + (t0 + t) * nb};
+    }
+    switch (nt) {
+      case 4: DotRowQ<kType, 4>(row, in.n_cols, aq, out); break;
+      case 3: DotRowQ<kType, 3>(row, in.n_cols, aq, out); break;
+      case 2: DotRowQ<kType, 2>(row, in.n_cols, aq, out); break;
+      default: DotRowQ<kType, 1>(row, in.n_cols, aq, out); break;
+    }
+  });
 }
 
 }  // namespace HWY_NAMESPACE

@@ -8,47 +8,6 @@
 #include "quant/quantize.h"
 
 namespace tlr {
-bool CanRepack(GgmlType type) { return type == GgmlType::kQ4_0; }
-
-void RepackMatrix(const WeightView& w, uint8_t* dst) {
-  const int64_t ng = w.n_cols / 32;
-  for (int64_t r = 0; r < w.n_rows; ++r) {
-    const auto* blocks = reinterpret_cast<const BlockQ4_0*>(w.Row(r));
-    uint8_t* out = dst + r * w.row_bytes;
-    for (int64_t g = 0; g < ng; ++g) std::memcpy(out + 2 * g, &blocks[g].d, 2);
-    uint8_t* nib = out + 2 * ng;
-    auto value = [&](int64_t g, int i) {  // the i-th 4-bit value of block g
-      return i < 16 ? blocks[g].qs[i] & 0xF : blocks[g].qs[i - 16] >> 4;
-    };
-    int64_t g = 0;
-    for (; g + 1 < ng; g += 2, nib += 32) {
-      for (int i = 0; i < 32; ++i) nib[i] = static_cast<uint8_t>(value(g, i) | (value(g + 1, i) << 4));
-    }
-    if (g < ng) std::memcpy(nib, blocks[g].qs, 16);
-  }
-}
-
-void UnrepackRow(const WeightView& w, int64_t r, uint8_t* out) {
-  const int64_t ng = w.n_cols / 32;
-  const uint8_t* row = w.Row(r);
-  auto* blocks = reinterpret_cast<BlockQ4_0*>(out);
-  const uint8_t* nib = row + 2 * ng;
-  int64_t g = 0;
-  for (; g + 1 < ng; g += 2, nib += 32) {
-    for (int h = 0; h < 2; ++h) {
-      std::memcpy(&blocks[g + h].d, row + 2 * (g + h), 2);
-      for (int i = 0; i < 16; ++i) {
-        const int lo = (nib[i] >> (4 * h)) & 0xF, hi = (nib[i + 16] >> (4 * h)) & 0xF;
-        blocks[g + h].qs[i] = static_cast<uint8_t>(lo | (hi << 4));
-      }
-    }
-  }
-  if (g < ng) {
-    std::memcpy(&blocks[g].d, row + 2 * g, 2);
-    std::memcpy(blocks[g].qs, nib, 16);
-  }
-}
-
 namespace {
 // Row r of w in GGUF layout (unrepacked into `buf` when needed).
 const uint8_t* GgufRow(const WeightView& w, int64_t r, std::vector<uint8_t>& buf) {

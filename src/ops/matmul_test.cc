@@ -108,37 +108,51 @@ TEST_P(MatMulKernels, MatchScalarReferences) {
   }
 }
 
-// Repacked Q4_0: the layout round-trips, and the kernel on repacked rows matches the
-// references (which read the rows back in GGUF layout) for even, odd and multi-chunk rows.
-TEST_P(MatMulKernels, RepackedQ4_0MatchesReferences) {
+// Panel layout (RepackMatrix): it round-trips, the kernel on repacked rows matches the
+// references (which read the rows back in GGUF layout) for every panel type, with rows that
+// fill panels and a tail that does not; and a (row, token) result is bit-identical whatever
+// the number of tokens in the call and whatever row range asked for it (batch invariance).
+TEST_P(MatMulKernels, PanelLayoutMatchesReferencesAndIsBatchInvariant) {
   std::mt19937 rng(5);
   std::normal_distribution<float> act(0.0f, 1.0f);
-  for (int64_t cols : {32, 96, 128, 896, 8192 + 96}) {
-    const int64_t rows = 7;
-    auto wdata = RandomWeights(GgmlType::kQ4_0, rows, cols, rng);
-    WeightView w{GgmlType::kQ4_0, wdata.data(), rows, cols, wdata.size() / rows};
-    std::vector<uint8_t> packed(wdata.size()), back(w.row_bytes);
-    RepackMatrix(w, packed.data());
-    WeightView wr = w;
-    wr.data = packed.data();
-    wr.repacked = true;
-    for (int64_t r = 0; r < rows; ++r) {
-      UnrepackRow(wr, r, back.data());
-      ASSERT_EQ(0, std::memcmp(back.data(), w.Row(r), w.row_bytes)) << "row " << r << " cols " << cols;
-    }
-    for (int64_t n_tokens : {1, 3, 4, 6}) {
-      std::vector<float> x(n_tokens * cols);
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1}) {
+    for (int64_t cols : {32, 96, 896}) {
+      const int64_t rows = 19;  // two panels and three rows in GGUF layout
+      auto wdata = RandomWeights(type, rows, cols, rng);
+      WeightView w{type, wdata.data(), rows, cols, wdata.size() / rows};
+      std::vector<uint8_t> packed(wdata.size()), back(w.row_bytes);
+      RepackMatrix(w, packed.data());
+      WeightView wr = w;
+      wr.data = packed.data();
+      wr.repacked = true;
+      for (int64_t r = 0; r < rows; ++r) {
+        UnrepackRow(wr, r, back.data());
+        ASSERT_EQ(0, std::memcmp(back.data(), w.Row(r), w.row_bytes))
+            << GgmlTraits(type).name << " row " << r << " cols " << cols;
+      }
+      const int64_t max_tokens = 11;
+      std::vector<float> x(max_tokens * cols);
       for (auto& v : x) v = act(rng);
-      MatMulInput in;
-      in.Prepare(GgmlType::kQ4_0, x.data(), n_tokens, cols, cols, nullptr);
-      std::vector<float> y(n_tokens * rows), plain(n_tokens * rows), ref(n_tokens * rows);
-      MatMulRows(wr, in, y.data(), rows, 0, rows);
-      MatMulRows(w, in, plain.data(), rows, 0, rows);
-      MatMulRowsRef(wr, in, ref.data(), rows, 0, rows);
-      for (size_t k = 0; k < y.size(); ++k) {
-        const double tol = 1e-5 * (1 + std::fabs(ref[k])) * (cols / 256 + 1);
-        EXPECT_NEAR(y[k], ref[k], tol) << "cols " << cols << " k " << k;
-        EXPECT_NEAR(y[k], plain[k], tol) << "cols " << cols << " k " << k;
+      MatMulInput all;
+      all.Prepare(type, x.data(), max_tokens, cols, cols, nullptr);
+      std::vector<float> y_all(max_tokens * rows), ref(max_tokens * rows);
+      MatMulRows(wr, all, y_all.data(), rows, 0, rows);
+      MatMulRowsRef(wr, all, ref.data(), rows, 0, rows);
+      for (size_t k = 0; k < y_all.size(); ++k) {
+        const double tol = 2e-5 * (1 + std::fabs(ref[k])) * (cols / 256 + 1);
+        EXPECT_NEAR(y_all[k], ref[k], tol) << GgmlTraits(type).name << " cols " << cols << " k " << k;
+      }
+      // Each token alone, over ranges that cut panels, equals its row in the full batch.
+      for (int64_t t = 0; t < max_tokens; ++t) {
+        MatMulInput one;
+        one.Prepare(type, x.data() + t * cols, 1, cols, cols, nullptr);
+        std::vector<float> y1(rows, -1.0f);
+        for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 3}, {3, 11}, {11, 17}, {17, 19}}) {
+          MatMulRows(wr, one, y1.data(), rows, r0, r1);
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          ASSERT_EQ(y1[r], y_all[t * rows + r]) << GgmlTraits(type).name << " token " << t << " row " << r;
+        }
       }
     }
   }
@@ -147,9 +161,15 @@ TEST_P(MatMulKernels, RepackedQ4_0MatchesReferences) {
 TEST_P(MatMulKernels, ThreadedMatchesSingleThreaded) {
   std::mt19937 rng(99);
   const int64_t rows = 301, cols = 256;
-  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kF16}) {
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ5_0, GgmlType::kQ4_K, GgmlType::kF16}) {
     auto wdata = RandomWeights(type, rows, cols, rng);
     WeightView w{type, wdata.data(), rows, cols, wdata.size() / rows};
+    std::vector<uint8_t> packed(wdata.size());
+    if (CanRepack(type)) {  // the panel layout, as models load it
+      RepackMatrix(w, packed.data());
+      w.data = packed.data();
+      w.repacked = true;
+    }
     std::vector<float> x(7 * cols);
     std::normal_distribution<float> act;
     for (auto& v : x) v = act(rng);

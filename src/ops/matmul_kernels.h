@@ -1,0 +1,21 @@
+// Per-family MatMul row kernels (ops layer, internal to src/ops): each family of weight types
+// is its own translation unit compiled for every SIMD target (matmul_float.cc,
+// matmul_legacy.cc, matmul_kquant.cc), so one family builds on its own and builds run in
+// parallel. Each function computes rows [r0, r1) of y = W x for every token of `in` with the
+// kernel dispatch picks for this CPU; matmul.cc routes by type. Same contract as MatMulRows.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/matmul.h"
+
+namespace tlr::kernels {
+
+// F32, F16, BF16 weights times float activations.
+void FloatRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0, int64_t r1);
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, in GGUF or panel layout (w.repacked).
+void LegacyRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0, int64_t r1);
+// Q4_K, Q5_K, Q6_K.
+void KQuantRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0, int64_t r1);
+
+}  // namespace tlr::kernels

@@ -1,0 +1,36 @@
+// MatMul kernels for K-quant weights (ops layer): Q4_K, Q5_K and Q6_K rows in GGUF layout
+// times Q8A activations, compiled for every SIMD target. See matmul_kernels.h.
+#include "ops/matmul_kernels.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/matmul_kquant.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include "ops/matmul_quant-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace tlr {
+namespace HWY_NAMESPACE {
+
+void KQuantRowsImpl(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+  switch (w.type) {
+    case GgmlType::kQ4_K: return QuantRows<GgmlType::kQ4_K>(w, in, y, ldy, r0, r1);
+    case GgmlType::kQ5_K: return QuantRows<GgmlType::kQ5_K>(w, in, y, ldy, r0, r1);
+    case GgmlType::kQ6_K: return QuantRows<GgmlType::kQ6_K>(w, in, y, ldy, r0, r1);
+    default: return;
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace tlr
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace tlr::kernels {
+HWY_EXPORT(KQuantRowsImpl);
+void KQuantRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+  HWY_DYNAMIC_DISPATCH(KQuantRowsImpl)(w, in, y, ldy, r0, r1);
+}
+}  // namespace tlr::kernels
+#endif
