@@ -14,54 +14,106 @@ namespace tlr {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// One weight row times NT tokens' float activations.
-template <GgmlType kType, int NT>
-HWY_INLINE void DotRowF(const uint8_t* row, int64_t n, const float* const* x, float* out) {
-  const hn::ScalableTag<float> df;
-  const size_t L = hn::Lanes(df);
-  using V = hn::Vec<decltype(df)>;
-  V acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = hn::Zero(df);
-  int64_t i = 0;
-  for (; i + static_cast<int64_t>(L) <= n; i += L) {
-    V wv;
-    if constexpr (kType == GgmlType::kF32) {
-      wv = hn::LoadU(df, reinterpret_cast<const float*>(row) + i);
-    } else if constexpr (kType == GgmlType::kF16) {
-      const hn::Rebind<hwy::float16_t, decltype(df)> dh;
-      wv = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row) + i));
-    } else {
-      const hn::Rebind<hwy::bfloat16_t, decltype(df)> dh;
-      wv = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::bfloat16_t*>(row) + i));
-    }
-    for (int t = 0; t < NT; ++t) acc[t] = hn::MulAdd(wv, hn::LoadU(df, x[t] + i), acc[t]);
-  }
-  for (int t = 0; t < NT; ++t) out[t] = hn::GetLane(hn::SumOfLanes(df, acc[t]));
-  for (; i < n; ++i) {  // tail (rows not a multiple of the vector length)
-    float wf;
-    if constexpr (kType == GgmlType::kF32) {
-      wf = reinterpret_cast<const float*>(row)[i];
-    } else if constexpr (kType == GgmlType::kF16) {
-      wf = F16Table()[reinterpret_cast<const uint16_t*>(row)[i]];
-    } else {
-      wf = Bf16ToF32(reinterpret_cast<const uint16_t*>(row)[i]);
-    }
-    for (int t = 0; t < NT; ++t) out[t] += wf * x[t][i];
+// Rows per register block: with 32 vector registers (AVX-512) 4 rows x 4 tokens of
+// accumulators fit beside the loaded weights; with 16, 2 rows x 4 tokens.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr int kFloatRows = 4;
+#else
+constexpr int kFloatRows = 2;
+#endif
+
+template <GgmlType kType, class D>
+HWY_INLINE hn::Vec<D> LoadWeights(D df, const uint8_t* row, int64_t i) {
+  if constexpr (kType == GgmlType::kF32) {
+    return hn::LoadU(df, reinterpret_cast<const float*>(row) + i);
+  } else if constexpr (kType == GgmlType::kF16) {
+    const hn::Rebind<hwy::float16_t, D> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row) + i));
+  } else {
+    const hn::Rebind<hwy::bfloat16_t, D> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::bfloat16_t*>(row) + i));
   }
 }
 
 template <GgmlType kType>
-void Rows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0, int64_t r1) {
-  RowBlocks(w, in, y, ldy, r0, r1, [&](const uint8_t* row, int nt, int64_t t0, float* out) {
-    const float* af[4];
-    for (int t = 0; t < nt; ++t) af[t] = in.x + (t0 + t) * in.ld;
-    switch (nt) {
-      case 4: DotRowF<kType, 4>(row, in.n_cols, af, out); break;
-      case 3: DotRowF<kType, 3>(row, in.n_cols, af, out); break;
-      case 2: DotRowF<kType, 2>(row, in.n_cols, af, out); break;
-      default: DotRowF<kType, 1>(row, in.n_cols, af, out); break;
+HWY_INLINE float WeightAt(const uint8_t* row, int64_t i) {
+  if constexpr (kType == GgmlType::kF32) return reinterpret_cast<const float*>(row)[i];
+  if constexpr (kType == GgmlType::kF16) return F16Table()[reinterpret_cast<const uint16_t*>(row)[i]];
+  return Bf16ToF32(reinterpret_cast<const uint16_t*>(row)[i]);
+}
+
+// NR weight rows times NT tokens' float activations, out[t * NR + r]. Each (row, token) pair
+// has its own accumulator and the same sequence of operations whatever NR and NT are, so a
+// result does not depend on the batch (decode and prefill agree bit for bit).
+template <GgmlType kType, int NR, int NT>
+HWY_INLINE void DotRowsF(const uint8_t* const* rows, int64_t n, const float* const* x, float* out) {
+  const hn::ScalableTag<float> df;
+  const size_t L = hn::Lanes(df);
+  using V = hn::Vec<decltype(df)>;
+  V acc[NR][NT];
+  for (int r = 0; r < NR; ++r) {
+    for (int t = 0; t < NT; ++t) acc[r][t] = hn::Zero(df);
+  }
+  int64_t i = 0;
+  for (; i + static_cast<int64_t>(L) <= n; i += L) {
+    V wv[NR];
+    for (int r = 0; r < NR; ++r) wv[r] = LoadWeights<kType>(df, rows[r], i);
+    for (int t = 0; t < NT; ++t) {
+      const V xv = hn::LoadU(df, x[t] + i);
+      for (int r = 0; r < NR; ++r) acc[r][t] = hn::MulAdd(wv[r], xv, acc[r][t]);
     }
-  });
+  }
+  for (int r = 0; r < NR; ++r) {
+    for (int t = 0; t < NT; ++t) {
+      float sum = hn::GetLane(hn::SumOfLanes(df, acc[r][t]));
+      for (int64_t k = i; k < n; ++k) sum += WeightAt<kType>(rows[r], k) * x[t][k];  // tail
+      out[t * NR + r] = sum;
+    }
+  }
+}
+
+template <GgmlType kType, int NR>
+HWY_INLINE void DotRowsFTokens(const uint8_t* const* rows, int64_t n, const float* const* x, int nt, float* out) {
+  switch (nt) {
+    case 4: return DotRowsF<kType, NR, 4>(rows, n, x, out);
+    case 3: return DotRowsF<kType, NR, 3>(rows, n, x, out);
+    case 2: return DotRowsF<kType, NR, 2>(rows, n, x, out);
+    default: return DotRowsF<kType, NR, 1>(rows, n, x, out);
+  }
+}
+
+// Blocks of 16 rows outside (they stay in L1/L2 while every token uses them), register blocks
+// of kFloatRows rows x 4 tokens inside.
+template <GgmlType kType>
+void Rows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+  constexpr int64_t kRowBlock = 16;
+  for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
+    const int64_t re = std::min(r1, rb + kRowBlock);
+    for (int64_t t0 = 0; t0 < in.n_tokens; t0 += 4) {
+      const int nt = static_cast<int>(std::min<int64_t>(4, in.n_tokens - t0));
+      const float* xs[4];
+      for (int t = 0; t < nt; ++t) xs[t] = in.x + (t0 + t) * in.ld;
+      for (int64_t r = rb; r < re;) {
+        // One token (decode) streams one row at a time: a single sequential read of the
+        // matrix is what the prefetchers handle best, and memory bounds decode anyway.
+        const int nr = nt == 1 ? 1 : static_cast<int>(std::min<int64_t>(kFloatRows, re - r));
+        const uint8_t* rows[kFloatRows];
+        for (int k = 0; k < nr; ++k) rows[k] = w.Row(r + k);
+        float out[4 * kFloatRows];
+        if (nr == kFloatRows && nr > 1) {
+          DotRowsFTokens<kType, kFloatRows>(rows, in.n_cols, xs, nt, out);
+        } else {
+          for (int k = 0; k < nr; ++k) DotRowsFTokens<kType, 1>(rows + k, in.n_cols, xs, nt, out + k * 4);
+        }
+        for (int t = 0; t < nt; ++t) {
+          for (int k = 0; k < nr; ++k) {
+            y[(t0 + t) * ldy + r + k] = nr == kFloatRows && nr > 1 ? out[t * kFloatRows + k] : out[k * 4 + t];
+          }
+        }
+        r += nr;
+      }
+    }
+  }
 }
 
 void FloatRowsImpl(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0, int64_t r1) {

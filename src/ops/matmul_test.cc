@@ -161,7 +161,7 @@ TEST_P(MatMulKernels, PanelLayoutMatchesReferencesAndIsBatchInvariant) {
 TEST_P(MatMulKernels, ThreadedMatchesSingleThreaded) {
   std::mt19937 rng(99);
   const int64_t rows = 301, cols = 256;
-  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ5_0, GgmlType::kQ4_K, GgmlType::kF16}) {
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ5_0, GgmlType::kQ4_K, GgmlType::kF16, GgmlType::kF32}) {
     auto wdata = RandomWeights(type, rows, cols, rng);
     WeightView w{type, wdata.data(), rows, cols, wdata.size() / rows};
     std::vector<uint8_t> packed(wdata.size());
@@ -180,6 +180,14 @@ TEST_P(MatMulKernels, ThreadedMatchesSingleThreaded) {
     MatMulRows(w, in, y1.data(), rows, 0, rows);
     MatMul(w, in, y3.data(), rows, &pool);
     EXPECT_EQ(y1, y3);  // same kernel, same sums: bit-identical
+    for (int64_t t = 0; t < 7; ++t) {  // each token alone: the same bits as in the batch
+      MatMulInput one;
+      one.Prepare(type, x.data() + t * cols, 1, cols, cols, nullptr);
+      std::vector<float> yt(rows);
+      MatMul(w, one, yt.data(), rows, &pool);
+      ASSERT_EQ(0, std::memcmp(yt.data(), y1.data() + t * rows, rows * sizeof(float)))
+          << GgmlTraits(type).name << " token " << t;
+    }
   }
 }
 
