@@ -15,6 +15,7 @@
 #include <string>
 
 #include "ops/matmul.h"
+#include "ops/matmul_lowbit.h"
 #include "ops/thread_pool.h"
 #include "quant/quantize.h"
 
@@ -185,6 +186,7 @@ HWY_EXPORT(QuantizeQ8ARows);
 HWY_EXPORT(TargetNameImpl);
 
 bool MatMulSupports(GgmlType t) {
+  if (LowBitSupports(t)) return true;  // Q2_K, Q3_K, IQ4_NL, IQ4_XS: matmul_lowbit.cc
   switch (t) {
     case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16: case GgmlType::kQ8_0:
     case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ5_0: case GgmlType::kQ5_1:
@@ -231,6 +233,7 @@ void MatMulInput::Prepare(GgmlType type, const float* xs, int64_t n_tok, int64_t
 
 void MatMulRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0,
                 int64_t r1) {
+  if (LowBitSupports(w.type)) return MatMulRowsLowBit(w, in, y, ldy, r0, r1);
   HWY_DYNAMIC_DISPATCH(MatMulRowsImpl)(w, in, y, ldy, r0, r1);
 }
 
