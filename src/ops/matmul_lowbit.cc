@@ -92,14 +92,14 @@ HWY_INLINE void ActSums16(const int8_t* q, int64_t n, int16_t* out) {
 #endif
 }
 
-// out[t] = sum of the lanes of acc0[t] + acc1[t], minus the affine part (a vector or a
+// out[t] = sum of the lanes of acc0[t] (+ acc1[t] when given), minus the affine part (a vector or a
 // scalar per token, when the type has one).
 template <int NT>
 HWY_INLINE void Finish(const VF* acc0, const VF* acc1, const VF* off, const float* off_scalar,
                        float* out) {
   const DF df;
   for (int t = 0; t < NT; ++t) {
-    out[t] = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0[t], acc1[t])));
+    out[t] = hn::GetLane(hn::SumOfLanes(df, acc1 ? hn::Add(acc0[t], acc1[t]) : acc0[t]));
     if (off) out[t] -= hn::GetLane(hn::SumOfLanes(df, off[t]));
     if (off_scalar) out[t] -= off_scalar[t];
   }
@@ -150,34 +150,42 @@ HWY_INLINE __m256i Q3HighBit(__m256i hm) {
   else return _mm256_srli_epi16(b, C - 2);
 }
 
-// Codes of the four 32-element chunks of one 128-element half of a Q2_K / Q3_K block.
-template <bool kQ3, int H>
-HWY_INLINE void UnpackHalf(const uint8_t* qs, __m256i hm, __m256i* u) {
-  const __m256i q = L32(qs + 32 * H), m3 = _mm256_set1_epi8(3);
-  u[0] = _mm256_and_si256(q, m3);
-  u[1] = _mm256_and_si256(_mm256_srli_epi16(q, 2), m3);
-  u[2] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m3);
-  u[3] = _mm256_and_si256(_mm256_srli_epi16(q, 6), m3);
+// One 32-element group C (0..7) of a Q2_K / Q3_K super-block for NT tokens: the codes u
+// (2 bits at bit 2 * (C % 4) of `q`, the 32 qs bytes of its 128-element half; Q3_K's third
+// bit from hmask), maddubs with the activations, madd with the int16 scales of its two
+// halves, then s[t] += isum * d_a(group).
+template <bool kQ3, int C, int NT>
+HWY_INLINE void GroupQ23K(__m256i q, __m256i hm, __m128i sc8, __m256i sc_bcast, const Act* a,
+                          int64_t sb, VF* s) {
+  const DF df;
+  __m256i u = _mm256_and_si256(C % 4 ? _mm256_srli_epi16(q, 2 * (C % 4)) : q, _mm256_set1_epi8(3));
+  __m256i sc16;
   if constexpr (kQ3) {
-    u[0] = _mm256_or_si256(u[0], Q3HighBit<4 * H + 0>(hm));
-    u[1] = _mm256_or_si256(u[1], Q3HighBit<4 * H + 1>(hm));
-    u[2] = _mm256_or_si256(u[2], Q3HighBit<4 * H + 2>(hm));
-    u[3] = _mm256_or_si256(u[3], Q3HighBit<4 * H + 3>(hm));
+    u = _mm256_or_si256(u, Q3HighBit<C>(hm));
+    const __m128i pick = _mm_load_si128(reinterpret_cast<const __m128i*>(kScaleShuffles.pick[C]));
+    sc16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, pick));
+  } else {
+    sc16 = _mm256_shuffle_epi8(sc_bcast, L32(kScaleShuffles.zext[C]));
+  }
+  for (int t = 0; t < NT; ++t) {
+    const __m256i p = _mm256_maddubs_epi16(u, L32(a[t].qs + 256 * sb + 32 * C));
+    s[t] = hn::MulAdd(Cvt(_mm256_madd_epi16(p, sc16)), hn::Set(df, a[t].d[8 * sb + C]), s[t]);
   }
 }
 
 // Q2_K and Q3_K: x = d * sc_h * u - dm * m_h per 16-element half h, with
 //   Q2_K: u in 0..3, sc_h, m_h in 0..15, dm = dmin;
 //   Q3_K: u in 0..7, sc_h in -32..31, m_h = 4 * sc_h, dm = d.
+// Per super-block and token: two chains (even / odd groups) of isum * d_a, times d once; the
+// affine part from the 16-sums in one madd.
 template <bool kQ3, int NT>
 HWY_INLINE void RowQ23K(const uint8_t* row, int64_t n_sb, const Act* a, float* out) {
   const DF df;
-  VF acc0[NT], acc1[NT], off[NT];
-  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = off[t] = hn::Zero(df);
+  VF acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = hn::Zero(df);
   using B = std::conditional_t<kQ3, BlockQ3_K, BlockQ2_K>;
   const auto* x = reinterpret_cast<const B*>(row);
   const __m128i m4 = _mm_set1_epi8(0x0F);
-  HWY_ALIGN float scale[NT][8];
   for (int64_t sb = 0; sb < n_sb; ++sb) {
     const B& b = x[sb];
     hwy::Prefetch(reinterpret_cast<const uint8_t*>(&b) + 1024);
@@ -207,68 +215,91 @@ HWY_INLINE void RowQ23K(const uint8_t* row, int64_t n_sb, const Act* a, float* o
       vd = hn::Set(df, Half(b.d));
       vdm = hn::Set(df, Half(b.dmin));
     }
+    VF s0[NT], s1[NT];
     for (int t = 0; t < NT; ++t) {
-      const VF da = hn::LoadU(df, a[t].d + 8 * sb);
-      hn::Store(hn::Mul(vd, da), df, scale[t]);
-      const __m256i msum = _mm256_madd_epi16(mins16, L32(a[t].sums + 16 * sb));
-      off[t] = hn::MulAdd(Cvt(msum), hn::Mul(vdm, da), off[t]);
+      const __m256i msum = _mm256_madd_epi16(mins16, L32(a[t].sums + 16 * sb));  // lane = group
+      acc[t] = hn::NegMulAdd(hn::Mul(Cvt(msum), hn::LoadU(df, a[t].d + 8 * sb)), vdm, acc[t]);
+      s0[t] = s1[t] = hn::Zero(df);
     }
     const __m256i sc_bcast = _mm256_broadcastsi128_si256(sc8);
-    __m256i u[8];
-    UnpackHalf<kQ3, 0>(b.qs, hm, u);
-    UnpackHalf<kQ3, 1>(b.qs, hm, u + 4);
-    for (int c = 0; c < 8; ++c) {
-      const __m256i sc16 =
-          kQ3 ? _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, _mm_load_si128(reinterpret_cast<const __m128i*>(kScaleShuffles.pick[c]))))
-              : _mm256_shuffle_epi8(sc_bcast, L32(kScaleShuffles.zext[c]));
-      for (int t = 0; t < NT; ++t) {
-        const __m256i p = _mm256_maddubs_epi16(u[c], L32(a[t].qs + 256 * sb + 32 * c));
-        VF& acc = (c & 1) ? acc1[t] : acc0[t];
-        acc = hn::MulAdd(Cvt(_mm256_madd_epi16(p, sc16)), hn::Set(df, scale[t][c]), acc);
-      }
-    }
+    const __m256i q0 = L32(b.qs), q1 = L32(b.qs + 32);
+    GroupQ23K<kQ3, 0, NT>(q0, hm, sc8, sc_bcast, a, sb, s0);
+    GroupQ23K<kQ3, 1, NT>(q0, hm, sc8, sc_bcast, a, sb, s1);
+    GroupQ23K<kQ3, 2, NT>(q0, hm, sc8, sc_bcast, a, sb, s0);
+    GroupQ23K<kQ3, 3, NT>(q0, hm, sc8, sc_bcast, a, sb, s1);
+    GroupQ23K<kQ3, 4, NT>(q1, hm, sc8, sc_bcast, a, sb, s0);
+    GroupQ23K<kQ3, 5, NT>(q1, hm, sc8, sc_bcast, a, sb, s1);
+    GroupQ23K<kQ3, 6, NT>(q1, hm, sc8, sc_bcast, a, sb, s0);
+    GroupQ23K<kQ3, 7, NT>(q1, hm, sc8, sc_bcast, a, sb, s1);
+    for (int t = 0; t < NT; ++t) acc[t] = hn::MulAdd(hn::Add(s0[t], s1[t]), vd, acc[t]);
   }
-  Finish<NT>(acc0, acc1, off, nullptr, out);
+  Finish<NT>(acc, nullptr, nullptr, nullptr, out);
 }
 
 HWY_INLINE __m256i Iq4Table() {
   return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
 }
 
-// IQ4_NL: 32-element blocks, x = d * kIq4nlValues[code], codes laid out like Q4_0.
+// One IQ4_NL block g for NT tokens: codes looked up in the table, |w| times a with w's sign.
+template <int NT>
+HWY_INLINE void BlockIQ4NL(const BlockIQ4_NL& b, int64_t g, __m256i table, const Act* a, VF* acc) {
+  const DF df;
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+  const __m256i codes =
+      _mm256_and_si256(_mm256_setr_m128i(raw, _mm_srli_epi16(raw, 4)), _mm256_set1_epi8(0x0F));
+  const __m256i w = _mm256_shuffle_epi8(table, codes);
+  const __m256i aw = _mm256_sign_epi8(w, w);
+  const float dw = Half(b.d);
+  for (int t = 0; t < NT; ++t) {
+    const __m256i isum = DotU8(aw, _mm256_sign_epi8(L32(a[t].qs + 32 * g), w));
+    acc[t] = hn::MulAdd(Cvt(isum), hn::Set(df, dw * a[t].d[g]), acc[t]);
+  }
+}
+
+// IQ4_NL: 32-element blocks, x = d * kIq4nlValues[code], codes laid out like Q4_0. Blocks go
+// in pairs with one accumulator each.
 template <int NT>
 HWY_INLINE void RowIQ4NL(const uint8_t* row, int64_t n_groups, const Act* a, float* out) {
   const DF df;
-  VF acc[2][NT];
-  for (int t = 0; t < NT; ++t) acc[0][t] = acc[1][t] = hn::Zero(df);
+  VF acc0[NT], acc1[NT];
+  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = hn::Zero(df);
   const auto* x = reinterpret_cast<const BlockIQ4_NL*>(row);
-  const __m256i table = Iq4Table(), m4 = _mm256_set1_epi8(0x0F);
-  for (int64_t g = 0; g < n_groups; ++g) {
-    if ((g & 1) == 0) hwy::Prefetch(reinterpret_cast<const uint8_t*>(x + g) + 1024);
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[g].qs));
-    const __m256i codes = _mm256_and_si256(_mm256_setr_m128i(raw, _mm_srli_epi16(raw, 4)), m4);
-    const __m256i w = _mm256_shuffle_epi8(table, codes);
-    const __m256i aw = _mm256_sign_epi8(w, w);
-    const float dw = Half(x[g].d);
-    for (int t = 0; t < NT; ++t) {
-      const __m256i isum = DotU8(aw, _mm256_sign_epi8(L32(a[t].qs + 32 * g), w));
-      acc[g & 1][t] = hn::MulAdd(Cvt(isum), hn::Set(df, dw * a[t].d[g]), acc[g & 1][t]);
-    }
+  const __m256i table = Iq4Table();
+  int64_t g = 0;
+  for (; g + 1 < n_groups; g += 2) {
+    hwy::Prefetch(reinterpret_cast<const uint8_t*>(x + g) + 1024);
+    BlockIQ4NL<NT>(x[g], g, table, a, acc0);
+    BlockIQ4NL<NT>(x[g + 1], g + 1, table, a, acc1);
   }
-  Finish<NT>(acc[0], acc[1], nullptr, nullptr, out);
+  if (g < n_groups) BlockIQ4NL<NT>(x[g], g, table, a, acc0);
+  Finish<NT>(acc0, acc1, nullptr, nullptr, out);
 }
 
-// IQ4_XS: 8 sub-blocks of 32 with 6-bit scales, x = d * (ls - 32) * kIq4nlValues[code].
+// pshufb indices broadcasting int16 lane c of a 128-bit lane to all its 8 lanes.
+struct WordBroadcasts {
+  alignas(32) uint8_t idx[8][32];
+};
+constexpr WordBroadcasts MakeWordBroadcasts() {
+  WordBroadcasts w{};
+  for (int c = 0; c < 8; ++c) {
+    for (int i = 0; i < 32; ++i) w.idx[c][i] = static_cast<uint8_t>(2 * c + (i & 1));
+  }
+  return w;
+}
+constexpr WordBroadcasts kWordBroadcasts = MakeWordBroadcasts();
+
+// IQ4_XS: 8 sub-blocks of 32 with 6-bit scales, x = d * (ls - 32) * kIq4nlValues[code]. The
+// sub-block scale multiplies inside the integer dot (maddubs, then madd with ls - 32), so
+// per super-block and token two chains of isum * d_a are scaled by d once.
 template <int NT>
 HWY_INLINE void RowIQ4XS(const uint8_t* row, int64_t n_sb, const Act* a, float* out) {
   const DF df;
-  VF acc0[NT], acc1[NT];
-  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = hn::Zero(df);
+  VF acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = hn::Zero(df);
   const auto* x = reinterpret_cast<const BlockIQ4_XS*>(row);
   const __m256i table = Iq4Table(), m4 = _mm256_set1_epi8(0x0F);
   const __m256i lo_shift = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
   const __m256i hi_shift = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
-  HWY_ALIGN float scale[NT][8];
   for (int64_t sb = 0; sb < n_sb; ++sb) {
     const BlockIQ4_XS& b = x[sb];
     hwy::Prefetch(reinterpret_cast<const uint8_t*>(&b) + 1024);
@@ -278,9 +309,13 @@ HWY_INLINE void RowIQ4XS(const uint8_t* row, int64_t n_sb, const Act* a, float* 
                                         _mm256_set1_epi32(0xF));
     const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(b.scales_h), hi_shift),
                                         _mm256_set1_epi32(3));
-    const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
-    const VF vsc = hn::Mul(hn::Set(df, Half(b.d)), Cvt(ls));
-    for (int t = 0; t < NT; ++t) hn::Store(hn::Mul(vsc, hn::LoadU(df, a[t].d + 8 * sb)), df, scale[t]);
+    const __m256i ls32 = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+    // int16 ls - 32 of the 8 sub-blocks in both 128-bit lanes.
+    const __m128i ls16 = _mm256_castsi256_si128(
+        _mm256_permute4x64_epi64(_mm256_packs_epi32(ls32, ls32), 0x08));
+    const __m256i ls_bcast = _mm256_broadcastsi128_si256(ls16);
+    VF s0[NT], s1[NT];
+    for (int t = 0; t < NT; ++t) s0[t] = s1[t] = hn::Zero(df);
     for (int p = 0; p < 4; ++p) {
       // 32 bytes = codes of sub-blocks 2p (low 128 bits) and 2p + 1; regroup after lookup.
       const __m256i raw = L32(b.qs + 32 * p);
@@ -289,14 +324,21 @@ HWY_INLINE void RowIQ4XS(const uint8_t* row, int64_t n_sb, const Act* a, float* 
       const __m256i w0 = _mm256_permute2x128_si256(wl, wh, 0x20);
       const __m256i w1 = _mm256_permute2x128_si256(wl, wh, 0x31);
       const __m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
+      const __m256i l0 = _mm256_shuffle_epi8(ls_bcast, L32(kWordBroadcasts.idx[2 * p]));
+      const __m256i l1 = _mm256_shuffle_epi8(ls_bcast, L32(kWordBroadcasts.idx[2 * p + 1]));
       for (int t = 0; t < NT; ++t) {
         const int8_t* q = a[t].qs + 256 * sb + 64 * p;
-        acc0[t] = hn::MulAdd(Cvt(DotU8(a0, _mm256_sign_epi8(L32(q), w0))), hn::Set(df, scale[t][2 * p]), acc0[t]);
-        acc1[t] = hn::MulAdd(Cvt(DotU8(a1, _mm256_sign_epi8(L32(q + 32), w1))), hn::Set(df, scale[t][2 * p + 1]), acc1[t]);
+        const float* da = a[t].d + 8 * sb + 2 * p;
+        const __m256i p0 = _mm256_maddubs_epi16(a0, _mm256_sign_epi8(L32(q), w0));
+        const __m256i p1 = _mm256_maddubs_epi16(a1, _mm256_sign_epi8(L32(q + 32), w1));
+        s0[t] = hn::MulAdd(Cvt(_mm256_madd_epi16(p0, l0)), hn::Set(df, da[0]), s0[t]);
+        s1[t] = hn::MulAdd(Cvt(_mm256_madd_epi16(p1, l1)), hn::Set(df, da[1]), s1[t]);
       }
     }
+    const VF vd = hn::Set(df, Half(b.d));
+    for (int t = 0; t < NT; ++t) acc[t] = hn::MulAdd(hn::Add(s0[t], s1[t]), vd, acc[t]);
   }
-  Finish<NT>(acc0, acc1, nullptr, nullptr, out);
+  Finish<NT>(acc, nullptr, nullptr, nullptr, out);
 }
 
 #else  // portable path
@@ -374,37 +416,50 @@ HWY_INLINE void Unpack(const uint8_t* row, int64_t g, Group& u) {
   }
 }
 
+// Q2_K's minimums for the super-block starting at group g: sum over its 16 halves of
+// m_h * sum16_h * d_a, times dmin.
+HWY_INLINE float Q2KMinTerm(const BlockQ2_K& b, const Act& a, int64_t g) {
+  float s = 0;
+  for (int c = 0; c < 8; ++c) {
+    const int16_t* bs = a.sums + 2 * (g + c);
+    const int m = (b.scales[2 * c] >> 4) * bs[0] + (b.scales[2 * c + 1] >> 4) * bs[1];
+    s += static_cast<float>(m) * a.d[g + c];
+  }
+  return s * Half(b.dmin);
+}
+
+template <GgmlType kType, int NT>
+HWY_INLINE void GroupPortable(const uint8_t* row, int64_t g, const Act* a, Group& u, VF* acc) {
+  const DF df;
+  Unpack<kType>(row, g, u);
+  for (int t = 0; t < NT; ++t) {
+    const VI isum = DotScaled(u.w, a[t].qs + 32 * g, u.s0, u.s1);
+    acc[t] = hn::MulAdd(hn::ConvertTo(df, isum), hn::Set(df, u.scale * a[t].d[g]), acc[t]);
+  }
+}
+
+// Groups in pairs with one accumulator each (the K types have an even number of groups).
 template <GgmlType kType, int NT>
 HWY_INLINE void RowPortable(const uint8_t* row, int64_t n_groups, const Act* a, float* out) {
   const DF df;
-  VF acc[2][NT];
+  VF acc0[NT], acc1[NT];
   float off[NT] = {};
-  for (int t = 0; t < NT; ++t) acc[0][t] = acc[1][t] = hn::Zero(df);
+  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = hn::Zero(df);
   Group u;
-  for (int64_t g = 0; g < n_groups; ++g) {
-    if ((g & 7) == 0) hwy::Prefetch(row + g * 16 + 1024);
-    if constexpr (kType == GgmlType::kQ2_K) {
-      if ((g & 7) == 0) {  // the minimums of this super-block: -dmin * sum_h m_h * sum16_h * d_a
+  int64_t g = 0;
+  for (; g + 1 < n_groups; g += 2) {
+    if ((g & 7) == 0) {
+      hwy::Prefetch(row + g * 16 + 1024);
+      if constexpr (kType == GgmlType::kQ2_K) {
         const auto& b = reinterpret_cast<const BlockQ2_K*>(row)[g / 8];
-        const float dmin = Half(b.dmin);
-        for (int t = 0; t < NT; ++t) {
-          float s = 0;
-          for (int c = 0; c < 8; ++c) {
-            const int16_t* bs = a[t].sums + 2 * (g + c);
-            const int m = (b.scales[2 * c] >> 4) * bs[0] + (b.scales[2 * c + 1] >> 4) * bs[1];
-            s += static_cast<float>(m) * (dmin * a[t].d[g + c]);
-          }
-          off[t] += s;
-        }
+        for (int t = 0; t < NT; ++t) off[t] += Q2KMinTerm(b, a[t], g);
       }
     }
-    Unpack<kType>(row, g, u);
-    for (int t = 0; t < NT; ++t) {
-      const VI isum = DotScaled(u.w, a[t].qs + 32 * g, u.s0, u.s1);
-      acc[g & 1][t] = hn::MulAdd(hn::ConvertTo(df, isum), hn::Set(df, u.scale * a[t].d[g]), acc[g & 1][t]);
-    }
+    GroupPortable<kType, NT>(row, g, a, u, acc0);
+    GroupPortable<kType, NT>(row, g + 1, a, u, acc1);
   }
-  Finish<NT>(acc[0], acc[1], nullptr, kType == GgmlType::kQ2_K ? off : nullptr, out);
+  if (g < n_groups) GroupPortable<kType, NT>(row, g, a, u, acc0);
+  Finish<NT>(acc0, acc1, nullptr, kType == GgmlType::kQ2_K ? off : nullptr, out);
 }
 #endif  // TLR_LB_X86
 
