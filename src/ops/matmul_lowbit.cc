@@ -121,12 +121,13 @@ HWY_INLINE __m256i DotU8(__m256i w, __m256i a) {
 #endif
 }
 
-// pshufb indices giving int16 lanes [s[2c] x 8 | s[2c + 1] x 8] from 16 unsigned scale bytes
-// broadcast to both 128-bit lanes (Q2_K), and the byte picks [s[2c] x 8, s[2c + 1] x 8] that
-// a sign extension turns into the same int16 lanes (Q3_K's signed scales).
+// pshufb indices giving the int16 lanes [s[2c] x 8 | s[2c + 1] x 8] of group c's two halves:
+// from the 16 unsigned scale bytes in both 128-bit lanes (Q2_K: zero extension), and from
+// the 8 int16 scales of c's 128-element half in both lanes (Q3_K's signed scales, extended
+// once per super-block).
 struct ScaleShuffles {
   alignas(32) uint8_t zext[8][32];
-  alignas(16) uint8_t pick[8][16];
+  alignas(32) uint8_t word[8][32];
 };
 constexpr ScaleShuffles MakeScaleShuffles() {
   ScaleShuffles s{};
@@ -134,7 +135,8 @@ constexpr ScaleShuffles MakeScaleShuffles() {
     for (int i = 0; i < 16; ++i) {
       s.zext[c][i] = (i & 1) ? 0x80 : static_cast<uint8_t>(2 * c);
       s.zext[c][16 + i] = (i & 1) ? 0x80 : static_cast<uint8_t>(2 * c + 1);
-      s.pick[c][i] = static_cast<uint8_t>(2 * c + i / 8);
+      s.word[c][i] = static_cast<uint8_t>(2 * ((2 * c) % 8) + (i & 1));
+      s.word[c][16 + i] = static_cast<uint8_t>(2 * ((2 * c + 1) % 8) + (i & 1));
     }
   }
   return s;
@@ -154,19 +156,14 @@ HWY_INLINE __m256i Q3HighBit(__m256i hm) {
 // (2 bits at bit 2 * (C % 4) of `q`, the 32 qs bytes of its 128-element half; Q3_K's third
 // bit from hmask), maddubs with the activations, madd with the int16 scales of its two
 // halves, then s[t] += isum * d_a(group).
+// `scales`: Q2_K: the 16 scale bytes in both 128-bit lanes; Q3_K: the 8 int16 scales of C's
+// 128-element half in both lanes.
 template <bool kQ3, int C, int NT>
-HWY_INLINE void GroupQ23K(__m256i q, __m256i hm, __m128i sc8, __m256i sc_bcast, const Act* a,
-                          int64_t sb, VF* s) {
+HWY_INLINE void GroupQ23K(__m256i q, __m256i hm, __m256i scales, const Act* a, int64_t sb, VF* s) {
   const DF df;
   __m256i u = _mm256_and_si256(C % 4 ? _mm256_srli_epi16(q, 2 * (C % 4)) : q, _mm256_set1_epi8(3));
-  __m256i sc16;
-  if constexpr (kQ3) {
-    u = _mm256_or_si256(u, Q3HighBit<C>(hm));
-    const __m128i pick = _mm_load_si128(reinterpret_cast<const __m128i*>(kScaleShuffles.pick[C]));
-    sc16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, pick));
-  } else {
-    sc16 = _mm256_shuffle_epi8(sc_bcast, L32(kScaleShuffles.zext[C]));
-  }
+  if constexpr (kQ3) u = _mm256_or_si256(u, Q3HighBit<C>(hm));
+  const __m256i sc16 = _mm256_shuffle_epi8(scales, L32(kQ3 ? kScaleShuffles.word[C] : kScaleShuffles.zext[C]));
   for (int t = 0; t < NT; ++t) {
     const __m256i p = _mm256_maddubs_epi16(u, L32(a[t].qs + 256 * sb + 32 * C));
     s[t] = hn::MulAdd(Cvt(_mm256_madd_epi16(p, sc16)), hn::Set(df, a[t].d[8 * sb + C]), s[t]);
@@ -221,16 +218,23 @@ HWY_INLINE void RowQ23K(const uint8_t* row, int64_t n_sb, const Act* a, float* o
       acc[t] = hn::NegMulAdd(hn::Mul(Cvt(msum), hn::LoadU(df, a[t].d + 8 * sb)), vdm, acc[t]);
       s0[t] = s1[t] = hn::Zero(df);
     }
-    const __m256i sc_bcast = _mm256_broadcastsi128_si256(sc8);
+    __m256i sc_a, sc_b;  // the scales for groups 0-3 and 4-7 (see GroupQ23K)
+    if constexpr (kQ3) {
+      const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+      sc_a = _mm256_permute4x64_epi64(sc16, 0x44);
+      sc_b = _mm256_permute4x64_epi64(sc16, 0xEE);
+    } else {
+      sc_a = sc_b = _mm256_broadcastsi128_si256(sc8);
+    }
     const __m256i q0 = L32(b.qs), q1 = L32(b.qs + 32);
-    GroupQ23K<kQ3, 0, NT>(q0, hm, sc8, sc_bcast, a, sb, s0);
-    GroupQ23K<kQ3, 1, NT>(q0, hm, sc8, sc_bcast, a, sb, s1);
-    GroupQ23K<kQ3, 2, NT>(q0, hm, sc8, sc_bcast, a, sb, s0);
-    GroupQ23K<kQ3, 3, NT>(q0, hm, sc8, sc_bcast, a, sb, s1);
-    GroupQ23K<kQ3, 4, NT>(q1, hm, sc8, sc_bcast, a, sb, s0);
-    GroupQ23K<kQ3, 5, NT>(q1, hm, sc8, sc_bcast, a, sb, s1);
-    GroupQ23K<kQ3, 6, NT>(q1, hm, sc8, sc_bcast, a, sb, s0);
-    GroupQ23K<kQ3, 7, NT>(q1, hm, sc8, sc_bcast, a, sb, s1);
+    GroupQ23K<kQ3, 0, NT>(q0, hm, sc_a, a, sb, s0);
+    GroupQ23K<kQ3, 1, NT>(q0, hm, sc_a, a, sb, s1);
+    GroupQ23K<kQ3, 2, NT>(q0, hm, sc_a, a, sb, s0);
+    GroupQ23K<kQ3, 3, NT>(q0, hm, sc_a, a, sb, s1);
+    GroupQ23K<kQ3, 4, NT>(q1, hm, sc_b, a, sb, s0);
+    GroupQ23K<kQ3, 5, NT>(q1, hm, sc_b, a, sb, s1);
+    GroupQ23K<kQ3, 6, NT>(q1, hm, sc_b, a, sb, s0);
+    GroupQ23K<kQ3, 7, NT>(q1, hm, sc_b, a, sb, s1);
     for (int t = 0; t < NT; ++t) acc[t] = hn::MulAdd(hn::Add(s0[t], s1[t]), vd, acc[t]);
   }
   Finish<NT>(acc, nullptr, nullptr, nullptr, out);
