@@ -2,18 +2,21 @@
 // once per Highway target and dispatched at run time. See matmul_lowbit.h for the contract.
 //
 // Every kernel dots one weight row with up to four tokens at once (prefill shares each
-// unpacked group), keeps one float accumulator chain per token and group parity, and sums
-// them in the same order whatever the number of tokens: a (row, token) result never depends
+// unpacked group), keeps two float accumulation chains per token (even and odd groups, so
+// the float adds of consecutive groups overlap), and does the same operations in the same
+// order for each token whatever the number of tokens: a (row, token) result never depends
 // on the batch.
 //
 // x86 (AVX2, AVX-512, AVX-512 VNNI) unpacks 32 weights per register:
 //   - Q2_K / Q3_K: 2- or 3-bit unsigned codes u (shift + mask, the Q3_K high bit from hmask),
 //     maddubs(u, a) then madd with the two 16-element sub-block scales: one int32 vector per
-//     32-element group, times d * d_a. The affine part (Q2_K's -dmin * m, Q3_K's -4 * sc)
+//     32-element group, times d_a, and d once per super-block. The affine part (Q2_K's
+//     -dmin * m, Q3_K's -4 * sc)
 //     needs the sums of every 16 activations: they are computed once per token and column
 //     window into a stack buffer (ActSums16) and enter once per super-block as one madd.
 //   - IQ4_NL / IQ4_XS: a byte shuffle looks the 4-bit codes up in the 16-value table; the
-//     signed values use the sign trick (|w| times a with w's sign) with maddubs or vpdpbusd.
+//     signed values use the sign trick (|w| times a with w's sign) with vpdpbusd or maddubs
+//     (IQ4_XS: maddubs, then madd with its 6-bit sub-block scale).
 // Other targets unpack each group to int8 and int16 half-scales and use Highway's widening
 // multiply-accumulate (or plain scalar code).
 #include "ops/matmul_lowbit.h"
@@ -92,16 +95,13 @@ HWY_INLINE void ActSums16(const int8_t* q, int64_t n, int16_t* out) {
 #endif
 }
 
-// out[t] = sum of the lanes of acc0[t] (+ acc1[t] when given), minus the affine part (a vector or a
-// scalar per token, when the type has one).
+// out[t] = sum of the lanes of acc0[t] (+ acc1[t] when given), minus off[t] when given.
 template <int NT>
-HWY_INLINE void Finish(const VF* acc0, const VF* acc1, const VF* off, const float* off_scalar,
-                       float* out) {
+HWY_INLINE void Finish(const VF* acc0, const VF* acc1, const float* off, float* out) {
   const DF df;
   for (int t = 0; t < NT; ++t) {
     out[t] = hn::GetLane(hn::SumOfLanes(df, acc1 ? hn::Add(acc0[t], acc1[t]) : acc0[t]));
-    if (off) out[t] -= hn::GetLane(hn::SumOfLanes(df, off[t]));
-    if (off_scalar) out[t] -= off_scalar[t];
+    if (off) out[t] -= off[t];
   }
 }
 
@@ -237,7 +237,7 @@ HWY_INLINE void RowQ23K(const uint8_t* row, int64_t n_sb, const Act* a, float* o
     GroupQ23K<kQ3, 7, NT>(q1, hm, sc_b, a, sb, s1);
     for (int t = 0; t < NT; ++t) acc[t] = hn::MulAdd(hn::Add(s0[t], s1[t]), vd, acc[t]);
   }
-  Finish<NT>(acc, nullptr, nullptr, nullptr, out);
+  Finish<NT>(acc, nullptr, nullptr, out);
 }
 
 HWY_INLINE __m256i Iq4Table() {
@@ -276,7 +276,7 @@ HWY_INLINE void RowIQ4NL(const uint8_t* row, int64_t n_groups, const Act* a, flo
     BlockIQ4NL<NT>(x[g + 1], g + 1, table, a, acc1);
   }
   if (g < n_groups) BlockIQ4NL<NT>(x[g], g, table, a, acc0);
-  Finish<NT>(acc0, acc1, nullptr, nullptr, out);
+  Finish<NT>(acc0, acc1, nullptr, out);
 }
 
 // pshufb indices broadcasting int16 lane c of a 128-bit lane to all its 8 lanes.
@@ -342,7 +342,7 @@ HWY_INLINE void RowIQ4XS(const uint8_t* row, int64_t n_sb, const Act* a, float* 
     const VF vd = hn::Set(df, Half(b.d));
     for (int t = 0; t < NT; ++t) acc[t] = hn::MulAdd(hn::Add(s0[t], s1[t]), vd, acc[t]);
   }
-  Finish<NT>(acc, nullptr, nullptr, nullptr, out);
+  Finish<NT>(acc, nullptr, nullptr, out);
 }
 
 #else  // portable path
@@ -463,7 +463,7 @@ HWY_INLINE void RowPortable(const uint8_t* row, int64_t n_groups, const Act* a, 
     GroupPortable<kType, NT>(row, g + 1, a, u, acc1);
   }
   if (g < n_groups) GroupPortable<kType, NT>(row, g, a, u, acc0);
-  Finish<NT>(acc0, acc1, nullptr, kType == GgmlType::kQ2_K ? off : nullptr, out);
+  Finish<NT>(acc0, acc1, kType == GgmlType::kQ2_K ? off : nullptr, out);
 }
 #endif  // TLR_LB_X86
 
