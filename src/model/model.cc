@@ -79,9 +79,12 @@ Expected<WeightView> Model::Matrix(const std::string& name, int64_t n_cols, int6
                          std::to_string(n_cols) + ", " + std::to_string(n_rows) + "]");
   }
   if (!MatMulSupports(t->type)) {
+    std::string supported;
+    for (const auto& tr : AllGgmlTypes()) {
+      if (MatMulSupports(tr.type)) supported += (supported.empty() ? "" : ", ") + std::string(tr.name);
+    }
     return Status::Error("tensor '" + name + "' has type " + std::string(GgmlTraits(t->type).name) +
-                         ", which has no kernel (supported: f32, f16, bf16, q8_0, q4_0, q4_1, "
-                         "q5_0, q5_1, q4_K, q5_K, q6_K)");
+                         ", which has no kernel (supported: " + supported + ")");
   }
   return WeightView{t->type, t->data, n_rows, n_cols, static_cast<size_t>(t->n_bytes / n_rows)};
 }

@@ -30,11 +30,13 @@ fs::path TestDir() {
   return dir.path();
 }
 
-std::string MakeTiny(const std::string& arch, const std::string& type, uint64_t seed = 7) {
-  const std::string path = (TestDir() / ("tiny-" + arch + "-" + type + "-" + std::to_string(seed) + ".gguf")).string();
+std::string MakeTiny(const std::string& arch, const std::string& type, uint64_t seed = 7,
+                     const std::string& preset = "tiny") {
+  const std::string path =
+      (TestDir() / (preset + "-" + arch + "-" + type + "-" + std::to_string(seed) + ".gguf")).string();
   if (!fs::exists(path)) {
     RandomModelOptions o;
-    o.preset = "tiny";
+    o.preset = preset;
     o.arch = arch;
     o.type = type;
     o.seed = seed;
@@ -140,14 +142,31 @@ TEST(ModelGolden, MatchesPyTorchReference) {
 }
 
 // Quantized weights vs the same weights dequantized to F32 (same engine): the only difference
-// is the on-the-fly Q8 quantization of activations.
+// is the on-the-fly Q8 quantization of activations. Every file type: tiny's rows of 64 make
+// the K-quants fall back; tiny256's rows of 256 and 512 keep them (and the mixes' rules).
 TEST(ModelQuantized, MatchesDequantizedWeights) {
   ThreadPool pool(2);
   const std::vector<int32_t> tokens = {5, 17, 260, 300, 42, 99, 7, 311};
-  for (const std::string type : {"q8_0", "q4_0", "q4_k"}) {
-    const std::string qpath = MakeTiny("qwen2", type);
+  std::vector<std::pair<std::string, std::string>> files = {{"tiny", "q8_0"}, {"tiny", "q4_0"}, {"tiny", "q4_k"},
+                                                            {"tiny", "q3_k_m"}, {"tiny", "iq4_xs"}};
+  for (const auto& t : RandomModelTypes()) {
+    if (t.name != "f32" && t.name != "f16" && t.name != "q4_k") files.emplace_back("tiny256", t.name);
+  }
+  for (const auto& [preset, type] : files) {
+    SCOPED_TRACE(preset + " " + type);
+    const std::string qpath = MakeTiny("qwen2", type, 7, preset);
     auto qf = GgufFile::Open(qpath);
     ASSERT_TRUE(qf.ok());
+    if (preset == "tiny256" && type.find("_k_") == std::string::npos && type != "q4_k") {
+      // A single type: its matrices really are of that type (no fallback on rows of 256).
+      bool found = false;
+      for (const auto& t : qf->tensors()) {
+        std::string name(GgmlTraits(t.type).name);
+        for (auto& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        found |= name == type;
+      }
+      EXPECT_TRUE(found);
+    }
     GgufWriter w;
     for (const auto& [k, v] : qf->metadata()) w.Set(k, v);
     for (const auto& t : qf->tensors()) {
@@ -155,7 +174,7 @@ TEST(ModelQuantized, MatchesDequantizedWeights) {
       ASSERT_TRUE(Dequantize(t.type, t.data, f.data(), t.n_elements).ok());
       ASSERT_TRUE(w.AddTensorF32(t.name, t.dims, f).ok());
     }
-    const std::string fpath = (TestDir() / ("dequant-" + type + ".gguf")).string();
+    const std::string fpath = (TestDir() / ("dequant-" + preset + "-" + type + ".gguf")).string();
     ASSERT_TRUE(w.WriteFile(fpath).ok());
     auto qm = LoadOrDie(qpath);
     auto fm = LoadOrDie(fpath);
@@ -170,7 +189,8 @@ TEST(ModelQuantized, MatchesDequantizedWeights) {
     }
     std::vector<double> want(lf.begin(), lf.end());
     const Errors e = Compare(lq, want);
-    std::printf("[ quant    ] %s vs dequantized f32: logits nmse %.2e, max abs %.2e\n", type.c_str(), e.nmse, e.max_abs);
+    std::printf("[ quant    ] %-7s %-6s vs dequantized f32: logits nmse %.2e, max abs %.2e\n", preset.c_str(),
+                type.c_str(), e.nmse, e.max_abs);
     EXPECT_LT(e.nmse, 1e-3) << type;
   }
 }

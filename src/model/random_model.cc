@@ -12,6 +12,7 @@
 #include "model/gguf/gguf_reader.h"
 #include "model/gguf/gguf_writer.h"
 #include "model/tokenizer/tokenizer.h"
+#include "quant/quant_mix.h"
 #include "quant/quantize.h"
 #include "util/utf8.h"
 
@@ -29,6 +30,8 @@ struct Preset {
 
 const Preset kPresets[] = {
     {"tiny", "qwen2", 64, 2, 4, 2, 192, 512, 4096, 1e6, 1e-6, true, false},
+    // Tests: rows of 256 and 512, so the K-quant and IQ4_XS types apply without fallback.
+    {"tiny256", "qwen2", 256, 2, 4, 2, 512, 512, 4096, 1e6, 1e-6, true, false},
     {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1e6, 1e-6, true, false},
     {"qwen2.5-1.5b", "qwen2", 1536, 28, 12, 2, 8960, 151936, 32768, 1e6, 1e-6, true, false},
     {"qwen2.5-7b", "qwen2", 3584, 28, 28, 4, 18944, 152064, 32768, 1e6, 1e-6, false, false},
@@ -143,6 +146,12 @@ std::vector<std::string> RandomModelPresets() {
   return out;
 }
 
+std::vector<RandomModelType> RandomModelTypes() {
+  std::vector<RandomModelType> out;
+  for (const FileType& f : FileTypes()) out.push_back({std::string(f.name), std::string(f.help), f.mix});
+  return out;
+}
+
 Status WriteRandomModel(const RandomModelOptions& opts, const std::string& path,
                         const std::function<void(size_t, size_t)>& progress) {
   const Preset* p = nullptr;
@@ -158,22 +167,15 @@ Status WriteRandomModel(const RandomModelOptions& opts, const std::string& path,
   if (arch != "qwen2" && arch != "llama") {
     return Status::Error("unknown architecture '" + arch + "' (qwen2 or llama)");
   }
-  if (opts.preset != "tiny" && arch != p->arch) {
+  if (opts.preset.rfind("tiny", 0) != 0 && arch != p->arch) {  // the tiny presets take either
     return Status::Error("preset '" + opts.preset + "' is a " + p->arch + " model, not " + arch);
   }
-  struct TypeChoice {
-    const char* name;
-    GgmlType main;
-    uint32_t file_type;  // llama_ftype
-  };
-  static const TypeChoice kTypes[] = {{"f32", GgmlType::kF32, 0}, {"f16", GgmlType::kF16, 1},
-                                      {"q8_0", GgmlType::kQ8_0, 7}, {"q4_0", GgmlType::kQ4_0, 2},
-                                      {"q4_k", GgmlType::kQ4_K, 15}};
-  const TypeChoice* tc = nullptr;
-  for (const auto& t : kTypes) {
-    if (opts.type == t.name) tc = &t;
+  const FileType* ft = FindFileType(opts.type);
+  if (!ft) {
+    std::string names;
+    for (const FileType& f : FileTypes()) names += (names.empty() ? "" : ", ") + std::string(f.name);
+    return Status::Error("unknown type '" + opts.type + "' (known: " + names + ")");
   }
-  if (!tc) return Status::Error("unknown type '" + opts.type + "' (f32, f16, q8_0, q4_0, q4_k)");
 
   // Tokenizer.
   Vocab vocab;
@@ -204,12 +206,11 @@ Status WriteRandomModel(const RandomModelOptions& opts, const std::string& path,
   const int64_t hd = E / H;
   GgufWriter w;
   w.Set(gguf_keys::kArchitecture, GgufValue::Str(arch));
-  w.Set(gguf_keys::kName, GgufValue::Str("random " + opts.preset + " (" + opts.type + ", seed " +
+  w.Set(gguf_keys::kName, GgufValue::Str("random " + opts.preset + " (" + opts.type +
+                                         (opts.pure ? " pure" : "") + ", seed " +
                                          std::to_string(opts.seed) + ")"));
-  w.Set(gguf_keys::kFileType, GgufValue::U32(tc->file_type));
-  if (tc->main != GgmlType::kF32 && tc->main != GgmlType::kF16) {
-    w.Set("general.quantization_version", GgufValue::U32(2));
-  }
+  w.Set(gguf_keys::kFileType, GgufValue::U32(ft->llama_ftype));
+  if (GgmlTraits(ft->base).quantized) w.Set("general.quantization_version", GgufValue::U32(2));
   auto ak = [&](const char* key) { return gguf_keys::ArchKey(arch, key); };
   w.Set(ak(gguf_keys::kContextLength), GgufValue::U32(static_cast<uint32_t>(p->n_ctx)));
   w.Set(ak(gguf_keys::kEmbeddingLength), GgufValue::U32(static_cast<uint32_t>(E)));
@@ -226,15 +227,10 @@ Status WriteRandomModel(const RandomModelOptions& opts, const std::string& path,
   VocabToGguf(vocab, &w);
   w.Set(gguf_keys::kTokChatTemplate, GgufValue::Str(arch == "llama" ? kLlama3Chat : kChatMl));
 
-  // Tensor types: like llama.cpp's mixes, K-quants need rows that are a multiple of 256;
-  // other rows fall back to q5_0; the embedding / LM head get more bits in q4_k files.
-  auto type_for = [&](int64_t n_cols, bool is_embedding) {
-    GgmlType t = tc->main;
-    if (t == GgmlType::kQ4_K) {
-      if (is_embedding) return n_cols % 256 == 0 ? GgmlType::kQ6_K : GgmlType::kQ8_0;
-      if (n_cols % 256 != 0) return GgmlType::kQ5_0;
-    }
-    return t;
+  // Tensor types: as llama-quantize would choose them for this file type (quant_mix.h).
+  const int n_layers = static_cast<int>(p->n_layers);
+  auto type_for = [&](TensorRole role, int64_t n_cols, int64_t layer = 0) {
+    return TensorTypeFor(*ft, {role, n_cols, static_cast<int>(layer), n_layers, p->tied}, opts.pure);
   };
   const uint64_t seed = opts.seed;
   auto add = [&](const std::string& name, std::vector<int64_t> dims, GgmlType type, double sigma,
@@ -254,28 +250,28 @@ Status WriteRandomModel(const RandomModelOptions& opts, const std::string& path,
     });
   };
   const double s_emb = 2.5 / std::sqrt(static_cast<double>(E));
-  TLR_RETURN_IF_ERROR(add(gguf_keys::kTokenEmbd, {E, n_vocab}, type_for(E, true), s_emb, 0));
+  TLR_RETURN_IF_ERROR(add(gguf_keys::kTokenEmbd, {E, n_vocab}, type_for(TensorRole::kTokenEmbd, E), s_emb, 0));
   for (int64_t l = 0; l < p->n_layers; ++l) {
     auto n = [&](const char* s) { return gguf_keys::BlockTensor(static_cast<int>(l), s); };
     const double se = 1.0 / std::sqrt(static_cast<double>(E)), sf = 1.0 / std::sqrt(static_cast<double>(F));
     const double sq = 1.0 / std::sqrt(static_cast<double>(H * hd));
     TLR_RETURN_IF_ERROR(add(n("attn_norm.weight"), {E}, GgmlType::kF32, 0.1, 1.0));
-    TLR_RETURN_IF_ERROR(add(n("attn_q.weight"), {E, H * hd}, type_for(E, false), se, 0));
-    TLR_RETURN_IF_ERROR(add(n("attn_k.weight"), {E, KVH * hd}, type_for(E, false), se, 0));
-    TLR_RETURN_IF_ERROR(add(n("attn_v.weight"), {E, KVH * hd}, type_for(E, false), se, 0));
+    TLR_RETURN_IF_ERROR(add(n("attn_q.weight"), {E, H * hd}, type_for(TensorRole::kAttnQ, E, l), se, 0));
+    TLR_RETURN_IF_ERROR(add(n("attn_k.weight"), {E, KVH * hd}, type_for(TensorRole::kAttnK, E, l), se, 0));
+    TLR_RETURN_IF_ERROR(add(n("attn_v.weight"), {E, KVH * hd}, type_for(TensorRole::kAttnV, E, l), se, 0));
     if (arch == "qwen2") {
       TLR_RETURN_IF_ERROR(add(n("attn_q.bias"), {H * hd}, GgmlType::kF32, 0.1, 0));
       TLR_RETURN_IF_ERROR(add(n("attn_k.bias"), {KVH * hd}, GgmlType::kF32, 0.1, 0));
       TLR_RETURN_IF_ERROR(add(n("attn_v.bias"), {KVH * hd}, GgmlType::kF32, 0.1, 0));
     }
-    TLR_RETURN_IF_ERROR(add(n("attn_output.weight"), {H * hd, E}, type_for(H * hd, false), sq, 0));
+    TLR_RETURN_IF_ERROR(add(n("attn_output.weight"), {H * hd, E}, type_for(TensorRole::kAttnOutput, H * hd, l), sq, 0));
     TLR_RETURN_IF_ERROR(add(n("ffn_norm.weight"), {E}, GgmlType::kF32, 0.1, 1.0));
-    TLR_RETURN_IF_ERROR(add(n("ffn_gate.weight"), {E, F}, type_for(E, false), se, 0));
-    TLR_RETURN_IF_ERROR(add(n("ffn_up.weight"), {E, F}, type_for(E, false), se, 0));
-    TLR_RETURN_IF_ERROR(add(n("ffn_down.weight"), {F, E}, type_for(F, false), sf, 0));
+    TLR_RETURN_IF_ERROR(add(n("ffn_gate.weight"), {E, F}, type_for(TensorRole::kFfnGate, E, l), se, 0));
+    TLR_RETURN_IF_ERROR(add(n("ffn_up.weight"), {E, F}, type_for(TensorRole::kFfnUp, E, l), se, 0));
+    TLR_RETURN_IF_ERROR(add(n("ffn_down.weight"), {F, E}, type_for(TensorRole::kFfnDown, F, l), sf, 0));
   }
   TLR_RETURN_IF_ERROR(add(gguf_keys::kOutputNorm, {E}, GgmlType::kF32, 0.1, 1.0));
-  if (!p->tied) TLR_RETURN_IF_ERROR(add(gguf_keys::kOutput, {E, n_vocab}, type_for(E, true), s_emb, 0));
+  if (!p->tied) TLR_RETURN_IF_ERROR(add(gguf_keys::kOutput, {E, n_vocab}, type_for(TensorRole::kOutput, E), s_emb, 0));
   if (p->llama3_rope) {
     // Llama 3.1/3.2 rope scaling (factor 32, low 1, high 4, original context 8192), as
     // llama.cpp's converter stores it.

@@ -17,13 +17,25 @@ namespace tlr {
 struct RandomModelOptions {
   std::string preset = "tiny";  // see RandomModelPresets()
   std::string arch;             // "qwen2" or "llama"; empty: the preset's own
-  std::string type = "q8_0";    // f32 | f16 | q8_0 | q4_0 | q4_k
+  // A file type of quant/quant_mix.h: a single type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,
+  // q5_1, q2_k, q3_k, q5_k, q6_k, iq4_nl, iq4_xs: every weight matrix in that type, with
+  // llama.cpp's fallback for rows its block does not divide) or one of llama.cpp's mixes
+  // (q4_k_m, q4_k_s, q5_k_m, q3_k_m; q4_k is an alias of q4_k_m).
+  std::string type = "q8_0";
+  bool pure = false;            // mixes too: every weight matrix in the base type
   std::string tokenizer_path;   // tokenizer.json or a GGUF with tokenizer metadata; empty:
                                 // a small built-in byte-level BPE vocabulary
   uint64_t seed = 1;
 };
 
 std::vector<std::string> RandomModelPresets();
+
+// The file types `type` accepts, each with a one-line description, single types first.
+struct RandomModelType {
+  std::string name, help;
+  bool mix;
+};
+std::vector<RandomModelType> RandomModelTypes();
 
 // Writes the model to `path` (atomically). `progress(done, total)` is called per tensor.
 Status WriteRandomModel(const RandomModelOptions& opts, const std::string& path,

@@ -13,6 +13,7 @@
 
 #include "ops/matmul.h"
 #include "ops/matmul_kernels.h"
+#include "ops/matmul_lowbit.h"
 #include "ops/panel_layout.h"
 #include "ops/thread_pool.h"
 #include "quant/quantize.h"
@@ -72,6 +73,7 @@ HWY_EXPORT(QuantizeQ8ARows);
 HWY_EXPORT(TargetNameImpl);
 
 bool MatMulSupports(GgmlType t) {
+  if (LowBitSupports(t)) return true;  // Q2_K, Q3_K, IQ4_NL, IQ4_XS: matmul_lowbit.cc
   switch (t) {
     case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16: case GgmlType::kQ8_0:
     case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ5_0: case GgmlType::kQ5_1:
@@ -126,7 +128,8 @@ void MatMulRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ld
       return kernels::LegacyRows(w, in, y, ldy, r0, r1);
     case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
       return kernels::KQuantRows(w, in, y, ldy, r0, r1);
-    default:
+    default:  // Q2_K, Q3_K, IQ4_NL, IQ4_XS
+      if (LowBitSupports(w.type)) MatMulRowsLowBit(w, in, y, ldy, r0, r1);
       return;
   }
 }

@@ -197,7 +197,7 @@ INSTANTIATE_TEST_SUITE_P(AllTargets, MatMulKernels, ::testing::ValuesIn(Targets(
                          [](const auto& info) { return info.param; });
 
 TEST(MatMul, UnsupportedTypesAreReported) {
-  EXPECT_FALSE(MatMulSupports(GgmlType::kQ2_K));
+  EXPECT_FALSE(MatMulSupports(GgmlType::kQ8_1));
   EXPECT_FALSE(MatMulSupports(GgmlType::kI32));
   EXPECT_TRUE(MatMulUsesQ8A(GgmlType::kQ4_K));
   EXPECT_FALSE(MatMulUsesQ8A(GgmlType::kBF16));

@@ -3,7 +3,9 @@
 //   q5_0 {f16 d; u8 qh[4]; u8 qs[16]} = 22 B / 32, q5_1 = 24 B / 32,
 //   q8_0 {f16 d; i8 qs[32]} = 34 B / 32, q8_1 {f16 d, s; i8 qs[32]} = 36 B / 32,
 //   K-quants over 256-element super-blocks: q2_K 84 B, q3_K 110 B, q4_K 144 B, q5_K 176 B,
-//   q6_K 210 B, q8_K {f32 d; i8 qs[256]; i16 bsums[16]} 292 B.
+//   q6_K 210 B, q8_K {f32 d; i8 qs[256]; i16 bsums[16]} 292 B;
+//   non-linear 4-bit: iq4_nl {f16 d; u8 qs[16]} = 18 B / 32,
+//   iq4_xs {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]} = 136 B / 256.
 #include "quant/ggml_type.h"
 
 #include <array>
@@ -12,7 +14,7 @@
 namespace tlr {
 namespace {
 
-constexpr std::array<GgmlTypeTraits, 20> kTypes = {{
+constexpr std::array<GgmlTypeTraits, 22> kTypes = {{
     {GgmlType::kF32, "f32", 1, 4, false},
     {GgmlType::kF16, "f16", 1, 2, false},
     {GgmlType::kQ4_0, "q4_0", 32, 18, true},
@@ -27,6 +29,8 @@ constexpr std::array<GgmlTypeTraits, 20> kTypes = {{
     {GgmlType::kQ5_K, "q5_K", 256, 176, true},
     {GgmlType::kQ6_K, "q6_K", 256, 210, true},
     {GgmlType::kQ8_K, "q8_K", 256, 292, true},
+    {GgmlType::kIQ4_NL, "iq4_nl", 32, 18, true},
+    {GgmlType::kIQ4_XS, "iq4_xs", 256, 136, true},
     {GgmlType::kI8, "i8", 1, 1, false},
     {GgmlType::kI16, "i16", 1, 2, false},
     {GgmlType::kI32, "i32", 1, 4, false},

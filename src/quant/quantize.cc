@@ -1,10 +1,14 @@
-// Scalar reference (de)quantization (quant layer). The dequantizers follow ggml's
-// dequantize_row_* exactly; they are the definition the SIMD kernels are tested against.
+// Scalar reference (de)quantization (quant layer): half conversions, the 32-element "legacy"
+// types, and the dispatch over every type (the K-quants and IQ4 types are in quantize_k.cc).
+// The dequantizers follow ggml's dequantize_row_* exactly; they are the definition the SIMD
+// kernels are tested against.
 #include "quant/quantize.h"
 
 #include <algorithm>
 #include <cmath>
 #include <string>
+
+#include "quant/quantize_k.h"
 
 namespace tlr {
 
@@ -72,7 +76,8 @@ bool CanDequantize(GgmlType t) {
   switch (t) {
     case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16: case GgmlType::kQ4_0:
     case GgmlType::kQ4_1: case GgmlType::kQ5_0: case GgmlType::kQ5_1: case GgmlType::kQ8_0:
-    case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K: case GgmlType::kQ8_K:
+    case GgmlType::kQ2_K: case GgmlType::kQ3_K: case GgmlType::kQ4_K: case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K: case GgmlType::kQ8_K: case GgmlType::kIQ4_NL: case GgmlType::kIQ4_XS:
       return true;
     default:
       return false;
@@ -82,8 +87,9 @@ bool CanDequantize(GgmlType t) {
 bool CanQuantize(GgmlType t) {
   switch (t) {
     case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16: case GgmlType::kQ4_0:
-    case GgmlType::kQ4_1: case GgmlType::kQ5_0: case GgmlType::kQ8_0: case GgmlType::kQ4_K:
-    case GgmlType::kQ6_K:
+    case GgmlType::kQ4_1: case GgmlType::kQ5_0: case GgmlType::kQ5_1: case GgmlType::kQ8_0:
+    case GgmlType::kQ2_K: case GgmlType::kQ3_K: case GgmlType::kQ4_K: case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K: case GgmlType::kIQ4_NL: case GgmlType::kIQ4_XS:
       return true;
     default:
       return false;
@@ -92,153 +98,7 @@ bool CanQuantize(GgmlType t) {
 
 namespace {
 
-void DequantQ4K(const BlockQ4_K* x, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i) {
-    const float d = F16ToF32(x[i].d), dmin = F16ToF32(x[i].dmin);
-    const uint8_t* q = x[i].qs;
-    for (int j = 0; j < 8; j += 2) {
-      uint8_t sc, m;
-      ScaleMinK4(j, x[i].scales, &sc, &m);
-      const float d1 = d * sc, m1 = dmin * m;
-      ScaleMinK4(j + 1, x[i].scales, &sc, &m);
-      const float d2 = d * sc, m2 = dmin * m;
-      for (int l = 0; l < 32; ++l) *y++ = d1 * (q[l] & 0xF) - m1;
-      for (int l = 0; l < 32; ++l) *y++ = d2 * (q[l] >> 4) - m2;
-      q += 32;
-    }
-  }
-}
-
-void DequantQ5K(const BlockQ5_K* x, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i) {
-    const float d = F16ToF32(x[i].d), dmin = F16ToF32(x[i].dmin);
-    const uint8_t* ql = x[i].qs;
-    const uint8_t* qh = x[i].qh;
-    uint8_t u1 = 1, u2 = 2;
-    for (int j = 0; j < 8; j += 2) {
-      uint8_t sc, m;
-      ScaleMinK4(j, x[i].scales, &sc, &m);
-      const float d1 = d * sc, m1 = dmin * m;
-      ScaleMinK4(j + 1, x[i].scales, &sc, &m);
-      const float d2 = d * sc, m2 = dmin * m;
-      for (int l = 0; l < 32; ++l) *y++ = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
-      for (int l = 0; l < 32; ++l) *y++ = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
-      ql += 32;
-      u1 <<= 2;
-      u2 <<= 2;
-    }
-  }
-}
-
-void DequantQ6K(const BlockQ6_K* x, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i) {
-    const float d = F16ToF32(x[i].d);
-    const uint8_t* ql = x[i].ql;
-    const uint8_t* qh = x[i].qh;
-    const int8_t* sc = x[i].scales;
-    for (int n = 0; n < kQKK; n += 128) {
-      for (int l = 0; l < 32; ++l) {
-        const int is = l / 16;
-        const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-        const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-        y[l] = d * sc[is] * q1;
-        y[l + 32] = d * sc[is + 2] * q2;
-        y[l + 64] = d * sc[is + 4] * q3;
-        y[l + 96] = d * sc[is + 6] * q4;
-      }
-      y += 128;
-      ql += 64;
-      qh += 32;
-      sc += 8;
-    }
-  }
-}
-
 int NearestInt(float x) { return static_cast<int>(std::lrintf(x)); }
-
-void QuantQ4K(const float* x, BlockQ4_K* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, x += kQKK) {
-    float scale[8], minv[8];
-    for (int j = 0; j < 8; ++j) {
-      float lo = 0, hi = 0;  // the range always includes 0 so mins stay >= 0
-      for (int l = 0; l < 32; ++l) {
-        lo = std::min(lo, x[32 * j + l]);
-        hi = std::max(hi, x[32 * j + l]);
-      }
-      scale[j] = (hi - lo) / 15.0f;
-      minv[j] = -lo;
-    }
-    const float max_scale = *std::max_element(scale, scale + 8);
-    const float max_min = *std::max_element(minv, minv + 8);
-    const float d = max_scale / 63.0f, dmin = max_min / 63.0f;
-    y[i].d = F32ToF16(d);
-    y[i].dmin = F32ToF16(dmin);
-    const float dd = F16ToF32(y[i].d), ddmin = F16ToF32(y[i].dmin);
-    uint8_t sc[8], mq[8];
-    for (int j = 0; j < 8; ++j) {
-      sc[j] = static_cast<uint8_t>(std::clamp(dd > 0 ? NearestInt(scale[j] / dd) : 0, 0, 63));
-      mq[j] = static_cast<uint8_t>(std::clamp(ddmin > 0 ? NearestInt(minv[j] / ddmin) : 0, 0, 63));
-    }
-    std::memset(y[i].scales, 0, 12);
-    for (int j = 0; j < 4; ++j) {
-      y[i].scales[j] = sc[j] | ((sc[j + 4] >> 4) << 6);
-      y[i].scales[j + 4] = mq[j] | ((mq[j + 4] >> 4) << 6);
-      y[i].scales[j + 8] = (sc[j + 4] & 0xF) | ((mq[j + 4] & 0xF) << 4);
-    }
-    uint8_t L[kQKK];
-    for (int j = 0; j < 8; ++j) {
-      const float ds = dd * sc[j], dm = ddmin * mq[j];
-      for (int l = 0; l < 32; ++l) {
-        const int q = ds > 0 ? NearestInt((x[32 * j + l] + dm) / ds) : 0;
-        L[32 * j + l] = static_cast<uint8_t>(std::clamp(q, 0, 15));
-      }
-    }
-    for (int j = 0; j < kQKK; j += 64) {
-      for (int l = 0; l < 32; ++l) y[i].qs[j / 2 + l] = L[j + l] | (L[j + l + 32] << 4);
-    }
-  }
-}
-
-void QuantQ6K(const float* x, BlockQ6_K* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, x += kQKK) {
-    float scale[16];
-    for (int j = 0; j < 16; ++j) {
-      float amax = 0;
-      for (int l = 0; l < 16; ++l) amax = std::max(amax, std::fabs(x[16 * j + l]));
-      scale[j] = amax / 31.0f;
-    }
-    float max_scale = *std::max_element(scale, scale + 16);
-    const float d = max_scale / 127.0f;
-    y[i].d = F32ToF16(d);
-    const float dd = F16ToF32(y[i].d);
-    uint8_t L[kQKK];
-    for (int j = 0; j < 16; ++j) {
-      const int s = dd > 0 ? std::clamp(NearestInt(scale[j] / dd), -128, 127) : 0;
-      y[i].scales[j] = static_cast<int8_t>(s);
-      const float ds = dd * s;
-      for (int l = 0; l < 16; ++l) {
-        const int q = ds != 0 ? NearestInt(x[16 * j + l] / ds) : 0;
-        L[16 * j + l] = static_cast<uint8_t>(std::clamp(q, -32, 31) + 32);
-      }
-    }
-    uint8_t* ql = y[i].ql;
-    uint8_t* qh = y[i].qh;
-    for (int j = 0; j < kQKK; j += 128) {
-      for (int l = 0; l < 32; ++l) {
-        const uint8_t q1 = L[j + l] & 0xF, q2 = L[j + l + 32] & 0xF;
-        const uint8_t q3 = L[j + l + 64] & 0xF, q4 = L[j + l + 96] & 0xF;
-        ql[l] = q1 | (q3 << 4);
-        ql[l + 32] = q2 | (q4 << 4);
-        qh[l] = (L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) |
-                ((L[j + l + 96] >> 4) << 6);
-      }
-      ql += 64;
-      qh += 32;
-    }
-  }
-}
 
 }  // namespace
 
@@ -310,14 +170,26 @@ Status Dequantize(GgmlType type, const void* src, float* y, int64_t n) {
       }
       return Status::Ok();
     }
+    case GgmlType::kQ2_K:
+      quant_internal::DequantQ2K(static_cast<const BlockQ2_K*>(src), y, nb);
+      return Status::Ok();
+    case GgmlType::kQ3_K:
+      quant_internal::DequantQ3K(static_cast<const BlockQ3_K*>(src), y, nb);
+      return Status::Ok();
     case GgmlType::kQ4_K:
-      DequantQ4K(static_cast<const BlockQ4_K*>(src), y, nb);
+      quant_internal::DequantQ4K(static_cast<const BlockQ4_K*>(src), y, nb);
       return Status::Ok();
     case GgmlType::kQ5_K:
-      DequantQ5K(static_cast<const BlockQ5_K*>(src), y, nb);
+      quant_internal::DequantQ5K(static_cast<const BlockQ5_K*>(src), y, nb);
       return Status::Ok();
     case GgmlType::kQ6_K:
-      DequantQ6K(static_cast<const BlockQ6_K*>(src), y, nb);
+      quant_internal::DequantQ6K(static_cast<const BlockQ6_K*>(src), y, nb);
+      return Status::Ok();
+    case GgmlType::kIQ4_NL:
+      quant_internal::DequantIQ4NL(static_cast<const BlockIQ4_NL*>(src), y, nb);
+      return Status::Ok();
+    case GgmlType::kIQ4_XS:
+      quant_internal::DequantIQ4XS(static_cast<const BlockIQ4_XS*>(src), y, nb);
       return Status::Ok();
     case GgmlType::kQ8_K: {
       const auto* x = static_cast<const BlockQ8_K*>(src);
@@ -427,11 +299,52 @@ Status Quantize(GgmlType type, const float* x, void* dst, int64_t n) {
       }
       return Status::Ok();
     }
+    case GgmlType::kQ5_1: {
+      auto* y = static_cast<BlockQ5_1*>(dst);
+      for (int64_t i = 0; i < nb; ++i, x += 32) {
+        float lo = x[0], hi = x[0];
+        for (int j = 1; j < 32; ++j) {
+          lo = std::min(lo, x[j]);
+          hi = std::max(hi, x[j]);
+        }
+        // Encode against the stored (f16) scale and minimum, the scale rounded up so the
+        // codes 0..31 cover [m, hi].
+        y[i].m = F32ToF16(lo);
+        const float m = F16ToF32(y[i].m);
+        y[i].d = quant_internal::F16RoundUp(std::max(0.0f, hi - m) / 31.0f);
+        const float d = F16ToF32(y[i].d);
+        uint32_t qh = 0;
+        for (int j = 0; j < 16; ++j) {
+          const int q0 = d > 0 ? std::clamp(NearestInt((x[j] - m) / d), 0, 31) : 0;
+          const int q1 = d > 0 ? std::clamp(NearestInt((x[j + 16] - m) / d), 0, 31) : 0;
+          y[i].qs[j] = static_cast<uint8_t>((q0 & 0xF) | ((q1 & 0xF) << 4));
+          qh |= ((q0 & 0x10u) >> 4) << j;
+          qh |= ((q1 & 0x10u) >> 4) << (j + 16);
+        }
+        std::memcpy(y[i].qh, &qh, 4);
+      }
+      return Status::Ok();
+    }
+    case GgmlType::kQ2_K:
+      quant_internal::QuantQ2K(x, static_cast<BlockQ2_K*>(dst), nb);
+      return Status::Ok();
+    case GgmlType::kQ3_K:
+      quant_internal::QuantQ3K(x, static_cast<BlockQ3_K*>(dst), nb);
+      return Status::Ok();
     case GgmlType::kQ4_K:
-      QuantQ4K(x, static_cast<BlockQ4_K*>(dst), nb);
+      quant_internal::QuantQ4K(x, static_cast<BlockQ4_K*>(dst), nb);
+      return Status::Ok();
+    case GgmlType::kQ5_K:
+      quant_internal::QuantQ5K(x, static_cast<BlockQ5_K*>(dst), nb);
       return Status::Ok();
     case GgmlType::kQ6_K:
-      QuantQ6K(x, static_cast<BlockQ6_K*>(dst), nb);
+      quant_internal::QuantQ6K(x, static_cast<BlockQ6_K*>(dst), nb);
+      return Status::Ok();
+    case GgmlType::kIQ4_NL:
+      quant_internal::QuantIQ4NL(x, static_cast<BlockIQ4_NL*>(dst), nb);
+      return Status::Ok();
+    case GgmlType::kIQ4_XS:
+      quant_internal::QuantIQ4XS(x, static_cast<BlockIQ4_XS*>(dst), nb);
       return Status::Ok();
     default:
       return Status::Error("quantize: type " + std::string(tr.name) + " is not supported");

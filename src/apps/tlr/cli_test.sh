@@ -85,6 +85,19 @@ check run_missing 1 "cannot open" -- "$tlr" run -m "$tmp/none.gguf" -p x
 check bench_json 0 "\"tg_roofline_pct\"" -- "$tlr" bench -m "$tmp/tiny.gguf" --pp 8 --tg 4 -r 1 -t 1 --json
 check bad_preset 1 "unknown preset 'nope'" -- "$tlr" make-random --preset nope -o "$tmp/x.gguf"
 check bad_arch_preset 1 "is a qwen2 model, not llama" -- "$tlr" make-random --preset qwen2.5-0.5b --arch llama -o "$tmp/x.gguf"
+check bad_type 1 "unknown type 'q7_k' \(known: .*iq4_xs" -- "$tlr" make-random --type q7_k -o "$tmp/x.gguf"
+check help_make_random 0 "q4_k +alias of q4_k_m" -- "$tlr" make-random --help
+check help_make_random_mix 0 "q3_k_m +llama.cpp's Q3_K_M mix" -- "$tlr" make-random --help
+# llama.cpp's file types: a mix's per-tensor types, and the low-bit kernels end to end.
+"$tlr" make-random --preset tiny256 --type q3_k_m -o "$tmp/q3km.gguf" >/dev/null
+check mix_types 0 "blk.1.attn_v.weight +q5_K" -- "$tlr" info "$tmp/q3km.gguf"
+check mix_ffn_down 0 "blk.1.ffn_down.weight +q4_K" -- "$tlr" info "$tmp/q3km.gguf"
+check run_q3km 0 "generated: 4 tokens" -- "$tlr" run -m "$tmp/q3km.gguf" -p "the" -n 4 -t 2
+for type in q2_k iq4_nl iq4_xs; do
+  "$tlr" make-random --preset tiny256 --type $type -o "$tmp/$type.gguf" >/dev/null
+  check run_$type 0 "generated: 4 tokens" -- "$tlr" run -m "$tmp/$type.gguf" -p "the" -n 4 -t 2
+done
+check pure_q4k 0 "blk.1.attn_v.weight +q4_K" -- sh -c "'$tlr' make-random --preset tiny256 --type q4_k --pure -o '$tmp/p.gguf' >/dev/null && '$tlr' info '$tmp/p.gguf'"
 
 # Routing commands on two tiny random models sharing a vocabulary (built-in routers).
 "$tlr" make-random --preset tiny --type f32 --seed 4 -o "$tmp/tiny2.gguf" >/dev/null

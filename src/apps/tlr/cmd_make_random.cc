@@ -1,4 +1,5 @@
-// `tlr make-random`: writes a random-weight model with real shapes (apps layer).
+// `tlr make-random`: writes a random-weight model with real shapes and llama.cpp's file types
+// (apps layer).
 #include <cstdio>
 #include <memory>
 #include <unistd.h>
@@ -11,24 +12,35 @@ namespace tlr::cli {
 Command AddMakeRandomCommand(CLI::App& root) {
   auto opts = std::make_shared<RandomModelOptions>();
   auto out = std::make_shared<std::string>();
-  std::string presets;
+  std::string presets, types, type_lines;
   for (const auto& p : RandomModelPresets()) presets += (presets.empty() ? "" : "|") + p;
+  for (const auto& t : RandomModelTypes()) {
+    types += (types.empty() ? "" : "|") + t.name;
+    type_lines += "  " + t.name + std::string(t.name.size() < 8 ? 8 - t.name.size() : 1, ' ') + t.help + "\n";
+  }
   CLI::App* app = root.add_subcommand(
       "make-random",
       "Write a random-weight GGUF model with the real shapes of a known model (for benchmarks "
       "and interop tests)");
   app->add_option("--preset", opts->preset, "Shape: " + presets)->default_val("tiny");
-  app->add_option("--arch", opts->arch, "qwen2|llama (default: the preset's; tiny takes either)");
-  app->add_option("--type", opts->type, "Weight type: f32|f16|q8_0|q4_0|q4_k")->default_val("q8_0");
+  app->add_option("--arch", opts->arch, "qwen2|llama (default: the preset's; the tiny presets take either)");
+  app->add_option("--type", opts->type, "File type: " + types)->default_val("q8_0");
+  app->add_flag("--pure", opts->pure,
+                "Every weight matrix in the type's base type, mixes included (llama-quantize "
+                "--pure): --type q4_k --pure is pure q4_K");
   app->add_option("--tokenizer", opts->tokenizer_path,
                   "Vocabulary from a tokenizer.json or a GGUF file (default: a small built-in "
                   "byte-level BPE vocabulary, padded to the preset's size)");
   app->add_option("--seed", opts->seed, "Random seed (same seed, same file)")->default_val(1);
   app->add_option("-o,--out", *out, "Output GGUF path")->required();
   app->footer(
-      "Example: tlr make-random --preset qwen2.5-0.5b --type q8_0 -o /tmp/qwen-0.5b-q8.gguf\n"
-      "q4_k mixes types like llama.cpp's Q4_K_M: rows that are not a multiple of 256 use q5_0,\n"
-      "the embedding q6_K or q8_0.");
+      "File types:\n" + type_lines +
+      "Single types put every weight matrix, embedding and LM head included, in that type\n"
+      "(like llama-quantize --pure); K-quant and iq4_xs matrices whose rows are not a\n"
+      "multiple of 256 fall back as llama.cpp does (q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0,\n"
+      "q2_K/q3_K -> q4_0, iq4_xs -> iq4_nl). The mixes assign types per tensor as\n"
+      "llama-quantize does (more bits for some attn_v / ffn_down layers and the LM head).\n"
+      "Example: tlr make-random --preset qwen2.5-0.5b --type q4_k_m -o /tmp/qwen-0.5b-q4km.gguf");
   return {app, [opts, out]() -> int {
             const bool tty = isatty(2);
             Status s = WriteRandomModel(*opts, *out, [&](size_t done, size_t total) {
