@@ -49,10 +49,24 @@ void QuantizeQ8ARows(const float* x, int64_t ld, int64_t n_cols, int8_t* qs, flo
       const float id = d > 0 ? 1.0f / d : 0.0f;
       int sum = 0;
       int8_t* q = qs + t * n_cols + b * 32;
-      for (int j = 0; j < 32; ++j) {
-        const int qi = static_cast<int>(std::lrintf(v[j] * id));
-        q[j] = static_cast<int8_t>(qi);
-        sum += qi;
+      if (L <= 32) {
+        // Round to nearest even (as lrintf in the default mode), narrow to int8, and sum.
+        const hn::RebindToSigned<decltype(df)> di;
+        const hn::Rebind<int8_t, decltype(df)> d8;
+        const auto vid = hn::Set(df, id);
+        auto vsum = hn::Zero(di);
+        for (size_t i = 0; i < 32; i += L) {
+          const auto qi = hn::NearestInt(hn::Mul(hn::LoadU(df, v + i), vid));
+          vsum = hn::Add(vsum, qi);
+          hn::StoreU(hn::DemoteTo(d8, qi), d8, q + i);
+        }
+        sum = hn::GetLane(hn::SumOfLanes(di, vsum));
+      } else {
+        for (int j = 0; j < 32; ++j) {
+          const int qi = static_cast<int>(std::lrintf(v[j] * id));
+          q[j] = static_cast<int8_t>(qi);
+          sum += qi;
+        }
       }
       ds[t * nb + b] = d;
       ss[t * nb + b] = d * static_cast<float>(sum);

@@ -105,10 +105,16 @@ HWY_NOINLINE void PanelDot(const uint8_t* panel, int64_t ng, const ActView* a, f
   const hn::Rebind<hwy::float16_t, DF> dh;
   const size_t L = hn::Lanes(df);  // 8 on x86; 8 / L chunks of lanes elsewhere
   using VF = hn::Vec<DF>;
-  VF acc[NT][8], off[NT][8];
+#ifdef TLR_X86_256
+  // One vector of 8 lanes per token: plain arrays the compiler keeps in registers.
+  VF acc[NT], off[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = off[t] = hn::Zero(df);
+#else
+  VF acc[NT][8], off[NT][8];  // [token][chunk of L lanes]
   for (int t = 0; t < NT; ++t) {
     for (size_t k = 0; k < 8; k += L) acc[t][k / L] = off[t][k / L] = hn::Zero(df);
   }
+#endif
   for (int64_t g = 0; g < ng; ++g) {
     const uint8_t* grp = panel + g * f.group_bytes;
     hwy::Prefetch(grp + 4 * f.group_bytes);
@@ -149,7 +155,7 @@ HWY_NOINLINE void PanelDot(const uint8_t* panel, int64_t ng, const ActView* a, f
     const VF wo = f.has_min ? hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(grp + f.min_off)))
                             : wd;
     for (int t = 0; t < NT; ++t) {
-      PanelFloatStep<kType>(wd, wo, ToVI(isum[t]), a[t].d[g], a[t].s[g], acc[t][0], off[t][0]);
+      PanelFloatStep<kType>(wd, wo, ToVI(isum[t]), a[t].d[g], a[t].s[g], acc[t], off[t]);
     }
 #else
     // Portable: integer sums per row in plain loops, then the float part per chunk of lanes.
@@ -194,11 +200,17 @@ HWY_NOINLINE void PanelDot(const uint8_t* panel, int64_t ng, const ActView* a, f
   }
   constexpr float kOff = PanelOffsetScale<kType>();
   for (int t = 0; t < NT; ++t) {
+#ifdef TLR_X86_256
+    VF out = acc[t];
+    if constexpr (kOff != 0.0f) out = hn::MulAdd(off[t], hn::Set(df, kOff), out);
+    hn::StoreU(out, df, y + t * ldy);
+#else
     for (size_t k = 0; k < 8; k += L) {
       VF out = acc[t][k / L];
       if constexpr (kOff != 0.0f) out = hn::MulAdd(off[t][k / L], hn::Set(df, kOff), out);
       hn::StoreU(out, df, y + t * ldy + k);
     }
+#endif
   }
 }
 

@@ -5,7 +5,8 @@
 # evaluate a PP-token prompt in one batch (tools/interop/llamacpp_bench.mjs), ROUNDS times
 # each, alternating; prints a Markdown table of medians and the ratio.
 # Usage: tools/interop/llamacpp_bench.sh [-p PP] [-t THREADS] [-r ROUNDS] FILE.gguf...
-# (run from the repository root; TLR=path/to/tlr overrides build/bin/tlr)
+# (run from the repository root; TLR=path/to/tlr overrides build/bin/tlr; WRAP="cmd" runs
+# every measured command under cmd, e.g. a script that pauses other work on a shared machine)
 set -euo pipefail
 pp=128 threads=2 rounds=3
 while getopts "p:t:r:" o; do
@@ -27,9 +28,9 @@ echo "|---|---|---|---|"
 for f in "$@"; do
   ours=() theirs=()
   for ((i = 0; i < rounds; i++)); do
-    ours+=("$("$tlr" bench -m "$f" --pp "$pp" --tg 1 -r 3 -t "$threads" --json 2>/dev/null |
+    ours+=("$(${WRAP:-} "$tlr" bench -m "$f" --pp "$pp" --tg 1 -r 3 -t "$threads" --json 2>/dev/null |
              $py -c 'import json,sys; print(json.load(sys.stdin)["pp_tok_s"])')")
-    theirs+=("$(node "$work/llamacpp_bench.mjs" "$f" "$pp" 3 "$threads" |
+    theirs+=("$(${WRAP:-} node "$work/llamacpp_bench.mjs" "$f" "$pp" 3 "$threads" |
                $py -c 'import json,sys; print(json.load(sys.stdin)["pp_tok_s"])')")
   done
   a=$(median "${ours[@]}") b=$(median "${theirs[@]}")
