@@ -50,6 +50,56 @@ float FmaLoop(int64_t iters) {
 
 size_t FloatLanes() { return hn::Lanes(hn::ScalableTag<float>()); }
 
+// Runs `iters` rounds of 8 independent 8-bit dot-product chains, the instruction the
+// quantized kernels are made of (vpdpbusd with AVX-512 VNNI, maddubs + madd elsewhere on x86,
+// widening multiply-adds on other targets); returns the int8 multiply-adds done.
+int64_t Int8DotLoop(int64_t iters, int32_t* sink) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  // Eight named accumulators (an array would live in memory around the asm statements).
+  __m256i c0 = _mm256_set1_epi32(0), c1 = _mm256_set1_epi32(1), c2 = _mm256_set1_epi32(2),
+          c3 = _mm256_set1_epi32(3), c4 = _mm256_set1_epi32(4), c5 = _mm256_set1_epi32(5),
+          c6 = _mm256_set1_epi32(6), c7 = _mm256_set1_epi32(7);
+  const __m256i w = _mm256_set1_epi8(3), a = _mm256_set1_epi8(-2);
+#if HWY_TARGET == HWY_AVX3_DL && (HWY_COMPILER_GCC_ACTUAL || HWY_COMPILER_CLANG)
+#define TLR_DOT(c) asm volatile("%{evex%} vpdpbusd %2, %1, %0" : "+v"(c) : "v"(w), "v"(a))
+#else
+#define TLR_DOT(c) c = _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1)))
+#endif
+  for (int64_t i = 0; i < iters; ++i) {
+    TLR_DOT(c0); TLR_DOT(c1); TLR_DOT(c2); TLR_DOT(c3);
+    TLR_DOT(c4); TLR_DOT(c5); TLR_DOT(c6); TLR_DOT(c7);
+  }
+#undef TLR_DOT
+  const __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3)),
+                                     _mm256_add_epi32(_mm256_add_epi32(c4, c5), _mm256_add_epi32(c6, c7)));
+  *sink = _mm256_extract_epi32(s, 0);
+  return iters * 8 * 32;
+#elif HWY_TARGET == HWY_SCALAR
+  int32_t acc[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  volatile int8_t wv = 3, av = -2;
+  const int32_t w = wv, a = av;
+  for (int64_t i = 0; i < iters; ++i) {
+    for (int k = 0; k < 8; ++k) acc[k] += w * a;
+  }
+  *sink = acc[0] + acc[7];
+  return iters * 8;
+#else
+  const hn::ScalableTag<int32_t> di;
+  const hn::Repartition<int16_t, decltype(di)> d16;
+  auto s0 = hn::Zero(di), s1 = hn::Zero(di), s2 = hn::Zero(di), s3 = hn::Zero(di);
+  auto s4 = hn::Zero(di), s5 = hn::Zero(di), s6 = hn::Zero(di), s7 = hn::Zero(di);
+  const auto w = hn::Set(d16, 3), a = hn::Set(d16, -2);
+  for (int64_t i = 0; i < iters; ++i) {
+    s0 = hn::ReorderWidenMulAccumulate(di, w, a, s0, s1);
+    s2 = hn::ReorderWidenMulAccumulate(di, w, a, s2, s3);
+    s4 = hn::ReorderWidenMulAccumulate(di, w, a, s4, s5);
+    s6 = hn::ReorderWidenMulAccumulate(di, w, a, s6, s7);
+  }
+  *sink = hn::GetLane(hn::Add(hn::Add(hn::Add(s0, s1), hn::Add(s2, s3)), hn::Add(hn::Add(s4, s5), hn::Add(s6, s7))));
+  return iters * 4 * static_cast<int64_t>(hn::Lanes(d16));
+#endif
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace tlr
 HWY_AFTER_NAMESPACE();
@@ -59,6 +109,28 @@ namespace tlr {
 HWY_EXPORT(SumRange);
 HWY_EXPORT(FmaLoop);
 HWY_EXPORT(FloatLanes);
+HWY_EXPORT(Int8DotLoop);
+
+double MeasurePeakInt8Gops(ThreadPool* pool) {
+  const int threads = pool->n_threads();
+  const int64_t iters = 20'000'000;
+  double best = 0;
+  std::vector<int32_t> sink(threads);
+  std::vector<int64_t> macs(threads);
+  for (int r = 0; r < 3; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    pool->ParallelFor(threads, 1, [&](int64_t b, int64_t, int) {
+      macs[b] = HWY_DYNAMIC_DISPATCH(Int8DotLoop)(iters, &sink[b]);
+    });
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double total = 0;
+    for (int64_t m : macs) total += static_cast<double>(m);
+    best = std::max(best, 2.0 * total / s / 1e9);
+  }
+  volatile int32_t keep = sink[0];
+  (void)keep;
+  return best;
+}
 
 double MeasurePeakGflops(ThreadPool* pool) {
   const int threads = pool->n_threads();

@@ -21,4 +21,9 @@ BandwidthResult MeasureReadBandwidth(ThreadPool* pool, size_t bytes = size_t{1} 
 // FMA), from a register-only loop with enough independent accumulators to hide latency.
 double MeasurePeakGflops(ThreadPool* pool);
 
+// Peak 8-bit integer dot-product throughput of the pool's threads (GOP/s, 2 ops per
+// multiply-add), from a register-only loop of the instruction the quantized kernels use
+// (vpdpbusd / maddubs on x86). The roof for prefill with quantized weights.
+double MeasurePeakInt8Gops(ThreadPool* pool);
+
 }  // namespace tlr

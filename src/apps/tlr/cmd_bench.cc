@@ -81,6 +81,8 @@ Command AddBenchCommand(CLI::App& root) {
             const BandwidthResult bw = MeasureReadBandwidth(&pool);
             say("measuring peak FMA throughput...");
             const double peak = MeasurePeakGflops(&pool);
+            say("measuring peak int8 dot throughput...");
+            const double peak_int8 = MeasurePeakInt8Gops(&pool);
             // Prompt tokens: a fixed pseudo-random sequence over the vocabulary.
             std::vector<int32_t> prompt(std::max<int64_t>(o->pp, o->depth));
             uint64_t st = 12345;
@@ -188,7 +190,8 @@ Command AddBenchCommand(CLI::App& root) {
                   {"bandwidth_gbps", bw.best_gbps}, {"bandwidth_median_gbps", bw.median_gbps},
                   {"tg_roofline_tok_s", roofline}, {"tg_roofline_pct", pct},
                   {"pp_gflops", pp_gflops}, {"peak_fma_gflops", peak},
-                  {"pp_peak_pct", 100.0 * pp_gflops / peak}};
+                  {"pp_peak_pct", 100.0 * pp_gflops / peak}, {"peak_int8_gops", peak_int8},
+                  {"pp_int8_peak_pct", 100.0 * pp_gflops / peak_int8}};
               if (router) {
                 j["router"] = o->router;
                 j["router_params"] = router->n_params();
@@ -206,8 +209,10 @@ Command AddBenchCommand(CLI::App& root) {
                         model.total_weight_bytes() / 1048576.0, ActiveSimdTarget().c_str());
             std::printf("threads     %d\n", o->run.threads);
             std::printf("bandwidth   %.1f GB/s (best of 7; median %.1f)\n", bw.best_gbps, bw.median_gbps);
-            std::printf("pp%-4d      %8.1f tok/s  (range %.1f-%.1f)  %.1f GFLOP/s = %.0f%% of %.0f GFLOP/s FP32 FMA peak\n",
-                        o->pp, pp.median, pp.min, pp.max, pp_gflops, 100.0 * pp_gflops / peak, peak);
+            std::printf("pp%-4d      %8.1f tok/s  (range %.1f-%.1f)  %.1f GFLOP/s = %.0f%% of %.0f GFLOP/s FP32 FMA peak,"
+                        " %.0f%% of %.0f GOP/s int8 dot peak\n",
+                        o->pp, pp.median, pp.min, pp.max, pp_gflops, 100.0 * pp_gflops / peak, peak,
+                        100.0 * pp_gflops / peak_int8, peak_int8);
             std::printf("tg%-4d      %8.1f tok/s  (range %.1f-%.1f)\n", o->tg, tg.median, tg.min, tg.max);
             std::printf("roofline    %8.1f tok/s  (%.1f MiB read per token)  -> generation at %.0f%%\n",
                         roofline, bytes_per_token / 1048576.0, pct);
