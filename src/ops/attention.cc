@@ -31,6 +31,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/attention.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"
 
@@ -205,6 +206,14 @@ void AttendGroup(D d, const float* q, const KvView& k, const KvView& v, int64_t 
   for (int64_t j0 = 0; j0 < n_kv; j0 += kChunk) {
     const int64_t len = std::min(kChunk, n_kv - j0);
     for (int64_t t = 0; t < len; t += kKeyTile) {
+      // The next chunk's keys and values come from memory while this one computes (at long
+      // contexts the cache is far larger than the caches: each token streams all of it).
+      if (j0 + kChunk + t < n_kv) {
+        const uint8_t* next_k = k.Tile(j0 + kChunk + t);
+        const uint8_t* next_v = v.Row(j0 + kChunk + t);
+        for (size_t b = 0; b < kKeyTile * k.row_bytes; b += 64) hwy::Prefetch(next_k + b);
+        for (size_t b = 0; b < kKeyTile * v.row_bytes; b += 64) hwy::Prefetch(next_v + b);
+      }
       TileScores<kType, kG>(d, q, hd, k.Tile(j0 + t), scale, s + t);
     }
     ChunkSoftmax<kG>(d, len, s, m, l, alpha);
