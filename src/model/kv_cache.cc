@@ -1,9 +1,11 @@
 // KvCache (model layer). See kv_cache.h.
 #include "model/kv_cache.h"
 
+#include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <new>
-#include <sstream>
+#include <string>
 
 namespace tlr {
 
@@ -19,36 +21,71 @@ uint64_t AvailableMemoryBytes() {
   return 0;
 }
 
-Expected<KvCache> KvCache::Create(const ModelConfig& c, int64_t n_ctx) {
+uint64_t KvCache::BytesPerPosition(const ModelConfig& c, GgmlType type) {
+  return 2ull * static_cast<uint64_t>(c.n_layers * c.n_kv_heads) * KvRowBytes(type, c.head_dim);
+}
+
+Expected<KvCache> KvCache::Create(const ModelConfig& c, int64_t n_ctx, GgmlType type) {
   if (n_ctx < 1 || n_ctx > (int64_t{1} << 24)) {
     return Status::Error("context size " + std::to_string(n_ctx) + " is outside 1..16777216");
   }
+  TLR_RETURN_IF_ERROR(CheckKvType(type, c.head_dim));
   KvCache kv;
+  kv.type_ = type;
   kv.n_ctx_ = n_ctx;
-  kv.kv_dim_ = c.kv_dim();
-  kv.k_.resize(c.n_layers);
-  kv.v_.resize(c.n_layers);
+  kv.n_layers_ = c.n_layers;
+  kv.n_kv_heads_ = c.n_kv_heads;
+  kv.head_dim_ = c.head_dim;
+  kv.row_bytes_ = KvRowBytes(type, c.head_dim);
   const uint64_t need = kv.capacity_bytes();
   const uint64_t avail = AvailableMemoryBytes();
   if (avail > 0 && need > avail) {
     return Status::Error("a KV cache for " + std::to_string(n_ctx) + " positions needs " +
                          std::to_string(need >> 20) + " MiB but only " +
                          std::to_string(avail >> 20) + " MiB of memory is available; use a " +
-                         "smaller context (--ctx)");
+                         "smaller context (--ctx) or a smaller --kv-type");
   }
   try {
-    for (int64_t l = 0; l < c.n_layers; ++l) {
-      kv.k_[l].reserve(static_cast<size_t>(n_ctx * kv.kv_dim_));
-      kv.v_[l].reserve(static_cast<size_t>(n_ctx * kv.kv_dim_));
-    }
+    // Default-initialised: the pages stay untouched until positions are stored.
+    kv.data_.reset(new uint8_t[need]);
   } catch (const std::bad_alloc&) {
-    return Status::Error("cannot reserve " + std::to_string(need >> 20) + " MiB for the KV cache");
+    return Status::Error("cannot allocate " + std::to_string(need >> 20) + " MiB for the KV cache");
   }
   return kv;
 }
 
-uint64_t KvCache::capacity_bytes() const {
-  return 2ull * k_.size() * static_cast<uint64_t>(n_ctx_) * kv_dim_ * sizeof(float);
+KvCache KvCache::EmptyLike() const {
+  KvCache out;
+  out.type_ = type_;
+  out.n_ctx_ = n_ctx_;
+  out.n_layers_ = n_layers_;
+  out.n_kv_heads_ = n_kv_heads_;
+  out.head_dim_ = head_dim_;
+  out.row_bytes_ = row_bytes_;
+  if (data_) out.data_.reset(new uint8_t[capacity_bytes()]);
+  return out;
+}
+
+void KvCache::CopyPrefix(const KvCache& src, int64_t n) {
+  // Keys: the whole tiles holding [0, n) (their other positions are zeros or stale values,
+  // finite either way); values: the rows.
+  const size_t key_bytes = static_cast<size_t>(RoundToTiles(n)) * row_bytes_;
+  const size_t value_bytes = static_cast<size_t>(n) * row_bytes_;
+  for (int64_t l = 0; l < n_layers_; ++l) {
+    for (int64_t h = 0; h < n_kv_heads_; ++h) {
+      std::memcpy(Base(l, 0, h), src.Base(l, 0, h), key_bytes);
+      std::memcpy(Base(l, 1, h), src.Base(l, 1, h), value_bytes);
+    }
+  }
+  n_ = n;
+  tiles_ready_ = RoundToTiles(n);
+}
+
+KvCache::KvCache(const KvCache& other) : KvCache(other.EmptyLike()) { CopyPrefix(other, other.n_); }
+
+KvCache& KvCache::operator=(const KvCache& other) {
+  if (this != &other) *this = KvCache(other);
+  return *this;
 }
 
 void KvCache::Truncate(int64_t n) {
@@ -57,19 +94,8 @@ void KvCache::Truncate(int64_t n) {
 }
 
 KvCache KvCache::Fork(int64_t n) const {
-  KvCache out;
-  out.n_ctx_ = n_ctx_;
-  out.kv_dim_ = kv_dim_;
-  out.n_ = std::min(n, n_);
-  out.k_.resize(k_.size());
-  out.v_.resize(v_.size());
-  const size_t used = static_cast<size_t>(out.n_ * kv_dim_);
-  for (size_t l = 0; l < k_.size(); ++l) {
-    out.k_[l].reserve(static_cast<size_t>(n_ctx_ * kv_dim_));
-    out.v_[l].reserve(static_cast<size_t>(n_ctx_ * kv_dim_));
-    out.k_[l].assign(k_[l].begin(), k_[l].begin() + used);
-    out.v_[l].assign(v_[l].begin(), v_[l].begin() + used);
-  }
+  KvCache out = EmptyLike();
+  out.CopyPrefix(*this, std::clamp<int64_t>(n, 0, n_));
   return out;
 }
 
@@ -78,14 +104,26 @@ Status KvCache::Reserve(int64_t new_size) {
     return Status::Error("sequence of " + std::to_string(new_size) +
                          " tokens does not fit the context of " + std::to_string(n_ctx_));
   }
-  const size_t need = static_cast<size_t>(new_size * kv_dim_);
-  for (size_t l = 0; l < k_.size(); ++l) {
-    if (k_[l].size() < need) {  // within the reserved capacity: no reallocation
-      k_[l].resize(need);
-      v_[l].resize(need);
+  // Attention reads whole key tiles: a tile's positions past size() must hold finite numbers,
+  // so each tile is zeroed before its first position is stored (here, before the forward
+  // pass stores positions in parallel).
+  const int64_t ready = RoundToTiles(new_size);
+  if (ready > tiles_ready_) {
+    const size_t off = static_cast<size_t>(tiles_ready_) * row_bytes_;
+    const size_t len = static_cast<size_t>(ready - tiles_ready_) * row_bytes_;
+    for (int64_t l = 0; l < n_layers_; ++l) {
+      for (int64_t h = 0; h < n_kv_heads_; ++h) std::memset(Base(l, 0, h) + off, 0, len);
     }
+    tiles_ready_ = ready;
   }
   return Status::Ok();
+}
+
+void KvCache::Store(int64_t layer, int64_t pos, const float* k, const float* v) {
+  for (int64_t h = 0; h < n_kv_heads_; ++h) {
+    StoreKey(type_, Base(layer, 0, h), row_bytes_, head_dim_, pos, k + h * head_dim_);
+    StoreValue(type_, Base(layer, 1, h), row_bytes_, head_dim_, pos, v + h * head_dim_);
+  }
 }
 
 }  // namespace tlr

@@ -41,6 +41,9 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& path, const Opti
   m->tokenizer_ = std::make_unique<Tokenizer>(std::move(tok).value());
   Status s = m->Bind();
   if (!s.ok()) return s.WithPrefix("'" + path + "'");
+  s = CheckKvType(opts.kv_type, m->config_.head_dim);
+  if (!s.ok()) return s.WithPrefix("'" + path + "'");
+  m->kv_type_ = opts.kv_type;
   m->fingerprint_ = m->ComputeFingerprint();
   if (opts.repack) m->Repack();
   return m;
@@ -268,7 +271,7 @@ Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const 
   const ModelConfig& c = config_;
   ThreadPool* pool = ctx->pool_;
   // Validate everything before touching any cache.
-  int64_t n = 0, max_ctx = 0;
+  int64_t n = 0;
   for (size_t s = 0; s < seqs.size(); ++s) {
     const SequenceInput& in = seqs[s];
     if (!in.cache) return Status::Error("sequence " + std::to_string(s) + " has no cache");
@@ -276,7 +279,8 @@ Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const 
     for (size_t j = 0; j < s; ++j) {
       if (seqs[j].cache == in.cache) return Status::Error("a cache appears twice in one batch");
     }
-    if (in.cache->n_layers() != c.n_layers || in.cache->kv_dim() != c.kv_dim()) {
+    if (in.cache->n_layers() != c.n_layers || in.cache->n_kv_heads() != c.n_kv_heads ||
+        in.cache->head_dim() != c.head_dim) {
       return Status::Error("sequence " + std::to_string(s) + "'s cache was made for another model");
     }
     for (int32_t t : in.tokens) {
@@ -291,7 +295,6 @@ Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const 
                            std::to_string(in.cache->n_ctx()) + " (prompt too long?)");
     }
     n += static_cast<int64_t>(in.tokens.size());
-    max_ctx = std::max(max_ctx, in.cache->n_ctx());
   }
   if (n == 0) return Status::Error("empty batch");
   for (SequenceInput& in : seqs) {
@@ -307,8 +310,6 @@ Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const 
   float* att = Grow(ctx->attn_, n * Q);  // [n, Q]
   float* gate = Grow(ctx->gate_, n * F); // [n, F]
   float* up = Grow(ctx->up_, n * F);     // [n, F]
-  // Attention scores: sized for the caches' full context once, so decode never reallocates.
-  float* scores = Grow(ctx->scores_, static_cast<size_t>(pool->n_threads() * (c.n_heads / c.n_kv_heads) * max_ctx));
   float* rope_cs = Grow(ctx->rope_cs_, n * hd);  // [n, head_dim/2, (cos, sin)]
   int32_t* seq_of = Grow(ctx->seq_of_, n);
   int32_t* pos_of = Grow(ctx->pos_of_, n);
@@ -355,21 +356,17 @@ Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const 
         const float* cs = rope_cs + i * hd;
         for (int64_t h = 0; h < c.n_heads; ++h) Rope(qi + h * hd, hd, cs, neox);
         for (int64_t h = 0; h < c.n_kv_heads; ++h) Rope(ki + h * hd, hd, cs, neox);
-        KvCache* cache = seqs[seq_of[i]].cache;
-        std::memcpy(cache->K(l, pos_of[i]), ki, KV * sizeof(float));
-        std::memcpy(cache->V(l, pos_of[i]), vi, KV * sizeof(float));
+        seqs[seq_of[i]].cache->Store(l, pos_of[i], ki, vi);
       }
     });
     // Each token's query heads attend, one KV-head group at a time, to its sequence's
-    // positions up to its own.
-    pool->ParallelFor(n * c.n_kv_heads, 1, [&](int64_t b, int64_t e, int thread) {
-      float* sc = scores + thread * group * max_ctx;
+    // positions up to its own, read from the cache in its stored type.
+    pool->ParallelFor(n * c.n_kv_heads, 1, [&](int64_t b, int64_t e, int) {
       for (int64_t ik = b; ik < e; ++ik) {
         const int64_t i = ik / c.n_kv_heads, kvh = ik % c.n_kv_heads;
         const KvCache* cache = seqs[seq_of[i]].cache;
-        Attention(q + i * Q + kvh * group * hd, group, cache->K(l, 0) + kvh * hd,
-                  cache->V(l, 0) + kvh * hd, KV, pos_of[i] + 1, hd, scale, sc,
-                  att + i * Q + kvh * group * hd);
+        Attention(q + i * Q + kvh * group * hd, group, cache->K(l, kvh), cache->V(l, kvh), pos_of[i] + 1, hd,
+                  scale, att + i * Q + kvh * group * hd);
       }
     });
     RunMatMul(L.o, att, n, Q, xn, E, ctx->in_, pool);

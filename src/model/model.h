@@ -54,7 +54,7 @@ class ForwardContext {
   ThreadPool* pool_;
   std::unique_ptr<ThreadPool> own_pool_;
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, out_hidden_, out_logits_;
-  std::vector<float> scores_, rope_cs_;
+  std::vector<float> rope_cs_;
   std::vector<int32_t> seq_of_, pos_of_;
   MatMulInput in_;
 };
@@ -67,6 +67,9 @@ class Model {
     // Copy Q4_0 matrices into the faster kernel layout at load (same size; see
     // RepackMatrix). Off: every weight is used straight from the memory map.
     bool repack = true;
+    // How NewCache stores keys and values: f16 (default), f32 or q8_0 (see KvCache). Load
+    // fails when the model's head dimension does not suit the type.
+    GgmlType kv_type = GgmlType::kF16;
   };
 
   // Maps and validates a GGUF model: architecture, hyperparameters, every tensor's presence,
@@ -88,7 +91,10 @@ class Model {
   // Notes on load (converted tensors, tied output), for --verbose.
   const std::vector<std::string>& load_notes() const { return notes_; }
 
-  Expected<KvCache> NewCache(int64_t n_ctx) const { return KvCache::Create(config_, n_ctx); }
+  // A KV cache for n_ctx positions, in the type chosen at load (Options::kv_type) or `type`.
+  Expected<KvCache> NewCache(int64_t n_ctx) const { return KvCache::Create(config_, n_ctx, kv_type_); }
+  Expected<KvCache> NewCache(int64_t n_ctx, GgmlType type) const { return KvCache::Create(config_, n_ctx, type); }
+  GgmlType kv_type() const { return kv_type_; }
 
   // Runs the tokens of every sequence through the model, appends them to the caches and
   // writes the requested outputs. Fails (changing no cache) on an empty token list, a token
@@ -121,6 +127,7 @@ class Model {
   std::vector<std::unique_ptr<uint8_t[], AlignedDelete>> repacked_;  // repacked matrices
   std::vector<std::string> notes_;
   uint64_t fingerprint_ = 0;
+  GgmlType kv_type_ = GgmlType::kF16;
 };
 
 }  // namespace tlr

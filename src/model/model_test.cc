@@ -67,8 +67,9 @@ Errors Compare(const std::vector<float>& got, const std::vector<double>& want) {
   return e;
 }
 
-std::vector<int32_t> Greedy(const Model& m, ThreadPool* pool, std::vector<int32_t> prompt, int n) {
-  auto cache = m.NewCache(256);
+std::vector<int32_t> Greedy(const Model& m, ThreadPool* pool, std::vector<int32_t> prompt, int n,
+                            GgmlType kv = GgmlType::kF16) {
+  auto cache = m.NewCache(256, kv);
   EXPECT_TRUE(cache.ok());
   ForwardContext ctx(pool);
   std::vector<float> logits(m.config().n_vocab);
@@ -84,11 +85,39 @@ std::vector<int32_t> Greedy(const Model& m, ThreadPool* pool, std::vector<int32_
   return out;
 }
 
-// Runs the golden file's tokens through `model` and checks logits and hidden states (NMSE
-// below `nmse`, logits' max abs error below `max_rel` of the largest logit) and the greedy
-// continuation; returns that continuation.
+// Error bounds against a reference: normalized MSE, and max abs error relative to the
+// largest logit.
+struct Bounds {
+  double nmse, max_rel;
+};
+
+// The bounds with keys and values stored as `kv` instead of f32: the storage rounding, which
+// no arithmetic can undo, dominates the float32 rounding. f16 rounds each stored value by up
+// to u = 2^-11 relative (uniformly: mean square u^2 / 3); the logits inherit about that
+// (measured nmse 0.13-0.64 u^2, max abs error 0.65-0.9 u of the largest logit): bounded by
+// nmse 4 u^2 = 9.5e-7 and max abs 4 u = 2e-3. q8_0 rounds each value by up to half a step of
+// its block's scale amax / 127: for Gaussian-like blocks (amax ~ 2.5 sigma) a relative mean
+// square of 2.5^2 / (127^2 * 12) = 3e-5 (measured on the demo LLM: nmse 1.5e-5 on logits,
+// 2.1e-5 on hidden states, max abs 0.54% of the largest logit): bounded by nmse 1e-4 and
+// max abs 2%.
+Bounds ForKvType(Bounds f32_bounds, GgmlType kv) {
+  const double u = std::ldexp(1.0, -11);
+  switch (kv) {
+    case GgmlType::kF16:
+      return {std::max(f32_bounds.nmse, 4 * u * u), std::max(f32_bounds.max_rel, 4 * u)};
+    case GgmlType::kQ8_0:
+      return {std::max(f32_bounds.nmse, 1e-4), std::max(f32_bounds.max_rel, 2e-2)};
+    default:
+      return f32_bounds;
+  }
+}
+
+// Runs the golden file's tokens through `model` with a `kv` cache and checks logits and hidden
+// states (NMSE below b.nmse, logits' max abs error below b.max_rel of the largest logit) and
+// the greedy continuation; returns that continuation.
 std::vector<int32_t> ExpectMatchesGolden(const Model& model, const std::string& golden_path, const std::string& what,
-                                         double nmse, double max_rel, ThreadPool* pool) {
+                                         GgmlType kv, Bounds b, ThreadPool* pool) {
+  const double nmse = b.nmse, max_rel = b.max_rel;
   auto text = ReadFileToString(golden_path);
   EXPECT_TRUE(text.ok()) << text.status().message();
   if (!text.ok()) return {};
@@ -96,7 +125,7 @@ std::vector<int32_t> ExpectMatchesGolden(const Model& model, const std::string& 
   const std::vector<int32_t> tokens = g["tokens"];
   const int64_t T = tokens.size(), V = model.config().n_vocab, E = model.config().n_embd;
   std::vector<float> logits(T * V), hidden(T * E);
-  auto cache = model.NewCache(T + 8);
+  auto cache = model.NewCache(T + 8, kv);
   EXPECT_TRUE(cache.ok());
   ForwardContext ctx(pool);
   SequenceInput in{&*cache, tokens, OutputRows::kAll, logits.data(), hidden.data()};
@@ -116,15 +145,17 @@ std::vector<int32_t> ExpectMatchesGolden(const Model& model, const std::string& 
   EXPECT_LT(el.max_abs, max_rel * scale) << what;
   EXPECT_LT(eh.nmse, nmse) << what;
   const std::vector<int32_t> want_greedy = g["greedy"];
-  const auto got = Greedy(model, pool, tokens, static_cast<int>(want_greedy.size()));
+  const auto got = Greedy(model, pool, tokens, static_cast<int>(want_greedy.size()), kv);
   EXPECT_EQ(got, want_greedy) << what << ": greedy continuation differs";
   return got;
 }
 
-// Tolerances against the float64 reference: the engine computes in float32 (weights exactly
-// as stored, f16 widened exactly), so errors are float32 rounding accumulated over two
-// layers (measured: nmse ~1e-13, max abs ~3e-6 on logits of scale ~10): normalized MSE
-// below 1e-10 and max abs error below 2e-5 of the largest logit.
+// Tolerances against the float64 reference: with an f32 KV cache the engine computes in
+// float32 (weights exactly as stored, f16 widened exactly), so errors are float32 rounding
+// accumulated over two layers (measured: nmse ~1e-13, max abs ~3e-6 on logits of scale ~10):
+// normalized MSE below 1e-10 and max abs error below 2e-5 of the largest logit. The default
+// f16 cache adds its storage rounding (ForKvType). (The tiny models' head dimension, 16, has
+// no q8_0 cache.)
 TEST(ModelGolden, MatchesPyTorchReference) {
   ThreadPool pool(2);
   for (const std::string arch : {"qwen2", "llama"}) {
@@ -132,11 +163,14 @@ TEST(ModelGolden, MatchesPyTorchReference) {
     for (const std::string type : {"f32", "f16"}) {
       auto model = LoadOrDie(MakeTiny(arch, type));
       ASSERT_TRUE(model);
-      const auto got = ExpectMatchesGolden(
-          *model, std::string(TLR_SOURCE_DIR) + "/src/model/testdata/tiny-" + arch + "-" + type + ".golden.json",
-          arch + " " + type, 1e-10, 2e-5, &pool);
-      if (type == "f32") greedy_f32 = got;
-      else EXPECT_EQ(got, greedy_f32) << arch << ": f16 and f32 greedy continuations differ";
+      for (GgmlType kv : {GgmlType::kF32, GgmlType::kF16}) {
+        const std::string what = arch + " " + type + " kv " + std::string(GgmlTraits(kv).name);
+        const auto got = ExpectMatchesGolden(
+            *model, std::string(TLR_SOURCE_DIR) + "/src/model/testdata/tiny-" + arch + "-" + type + ".golden.json",
+            what, kv, ForKvType({1e-10, 2e-5}, kv), &pool);
+        if (greedy_f32.empty()) greedy_f32 = got;
+        else EXPECT_EQ(got, greedy_f32) << what << ": greedy continuation differs from f32 weights' with f32 KV";
+      }
     }
   }
 }
@@ -195,59 +229,104 @@ TEST(ModelQuantized, MatchesDequantizedWeights) {
   }
 }
 
-class ModelCache : public ::testing::Test {
+// KV-cache consistency for every KV type, on the tiny llama (head dim 16: f32 and f16 caches)
+// and the demo LLM (head dim 32: q8_0 too). Batch invariance is exact: a position's logits are
+// bit-identical whether it is decoded alone, prefilled in a batch, computed after a truncation
+// or in a fork, next to other sequences, or with another number of threads.
+struct CacheCase {
+  std::string model;  // "tiny-llama" or "demo-llm"
+  GgmlType kv;
+};
+
+class ModelCache : public ::testing::TestWithParam<CacheCase> {
  protected:
   void SetUp() override {
-    model_ = LoadOrDie(MakeTiny("llama", "q8_0"));
+    model_ = LoadOrDie(GetParam().model == "tiny-llama"
+                           ? MakeTiny("llama", "q8_0")
+                           : std::string(TLR_SOURCE_DIR) + "/models/demo/llm.gguf");
     ASSERT_TRUE(model_);
   }
-  std::vector<float> Run(KvCache* cache, std::vector<int32_t> tokens, OutputRows rows = OutputRows::kLast) {
+  Expected<KvCache> NewCache(int64_t n_ctx) { return model_->NewCache(n_ctx, GetParam().kv); }
+  std::vector<float> Run(KvCache* cache, std::vector<int32_t> tokens, OutputRows rows = OutputRows::kLast,
+                         ThreadPool* pool = nullptr) {
     const int64_t V = model_->config().n_vocab;
     std::vector<float> logits((rows == OutputRows::kAll ? tokens.size() : 1) * V);
-    ForwardContext ctx(&pool_);
+    ForwardContext ctx(pool ? pool : &pool_);
     SequenceInput in{cache, tokens, rows, logits.data(), nullptr};
     Status s = model_->Forward({&in, 1}, &ctx);
     EXPECT_TRUE(s.ok()) << s.message();
     return logits;
   }
-  static void ExpectClose(const std::vector<float>& a, const std::vector<float>& b) {
+  // Bit-identical.
+  static void ExpectSame(const std::vector<float>& a, const std::vector<float>& b) {
     ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4f * (1 + std::fabs(b[i]))) << i;
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << i;
   }
   ThreadPool pool_{2};
   std::unique_ptr<Model> model_;
 };
 
-TEST_F(ModelCache, PrefillThenDecodeEqualsLongerPrefill) {
+TEST_P(ModelCache, PrefillThenDecodeEqualsLongerPrefill) {
   const std::vector<int32_t> p = {3, 260, 300, 42, 99, 7, 311, 12, 400};
-  auto a = model_->NewCache(64), b = model_->NewCache(64);
+  auto a = NewCache(64), b = NewCache(64);
   std::vector<int32_t> head(p.begin(), p.end() - 1);
   Run(&*a, head);
   const auto decoded = Run(&*a, {p.back()});
   const auto prefilled = Run(&*b, p);
-  ExpectClose(decoded, prefilled);
+  ExpectSame(decoded, prefilled);
   EXPECT_EQ(a->size(), b->size());
 }
 
-TEST_F(ModelCache, TruncateThenRedoEqualsNeverWentFurther) {
-  auto a = model_->NewCache(64), b = model_->NewCache(64);
+TEST_P(ModelCache, TruncateThenRedoEqualsNeverWentFurther) {
+  auto a = NewCache(64), b = NewCache(64);
   Run(&*a, {3, 260, 300, 42});
   Run(&*a, {99, 7, 311});  // went further ...
   a->Truncate(4);          // ... and rolled back
   const auto redo = Run(&*a, {12, 400});
   Run(&*b, {3, 260, 300, 42});
   const auto straight = Run(&*b, {12, 400});
-  ExpectClose(redo, straight);
+  ExpectSame(redo, straight);
   // A fork continues like the original.
   KvCache fork = b->Fork(6);
-  ExpectClose(Run(&fork, {5}), Run(&*b, {5}));
+  ExpectSame(Run(&fork, {5}), Run(&*b, {5}));
 }
 
-TEST_F(ModelCache, BatchedSequencesEqualSeparateRuns) {
+// Past several key tiles (16 positions) and attention chunks (64): every position of a
+// 150-token prefill equals the same position decoded one token at a time after a 70-token
+// prefill, in a fork taken mid-tile, in a copy, and with 1 or 3 threads.
+TEST_P(ModelCache, LongContextIsBatchAndThreadInvariant) {
+  const int64_t V = model_->config().n_vocab, n = 150, head = 70;
+  std::vector<int32_t> tokens(n);
+  uint64_t st = 99;
+  for (auto& t : tokens) {
+    st = st * 6364136223846793005ull + 1442695040888963407ull;
+    t = static_cast<int32_t>((st >> 33) % static_cast<uint64_t>(V));
+  }
+  auto full = NewCache(256);
+  const auto all = Run(&*full, tokens, OutputRows::kAll);
+  for (int threads : {1, 3}) {
+    ThreadPool pool(threads);
+    auto c = NewCache(256);
+    ExpectSame(Run(&*c, tokens, OutputRows::kAll, &pool), all);
+  }
+  auto a = NewCache(256);
+  Run(&*a, std::vector<int32_t>(tokens.begin(), tokens.begin() + head));
+  KvCache fork = a->Fork(head - 3);  // mid-tile
+  KvCache copy = *a;
+  for (int64_t j = head - 3; j < head; ++j) Run(&fork, {tokens[j]});
+  for (int64_t j = head; j < n; ++j) {
+    const std::vector<float> want(all.begin() + j * V, all.begin() + (j + 1) * V);
+    ExpectSame(Run(&*a, {tokens[j]}), want);
+    ExpectSame(Run(&fork, {tokens[j]}), want);
+    ExpectSame(Run(&copy, {tokens[j]}), want);
+  }
+}
+
+TEST_P(ModelCache, BatchedSequencesEqualSeparateRuns) {
   const std::vector<std::vector<int32_t>> prompts = {{3, 260, 300}, {42}, {99, 7, 311, 12, 400, 5}};
   const int64_t V = model_->config().n_vocab, E = model_->config().n_embd;
   std::vector<KvCache> caches;
-  for (int i = 0; i < 3; ++i) caches.push_back(*model_->NewCache(64));
+  for (int i = 0; i < 3; ++i) caches.push_back(*NewCache(64));
   Run(&caches[1], {8, 9});  // one sequence already has history
   std::vector<std::vector<float>> logits(3, std::vector<float>(6 * V)), hidden(3, std::vector<float>(E));
   std::vector<SequenceInput> batch;
@@ -259,15 +338,15 @@ TEST_F(ModelCache, BatchedSequencesEqualSeparateRuns) {
   ForwardContext ctx(&pool_);
   ASSERT_TRUE(model_->Forward(batch, &ctx).ok());
   for (int i = 0; i < 3; ++i) {
-    auto c = model_->NewCache(64);
+    auto c = NewCache(64);
     if (i == 1) Run(&*c, {8, 9});
     const auto alone = Run(&*c, prompts[i], i == 2 ? OutputRows::kAll : OutputRows::kLast);
-    ExpectClose(std::vector<float>(logits[i].begin(), logits[i].begin() + alone.size()), alone);
+    ExpectSame(std::vector<float>(logits[i].begin(), logits[i].begin() + alone.size()), alone);
   }
 }
 
-TEST_F(ModelCache, BadRequestsFailWithoutChangingTheCache) {
-  auto c = model_->NewCache(8);
+TEST_P(ModelCache, BadRequestsFailWithoutChangingTheCache) {
+  auto c = NewCache(8);
   ASSERT_TRUE(c.ok());
   ForwardContext ctx(&pool_);
   std::vector<int32_t> too_long(9, 5);
@@ -283,16 +362,44 @@ TEST_F(ModelCache, BadRequestsFailWithoutChangingTheCache) {
   in.tokens = {};
   EXPECT_FALSE(model_->Forward({&in, 1}, &ctx).ok());
   EXPECT_EQ(c->size(), 0);
-  EXPECT_FALSE(model_->NewCache(0).ok());
+  EXPECT_FALSE(NewCache(0).ok());
   // A context no machine here can hold: a clear error, not an allocation failure later.
   ModelConfig big = model_->config();
   big.n_layers = 80;
   big.n_kv_heads = 8;
   big.head_dim = 128;
-  auto huge = KvCache::Create(big, int64_t{1} << 24);
+  auto huge = KvCache::Create(big, int64_t{1} << 24, GetParam().kv);
   ASSERT_FALSE(huge.ok());
   EXPECT_NE(huge.status().message().find("MiB of memory is available"), std::string::npos)
       << huge.status().message();
+}
+
+INSTANTIATE_TEST_SUITE_P(KvTypes, ModelCache,
+                         ::testing::Values(CacheCase{"tiny-llama", GgmlType::kF32}, CacheCase{"tiny-llama", GgmlType::kF16},
+                                           CacheCase{"demo-llm", GgmlType::kF32}, CacheCase{"demo-llm", GgmlType::kF16},
+                                           CacheCase{"demo-llm", GgmlType::kQ8_0}),
+                         [](const auto& info) {
+                           std::string name = info.param.model + "_" + std::string(GgmlTraits(info.param.kv).name);
+                           for (char& ch : name) ch = ch == '-' ? '_' : ch;
+                           return name;
+                         });
+
+// A KV type the model's head dimension cannot hold fails at load and at cache creation,
+// saying what to use instead.
+TEST(ModelKvType, UnsuitableTypeIsAClearError) {
+  const std::string tiny = MakeTiny("llama", "q8_0");  // head dim 16
+  Model::Options o;
+  o.kv_type = GgmlType::kQ8_0;
+  auto m = Model::Load(tiny, o);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("multiple of 32"), std::string::npos) << m.status().message();
+  auto ok = LoadOrDie(tiny);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->kv_type(), GgmlType::kF16);  // the default
+  auto c = ok->NewCache(16, GgmlType::kQ8_0);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("use f16"), std::string::npos) << c.status().message();
+  EXPECT_FALSE(ok->NewCache(16, GgmlType::kQ4_0).ok());
 }
 
 // Writes a copy of `src` with `edit` applied to the tensor list / metadata.
@@ -349,14 +456,19 @@ namespace {
 // The bundled demo pair against the PyTorch networks that were trained (tools/train/golden.py
 // reads each GGUF back into tools/train/model.py and runs a test-split question). Both sides
 // compute in float32 with different summation orders, so the bounds are looser than the
-// float64 reference's above; the greedy continuations must be identical.
+// float64 reference's above; the greedy continuations must be identical. Every KV type the
+// model's head dimension allows (the SLM's, 24, has no q8_0 cache; the LLM's, 32, has).
 TEST(ModelGolden, DemoPairMatchesItsPyTorchTraining) {
   ThreadPool pool(2);
   for (const std::string name : {"slm", "llm"}) {
     auto loaded = Model::Load(std::string(TLR_SOURCE_DIR) + "/models/demo/" + name + ".gguf");
     ASSERT_TRUE(loaded.ok()) << loaded.status().message();
-    ExpectMatchesGolden(**loaded, std::string(TLR_SOURCE_DIR) + "/src/model/testdata/demo-" + name + ".golden.json",
-                        "demo " + name, 1e-8, 1e-3, &pool);
+    for (GgmlType kv : {GgmlType::kF32, GgmlType::kF16, GgmlType::kQ8_0}) {
+      if (!CheckKvType(kv, (*loaded)->config().head_dim).ok()) continue;
+      ExpectMatchesGolden(**loaded, std::string(TLR_SOURCE_DIR) + "/src/model/testdata/demo-" + name + ".golden.json",
+                          "demo " + name + " kv " + std::string(GgmlTraits(kv).name), kv, ForKvType({1e-8, 1e-3}, kv),
+                          &pool);
+    }
   }
 }
 

@@ -111,7 +111,7 @@ std::string_view EngineCodeName(EngineCode code) {
 LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& limits, Metrics* metrics)
     : model_(model), pool_(pool), limits_(limits), metrics_(metrics) {
   const ModelConfig& c = model.config();
-  bytes_per_token_ = 2ull * c.n_layers * c.kv_dim() * sizeof(float);
+  bytes_per_token_ = KvCache::BytesPerPosition(c, model.kv_type());
   for (int i = 0; i < limits_.prompt_cache_slots; ++i) {
     auto s = std::make_shared<Session>();
     s->id = "slot-" + std::to_string(i);

@@ -141,11 +141,20 @@ check router_info_missing 1 "cannot open" -- "$tlr" router info "$tmp/none.gguf"
 check router_help 0 "CITER" -- "$tlr" router train --help
 check bench_router 0 "router .* us/token \(citer" -- "$tlr" bench -m "$tmp/tiny.gguf" --pp 8 --tg 4 -r 1 -t 1 --router citer
 
+# KV cache types: f16 by default, f32 and q8_0 on request; q8_0 needs a head dimension that is
+# a multiple of 32 (the tiny model's is 16, the demo LLM's 32).
+check run_kv_f32 0 "generated: 8 tokens" -- "$tlr" run -m "$tmp/tiny.gguf" -p "the answer is" -n 8 --kv-type f32
+check run_kv_q8_0_unsuitable 1 "multiple of 32.*use f16" -- "$tlr" run -m "$tmp/tiny.gguf" -p x --kv-type q8_0
+check run_kv_bad 2 "kv-type" -- "$tlr" run -m "$tmp/tiny.gguf" -p x --kv-type q4_0
+check bench_kv_q8_0 0 "kv cache +q8_0" -- "$tlr" bench -m "$(dirname "$0")/../../../models/demo/llm.gguf" --pp 8 --tg 4 -r 2 -t 1 --depth 100 --kv-type q8_0
+check serve_kv_unsuitable 1 "multiple of 32" -- "$tlr" serve -m "$tmp/tiny.gguf" --kv-type q8_0 --port 0
+
 # The bundled demo pair is the default of the routing commands.
 # (test question 1 of models/demo/test.jsonl)
 printf 'Question: What would you use a tharko for?\nA. building\nB. singing\nC. cooking\nD. fishing\nE. healing\n' > "$tmp/demo_q.txt"
 check demo_generate 0 "So the answer is building" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --no-color
 check demo_small 0 "Answer: A tharko is used for" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --mode small_only
+check demo_generate_kv_f32 0 "So the answer is building" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --no-color --kv-type f32
 check demo_router_info 0 "citer" -- "$tlr" router info "$(dirname "$0")/../../../models/demo/router.gguf"
 check demo_eval 0 "[|] small_only [|] 20 [|]" -- "$tlr" eval --limit 20 --max-tokens 40 --thresholds 0.5 -t 1
 check demo_wrong_slm 1 "trained for another model" -- "$tlr" generate -f "$tmp/demo_q.txt" --slm "$tmp/tiny.gguf" -n 4

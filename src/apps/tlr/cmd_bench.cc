@@ -65,7 +65,7 @@ Command AddBenchCommand(CLI::App& root) {
       "bandwidth / bytes per token. tg_roofline_pct is generation speed as a percentage of that.");
   return {app, [o]() -> int {
             const char* cmd = "bench";
-            auto loaded = Model::Load(o->model);
+            auto loaded = Model::Load(o->model, ModelOptions(o->run.kv_type));
             if (!loaded.ok()) return ReportError(cmd, loaded.status().message());
             const Model& model = **loaded;
             const int64_t V = model.config().n_vocab;
@@ -182,7 +182,7 @@ Command AddBenchCommand(CLI::App& root) {
             const double step_us = 1e6 / tg.median;
             if (o->json) {
               nlohmann::json j = {
-                  {"model", o->model}, {"arch", c.arch_name}, {"threads", o->run.threads},
+                  {"model", o->model}, {"arch", c.arch_name}, {"threads", o->run.threads}, {"kv_type", o->run.kv_type},
                   {"simd", ActiveSimdTarget()}, {"model_bytes", model.total_weight_bytes()},
                   {"bytes_per_token", bytes_per_token}, {"pp", o->pp}, {"tg", o->tg}, {"reps", o->reps},
                   {"pp_tok_s", pp.median}, {"pp_tok_s_min", pp.min}, {"pp_tok_s_max", pp.max},
@@ -201,6 +201,8 @@ Command AddBenchCommand(CLI::App& root) {
               if (o->depth > 0) {
                 j["depth"] = o->depth;
                 j["tg_at_depth_tok_s"] = depth_stat.median;
+                j["tg_at_depth_tok_s_min"] = depth_stat.min;
+                j["tg_at_depth_tok_s_max"] = depth_stat.max;
               }
               std::cout << j.dump(2) << "\n";
               return 0;
@@ -208,6 +210,7 @@ Command AddBenchCommand(CLI::App& root) {
             std::printf("model       %s (%s, %.1f MiB, %s)\n", o->model.c_str(), c.arch_name.c_str(),
                         model.total_weight_bytes() / 1048576.0, ActiveSimdTarget().c_str());
             std::printf("threads     %d\n", o->run.threads);
+            std::printf("kv cache    %s\n", o->run.kv_type.c_str());
             std::printf("bandwidth   %.1f GB/s (best of 7; median %.1f)\n", bw.best_gbps, bw.median_gbps);
             std::printf("pp%-4d      %8.1f tok/s  (range %.1f-%.1f)  %.1f GFLOP/s = %.0f%% of %.0f GFLOP/s FP32 FMA peak,"
                         " %.0f%% of %.0f GOP/s int8 dot peak\n",

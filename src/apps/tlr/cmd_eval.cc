@@ -96,12 +96,12 @@ Command AddEvalCommand(CLI::App& root) {
             auto rows = LoadQaJsonl(o->data);
             if (!rows.ok()) return ReportError(cmd, rows.status().message());
             if (o->limit > 0 && static_cast<size_t>(o->limit) < rows->size()) rows->resize(o->limit);
-            auto slm = Model::Load(o->slm);
+            auto slm = Model::Load(o->slm, ModelOptions(o->run.kv_type));
             if (!slm.ok()) return ReportError(cmd, "SLM: " + slm.status().message());
             const bool remote = !o->net.server.empty();
             std::unique_ptr<Model> llm;
             if (!remote) {
-              auto m = Model::Load(o->llm);
+              auto m = Model::Load(o->llm, ModelOptions(o->run.kv_type));
               if (!m.ok()) return ReportError(cmd, "LLM: " + m.status().message());
               llm = std::move(m).value();
             }

@@ -130,12 +130,12 @@ Command AddGenerateCommand(CLI::App& root) {
             std::unique_ptr<Model> slm, llm;
             const bool remote = !o->net.server.empty();
             if (*mode != DecodeMode::kLargeOnly || remote) {
-              auto m = Model::Load(o->slm);
+              auto m = Model::Load(o->slm, ModelOptions(o->run.kv_type));
               if (!m.ok()) return ReportError(cmd, "SLM: " + m.status().message());
               slm = std::move(m).value();
             }
             if (*mode != DecodeMode::kSmallOnly && !remote) {
-              auto m = Model::Load(o->llm);
+              auto m = Model::Load(o->llm, ModelOptions(o->run.kv_type));
               if (!m.ok()) return ReportError(cmd, "LLM: " + m.status().message());
               llm = std::move(m).value();
             }

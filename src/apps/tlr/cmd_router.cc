@@ -17,6 +17,7 @@ namespace tlr::cli {
 Command AddRouterCommand(CLI::App& root) {
   struct Opts {
     std::string slm, llm, data, out, kind = "citer", both_wrong = "rollout", weight_type = "f16", info_path;
+    std::string kv_type = "f16";
     int rounds = 1, epochs = 60, batch = 256, max_answer = 64, limit = 0, threads = 2, patience = 8;
     float lr = 1e-3f, val_frac = 0.15f, dropout = 0.1f;
     uint64_t seed = 1;
@@ -59,6 +60,7 @@ Command AddRouterCommand(CLI::App& root) {
       ->default_val("f16")->check(CLI::IsMember({"f32", "f16", "q8_0"}));
   train->add_option("--seed", o->seed, "Seed (initialisation, shuffling, validation split)")->default_val(1);
   AddThreadsOnly(train, &o->threads);
+  AddKvTypeArg(train, &o->kv_type);
   train->footer("Example:\n  tlr router train --slm models/demo/slm.gguf --llm models/demo/llm.gguf \\\n"
                 "      --data train.jsonl --out router.gguf");
   CLI::App* info = app->add_subcommand("info", "Print a router file's kind, SLM and training summary");
@@ -90,9 +92,9 @@ Command AddRouterCommand(CLI::App& root) {
             auto rows = LoadQaJsonl(o->data);
             if (!rows.ok()) return ReportError(cmd, rows.status().message());
             if (o->limit > 0 && static_cast<size_t>(o->limit) < rows->size()) rows->resize(o->limit);
-            auto slm = Model::Load(o->slm);
+            auto slm = Model::Load(o->slm, ModelOptions(o->kv_type));
             if (!slm.ok()) return ReportError(cmd, "SLM: " + slm.status().message());
-            auto llm = Model::Load(o->llm);
+            auto llm = Model::Load(o->llm, ModelOptions(o->kv_type));
             if (!llm.ok()) return ReportError(cmd, "LLM: " + llm.status().message());
             RouterTrainOptions t;
             t.mlp.kind = o->kind == "colm" ? RouterKind::kColm : RouterKind::kCiter;

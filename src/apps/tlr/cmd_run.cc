@@ -52,7 +52,7 @@ Command AddRunCommand(CLI::App& root) {
               prompt = *s;
             }
             const auto t_load = std::chrono::steady_clock::now();
-            auto loaded = Model::Load(o->model);
+            auto loaded = Model::Load(o->model, ModelOptions(o->run.kv_type));
             if (!loaded.ok()) return ReportError(cmd, loaded.status().message());
             const Model& model = **loaded;
             const Tokenizer& tok = model.tokenizer();

@@ -50,7 +50,7 @@ bool ParseBytes(const std::string& s, uint64_t* out) {
 
 Command AddServeCommand(CLI::App& root) {
   struct Opts {
-    std::string model, host = "127.0.0.1", kv_budget = "4G", max_body = "4M", name, api_key_file;
+    std::string model, host = "127.0.0.1", kv_budget = "4G", max_body = "4M", name, api_key_file, kv_type = "f16";
     std::string tls_cert, tls_key;
     std::vector<std::string> api_keys;
     int port = 8080, threads = 2, http_threads = 64, max_tokens = 256, prompt_cache = 4;
@@ -66,6 +66,7 @@ Command AddServeCommand(CLI::App& root) {
   app->add_option("--port", o->port, "Port (0: any free port; the chosen one is printed)")->default_val(8080)
       ->check(CLI::Range(0, 65535));
   AddThreadsOnly(app, &o->threads);
+  AddKvTypeArg(app, &o->kv_type);
   app->add_option("-c,--ctx", o->ctx, "Tokens one session can hold (its KV cache size)")->default_val(4096)
       ->check(CLI::Range(int64_t{16}, int64_t{1} << 20));
   app->add_option("--kv-budget", o->kv_budget,
@@ -128,7 +129,7 @@ Command AddServeCommand(CLI::App& root) {
             lim.max_tokens_per_call = o->max_tokens;
             lim.max_batch_tokens = o->batch_tokens;
             lim.prompt_cache_slots = o->prompt_cache;
-            auto model = Model::Load(o->model);
+            auto model = Model::Load(o->model, ModelOptions(o->kv_type));
             if (!model.ok()) return ReportError(cmd, model.status().message());
             so.model_name = o->name.empty() ? std::filesystem::path(o->model).stem().string() : o->name;
             ThreadPool pool(o->threads);

@@ -115,11 +115,11 @@ Command AddUiCommand(CLI::App& root) {
               }
             }
 
-            auto slm = Model::Load(o->slm);
+            auto slm = Model::Load(o->slm, ModelOptions(o->run.kv_type));
             if (!slm.ok()) return ReportError(cmd, "SLM: " + slm.status().message());
             std::unique_ptr<Model> llm;
             if (!remote) {
-              auto m = Model::Load(o->llm);
+              auto m = Model::Load(o->llm, ModelOptions(o->run.kv_type));
               if (!m.ok()) return ReportError(cmd, "LLM: " + m.status().message());
               llm = std::move(m).value();
               if (llm->tokenizer().Fingerprint() != (*slm)->tokenizer().Fingerprint()) {

@@ -17,6 +17,20 @@ void AddThreadArgs(CLI::App* app, RunArgs* a) {
   app->add_option("-c,--ctx", a->ctx, "Context size in tokens (KV cache capacity)")
       ->default_val(4096)
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  AddKvTypeArg(app, &a->kv_type);
+}
+
+void AddKvTypeArg(CLI::App* app, std::string* kv_type) {
+  app->add_option("--kv-type", *kv_type,
+                  "KV cache storage: f16 (default; half of f32's memory traffic at long contexts), f32 (exact), "
+                  "q8_0 (a quarter of f32's; needs a head dimension that is a multiple of 32)")
+      ->default_val("f16")->check(CLI::IsMember({"f32", "f16", "q8_0"}));
+}
+
+Model::Options ModelOptions(const std::string& kv_type) {
+  Model::Options o;
+  o.kv_type = kv_type == "f32" ? GgmlType::kF32 : kv_type == "q8_0" ? GgmlType::kQ8_0 : GgmlType::kF16;
+  return o;
 }
 
 void AddThreadsOnly(CLI::App* app, int* threads) {

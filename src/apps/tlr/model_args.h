@@ -19,12 +19,18 @@ namespace tlr::cli {
 struct RunArgs {
   int threads = 2;
   int64_t ctx = 4096;
+  std::string kv_type = "f16";
   SamplerParams sampling;
 };
 
+// --threads, --ctx and --kv-type.
 void AddThreadArgs(CLI::App* app, RunArgs* args);
 // Threads only (commands without a context option).
 void AddThreadsOnly(CLI::App* app, int* threads);
+// --kv-type: how the KV caches of the models a command loads store keys and values.
+void AddKvTypeArg(CLI::App* app, std::string* kv_type);
+// Model::Load options for a --kv-type value (one AddKvTypeArg accepted).
+Model::Options ModelOptions(const std::string& kv_type);
 
 // A file of the bundled demo pair (slm.gguf, llm.gguf, router.gguf, test.jsonl, ...): from
 // $TLR_DEMO_DIR if set, else models/demo found from the binary's location (build/bin/tlr in a
