@@ -28,10 +28,11 @@ echo "|---|---|---|---|"
 for f in "$@"; do
   ours=() theirs=()
   for ((i = 0; i < rounds; i++)); do
-    ours+=("$(${WRAP:-} "$tlr" bench -m "$f" --pp "$pp" --tg 1 -r 3 -t "$threads" --json 2>/dev/null |
-             $py -c 'import json,sys; print(json.load(sys.stdin)["pp_tok_s"])')")
-    theirs+=("$(${WRAP:-} node "$work/llamacpp_bench.mjs" "$f" "$pp" 3 "$threads" |
-               $py -c 'import json,sys; print(json.load(sys.stdin)["pp_tok_s"])')")
+    # Each measured command runs alone (no parser beside it in a pipeline), then is parsed.
+    out=$(${WRAP:-} "$tlr" bench -m "$f" --pp "$pp" --tg 1 -r 3 -t "$threads" --json 2>/dev/null)
+    ours+=("$(printf '%s' "$out" | $py -c 'import json,sys; print(json.load(sys.stdin)["pp_tok_s"])')")
+    out=$(${WRAP:-} node "$work/llamacpp_bench.mjs" "$f" "$pp" 3 "$threads")
+    theirs+=("$(printf '%s' "$out" | $py -c 'import json,sys; print(json.load(sys.stdin)["pp_tok_s"])')")
   done
   a=$(median "${ours[@]}") b=$(median "${theirs[@]}")
   echo "| $(basename "$f") | $a | $b | $($py -c "print('%.2fx' % ($a / $b))") |"
