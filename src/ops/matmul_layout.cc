@@ -47,21 +47,27 @@ GroupPtrs<Byte> GroupOf(const PanelFormat& f, Byte* grp) {
 // zeroed: value i goes to SlotOf(false, r, i), i.e. nibble vector v = i / 8, byte 4r + i % 4,
 // low nibble for i % 8 < 4; its unpacked vector is u = 2v (low) or 2v + 1 (high). Written
 // a byte at a time without branches: repacking runs over every weight at load.
-void PutGroup(const GroupPtrs<uint8_t>& g, int r, const int* q) {
+template <bool kMask, bool kHigh>
+void PutGroupT(const GroupPtrs<uint8_t>& g, int r, const int* q) {
   for (int v = 0; v < 4; ++v) {
     for (int i = 0; i < 4; ++i) {
       const int lo = q[8 * v + i], hi = q[8 * v + 4 + i], b = 4 * r + i;
       g.vals[32 * v + b] = static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
-      if (g.masks) {
+      if constexpr (kMask) {
         g.masks[4 * (2 * v) + b / 8] |= static_cast<uint8_t>(((lo >> 4) & 1) << (b % 8));
         g.masks[4 * (2 * v + 1) + b / 8] |= static_cast<uint8_t>(((hi >> 4) & 1) << (b % 8));
       }
-      if (g.high) {
+      if constexpr (kHigh) {
         g.high[32 * (v / 2) + b] |=
             static_cast<uint8_t>((((lo >> 4) & 3) << (4 * (v % 2))) | (((hi >> 4) & 3) << (4 * (v % 2) + 2)));
       }
     }
   }
+}
+void PutGroup(const GroupPtrs<uint8_t>& g, int r, const int* q) {
+  if (g.masks) return PutGroupT<true, false>(g, r, q);
+  if (g.high) return PutGroupT<false, true>(g, r, q);
+  PutGroupT<false, false>(g, r, q);
 }
 
 int GetValue(const GroupPtrs<const uint8_t>& g, int r, int i) {
