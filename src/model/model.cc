@@ -214,6 +214,14 @@ void Model::Repack() {
     madvise(buf.get(), n, MADV_HUGEPAGE);
 #endif
     RepackMatrix(w, buf.get());
+#ifdef MADV_PAGEOUT
+    // The GGUF bytes are not read again (a tied embedding reads a few rows, which come back
+    // from the file): let the kernel reclaim their pages now, so that the copy does not
+    // double the resident size. Only a hint; the contents stay as they are.
+    const uintptr_t page = 4096, from = reinterpret_cast<uintptr_t>(w.data);
+    const uintptr_t lo = (from + page - 1) / page * page, hi = (from + n) / page * page;
+    if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_PAGEOUT);
+#endif
     w.data = buf.get();
     w.repacked = true;
     repacked_.push_back(std::move(buf));
