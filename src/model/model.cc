@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "model/gguf/gguf_keys.h"
 #include "ops/nn.h"
@@ -218,7 +219,8 @@ void Model::Repack() {
     // The GGUF bytes are not read again (a tied embedding reads a few rows, which come back
     // from the file): let the kernel reclaim their pages now, so that the copy does not
     // double the resident size. Only a hint; the contents stay as they are.
-    const uintptr_t page = 4096, from = reinterpret_cast<uintptr_t>(w.data);
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t from = reinterpret_cast<uintptr_t>(w.data);
     const uintptr_t lo = (from + page - 1) / page * page, hi = (from + n) / page * page;
     if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_PAGEOUT);
 #endif
