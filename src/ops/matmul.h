@@ -40,10 +40,10 @@ struct WeightView {
 // Repacking (an explicit copy at load, same size): Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K
 // and Q6_K rows are interleaved in panels of 8 rows (panel_layout.h), so one vector
 // instruction works on 8 rows at once and a prefill reads each weight block once per 8
-// tokens (AVX-512: 8; else 4). Rows
-// after the last full panel keep GGUF layout. The kernels give the same results either way
-// up to float rounding; the layout never changes which kernel a row goes through within one
-// matrix, so results do not depend on the batch or on the thread count.
+// tokens (AVX-512: 8; else 4). Rows after the last full panel keep GGUF layout. The kernels
+// give the same results either way up to float rounding; the layout never changes which
+// kernel a row goes through within one matrix, so results do not depend on the batch or on
+// the thread count.
 bool CanRepack(GgmlType type);
 // Writes the repacked rows of `w` (GGUF layout) to dst (w.n_rows * w.row_bytes bytes).
 void RepackMatrix(const WeightView& w, uint8_t* dst);
