@@ -64,8 +64,8 @@ class Model {
   struct Options {
     // Override the tokenizer's pre-tokenizer (see TokenizerOptions).
     std::string pre_override;
-    // Copy Q4_0 matrices into the faster kernel layout at load (same size; see
-    // RepackMatrix). Off: every weight is used straight from the memory map.
+    // Copy quantized matrices of the types with a panel layout (CanRepack) into it at load
+    // (same size; see RepackMatrix). Off: every weight is used straight from the memory map.
     bool repack = true;
     // How NewCache stores keys and values: f16 (default), f32 or q8_0 (see KvCache). Load
     // fails when the model's head dimension does not suit the type.
@@ -121,8 +121,10 @@ class Model {
   const float* output_norm_ = nullptr;
   std::vector<float> inv_freq_;                   // [head_dim / 2]
   std::vector<std::unique_ptr<float[]>> owned_;   // converted norm/bias vectors
+  // Repacked matrices start on 2 MiB boundaries (huge pages where the OS gives them).
+  static constexpr size_t kRepackAlign = size_t{2} << 20;
   struct AlignedDelete {
-    void operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t(64)); }
+    void operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t(kRepackAlign)); }
   };
   std::vector<std::unique_ptr<uint8_t[], AlignedDelete>> repacked_;  // repacked matrices
   std::vector<std::string> notes_;

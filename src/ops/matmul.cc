@@ -29,7 +29,7 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 void QuantizeQ8ARows(const float* x, int64_t ld, int64_t n_cols, int8_t* qs, float* ds,
-                     float* ss, int64_t t0, int64_t t1) {
+                     float* ss, int16_t* s16, int64_t t0, int64_t t1) {
   const hn::ScalableTag<float> df;
   const size_t L = hn::Lanes(df);
   const int64_t nb = n_cols / 32;
@@ -47,29 +47,34 @@ void QuantizeQ8ARows(const float* x, int64_t ld, int64_t n_cols, int8_t* qs, flo
       }
       const float d = amax / 127.0f;
       const float id = d > 0 ? 1.0f / d : 0.0f;
-      int sum = 0;
+      int sum[2] = {0, 0};
       int8_t* q = qs + t * n_cols + b * 32;
-      if (L <= 32) {
-        // Round to nearest even (as lrintf in the default mode), narrow to int8, and sum.
+      if (L <= 16) {
+        // Round to nearest even (as lrintf in the default mode), narrow to int8, and sum each
+        // half of the block (the K-quant kernels need per-16 sums).
         const hn::RebindToSigned<decltype(df)> di;
         const hn::Rebind<int8_t, decltype(df)> d8;
         const auto vid = hn::Set(df, id);
-        auto vsum = hn::Zero(di);
-        for (size_t i = 0; i < 32; i += L) {
-          const auto qi = hn::NearestInt(hn::Mul(hn::LoadU(df, v + i), vid));
-          vsum = hn::Add(vsum, qi);
-          hn::StoreU(hn::DemoteTo(d8, qi), d8, q + i);
+        for (int h = 0; h < 2; ++h) {
+          auto vsum = hn::Zero(di);
+          for (size_t i = 16 * static_cast<size_t>(h); i < 16 * static_cast<size_t>(h + 1); i += L) {
+            const auto qi = hn::NearestInt(hn::Mul(hn::LoadU(df, v + i), vid));
+            vsum = hn::Add(vsum, qi);
+            hn::StoreU(hn::DemoteTo(d8, qi), d8, q + i);
+          }
+          sum[h] = hn::GetLane(hn::SumOfLanes(di, vsum));
         }
-        sum = hn::GetLane(hn::SumOfLanes(di, vsum));
       } else {
         for (int j = 0; j < 32; ++j) {
           const int qi = static_cast<int>(std::lrintf(v[j] * id));
           q[j] = static_cast<int8_t>(qi);
-          sum += qi;
+          sum[j / 16] += qi;
         }
       }
       ds[t * nb + b] = d;
-      ss[t * nb + b] = d * static_cast<float>(sum);
+      ss[t * nb + b] = d * static_cast<float>(sum[0] + sum[1]);
+      s16[t * 2 * nb + 2 * b] = static_cast<int16_t>(sum[0]);
+      s16[t * 2 * nb + 2 * b + 1] = static_cast<int16_t>(sum[1]);
     }
   }
 }
@@ -110,26 +115,30 @@ void MatMulInput::Prepare(GgmlType type, const float* xs, int64_t n_tok, int64_t
   ld = ldx;
   qs = nullptr;
   d = s = nullptr;
+  s16 = nullptr;
   if (!MatMulUsesQ8A(type)) return;
   const size_t nq = static_cast<size_t>(n_tok * cols), ng = static_cast<size_t>(n_tok * (cols / 32));
   if (qs_storage_.size() < nq) qs_storage_.resize(nq);
   if (d_storage_.size() < ng) {
     d_storage_.resize(ng);
     s_storage_.resize(ng);
+    s16_storage_.resize(2 * ng);
   }
   int8_t* q = qs_storage_.data();
   float* dd = d_storage_.data();
   float* sd = s_storage_.data();
+  int16_t* s16d = s16_storage_.data();
   if (pool && n_tok > 1) {
     pool->ParallelFor(n_tok, 0, [&](int64_t b, int64_t e, int) {
-      HWY_DYNAMIC_DISPATCH(QuantizeQ8ARows)(xs, ldx, cols, q, dd, sd, b, e);
+      HWY_DYNAMIC_DISPATCH(QuantizeQ8ARows)(xs, ldx, cols, q, dd, sd, s16d, b, e);
     });
   } else {
-    HWY_DYNAMIC_DISPATCH(QuantizeQ8ARows)(xs, ldx, cols, q, dd, sd, 0, n_tok);
+    HWY_DYNAMIC_DISPATCH(QuantizeQ8ARows)(xs, ldx, cols, q, dd, sd, s16d, 0, n_tok);
   }
   qs = q;
   d = dd;
   s = sd;
+  s16 = s16d;
 }
 
 void MatMulRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0,

@@ -37,12 +37,13 @@ struct WeightView {
   const uint8_t* Row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
 };
 
-// Repacking (an explicit copy at load, same size): Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 rows are
-// interleaved in panels of 8 rows (panel_layout.h), so one vector instruction works on 8 rows
-// at once and a prefill reads each weight block once per 8 tokens (AVX-512: 8; else 4). Rows
-// after the last full panel keep GGUF layout. The kernels give the same results either way
-// up to float rounding; the layout never changes which kernel a row goes through within one
-// matrix, so results do not depend on the batch or on the thread count.
+// Repacking (an explicit copy at load, same size): Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K
+// and Q6_K rows are interleaved in panels of 8 rows (panel_layout.h), so one vector
+// instruction works on 8 rows at once and a prefill reads each weight block once per 8
+// tokens (AVX-512: 8; else 4). Rows after the last full panel keep GGUF layout. The kernels
+// give the same results either way up to float rounding; the layout never changes which
+// kernel a row goes through within one matrix, so results do not depend on the batch or on
+// the thread count.
 bool CanRepack(GgmlType type);
 // Writes the repacked rows of `w` (GGUF layout) to dst (w.n_rows * w.row_bytes bytes).
 void RepackMatrix(const WeightView& w, uint8_t* dst);
@@ -68,11 +69,15 @@ class MatMulInput {
   const int8_t* qs = nullptr;  // [n_tokens, n_cols]: int8 values
   const float* d = nullptr;    // [n_tokens, n_cols / 32]: block scale (value = d * q)
   const float* s = nullptr;    // [n_tokens, n_cols / 32]: d * sum of the block's q
+  // [n_tokens, n_cols / 16]: sum of each 16 consecutive q (Q6_K's -32 offset per 16-value
+  // sub-block, applied in the integer sums of the panel kernels)
+  const int16_t* s16 = nullptr;
   bool quantized() const { return qs != nullptr; }
 
  private:
   std::vector<int8_t> qs_storage_;
   std::vector<float> d_storage_, s_storage_;
+  std::vector<int16_t> s16_storage_;
 };
 
 // y[t * ldy + r] = dot(W row r, x row t) for every row r of W and token t of `in`.

@@ -15,7 +15,7 @@ namespace tlr::kernels {
 void FloatRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0, int64_t r1);
 // Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, in GGUF or panel layout (w.repacked).
 void LegacyRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0, int64_t r1);
-// Q4_K, Q5_K, Q6_K.
+// Q4_K, Q5_K, Q6_K, in GGUF or panel layout (w.repacked).
 void KQuantRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0, int64_t r1);
 
 }  // namespace tlr::kernels

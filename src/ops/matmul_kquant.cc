@@ -1,4 +1,5 @@
-// MatMul kernels for K-quant weights (ops layer): Q4_K, Q5_K and Q6_K rows in GGUF layout
+// MatMul kernels for K-quant weights (ops layer): Q4_K, Q5_K and Q6_K rows in the panel
+// layout (matmul_kpanel-inl.h) or, when not repacked, in GGUF layout (matmul_quant-inl.h),
 // times Q8A activations, compiled for every SIMD target. See matmul_kernels.h.
 #include "ops/matmul_kernels.h"
 
@@ -7,17 +8,24 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
+#include "ops/matmul_kpanel-inl.h"
+#include "ops/matmul_panel-inl.h"
 #include "ops/matmul_quant-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace tlr {
 namespace HWY_NAMESPACE {
 
+template <GgmlType kType>
+void Rows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+  PanelLayoutRows<kType>(w, in, y, ldy, r0, r1, [](auto nt, auto... args) { KPanelDot<kType, decltype(nt)::value>(args...); });
+}
+
 void KQuantRowsImpl(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0, int64_t r1) {
   switch (w.type) {
-    case GgmlType::kQ4_K: return QuantRows<GgmlType::kQ4_K>(w, in, y, ldy, r0, r1);
-    case GgmlType::kQ5_K: return QuantRows<GgmlType::kQ5_K>(w, in, y, ldy, r0, r1);
-    case GgmlType::kQ6_K: return QuantRows<GgmlType::kQ6_K>(w, in, y, ldy, r0, r1);
+    case GgmlType::kQ4_K: return Rows<GgmlType::kQ4_K>(w, in, y, ldy, r0, r1);
+    case GgmlType::kQ5_K: return Rows<GgmlType::kQ5_K>(w, in, y, ldy, r0, r1);
+    case GgmlType::kQ6_K: return Rows<GgmlType::kQ6_K>(w, in, y, ldy, r0, r1);
     default: return;
   }
 }

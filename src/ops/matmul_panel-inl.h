@@ -14,6 +14,10 @@
 // x86 (AVX2 and up) uses maddubs or, with AVX-512 VNNI, vpdpbusd (Q8_0 then adds 128 to its
 // signed weights and subtracts 128 x the activation block sum afterwards); other targets sum
 // the bytes in plain integer loops and do the float part with Highway vectors.
+//
+// Also the routing every panel type shares (PanelLayoutRows: whole panels, panels cut by a
+// row range, GGUF-layout tail rows), used with the K-quant kernels of matmul_kpanel-inl.h
+// by matmul_kquant.cc.
 
 #if defined(TLR_OPS_MATMUL_PANEL_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef TLR_OPS_MATMUL_PANEL_INL_H_
@@ -22,7 +26,9 @@
 #define TLR_OPS_MATMUL_PANEL_INL_H_
 #endif
 
+#include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
@@ -39,7 +45,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // (tg 70-82 -> 86-87 tok/s for Q8_0 against 1 KiB; 2 and 3 KiB for Q4_0 within noise).
 constexpr int64_t kPanelPrefetchBytes = 2560;
 
-// Activation bytes per token block in PanelRows: half of a 1 MiB L2 (pp512 of the 0.5B shape:
+// Activation bytes per token block in PanelLayoutRows: half of a 1 MiB L2 (pp512 of the 0.5B shape:
 // 456-489 tok/s without blocking, 498-504 with 256 KiB or 512 KiB blocks).
 constexpr int64_t kActBlockBytes = 512 << 10;
 
@@ -91,6 +97,30 @@ HWY_INLINE __m256i Broadcast4(const int8_t* a) {
   int32_t v;
   std::memcpy(&v, a, 4);
   return _mm256_set1_epi32(v);
+}
+// One vector of nibbles (unpacked vectors 2j, 2j + 1: values 8j..8j+3 and 8j+4..8j+7 of
+// each row, the bits above the nibbles OR-ed in from lo_bits / hi_bits) dotted with every
+// token's activations from column `col` (= 8j in its group): isum[t] += one sum per row.
+template <int NT>
+HWY_INLINE void DotNibbleVector(__m256i raw, __m256i lo_bits, __m256i hi_bits, const ActView* a, int64_t col,
+                                __m256i* isum) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i lo = _mm256_or_si256(_mm256_and_si256(raw, m4), lo_bits);
+  const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4), hi_bits);
+  for (int t = 0; t < NT; ++t) {
+    const int8_t* q = a[t].qs + col;
+    isum[t] = DpU8(DpU8(isum[t], lo, Broadcast4(q)), hi, Broadcast4(q + 4));
+  }
+}
+// A whole group of 4- or 5-bit values (4 nibble vectors, fifth-bit masks when kMask) for
+// group g of the row: isum[t] += one sum per row.
+template <int NT, bool kMask>
+HWY_INLINE void DotNibbleGroup(const uint8_t* vals, const uint8_t* masks, const ActView* a, int64_t g, __m256i* isum) {
+  for (int j = 0; j < 4; ++j) {
+    const __m256i zero = _mm256_setzero_si256();
+    DotNibbleVector<NT>(Load32(vals + 32 * j), kMask ? FifthBits(masks + 8 * j) : zero,
+                        kMask ? FifthBits(masks + 8 * j + 4) : zero, a, 32 * g + 8 * j, isum);
+  }
 }
 #endif
 
@@ -145,20 +175,7 @@ HWY_NOINLINE void PanelDot(const uint8_t* panel, int64_t ng, const ActView* a, f
 #endif
       }
     } else {
-      const __m256i m4 = _mm256_set1_epi8(0x0F);
-      for (int j = 0; j < 4; ++j) {
-        const __m256i raw = Load32(vals + 32 * j);
-        __m256i lo = _mm256_and_si256(raw, m4);
-        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-        if constexpr (f.has_mask) {
-          lo = _mm256_or_si256(lo, FifthBits(grp + f.mask_off + 8 * j));
-          hi = _mm256_or_si256(hi, FifthBits(grp + f.mask_off + 8 * j + 4));
-        }
-        for (int t = 0; t < NT; ++t) {
-          const int8_t* q = a[t].qs + 32 * g + 8 * j;
-          isum[t] = DpU8(DpU8(isum[t], lo, Broadcast4(q)), hi, Broadcast4(q + 4));
-        }
-      }
+      DotNibbleGroup<NT, f.has_mask>(vals, grp + f.mask_off, a, g, isum);
     }
     const VF wd = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(grp)));
     const VF wo = f.has_min ? hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(grp + f.min_off)))
@@ -223,39 +240,77 @@ HWY_NOINLINE void PanelDot(const uint8_t* panel, int64_t ng, const ActView* a, f
   }
 }
 
-// Panel rows [p0, p1) of a repacked matrix times every token of `in`.
-template <GgmlType kType>
-void PanelRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+// Calls fn(std::integral_constant<int, NT>()) with NT = nt (1..kPanelTokens): the panel
+// kernels take their token count as a template parameter.
+template <class Fn>
+HWY_INLINE void WithTokenCount(int nt, const Fn& fn) {
+  switch (nt) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    case 8: return fn(std::integral_constant<int, 8>());
+    case 7: return fn(std::integral_constant<int, 7>());
+    case 6: return fn(std::integral_constant<int, 6>());
+    case 5: return fn(std::integral_constant<int, 5>());
+#endif
+    case 4: return fn(std::integral_constant<int, 4>());
+    case 3: return fn(std::integral_constant<int, 3>());
+    case 2: return fn(std::integral_constant<int, 2>());
+    default: return fn(std::integral_constant<int, 1>());
+  }
+}
+
+// Token t's activations as a panel kernel reads them.
+HWY_INLINE ActView PanelAct(const MatMulInput& in, int64_t t) {
+  const int64_t ng = in.n_cols / 32;
+  return {in.qs + t * in.n_cols, in.d + t * ng, in.s + t * ng, in.s16 ? in.s16 + t * 2 * ng : nullptr};
+}
+
+// Rows [r0, r1) of a matrix of type kType, in the panel layout if w.repacked (else GGUF
+// layout, QuantRows), for every token of `in`. dot(std::integral_constant<int, NT>(), panel,
+// ng, a, y, ldy) is the type's panel kernel: 8 rows x NT tokens (a[0..NT)) into y[t * ldy + r].
+// Whole panels go straight into y, a few tokens at a time while the panel stays in L1; a
+// panel cut by r0 or r1 goes through a small buffer (its 8 rows are computed and the wanted
+// ones copied, so a row's result never depends on the range); rows after the last full
+// panel are in GGUF layout.
+template <GgmlType kType, class PanelDotFn>
+void PanelLayoutRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0,
+                     int64_t r1, const PanelDotFn& dot) {
+  if (!w.repacked) return QuantRows<kType>(w, in, y, ldy, r0, r1);
   const int64_t ng = in.n_cols / 32;
   const size_t panel_bytes = static_cast<size_t>(kPanelRows) * w.row_bytes;
-  // Tokens in blocks whose activations stay in L2 while every panel of the range passes
+  const int64_t panel_end = w.n_rows / kPanelRows * kPanelRows;
+  // Tokens in blocks whose activations stay in L2 while every whole panel of the range passes
   // over them; each block reads the range's weights once more (from L3 or memory), which
   // costs far less than streaming all tokens' activations from L3 once per panel.
   const int64_t block = std::max<int64_t>(kPanelTokens, kActBlockBytes / in.n_cols / kPanelTokens * kPanelTokens);
-  for (int64_t tb = 0; tb < in.n_tokens; tb += block) {
-  const int64_t te = std::min(in.n_tokens, tb + block);
-  for (int64_t p = p0; p < p1; ++p) {
-    const uint8_t* panel = w.data + p * panel_bytes;
-    for (int64_t t0 = tb; t0 < te; t0 += kPanelTokens) {
-      const int nt = static_cast<int>(std::min<int64_t>(kPanelTokens, te - t0));
-      ActView a[kPanelTokens];
-      for (int t = 0; t < nt; ++t) a[t] = {in.qs + (t0 + t) * in.n_cols, in.d + (t0 + t) * ng, in.s + (t0 + t) * ng};
-      float* yp = y + t0 * ldy + p * kPanelRows;
-      switch (nt) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-        case 8: PanelDot<kType, 8>(panel, ng, a, yp, ldy); break;
-        case 7: PanelDot<kType, 7>(panel, ng, a, yp, ldy); break;
-        case 6: PanelDot<kType, 6>(panel, ng, a, yp, ldy); break;
-        case 5: PanelDot<kType, 5>(panel, ng, a, yp, ldy); break;
-#endif
-        case 4: PanelDot<kType, 4>(panel, ng, a, yp, ldy); break;
-        case 3: PanelDot<kType, 3>(panel, ng, a, yp, ldy); break;
-        case 2: PanelDot<kType, 2>(panel, ng, a, yp, ldy); break;
-        default: PanelDot<kType, 1>(panel, ng, a, yp, ldy); break;
+  int64_t r = r0;
+  while (r < std::min(r1, panel_end)) {
+    const int64_t p = r / kPanelRows;
+    if (r % kPanelRows == 0 && r + kPanelRows <= r1) {
+      const int64_t p_end = std::min(r1, panel_end) / kPanelRows;
+      for (int64_t tb = 0; tb < in.n_tokens; tb += block) {
+        const int64_t te = std::min(in.n_tokens, tb + block);
+        for (int64_t q = p; q < p_end; ++q) {
+          for (int64_t t0 = tb; t0 < te; t0 += kPanelTokens) {
+            const int nt = static_cast<int>(std::min<int64_t>(kPanelTokens, te - t0));
+            ActView a[kPanelTokens];
+            for (int t = 0; t < nt; ++t) a[t] = PanelAct(in, t0 + t);
+            WithTokenCount(nt, [&](auto n) { dot(n, w.data + q * panel_bytes, ng, a, y + t0 * ldy + q * kPanelRows, ldy); });
+          }
+        }
       }
+      r = p_end * kPanelRows;
+      continue;
     }
+    const int64_t hi = std::min(r1, (p + 1) * kPanelRows);
+    for (int64_t t = 0; t < in.n_tokens; ++t) {
+      float buf[kPanelRows];
+      const ActView a = PanelAct(in, t);
+      dot(std::integral_constant<int, 1>(), w.data + p * panel_bytes, ng, &a, buf, 0);
+      for (int64_t k = r; k < hi; ++k) y[t * ldy + k] = buf[k - p * kPanelRows];
+    }
+    r = hi;
   }
-  }
+  if (r1 > panel_end) QuantRows<kType>(w, in, y, ldy, std::max(r0, panel_end), r1);
 }
 
 }  // namespace HWY_NAMESPACE

@@ -188,6 +188,7 @@ struct ActView {
   const int8_t* qs;
   const float* d;
   const float* s;
+  const int16_t* s16 = nullptr;  // sums of 16 q (MatMulInput::s16), for the Q6_K panels
 };
 struct ActGroup {
   const int8_t* qs;

@@ -6,13 +6,27 @@
 // the 8 rows (byte 4 * r + i = row r, value i). A dot product of such a vector with 4
 // activation bytes broadcast to every 32-bit lane then leaves one partial sum per row in each
 // lane (vpdpbusd / maddubs on x86), so 8 rows are computed at once, the 8 block scales apply
-// with one vector multiply, and the 8 results are stored with one store. Per group:
+// with one vector multiply, and the 8 results are stored with one store.
+//
+// 32-element block types (PanelFormat), per group:
 //   [8 x f16 scale d] [8 x f16 minimum m: Q4_1, Q5_1]
 //   [8 x u32 fifth-bit masks: Q5_0, Q5_1] [values]
 // Values: Q8_0: 8 vectors, vector c holds values 4c..4c+3 of each row (signed bytes).
 //         4- and 5-bit types: 4 vectors of nibbles; vector j's low nibbles hold values
 //         8j..8j+3, its high nibbles 8j+4..8j+7. The fifth bits of the values in vector j's
 //         low (h = 0) and high (h = 1) nibbles are mask 2j + h, bit 4 * r + i.
+// So a group unpacks to 8 vectors u = 2j + h (0..7), vector u holding values 4u..4u+3.
+//
+// K-quants (KPanelFormat), per 256-column super-block of the 8 rows: a header, then 8 groups
+// of 32 columns whose values are laid out as above (nibbles, plus Q5_K's fifth-bit masks):
+//   Q4_K, Q5_K: [8 x f16 d] [8 x f16 dmin] [12 x 8 scale bytes: byte 8k + r = scales[k] of
+//               row r, so the GGUF 6-bit decoding runs on 32 bytes (4 bytes x 8 rows) at once]
+//               then per group: [Q5_K: 8 x u32 fifth-bit masks] [4 nibble vectors]
+//   Q6_K:       [8 x f16 d] [16 x 8 int8 scales: byte 8k + r = scales[k] of row r]
+//               then per group: [2 vectors of high bits] [4 nibble vectors]
+//               Q6_K's two high bits of unpacked vector u sit at bits 2 (u % 4) and up of
+//               high-bit vector u / 4 (same byte position), so vectors 0-3 (values 0-15,
+//               the group's first scale) come from the first high-bit vector.
 // A panel takes exactly 8 rows' bytes, so the matrix keeps its size and a row that is not in
 // a full panel (the last n_rows % 8) stays in GGUF layout at its usual offset.
 #pragma once
@@ -72,5 +86,55 @@ constexpr PanelFormat PanelFormatOf(GgmlType t) {
   }
   return f;
 }
+
+// K-quants: one block is 8 rows x one 256-column super-block. Offsets are from the block's
+// start (header) or from its group's start (mask_off, high_off, values_off).
+struct KPanelFormat {
+  bool ok = false;
+  bool has_min = false;   // Q4_K, Q5_K: x = d * sc * q - dmin * m
+  bool has_mask = false;  // Q5_K: fifth bits
+  bool six_bit = false;   // Q6_K: two high bits, int8 scales per 16 values, q - 32
+  size_t dmin_off = 0, scales_off = 0, groups_off = 0;
+  size_t mask_off = 0, high_off = 0, values_off = 0;
+  size_t group_bytes = 0;  // one group of 32 columns x 8 rows
+  size_t block_bytes = 0;  // 8 rows x 256 columns: 8 x the GGUF block size
+};
+
+constexpr KPanelFormat KPanelFormatOf(GgmlType t) {
+  KPanelFormat f;
+  switch (t) {
+    case GgmlType::kQ4_K:
+      f.ok = f.has_min = true;
+      f.dmin_off = 16;
+      f.scales_off = 32;
+      f.groups_off = 32 + 96;
+      f.group_bytes = 128;
+      break;
+    case GgmlType::kQ5_K:
+      f.ok = f.has_min = f.has_mask = true;
+      f.dmin_off = 16;
+      f.scales_off = 32;
+      f.groups_off = 32 + 96;
+      f.values_off = 32;
+      f.group_bytes = 32 + 128;
+      break;
+    case GgmlType::kQ6_K:
+      f.ok = f.six_bit = true;
+      f.scales_off = 16;
+      f.groups_off = 16 + 128;
+      f.values_off = 64;
+      f.group_bytes = 64 + 128;
+      break;
+    default:
+      break;
+  }
+  f.block_bytes = f.groups_off + 8 * f.group_bytes;
+  return f;
+}
+
+static_assert(KPanelFormatOf(GgmlType::kQ4_K).block_bytes == 8 * 144 &&
+                  KPanelFormatOf(GgmlType::kQ5_K).block_bytes == 8 * 176 &&
+                  KPanelFormatOf(GgmlType::kQ6_K).block_bytes == 8 * 210,
+              "a K-quant panel block takes exactly 8 GGUF blocks");
 
 }  // namespace tlr

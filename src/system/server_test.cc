@@ -122,7 +122,9 @@ TEST_F(ServerTest, JointGenerationThroughEitherBackendEqualsInProcess) {
     EXPECT_GT(most_in_flight, 1) << backend << ": calls were pipelined";
     const RemoteStats rs = remote->stats();
     EXPECT_EQ(rs.failed_calls, 0) << backend;
-    if (backend == "tlr") EXPECT_GT(rs.lookahead_tokens, 0);
+    if (backend == "tlr") {
+      EXPECT_GT(rs.lookahead_tokens, 0);
+    }
   }
   // The server generated lookahead drafts, and pipelined calls rewound the session.
   const std::string m = Client().Get("/metrics")->body;

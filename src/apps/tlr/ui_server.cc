@@ -26,8 +26,6 @@ using server::SendJson;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 constexpr size_t kMaxPromptBytes = 64 << 10;
 constexpr int kMaxSpan = 16;

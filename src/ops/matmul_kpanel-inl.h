@@ -1,0 +1,204 @@
+// Panel kernels for the K-quants (ops layer), compiled once per Highway target (included by
+// matmul_kquant.cc after hwy/foreach_target.h): Q4_K, Q5_K and Q6_K weights in the panel
+// layout of panel_layout.h (KPanelFormat), times up to kPanelTokens tokens of Q8A activations.
+//
+// As for the 32-element types (matmul_panel-inl.h), one call computes 8 rows x NT tokens:
+// per 32-column group the 8 rows' values are unpacked once and every token dots them with
+// its activation bytes broadcast 4 at a time, each 32-bit lane holding one row. Per
+// super-block the 8 rows' sub-block scales are decoded at once: Q4_K/Q5_K's 6-bit scales and
+// minimums by the GGUF bit formula run on 32 transposed bytes (4 bytes of each of 8 rows) per
+// vector op, Q6_K's int8 scales are already 8 contiguous bytes per sub-block. Then per group
+// and token:
+//   Q4_K, Q5_K: acc += isum * (d * sc_g * d_a), then acc -= dmin * m_g * s_a (one lane per
+//               row); y = acc.
+//   Q6_K:       the values go in unsigned (0..63), two integer chains per group (its two
+//               16-value sub-blocks), each started at -32 x the sum of its 16 activations
+//               (MatMulInput::s16) so it ends as the exact signed sum; the chains times the
+//               rows' int8 scales (int32 multiplies) add up to one integer per row and
+//               acc += isum * (d * d_a). Every integer here is exact (|isum| < 2^24).
+// The float operations per lane are the same sequence whatever NT and the other rows, so
+// a (row, token) result is bit-identical in decode and in any batch.
+//
+// x86 (AVX2 and up) unpacks in registers and uses maddubs or, with AVX-512 VNNI, vpdpbusd;
+// other targets sum the bytes in plain integer loops and do the float part with Highway.
+
+#if defined(TLR_OPS_MATMUL_KPANEL_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef TLR_OPS_MATMUL_KPANEL_INL_H_
+#undef TLR_OPS_MATMUL_KPANEL_INL_H_
+#else
+#define TLR_OPS_MATMUL_KPANEL_INL_H_
+#endif
+
+#include <cstring>
+
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+#include "ops/matmul_panel-inl.h"
+#include "ops/matmul_quant-inl.h"
+#include "ops/panel_layout.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace tlr {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Q4_K/Q5_K: the 8 rows' sub-block scales and minimums from the transposed scale bytes
+// (byte 8k + r = scales[k] of row r): sc[8j + r], mn[8j + r] for sub-block j (0..7).
+HWY_INLINE void DecodeScalesK4(const uint8_t* s, uint8_t* sc, uint8_t* mn) {
+#ifdef TLR_X86_256
+  // Bytes 0-3, 4-7 and 8-11 of every row; ScaleMinK4 on 32 bytes at a time:
+  //   j < 4:  sc = q[j] & 63,                       m = q[j + 4] & 63
+  //   j >= 4: sc = (q[j + 4] & 15) | (q[j - 4] >> 6) << 4,  m = (q[j + 4] >> 4) | (q[j] >> 6) << 4
+  const __m256i t0 = Load32(s), t1 = Load32(s + 32), t2 = Load32(s + 64);
+  const __m256i m6 = _mm256_set1_epi8(63), m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  auto store = [](uint8_t* p, __m256i v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); };
+  store(sc, _mm256_and_si256(t0, m6));
+  store(sc + 32, _mm256_or_si256(_mm256_and_si256(t2, m4), _mm256_and_si256(_mm256_srli_epi16(t0, 2), m30)));
+  store(mn, _mm256_and_si256(t1, m6));
+  store(mn + 32, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(t2, 4), m4),
+                                 _mm256_and_si256(_mm256_srli_epi16(t1, 2), m30)));
+#else
+  for (int r = 0; r < 8; ++r) {
+    uint8_t q[12];
+    for (int k = 0; k < 12; ++k) q[k] = s[8 * k + r];
+    for (int j = 0; j < 8; ++j) ScaleMinK4(j, q, &sc[8 * j + r], &mn[8 * j + r]);
+  }
+#endif
+}
+
+// Lanes k..k+L of 8 bytes as float (unsigned: Q4_K/Q5_K scales; signed: Q6_K scales).
+template <typename T>
+HWY_INLINE hn::Vec<DF> BytesToFloat(const T* p) {
+  const DF df;
+  const DI di;
+  const hn::Rebind<T, DI> d8;
+  return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, p)));
+}
+
+#ifdef TLR_X86_256
+// Q6_K's two high bits of unpacked vector u (0..7) from its high-bit vector: bits 2 (u % 4)
+// and up of each byte, moved to bits 4-5.
+template <int kU>
+HWY_INLINE __m256i Q6High(__m256i h) {
+  const __m256i m30 = _mm256_set1_epi8(0x30);
+  constexpr int kShift = 4 - 2 * (kU % 4);
+  if constexpr (kShift > 0) return _mm256_and_si256(_mm256_slli_epi16(h, kShift), m30);
+  if constexpr (kShift == 0) return _mm256_and_si256(h, m30);
+  return _mm256_and_si256(_mm256_srli_epi16(h, -kShift), m30);
+}
+
+// One 16-value half c (0, 1) of a Q6_K group: the integer sums of (q - 32) * a per row,
+// started at -32 x the activations' sum.
+template <int NT, int kC>
+HWY_INLINE void Q6HalfSums(const uint8_t* grp, const KPanelFormat& f, const ActView* a, int64_t g,
+                           __m256i* isum) {
+  const __m256i h = Load32(grp + f.high_off + 32 * kC);
+  for (int t = 0; t < NT; ++t) isum[t] = _mm256_set1_epi32(-32 * a[t].s16[2 * g + kC]);
+  // Nibble vectors 2c and 2c + 1 hold unpacked vectors 4c..4c + 3.
+  const uint8_t* vals = grp + f.values_off + 64 * kC;
+  DotNibbleVector<NT>(Load32(vals), Q6High<0>(h), Q6High<1>(h), a, 32 * g + 16 * kC, isum);
+  DotNibbleVector<NT>(Load32(vals + 32), Q6High<2>(h), Q6High<3>(h), a, 32 * g + 16 * kC + 8, isum);
+}
+#endif
+
+// 8 rows (one panel) x NT tokens: y[t * ldy + r] for r < 8, t < NT. ng: groups of 32 columns.
+template <GgmlType kType, int NT>
+HWY_NOINLINE void KPanelDot(const uint8_t* panel, int64_t ng, const ActView* a, float* y, int64_t ldy) {
+  constexpr KPanelFormat f = KPanelFormatOf(kType);
+  const DF df;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const size_t L = hn::Lanes(df);  // 8 on x86; 8 / L chunks of lanes elsewhere
+  using VF = hn::Vec<DF>;
+  VF acc[NT][8];
+  for (int t = 0; t < NT; ++t) {
+    for (size_t k = 0; k < 8; k += L) acc[t][k / L] = hn::Zero(df);
+  }
+  const auto half = [&](const uint8_t* p, size_t k) {
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p) + k));
+  };
+  for (int64_t sb = 0; sb < ng / 8; ++sb) {
+    const uint8_t* blk = panel + sb * f.block_bytes;
+    HWY_ALIGN uint8_t sc[64], mn[64];
+    if constexpr (f.has_min) DecodeScalesK4(blk + f.scales_off, sc, mn);
+    const auto* sc6 = reinterpret_cast<const int8_t*>(blk + f.scales_off);  // Q6_K: byte 8k + r
+    for (int64_t j = 0; j < 8; ++j) {
+      const int64_t g = 8 * sb + j;  // group index in the row
+      const uint8_t* grp = blk + f.groups_off + j * f.group_bytes;
+      hwy::Prefetch(grp + 4 * f.group_bytes);
+      hwy::Prefetch(grp + 4 * f.group_bytes + 64);
+#ifdef TLR_X86_256
+      __m256i isum[NT];
+      if constexpr (f.six_bit) {
+        __m256i part[NT];
+        Q6HalfSums<NT, 0>(grp, f, a, g, part);
+        const __m256i s0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc6 + 16 * j)));
+        for (int t = 0; t < NT; ++t) part[t] = _mm256_mullo_epi32(part[t], s0);
+        Q6HalfSums<NT, 1>(grp, f, a, g, isum);
+        const __m256i s1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc6 + 16 * j + 8)));
+        for (int t = 0; t < NT; ++t) isum[t] = _mm256_add_epi32(part[t], _mm256_mullo_epi32(isum[t], s1));
+      } else {
+        for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+        DotNibbleGroup<NT, f.has_mask>(grp + f.values_off, grp + f.mask_off, a, g, isum);
+      }
+      constexpr size_t kChunks = 1;
+      const auto isum_at = [&](int t, size_t) { return ToVI(isum[t]); };
+#else
+      // Portable: integer sums per row in plain loops, then the float part per chunk of lanes.
+      HWY_ALIGN int32_t isum[NT][8];
+      const uint8_t* vals = grp + f.values_off;
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* q = a[t].qs + 32 * g;
+        for (int r = 0; r < 8; ++r) {
+          int32_t s[2] = {0, 0};  // Q6_K: the two 16-value halves
+          for (int v = 0; v < 4; ++v) {
+            uint32_t m_lo = 0, m_hi = 0;
+            if constexpr (f.has_mask) {
+              std::memcpy(&m_lo, grp + f.mask_off + 8 * v, 4);
+              std::memcpy(&m_hi, grp + f.mask_off + 8 * v + 4, 4);
+            }
+            for (int i = 0; i < 4; ++i) {
+              const int b = 4 * r + i;
+              int lo = (vals[32 * v + b] & 0xF) | (((m_lo >> b) & 1) << 4);
+              int hi = (vals[32 * v + b] >> 4) | (((m_hi >> b) & 1) << 4);
+              if constexpr (f.six_bit) {  // unpacked vectors 2v, 2v + 1
+                const uint8_t h = grp[f.high_off + 32 * (v / 2) + b];
+                lo = lo - 32 + (((h >> (4 * (v % 2))) & 3) << 4);
+                hi = hi - 32 + (((h >> (4 * (v % 2) + 2)) & 3) << 4);
+              }
+              s[v / 2] += lo * q[8 * v + i] + hi * q[8 * v + 4 + i];
+            }
+          }
+          isum[t][r] = f.six_bit ? s[0] * sc6[16 * j + r] + s[1] * sc6[16 * j + 8 + r] : s[0] + s[1];
+        }
+      }
+      const size_t kChunks = 8 / L;
+      const DI di;
+      const auto isum_at = [&](int t, size_t c) { return hn::Load(di, isum[t] + c * L); };
+#endif
+      for (size_t c = 0; c < kChunks; ++c) {
+        const VF wd = half(blk, c * L);
+        if constexpr (f.has_min) {
+          const VF dsc = hn::Mul(wd, BytesToFloat(sc + 8 * j + c * L));
+          const VF dmn = hn::Mul(half(blk + f.dmin_off, c * L), BytesToFloat(mn + 8 * j + c * L));
+          for (int t = 0; t < NT; ++t) {
+            acc[t][c] = hn::MulAdd(hn::ConvertTo(df, isum_at(t, c)), hn::Mul(dsc, hn::Set(df, a[t].d[g])), acc[t][c]);
+            acc[t][c] = hn::NegMulAdd(dmn, hn::Set(df, a[t].s[g]), acc[t][c]);
+          }
+        } else {
+          for (int t = 0; t < NT; ++t) {
+            acc[t][c] = hn::MulAdd(hn::ConvertTo(df, isum_at(t, c)), hn::Mul(wd, hn::Set(df, a[t].d[g])), acc[t][c]);
+          }
+        }
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    for (size_t k = 0; k < 8; k += L) hn::StoreU(acc[t][k / L], df, y + t * ldy + k);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace tlr
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard
