@@ -147,6 +147,8 @@ check run_kv_f32 0 "generated: 8 tokens" -- "$tlr" run -m "$tmp/tiny.gguf" -p "t
 check run_kv_q8_0_unsuitable 1 "multiple of 32.*use f16" -- "$tlr" run -m "$tmp/tiny.gguf" -p x --kv-type q8_0
 check run_kv_bad 2 "kv-type" -- "$tlr" run -m "$tmp/tiny.gguf" -p x --kv-type q4_0
 check bench_kv_q8_0 0 "kv cache +q8_0" -- "$tlr" bench -m "$(dirname "$0")/../../../models/demo/llm.gguf" --pp 8 --tg 4 -r 2 -t 1 --depth 100 --kv-type q8_0
+check bench_depth 0 "tg at 100 .*% of the speed at the start, range" -- "$tlr" bench -m "$tmp/tiny.gguf" --pp 8 --tg 4 -r 2 -t 1 --depth 100
+check bench_depth_negative 2 "depth" -- "$tlr" bench -m "$tmp/tiny.gguf" --depth -3
 check serve_kv_unsuitable 1 "multiple of 32" -- "$tlr" serve -m "$tmp/tiny.gguf" --kv-type q8_0 --port 0
 
 # The bundled demo pair is the default of the routing commands.

@@ -51,8 +51,9 @@ Command AddBenchCommand(CLI::App& root) {
   app->add_option("-r,--reps", o->reps, "Repetitions (median and range are reported)")
       ->default_val(5)->check(CLI::Range(1, 1000));
   app->add_option("--depth", o->depth,
-                  "Also measure generation after DEPTH tokens of context (long-context decode)")
-      ->default_val(0);
+                  "Also measure generation after DEPTH tokens of context (long-context decode), as tok/s and as a"
+                  " share of the speed at the start (runs alternated, median step times)")
+      ->default_val(0)->check(CLI::Range(0, 1 << 24));
   app->add_flag("--json", o->json, "One JSON object on stdout");
   app->add_option("--router", o->router,
                   "Also time a router per generated token: a router GGUF, or citer / colm for an "
@@ -111,14 +112,16 @@ Command AddBenchCommand(CLI::App& root) {
             std::vector<double> router_us;
             // Times the model steps; a router, when given, runs after each step on its outputs
             // and is timed on its own.
-            auto run_tg = [&](KvCache& cache, int n, double* secs) -> Status {
+            auto run_tg = [&](KvCache& cache, int n, double* secs, std::vector<double>* steps = nullptr) -> Status {
               int32_t tok = prompt[0];
               double model_s = 0, router_s = 0;
               for (int i = 0; i < n; ++i) {
                 SequenceInput in{&cache, {&tok, 1}, OutputRows::kLast, logits.data(), router ? hidden.data() : nullptr};
                 const auto t0 = std::chrono::steady_clock::now();
                 TLR_RETURN_IF_ERROR(model.Forward({&in, 1}, &fctx));
-                model_s += Seconds(t0);
+                const double step = Seconds(t0);
+                model_s += step;
+                if (steps) steps->push_back(step);
                 if (router) {
                   const auto t1 = std::chrono::steady_clock::now();
                   volatile float conf = router->Confidence(hidden.data(), logits.data(), model.config().n_vocab, &pool);
@@ -150,21 +153,37 @@ Command AddBenchCommand(CLI::App& root) {
               TLR_CLI_CHECK(cmd, run_tg(*cache, o->tg, &s));
               if (r > 0) tg_rates.push_back(o->tg / s);
             }
-            Stat depth_stat;
+            // Long context: generation after `depth` tokens against generation from the start,
+            // alternated repetition by repetition so that both see the same machine. Each run's
+            // speed is 1 / its median step time (a step the OS interrupted does not move it), and
+            // the ratio is the median of the per-repetition ratios.
+            Stat depth_stat, depth_ratio;
             if (o->depth > 0) {
-              std::vector<double> rates;
-              for (int r = 0; r < std::max(1, o->reps / 2); ++r) {
-                say(("generation at depth " + std::to_string(o->depth) + "...").c_str());
-                auto cache = model.NewCache(need_ctx);
-                if (!cache.ok()) return ReportError(cmd, cache.status().message());
-                SequenceInput in{&*cache, {prompt.data(), static_cast<size_t>(o->depth)}, OutputRows::kNone,
+              std::vector<double> rates, ratios;
+              auto median_rate = [](std::vector<double> steps) {
+                std::nth_element(steps.begin(), steps.begin() + steps.size() / 2, steps.end());
+                return 1.0 / steps[steps.size() / 2];
+              };
+              for (int r = 0; r < o->reps; ++r) {
+                say(("generation at depth " + std::to_string(o->depth) + ", repetition " + std::to_string(r + 1) +
+                     "...").c_str());
+                auto start = model.NewCache(need_ctx);
+                auto deep = model.NewCache(need_ctx);
+                if (!start.ok()) return ReportError(cmd, start.status().message());
+                if (!deep.ok()) return ReportError(cmd, deep.status().message());
+                SequenceInput in{&*deep, {prompt.data(), static_cast<size_t>(o->depth)}, OutputRows::kNone,
                                  nullptr, nullptr};
                 TLR_CLI_CHECK(cmd, model.Forward({&in, 1}, &fctx));
+                std::vector<double> start_steps, deep_steps;
                 double s = 0;
-                TLR_CLI_CHECK(cmd, run_tg(*cache, o->tg, &s));
-                rates.push_back(o->tg / s);
+                TLR_CLI_CHECK(cmd, run_tg(*start, o->tg, &s, &start_steps));
+                TLR_CLI_CHECK(cmd, run_tg(*deep, o->tg, &s, &deep_steps));
+                const double deep_rate = median_rate(deep_steps);
+                rates.push_back(deep_rate);
+                ratios.push_back(deep_rate / median_rate(start_steps));
               }
               depth_stat = Summarize(rates);
+              depth_ratio = Summarize(ratios);
             }
             if (tty) std::fprintf(stderr, "\r%-60s\r", "");
             const Stat pp = Summarize(pp_rates), tg = Summarize(tg_rates);
@@ -203,6 +222,9 @@ Command AddBenchCommand(CLI::App& root) {
                 j["tg_at_depth_tok_s"] = depth_stat.median;
                 j["tg_at_depth_tok_s_min"] = depth_stat.min;
                 j["tg_at_depth_tok_s_max"] = depth_stat.max;
+                j["tg_at_depth_pct_of_start"] = 100.0 * depth_ratio.median;
+                j["tg_at_depth_pct_of_start_min"] = 100.0 * depth_ratio.min;
+                j["tg_at_depth_pct_of_start_max"] = 100.0 * depth_ratio.max;
               }
               std::cout << j.dump(2) << "\n";
               return 0;
@@ -226,8 +248,10 @@ Command AddBenchCommand(CLI::App& root) {
                           100.0 * rt.median / step_us, step_us);
             }
             if (o->depth > 0) {
-              std::printf("tg at %-5lld %8.1f tok/s  (%.0f%% of the speed at the start)\n",
-                          static_cast<long long>(o->depth), depth_stat.median, 100.0 * depth_stat.median / tg.median);
+              std::printf("tg at %-5lld %8.1f tok/s  (%.0f%% of the speed at the start, range %.0f-%.0f%%; median step"
+                          " times, alternated with runs from the start)\n",
+                          static_cast<long long>(o->depth), depth_stat.median, 100.0 * depth_ratio.median,
+                          100.0 * depth_ratio.min, 100.0 * depth_ratio.max);
             }
             return 0;
           }};
