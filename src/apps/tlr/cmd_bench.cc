@@ -20,6 +20,8 @@
 namespace tlr::cli {
 namespace {
 
+// Bytes of the short bandwidth probes beside each generation run (far past the caches).
+constexpr size_t kProbeBytes = size_t{256} << 20;
 struct Stat {
   double median = 0, min = 0, max = 0;
 };
@@ -63,7 +65,8 @@ Command AddBenchCommand(CLI::App& root) {
   AddThreadArgs(app, &o->run);
   app->footer(
       "Roofline: generation must read every weight once per token, so tok/s cannot exceed\n"
-      "bandwidth / bytes per token. tg_roofline_pct is generation speed as a percentage of that.");
+      "bandwidth / bytes per token. tg_roofline_pct is generation speed as a percentage of that;\n"
+      "tg_roofline_pct_paired takes each run against a short bandwidth probe taken beside it.");
   return {app, [o]() -> int {
             const char* cmd = "bench";
             auto loaded = Model::Load(o->model, ModelOptions(o->run.kv_type));
@@ -145,13 +148,25 @@ Command AddBenchCommand(CLI::App& root) {
               TLR_CLI_CHECK(cmd, model.Forward({&in, 1}, &fctx));
               if (r > 0) pp_rates.push_back(o->pp / Seconds(t0));
             }
+            // Each generation run sits between two short bandwidth probes, and its share of the
+            // roofline is taken against the faster of the two: on a machine whose speed drifts
+            // (shared hosts), a run is compared with the memory speed of its own moment.
+            const double bytes_per_token = static_cast<double>(model.weight_bytes_per_token());
+            std::vector<double> paired_pct;
+            double probe_before = 0;
             for (int r = 0; r < o->reps + 1; ++r) {
               say(("generation, repetition " + std::to_string(r) + "...").c_str());
               auto cache = model.NewCache(need_ctx);
               if (!cache.ok()) return ReportError(cmd, cache.status().message());
               double s = 0;
               TLR_CLI_CHECK(cmd, run_tg(*cache, o->tg, &s));
-              if (r > 0) tg_rates.push_back(o->tg / s);
+              const double probe_after = MeasureReadBandwidth(&pool, kProbeBytes, 3).best_gbps;
+              if (r > 0) {
+                tg_rates.push_back(o->tg / s);
+                const double bw_here = std::max(probe_before, probe_after);
+                paired_pct.push_back(100.0 * (o->tg / s) / (bw_here * 1e9 / bytes_per_token));
+              }
+              probe_before = probe_after;
             }
             // Long context: generation after `depth` tokens against generation from the start,
             // alternated repetition by repetition so that both see the same machine. Each run's
@@ -186,8 +201,7 @@ Command AddBenchCommand(CLI::App& root) {
               depth_ratio = Summarize(ratios);
             }
             if (tty) std::fprintf(stderr, "\r%-60s\r", "");
-            const Stat pp = Summarize(pp_rates), tg = Summarize(tg_rates);
-            const double bytes_per_token = static_cast<double>(model.weight_bytes_per_token());
+            const Stat pp = Summarize(pp_rates), tg = Summarize(tg_rates), paired = Summarize(paired_pct);
             const double roofline = bw.best_gbps * 1e9 / bytes_per_token;
             const double pct = 100.0 * tg.median / roofline;
             // Matrix FLOPs per token: 2 per weight of every matrix read for a token.
@@ -208,6 +222,8 @@ Command AddBenchCommand(CLI::App& root) {
                   {"tg_tok_s", tg.median}, {"tg_tok_s_min", tg.min}, {"tg_tok_s_max", tg.max},
                   {"bandwidth_gbps", bw.best_gbps}, {"bandwidth_median_gbps", bw.median_gbps},
                   {"tg_roofline_tok_s", roofline}, {"tg_roofline_pct", pct},
+                  {"tg_roofline_pct_paired", paired.median}, {"tg_roofline_pct_paired_min", paired.min},
+                  {"tg_roofline_pct_paired_max", paired.max},
                   {"pp_gflops", pp_gflops}, {"peak_fma_gflops", peak},
                   {"pp_peak_pct", 100.0 * pp_gflops / peak}, {"peak_int8_gops", peak_int8},
                   {"pp_int8_peak_pct", 100.0 * pp_gflops / peak_int8}};
@@ -241,6 +257,8 @@ Command AddBenchCommand(CLI::App& root) {
             std::printf("tg%-4d      %8.1f tok/s  (range %.1f-%.1f)\n", o->tg, tg.median, tg.min, tg.max);
             std::printf("roofline    %8.1f tok/s  (%.1f MiB read per token)  -> generation at %.0f%%\n",
                         roofline, bytes_per_token / 1048576.0, pct);
+            std::printf("            each run against a bandwidth probe beside it: %.0f%% (range %.0f-%.0f%%)\n",
+                        paired.median, paired.min, paired.max);
             if (router) {
               std::printf("router      %8.1f us/token (%s, %lld parameters, %s) = %.2f%% of a %.0f us generation step\n",
                           rt.median, std::string(RouterKindName(router->kind())).c_str(),
