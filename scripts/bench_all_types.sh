@@ -27,7 +27,7 @@ threads=${THREADS:-2}
 build=${BUILD_DIR:-build}
 tmp_parent=${TMPDIR:-/tmp}
 
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --presets) presets=$2; shift 2 ;;
