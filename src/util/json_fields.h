@@ -45,6 +45,7 @@ class JsonFields {
   // `j` must be an object (otherwise the reader starts failed); `what` prefixes messages
   // ("the server's reply"); may be empty. `j` must outlive the reader.
   explicit JsonFields(const nlohmann::json& j, std::string what = "");
+  JsonFields(const nlohmann::json&& j, std::string what = "") = delete;  // would dangle
 
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }

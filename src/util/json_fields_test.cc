@@ -99,7 +99,8 @@ TEST(JsonFields, EveryWrongShapeIsAnErrorNamingTheField) {
 TEST(JsonFields, TokenIdsOutsideTheVocabularyAreRefused) {
   for (const char* text : {R"({"t":[0,5]})", R"({"t":[-1]})", R"({"t":[4294967296]})", R"({"t":[18446744073709551615]})"}) {
     std::vector<int32_t> ids;
-    JsonFields f(json::parse(text), "reply");
+    const json j = json::parse(text);
+    JsonFields f(j, "reply");
     f.TokenIds("t", 5, &ids);
     ASSERT_FALSE(f.ok()) << text;
     EXPECT_NE(f.status().message().find("outside the vocabulary"), std::string::npos);
@@ -120,7 +121,8 @@ TEST(JsonFields, FirstErrorWinsAndLaterReadsAreSkipped) {
   missing.String("c", nullptr, kRequired);
   EXPECT_EQ(missing.status().message(), "'c' is required");
   double d = 0;
-  JsonFields nan(json{{"x", std::nan("")}});
+  const json with_nan = {{"x", std::nan("")}};
+  JsonFields nan(with_nan);
   nan.Number("x", 0, 1, &d);
   EXPECT_FALSE(nan.ok());
 }
