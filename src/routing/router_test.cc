@@ -123,7 +123,7 @@ TEST(Router, RefusesNonFiniteThresholdAndWeights) {
   RouterInfo info;
   info.kind = RouterKind::kCiter;
   info.threshold = std::nanf("");
-  auto r = Router::FromLayers(info, RandomLayers({8, 4, 1}, 3));
+  auto r = Router::FromLayers(info, RandomLayers({8, 4, 4, 1}, 3));
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_TRUE(r->Save(dir.File("nan_threshold.gguf")).ok());
   auto loaded = Router::Load(dir.File("nan_threshold.gguf"));
@@ -133,7 +133,7 @@ TEST(Router, RefusesNonFiniteThresholdAndWeights) {
 
   for (float bad : {std::nanf(""), INFINITY}) {
     info.threshold = 0.5f;
-    auto layers = RandomLayers({8, 4, 1}, 3);
+    auto layers = RandomLayers({8, 4, 4, 1}, 3);
     layers[1].w[2] = bad;
     auto w = Router::FromLayers(info, layers);
     ASSERT_TRUE(w.ok()) << w.status().message();

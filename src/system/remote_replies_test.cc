@@ -71,8 +71,9 @@ TEST(RemoteReplies, CompletionsByIdsLabelsTextAndStream) {
   // Text only: tokenized, cut to what was asked.
   r = ParseCompletionReply(R"({"choices":[{"text":" the capital of France is Paris"}]})", tok, 2);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->tokens, std::vector<int32_t>(tok.Encode(" the capital of France is Paris").begin(),
-                                            tok.Encode(" the capital of France is Paris").begin() + 2));
+  const std::vector<int32_t> text_ids = tok.Encode(" the capital of France is Paris");
+  ASSERT_GE(text_ids.size(), 2u);
+  EXPECT_EQ(r->tokens, std::vector<int32_t>(text_ids.begin(), text_ids.begin() + 2));
   // A stream: the events' labels in order.
   r = ParseCompletionReply(
       "data: {\"choices\":[{\"text\":\"a\",\"logprobs\":{\"tokens\":[\"token_id:3\"]}}]}\r\n\r\n: ping\n\n"

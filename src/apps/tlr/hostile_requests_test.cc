@@ -115,13 +115,13 @@ TEST(HostileRequests, ServeAnswersEachWithA4xxAndKeepsServing) {
   EXPECT_EQ(ErrorCode(r), "not_found");
   ExpectAlive(serve, port, "/health");
 
-  // Deep nesting in every body: refused before anything recurses over it.
+  // Deep nesting in every body that is read: refused before anything recurses over it.
+  // (POST /tlr/v1/sessions takes no options and never parses its body.)
   const std::string deep = Nested("[", "]", 200000);
   for (const auto& [path, body] : std::vector<std::pair<std::string, std::string>>{
            {"/v1/completions", R"({"prompt":)" + deep + "}"},
            {"/v1/chat/completions", R"({"messages":[{"role":"user","content":)" + deep + "}]}"},
-           {"/tlr/v1/next", R"({"session":"x","append":)" + deep + "}"},
-           {"/tlr/v1/sessions", Nested("{\"a\":", "}", 200000)}}) {
+           {"/tlr/v1/next", R"({"session":"x","append":)" + deep + "}"}}) {
     r = Send(port, Post(path, body));
     EXPECT_EQ(r.status, 400) << path;
     EXPECT_EQ(ErrorCode(r), "invalid_json") << path;
