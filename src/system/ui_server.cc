@@ -1,6 +1,6 @@
-// UiServer: the web UI's HTTP routes and the generation thread behind them (apps layer). See
+// UiServer: the web UI's HTTP routes and the generation thread behind them (system layer). See
 // ui_server.h for the endpoints and the rules (one generation at a time, cancellation, guards).
-#include "apps/tlr/ui_server.h"
+#include "system/ui_server.h"
 
 #include <httplib.h>
 
@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <optional>
 
-#include "apps/tlr/ui_assets.h"
 #include "model/chat.h"
 #include "ops/thread_pool.h"
 #include "system/decoder.h"
@@ -18,7 +17,7 @@
 #include "system/server_json.h"
 #include "system/sse_stream.h"
 
-namespace tlr::cli {
+namespace tlr {
 
 using nlohmann::json;
 using server::SendError;
@@ -144,7 +143,7 @@ void UiServer::Stop() {
 }
 
 void UiServer::Routes() {
-  for (const UiAsset& a : UiAssets()) {
+  for (const UiAsset& a : opts_.assets) {
     http_->Get(RegexEscape(a.path), [a](const httplib::Request&, httplib::Response& res) {
       res.set_header("Content-Security-Policy", kContentSecurityPolicy);
       res.set_header("X-Content-Type-Options", "nosniff");
@@ -403,4 +402,4 @@ void UiServer::RunJob(const std::shared_ptr<Job>& job, const Request& r) {
   job->Finish();
 }
 
-}  // namespace tlr::cli
+}  // namespace tlr

@@ -1,5 +1,6 @@
-// UiServer (apps layer): the HTTP side of `tlr ui` — serves the embedded single-page app
-// (ui_assets.h) and a small JSON/SSE API that runs the collaborative decoder for it.
+// UiServer (system layer): the HTTP side of `tlr ui` — serves the single-page app (its files
+// given as UiOptions::assets; the tlr binary embeds them, src/apps/tlr/ui_assets.h) and a small
+// JSON/SSE API that runs the collaborative decoder for it.
 //
 //   GET  /, /index.html, /app.js, /style.css   the page (embedded; it loads nothing else)
 //   GET  /api/info      models, routers (with their recommended thresholds), modes, limits,
@@ -25,7 +26,9 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -41,10 +44,15 @@ class Server;
 }
 
 namespace tlr {
-class ThreadPool;
-}
 
-namespace tlr::cli {
+class ThreadPool;
+
+// One static file of the page.
+struct UiAsset {
+  const char* path;          // URL path: "/", "/index.html", "/app.js", ...
+  const char* content_type;  // e.g. "text/javascript; charset=utf-8"
+  std::string_view data;     // the file's bytes (must outlive the server)
+};
 
 struct UiRouter {
   std::string name;   // what /api/generate takes: "citer", "maxprob", ...
@@ -82,6 +90,7 @@ struct UiOptions {
   int default_max_tokens = 128;
   std::vector<UiExample> examples;
   nlohmann::json results;           // null: none
+  std::span<const UiAsset> assets;  // the page's files (not owned; must outlive the server)
 };
 
 class UiServer {
@@ -116,4 +125,4 @@ class UiServer {
   uint64_t next_job_ = 1;
 };
 
-}  // namespace tlr::cli
+}  // namespace tlr
