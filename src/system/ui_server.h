@@ -17,7 +17,10 @@
 // stop "stopped"), and so does the client closing the stream (a heartbeat comment each second
 // notices a closed connection while the decoder waits for the LLM). POSTs must be JSON (so a
 // foreign web page cannot start one without a CORS preflight, which this server never grants);
-// unless the server is public, requests must name a loopback host (DNS-rebinding guard).
+// unless the server is public, requests must name a loopback host exactly (DNS-rebinding guard:
+// 127.0.0.0/8, ::1, localhost or the --host given; not "127.attacker.example"). Slow or idle
+// clients hold no thread (http_front.h: 256 connections, 16 requests at once, 10 s to send a
+// request, 1 MiB bodies, chunked included).
 #pragma once
 
 #include <atomic>
@@ -45,6 +48,7 @@ class Server;
 
 namespace tlr {
 
+class HttpFront;
 class ThreadPool;
 
 // One static file of the page.
@@ -115,6 +119,7 @@ class UiServer {
   UiModels models_;
   UiOptions opts_;
   std::unique_ptr<httplib::Server> http_;
+  HttpFront* front_ = nullptr;  // http_
   std::thread thread_;
   int port_ = 0;
   std::mutex gen_mu_;      // held while a generation runs (models, router, pool, backend)

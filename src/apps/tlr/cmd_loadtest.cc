@@ -32,7 +32,8 @@ Command AddLoadtestCommand(CLI::App& root) {
   app->add_option("--vocab", o->vocab,
                   "GGUF (or tokenizer.json) with the server model's vocabulary; only the tokenizer is "
                   "read (default: the bundled demo SLM, whose vocabulary the demo LLM shares)");
-  app->add_option("--sessions", o->sessions, "Concurrent devices (one thread and one server session each)")
+  app->add_option("--sessions", o->sessions, "Concurrent devices (one thread and one server session each; all come from this address, so "
+                  "the server's --session-quota must allow them: by default a quarter of its --max-sessions)")
       ->default_val(32)->check(CLI::Range(1, 4096));
   app->add_option("--duration", o->duration_s, "Seconds to run")->default_val(60)->check(CLI::Range(0.1, 86400.0));
   app->add_option("--prompt-tokens", o->prompt_tokens, "Random prompt tokens per conversation")->default_val(64)
