@@ -162,6 +162,11 @@ int64_t LlmEngine::session_count() const {
   return static_cast<int64_t>(sessions_.size());
 }
 
+bool LlmEngine::HasSession(const std::string& id) const {
+  std::lock_guard<std::mutex> l(store_mu_);
+  return sessions_.count(id) > 0;
+}
+
 uint64_t LlmEngine::kv_bytes() const {
   std::lock_guard<std::mutex> l(store_mu_);
   return KvBytesLocked();

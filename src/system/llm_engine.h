@@ -112,6 +112,8 @@ class LlmEngine {
 
   EngineResult CreateSession(SessionInfo* info);
   bool DeleteSession(const std::string& id);
+  // Whether a session is open (not deleted, not expired by the last sweep).
+  bool HasSession(const std::string& id) const;
   EngineResult Next(const NextRequest& req);
 
   // Generation from a whole prompt (the OpenAI endpoints): uses the prompt-cache slot sharing

@@ -2,12 +2,18 @@
 // (the OpenAI endpoints are in openai_api.cc). See llm_server.h and docs/protocol.md.
 #include "system/llm_server.h"
 
+#include <arpa/inet.h>
+#include <strings.h>
+
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
+#include "system/http_front.h"
 #include "system/protocol.h"
 #include "system/server_json.h"
 #include "system/server_requests.h"
+#include "system/session_quota.h"
 
 namespace tlr {
 
@@ -30,24 +36,30 @@ std::string EndpointLabel(const std::string& path) {
   return "other";
 }
 
-bool KeyMatches(const std::string& header, const std::vector<std::string>& keys) {
+// The index of the key an Authorization header carries, or -1.
+int KeyIndex(const std::string& header, const std::vector<std::string>& keys) {
   const std::string prefix = "Bearer ";
-  if (header.size() <= prefix.size() || header.compare(0, prefix.size(), prefix) != 0) return false;
+  if (header.size() <= prefix.size() || header.compare(0, prefix.size(), prefix) != 0) return -1;
   const std::string given = header.substr(prefix.size());
-  bool ok = false;
-  for (const std::string& k : keys) {
+  int index = -1;
+  for (size_t j = 0; j < keys.size(); ++j) {
+    const std::string& k = keys[j];
     // Constant-time over the key's length.
     unsigned diff = given.size() != k.size();
     for (size_t i = 0; i < k.size(); ++i) diff |= static_cast<unsigned>(k[i] ^ (i < given.size() ? given[i] : 0));
-    ok |= diff == 0;
+    if (diff == 0) index = static_cast<int>(j);
   }
-  return ok;
+  return index;
 }
 
 }  // namespace
 
 bool IsLoopbackHost(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+  if (strcasecmp(host.c_str(), "localhost") == 0) return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  return inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
 LlmServer::LlmServer(LlmEngine* engine, Metrics* metrics, ServerOptions opts)
@@ -79,17 +91,28 @@ Status LlmServer::Start() {
                            "): not PEM, or the key does not match the certificate");
     }
     http_ = std::move(ssl);
+    const int threads = std::max(4, opts_.http_threads);
+    http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    http_->set_keep_alive_max_count(100000);
+    http_->set_keep_alive_timeout(static_cast<time_t>(std::clamp(opts_.idle_timeout_s, 1.0, 5.0)));
+    http_->set_read_timeout(static_cast<time_t>(std::max(1.0, opts_.request_timeout_s)), 0);
+    http_->set_write_timeout(30, 0);
+    http_->set_payload_max_length(opts_.max_body_bytes);
   } else {
-    http_ = std::make_unique<httplib::Server>();
+    FrontLimits lim;
+    lim.max_connections = opts_.max_connections;
+    lim.workers = std::max(4, opts_.http_threads);
+    lim.request_timeout_s = opts_.request_timeout_s;
+    lim.idle_timeout_s = opts_.idle_timeout_s;
+    lim.max_body_bytes = opts_.max_body_bytes;
+    auto front = std::make_unique<HttpFront>(lim, metrics_);
+    front_ = front.get();
+    http_ = std::move(front);
   }
-  const int threads = std::max(4, opts_.http_threads);
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   http_->set_tcp_nodelay(true);
-  http_->set_keep_alive_max_count(100000);
-  http_->set_keep_alive_timeout(30);
-  http_->set_read_timeout(30, 0);
-  http_->set_write_timeout(30, 0);
-  http_->set_payload_max_length(opts_.max_body_bytes);
+  const int64_t quota = opts_.session_quota > 0 ? opts_.session_quota
+                                                : std::max<int64_t>(1, engine_->limits().max_sessions / 4);
+  quota_ = std::make_unique<SessionQuota>(quota);
   if (metrics_) {
     metrics_->DeclareCounter("tlr_http_requests_total", "HTTP requests by endpoint and status");
     metrics_->DeclareHistogram("tlr_http_request_seconds", "HTTP request latency by endpoint",
@@ -98,8 +121,13 @@ Status LlmServer::Start() {
   // Auth first (everything but /health needs a key when keys are set).
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (server::RefuseBodyWithoutLength(req, res)) return httplib::Server::HandlerResponse::Handled;
+    // httplib's own model (TLS) would read a chunked body whatever its size; HttpFront bounds it.
+    if (!front_ && req.has_header("Transfer-Encoding")) {
+      SendError(res, 411, "length_required", "with TLS, send the request body with a Content-Length, not chunked");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (opts_.api_keys.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    if (KeyMatches(req.get_header_value("Authorization"), opts_.api_keys)) {
+    if (KeyIndex(req.get_header_value("Authorization"), opts_.api_keys) >= 0) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
     res.set_header("WWW-Authenticate", "Bearer");
@@ -131,12 +159,13 @@ Status LlmServer::Start() {
   });
   Routes();
   RoutesOpenAi();
-  return server::BindAndServe(http_.get(), opts_.host, opts_.port, &port_, &thread_);
+  return BindAndListen(http_.get(), opts_.host, opts_.port, opts_.listen_backlog, &port_, &thread_);
 }
 
 void LlmServer::Stop() {
   if (http_) http_->stop();
   if (thread_.joinable()) thread_.join();
+  if (front_) front_->Close();
 }
 
 void LlmServer::Routes() {
@@ -173,16 +202,33 @@ void LlmServer::Routes() {
   http_->Get("/tlr/v1/info", timed("/tlr/v1/info", [model_json](const httplib::Request&, httplib::Response& res) {
                SendJson(res, 200, model_json());
              }));
-  http_->Post("/tlr/v1/sessions", timed("/tlr/v1/sessions", [this, model_json](const httplib::Request&, httplib::Response& res) {
+  http_->Post("/tlr/v1/sessions", timed("/tlr/v1/sessions", [this, model_json](const httplib::Request& req, httplib::Response& res) {
+                // Who the session counts against: its API key, else the client's address.
+                const std::string client =
+                    opts_.api_keys.empty()
+                        ? "address " + req.remote_addr
+                        : "API key #" + std::to_string(KeyIndex(req.get_header_value("Authorization"), opts_.api_keys) + 1);
+                if (!quota_->Reserve(client, [this](const std::string& id) { return engine_->HasSession(id); })) {
+                  res.set_header("Retry-After", "10");
+                  return SendError(res, 429, "session_quota",
+                                   "this client (" + client + ") already holds " + std::to_string(quota_->per_client()) +
+                                       " open sessions, its quota (--session-quota); delete sessions it no longer "
+                                       "uses (DELETE /tlr/v1/sessions/ID) or wait for them to expire");
+                }
                 SessionInfo info;
                 EngineResult r = engine_->CreateSession(&info);
-                if (!r.ok()) return SendError(res, HttpStatusOf(r.code), std::string(EngineCodeName(r.code)), r.message);
+                if (!r.ok()) {
+                  quota_->Cancel(client);
+                  return SendError(res, HttpStatusOf(r.code), std::string(EngineCodeName(r.code)), r.message);
+                }
+                quota_->Commit(client, info.id);
                 json j = model_json();
                 j["session"] = info.id;
                 SendJson(res, 201, j);
               }));
   http_->Delete(R"(/tlr/v1/sessions/([A-Za-z0-9-]{1,64}))",
                 timed("/tlr/v1/sessions/{id}", [this](const httplib::Request& req, httplib::Response& res) {
+                  quota_->Remove(req.matches[1]);
                   if (!engine_->DeleteSession(req.matches[1])) {
                     return SendError(res, 404, "unknown_session", "unknown session '" + std::string(req.matches[1]) + "'");
                   }

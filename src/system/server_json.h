@@ -81,28 +81,4 @@ inline Status GetSampling(const json& j, SamplerParams* p) {
   return p->Validate();
 }
 
-// Binds host:port (port 0: any free port, written to *bound_port) and serves on a new thread.
-// SO_REUSEADDR only: a restart may rebind at once, but a second server on the same port fails
-// (cpp-httplib's default adds SO_REUSEPORT, which would silently split the clients between two
-// processes, each with its own sessions).
-inline Status BindAndServe(httplib::Server* http, const std::string& host, int port, int* bound_port,
-                           std::thread* thread) {
-  http->set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof(yes));
-  });
-  if (port == 0) {
-    *bound_port = http->bind_to_any_port(host.c_str());
-    if (*bound_port < 0) return Status::Error("cannot listen on " + host);
-  } else {
-    if (!http->bind_to_port(host.c_str(), port)) {
-      return Status::Error("cannot listen on " + host + ":" + std::to_string(port) +
-                           " (in use, or not an address of this machine; --port 0 picks a free one)");
-    }
-    *bound_port = port;
-  }
-  *thread = std::thread([http] { http->listen_after_bind(); });
-  return Status::Ok();
-}
-
 }  // namespace tlr::server

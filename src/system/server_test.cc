@@ -304,6 +304,18 @@ TEST_F(ServerTest, TlsWithVerifiedCertificate) {
   EXPECT_TRUE((*remote)->warning().empty()) << (*remote)->warning();
   InProcessLlm local(*llm_, 1, 1024);
   EXPECT_EQ(Generate(remote->get(), (*rows_)[1], 0.95f).ids, Generate(&local, (*rows_)[1], 0.95f).ids);
+  // With TLS a chunked body (which httplib's own model would read without --max-body) is refused.
+  httplib::SSLClient tls("127.0.0.1", server_->port());
+  tls.set_ca_cert_path(cert.c_str());
+  auto chunked = tls.Post("/tlr/v1/next",
+                          [](size_t, httplib::DataSink& sink) {
+                            sink.write("{}", 2);
+                            sink.done();
+                            return true;
+                          },
+                          "application/json");
+  ASSERT_TRUE(chunked) << httplib::to_string(chunked.error());
+  EXPECT_EQ(chunked->status, 411) << chunked->body;
   // Without the CA the certificate is not trusted: a clear error, not a silent fallback.
   o.http.ca_file.clear();
   auto untrusted = RemoteLlm::Connect(o, slm_->tokenizer());

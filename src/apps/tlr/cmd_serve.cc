@@ -53,9 +53,10 @@ Command AddServeCommand(CLI::App& root) {
     std::string model, host = "127.0.0.1", kv_budget = "4G", max_body = "4M", name, api_key_file, kv_type = "f16";
     std::string tls_cert, tls_key;
     std::vector<std::string> api_keys;
-    int port = 8080, threads = 2, http_threads = 64, max_tokens = 256, prompt_cache = 4;
-    int64_t ctx = 4096, max_sessions = 1024, batch_tokens = 512;
-    double ttl = 600;
+    int port = 8080, threads = 2, http_threads = 64, max_tokens = 256, prompt_cache = 4, max_connections = 1024,
+        backlog = 1024;
+    int64_t ctx = 4096, max_sessions = 1024, batch_tokens = 512, session_quota = 0;
+    double ttl = 600, request_timeout = 10, keep_alive = 30;
     bool insecure = false;
   };
   auto o = std::make_shared<Opts>();
@@ -83,8 +84,24 @@ Command AddServeCommand(CLI::App& root) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   app->add_option("--prompt-cache", o->prompt_cache, "KV caches reused by prefix for the OpenAI endpoints")
       ->default_val(4)->check(CLI::Range(0, 256));
-  app->add_option("--http-threads", o->http_threads, "Connections served at once (keep-alive holds one each)")
+  app->add_option("--http-threads", o->http_threads,
+                  "Requests handled at once (idle and slow connections hold none; with TLS, connections)")
       ->default_val(64)->check(CLI::Range(4, 4096));
+  app->add_option("--max-connections", o->max_connections,
+                  "Open connections at most; past it a new one gets 503 too_many_connections")
+      ->default_val(1024)->check(CLI::Range(1, 1 << 20));
+  app->add_option("--request-timeout", o->request_timeout,
+                  "Seconds a request's header and body may take to arrive (408 past it)")
+      ->default_val(10)->check(CLI::Range(0.1, 3600.0));
+  app->add_option("--keep-alive-timeout", o->keep_alive, "Seconds an idle keep-alive connection stays open")
+      ->default_val(30)->check(CLI::Range(0.1, 3600.0));
+  app->add_option("--listen-backlog", o->backlog, "Connections the kernel queues before they are accepted "
+                                                 "(capped by net.core.somaxconn)")
+      ->default_val(1024)->check(CLI::Range(1, 1 << 20));
+  app->add_option("--session-quota", o->session_quota,
+                  "Open sessions one client may hold: per API key, or per client address without keys "
+                  "(429 session_quota past it; 0: a quarter of --max-sessions)")
+      ->default_val(0)->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app->add_option("--api-key", o->api_keys, "Require 'Authorization: Bearer KEY' (repeat for several keys; "
                                             "also $TLR_API_KEY)");
   app->add_option("--api-key-file", o->api_key_file, "File with one API key per line");
@@ -120,6 +137,11 @@ Command AddServeCommand(CLI::App& root) {
             so.tls_cert = o->tls_cert;
             so.tls_key = o->tls_key;
             so.http_threads = o->http_threads;
+            so.max_connections = o->max_connections;
+            so.request_timeout_s = o->request_timeout;
+            so.idle_timeout_s = o->keep_alive;
+            so.listen_backlog = o->backlog;
+            so.session_quota = o->session_quota;
             if (!ParseBytes(o->max_body, &so.max_body_bytes)) return ReportError(cmd, "--max-body: not a size: '" + o->max_body + "' (e.g. 4M)");
             EngineLimits lim;
             if (!ParseBytes(o->kv_budget, &lim.kv_budget_bytes)) return ReportError(cmd, "--kv-budget: not a size: '" + o->kv_budget + "' (e.g. 4G)");

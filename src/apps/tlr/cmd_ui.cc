@@ -11,12 +11,13 @@
 
 #include "apps/tlr/commands.h"
 #include "apps/tlr/model_args.h"
-#include "apps/tlr/ui_server.h"
+#include "apps/tlr/ui_assets.h"
 #include "model/model.h"
 #include "ops/thread_pool.h"
 #include "routing/qa.h"
 #include "routing/router.h"
 #include "system/llm_server.h"
+#include "system/ui_server.h"
 #include "util/mapped_file.h"
 
 namespace tlr::cli {
@@ -184,6 +185,7 @@ Command AddUiCommand(CLI::App& root) {
             uo.default_max_tokens = static_cast<int>(std::min<int64_t>(o->max_tokens, o->run.ctx));
             uo.examples = std::move(examples);
             uo.results = std::move(results);
+            uo.assets = UiAssets();
             UiServer ui(std::move(models), std::move(uo));
             TLR_CLI_CHECK(cmd, ui.Start());
             std::signal(SIGINT, OnSignal);

@@ -4,15 +4,10 @@
 #pragma once
 
 #include <span>
-#include <string_view>
+
+#include "system/ui_server.h"
 
 namespace tlr::cli {
-
-struct UiAsset {
-  const char* path;          // URL path: "/", "/index.html", "/app.js", ...
-  const char* content_type;  // e.g. "text/javascript; charset=utf-8"
-  std::string_view data;     // the file's bytes (static storage)
-};
 
 // Every embedded file; immutable, safe from any thread.
 std::span<const UiAsset> UiAssets();

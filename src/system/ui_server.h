@@ -1,5 +1,6 @@
-// UiServer (apps layer): the HTTP side of `tlr ui` — serves the embedded single-page app
-// (ui_assets.h) and a small JSON/SSE API that runs the collaborative decoder for it.
+// UiServer (system layer): the HTTP side of `tlr ui` — serves the single-page app (its files
+// given as UiOptions::assets; the tlr binary embeds them, src/apps/tlr/ui_assets.h) and a small
+// JSON/SSE API that runs the collaborative decoder for it.
 //
 //   GET  /, /index.html, /app.js, /style.css   the page (embedded; it loads nothing else)
 //   GET  /api/info      models, routers (with their recommended thresholds), modes, limits,
@@ -16,7 +17,10 @@
 // stop "stopped"), and so does the client closing the stream (a heartbeat comment each second
 // notices a closed connection while the decoder waits for the LLM). POSTs must be JSON (so a
 // foreign web page cannot start one without a CORS preflight, which this server never grants);
-// unless the server is public, requests must name a loopback host (DNS-rebinding guard).
+// unless the server is public, requests must name a loopback host exactly (DNS-rebinding guard:
+// 127.0.0.0/8, ::1, localhost or the --host given; not "127.attacker.example"). Slow or idle
+// clients hold no thread (http_front.h: 256 connections, 16 requests at once, 10 s to send a
+// request, 1 MiB bodies, chunked included).
 #pragma once
 
 #include <atomic>
@@ -25,7 +29,9 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -41,10 +47,16 @@ class Server;
 }
 
 namespace tlr {
-class ThreadPool;
-}
 
-namespace tlr::cli {
+class HttpFront;
+class ThreadPool;
+
+// One static file of the page.
+struct UiAsset {
+  const char* path;          // URL path: "/", "/index.html", "/app.js", ...
+  const char* content_type;  // e.g. "text/javascript; charset=utf-8"
+  std::string_view data;     // the file's bytes (must outlive the server)
+};
 
 struct UiRouter {
   std::string name;   // what /api/generate takes: "citer", "maxprob", ...
@@ -82,6 +94,7 @@ struct UiOptions {
   int default_max_tokens = 128;
   std::vector<UiExample> examples;
   nlohmann::json results;           // null: none
+  std::span<const UiAsset> assets;  // the page's files (not owned; must outlive the server)
 };
 
 class UiServer {
@@ -106,6 +119,7 @@ class UiServer {
   UiModels models_;
   UiOptions opts_;
   std::unique_ptr<httplib::Server> http_;
+  HttpFront* front_ = nullptr;  // http_
   std::thread thread_;
   int port_ = 0;
   std::mutex gen_mu_;      // held while a generation runs (models, router, pool, backend)
@@ -116,4 +130,4 @@ class UiServer {
   uint64_t next_job_ = 1;
 };
 
-}  // namespace tlr::cli
+}  // namespace tlr

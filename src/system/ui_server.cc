@@ -1,24 +1,25 @@
-// UiServer: the web UI's HTTP routes and the generation thread behind them (apps layer). See
+// UiServer: the web UI's HTTP routes and the generation thread behind them (system layer). See
 // ui_server.h for the endpoints and the rules (one generation at a time, cancellation, guards).
-#include "apps/tlr/ui_server.h"
+#include "system/ui_server.h"
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <optional>
 
-#include "apps/tlr/ui_assets.h"
 #include "model/chat.h"
 #include "ops/thread_pool.h"
 #include "system/decoder.h"
+#include "system/http_front.h"
 #include "system/llm_backend.h"
 #include "system/llm_factory.h"
 #include "system/llm_server.h"
 #include "system/server_json.h"
 #include "system/sse_stream.h"
 
-namespace tlr::cli {
+namespace tlr {
 
 using nlohmann::json;
 using server::SendError;
@@ -49,13 +50,26 @@ std::string RegexEscape(const std::string& s) {
   return out;
 }
 
-// The host name of a Host header ("127.0.0.1:8090" -> "127.0.0.1", "[::1]:8090" -> "::1").
+// The host name of a Host header ("127.0.0.1:8090" -> "127.0.0.1", "[::1]:8090" -> "::1"); a
+// header that is not exactly a name with an optional ":port" comes back whole (and matches no
+// loopback name).
 std::string HostName(const std::string& header) {
+  size_t end = 0;
+  std::string name;
   if (!header.empty() && header[0] == '[') {
-    const size_t end = header.find(']');
-    return end == std::string::npos ? header : header.substr(1, end - 1);
+    end = header.find(']');
+    if (end == std::string::npos) return header;
+    name = header.substr(1, end - 1);
+    ++end;
+  } else {
+    end = std::min(header.find(':'), header.size());
+    name = header.substr(0, end);
   }
-  return header.substr(0, header.find(':'));
+  if (end == header.size()) return name;
+  const std::string port = header.substr(end + 1);
+  const bool digits = header[end] == ':' && !port.empty() && port.size() <= 5 &&
+                      std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
+  return digits ? name : header;
 }
 
 double Ms(double s) { return s * 1e3; }
@@ -90,13 +104,14 @@ Status UiServer::Start() {
                          "port could run generations on this machine and your LLM server; give --public to "
                          "allow it");
   }
-  http_ = std::make_unique<httplib::Server>();
-  http_->new_task_queue = [] { return new httplib::ThreadPool(16); };
-  http_->set_tcp_nodelay(true);
-  http_->set_keep_alive_timeout(5);
-  http_->set_read_timeout(30, 0);
-  http_->set_write_timeout(30, 0);
-  http_->set_payload_max_length(1 << 20);
+  // Slow or idle clients hold no thread (http_front.h); a generation's stream holds one worker.
+  FrontLimits lim;
+  lim.max_connections = 256;
+  lim.workers = 16;
+  lim.max_body_bytes = 1 << 20;
+  auto front = std::make_unique<HttpFront>(lim);
+  front_ = front.get();
+  http_ = std::move(front);
   // DNS-rebinding guard: a page of another site whose name resolves to 127.0.0.1 sends its own
   // host name, not ours.
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -119,7 +134,7 @@ Status UiServer::Start() {
     SendError(res, 500, "internal", "internal error while handling the request");
   });
   Routes();
-  return server::BindAndServe(http_.get(), opts_.host, opts_.port, &port_, &thread_);
+  return BindAndListen(http_.get(), opts_.host, opts_.port, kDefaultListenBacklog, &port_, &thread_);
 }
 
 void UiServer::Stop() {
@@ -129,12 +144,13 @@ void UiServer::Stop() {
   }
   if (http_) http_->stop();
   if (thread_.joinable()) thread_.join();
+  if (front_) front_->Close();
   std::unique_lock<std::mutex> l(jobs_mu_);
   workers_cv_.wait(l, [this] { return workers_ == 0; });
 }
 
 void UiServer::Routes() {
-  for (const UiAsset& a : UiAssets()) {
+  for (const UiAsset& a : opts_.assets) {
     http_->Get(RegexEscape(a.path), [a](const httplib::Request&, httplib::Response& res) {
       res.set_header("Content-Security-Policy", kContentSecurityPolicy);
       res.set_header("X-Content-Type-Options", "nosniff");
@@ -404,4 +420,4 @@ void UiServer::RunJob(const std::shared_ptr<Job>& job, const Request& r) {
   job->Finish();
 }
 
-}  // namespace tlr::cli
+}  // namespace tlr
