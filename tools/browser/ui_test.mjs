@@ -302,7 +302,11 @@ try {
     check('no LLM tokens', await count(down, '#text .tok-llm') === 0);
     const bg = await down.locator('#text .tok-fallback').first().evaluate((e) => getComputedStyle(e).backgroundColor);
     check('FALLBACK tokens on yellow', bg === 'rgb(255, 241, 168)', bg);
-    check('fallbacks counted', Number(await text(down, '#st-fallbacks')) === fb, await text(down, '#st-fallbacks'));
+    const fbText = await text(down, '#st-fallbacks');
+    check('fallbacks counted', parseInt(fbText, 10) === fb, fbText);
+    check('why they fell back is shown', /unreachable/.test(fbText), fbText);
+    const tip = await down.locator('#text .tok-fallback').first().getAttribute('title');
+    check('a FALLBACK token says its call failed', /the LLM call failed: /.test(tip || ''), tip);
     await down.screenshot({ path: `${artifacts}/ui-fallback.png`, fullPage: true });
     await down.selectOption('#mode', 'large_only');
     await run(down, 'error');
