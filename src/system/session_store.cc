@@ -155,9 +155,11 @@ bool SessionStore::MakeRoom(EngineSession* self, int64_t need_positions, std::st
     std::unique_lock<std::mutex> victim_lock;
     for (EngineSession* s : all) {
       if (s == self || s->high_water.load() == 0) continue;
-      if (victim && s->last_used >= victim->last_used) continue;
+      // last_used belongs to the call holding the session: read it only under the session's
+      // lock (a session in use is no candidate anyway).
       std::unique_lock<std::mutex> sl(s->mu, std::try_to_lock);
       if (!sl.owns_lock()) continue;
+      if (victim && s->last_used >= victim->last_used) continue;
       victim = s;
       victim_lock = std::move(sl);
     }
