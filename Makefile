@@ -6,7 +6,7 @@ FUZZ_SECONDS ?= 300
 CTEST_ARGS ?=
 FUZZERS := gguf_fuzz tokenizer_fuzz server_request_fuzz remote_reply_fuzz
 
-.PHONY: results pipeline-check interop-check all build demo test unit-test fuzz-test fuzz asan-test deps deps-test clean help
+.PHONY: results pipeline-check interop-check all build demo test unit-test fuzz-test fuzz asan-test tsan-test aarch64-test deps deps-test clean help
 
 all: build
 
@@ -15,6 +15,8 @@ help:
 	@echo "make demo     build and run the demo"
 	@echo "make test     build and run every test (unit, model, fuzz smoke runs)"
 	@echo "make asan-test  the test suite under AddressSanitizer + UBSan (build-asan/)"
+	@echo "make tsan-test  the threaded tests (server, engine, decoder, pipeline, UI) under ThreadSanitizer (build-tsan/)"
+	@echo "make aarch64-test  ARM64 cross-build; unit, kernel and model tests under qemu-user (build-aarch64/)"
 	@echo "make fuzz     run each libFuzzer target for FUZZ_SECONDS (default 300)"
 	@echo "make results  evaluate the bundled pair: docs/RESULTS.md and its plots"
 	@echo "make pipeline-check  --pipeline on vs off give identical tokens (607 questions x 3 thresholds, ~12 min)"
@@ -70,5 +72,23 @@ asan-test: deps-test
 	cmake --build build-asan -j $(JOBS)
 	ctest --test-dir build-asan --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
+# The threaded tests under ThreadSanitizer: everything labelled server (engine, HTTP server, the
+# tlr binary serving) or browser (tlr ui), and the decoder's and pipeline's unit tests. A race
+# report stops the process that found it (halt_on_error), so a race in a spawned tlr fails too.
+TSAN_LABELS := ^(server|browser)$$
+TSAN_TESTS := ^(DecoderTest|PipelineTest|Speculation|SessionStore)\.
+TSAN_ENV := TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/scripts/tsan.supp"
+tsan-test: deps-test
+	@[ -f build-tsan/CMakeCache.txt ] || cmake --preset tsan
+	cmake --build build-tsan -j $(JOBS)
+	$(TSAN_ENV) ctest --test-dir build-tsan --output-on-failure -j $(JOBS) -L '$(TSAN_LABELS)' $(CTEST_ARGS)
+	$(TSAN_ENV) ctest --test-dir build-tsan --output-on-failure -j $(JOBS) -R '$(TSAN_TESTS)' $(CTEST_ARGS)
+
+# ARM64: cross-built with Debian's aarch64 toolchain, unit/kernel/model tests under qemu-user,
+# the kernels on every Highway target for aarch64 (NEON, SVE, SVE2, SVE_256, SVE2_128).
+aarch64-test:
+	@scripts/deps.sh aarch64
+	scripts/aarch64_test.sh
+
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-tsan build-fuzz build-aarch64

@@ -2,12 +2,17 @@
 # Installs the Debian packages TLR needs, or says exactly how to.
 #   scripts/deps.sh build        what `make` needs
 #   scripts/deps.sh build test   plus what `make test` needs (clang/libFuzzer, npm, headless Chromium)
+#   scripts/deps.sh aarch64      the ARM cross-build and qemu-user (`make aarch64-test`); adds
+#                                Debian's arm64 architecture for the :arm64 libraries
 # As root: apt-get update + apt-get install of whatever is missing. Otherwise: prints the
 # exact apt-get line and exits 1. The README says why each package is there.
 set -euo pipefail
 
 build_pkgs=(cmake make g++ pkg-config python3 libicu-dev nlohmann-json3-dev libcli11-dev libgtest-dev libhwy-dev libcpp-httplib-dev libssl-dev)
 test_pkgs=(clang libclang-rt-14-dev openssl chromium chromium-driver)
+# Header-only and architecture-independent packages serve both; compiled libraries come as :arm64.
+aarch64_pkgs=(g++-aarch64-linux-gnu qemu-user pkg-config nlohmann-json3-dev libcli11-dev
+              libhwy-dev:arm64 libgtest-dev:arm64 libssl-dev:arm64 libicu-dev:arm64 libcpp-httplib-dev:arm64)
 
 want=()
 for profile in "$@"; do
@@ -15,7 +20,8 @@ for profile in "$@"; do
     build) want+=("${build_pkgs[@]}") ;;
     test) want+=("${test_pkgs[@]}")
           command -v npm >/dev/null 2>&1 || want+=(npm) ;;
-    *) echo "deps.sh: unknown profile '$profile' (build, test)" >&2; exit 2 ;;
+    aarch64) want+=("${aarch64_pkgs[@]}") ;;
+    *) echo "deps.sh: unknown profile '$profile' (build, test, aarch64)" >&2; exit 2 ;;
   esac
 done
 
@@ -27,15 +33,22 @@ for p in "${want[@]}"; do
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 
+arm64=0
+for p in "${missing[@]}"; do [[ "$p" == *:arm64 ]] && arm64=1; done
+add_arch=""
+if [ "$arm64" -eq 1 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  add_arch="dpkg --add-architecture arm64"
+fi
 line="apt-get install -y --no-install-recommends ${missing[*]}"
 if [ "$(id -u)" -ne 0 ]; then
   echo "Missing Debian packages: ${missing[*]}" >&2
   echo "Install them with:" >&2
-  echo "  sudo apt-get update && sudo $line" >&2
+  echo "  ${add_arch:+sudo $add_arch && }sudo apt-get update && sudo $line" >&2
   exit 1
 fi
 echo "Installing missing Debian packages: ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+[ -n "$add_arch" ] && $add_arch
 apt-get update -q
 # shellcheck disable=SC2086
 $line </dev/null

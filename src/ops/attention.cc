@@ -34,6 +34,7 @@
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"
+#include "ops/vec_array-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace tlr {
@@ -90,20 +91,30 @@ HWY_INLINE hn::Vec<D> LoadKeyLanes(D d, const uint8_t* tile, int64_t hd, int64_t
 template <GgmlType kType, int kG, class D>
 HWY_INLINE void TileScores(D d, const float* q, int64_t hd, const uint8_t* tile, float scale, float* s) {
   using V = hn::Vec<D>;
+#if HWY_HAVE_SCALABLE
+  // Scalable vectors (SVE): MaxLanes is only a bound; the tile goes Lanes(d) positions at a
+  // time, at least 4 floats (SVE's 128-bit minimum) unless the tag caps it lower.
+  const int64_t kL = static_cast<int64_t>(hn::Lanes(d));
+  const int kV = static_cast<int>(kKeyTile / kL);
+  constexpr int kMaxV = static_cast<int>(kKeyTile / std::min<int64_t>(4, hn::MaxLanes(d)));
+#else
   constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(d));
   constexpr int kV = static_cast<int>(kKeyTile / kL);
-  V acc[kG][kV];
+  constexpr int kMaxV = kV;
+#endif
+  using Acc = VecArray<D, kG * kMaxV>;  // [g * kV + v]
+  Acc acc;
   for (int g = 0; g < kG; ++g) {
-    for (int v = 0; v < kV; ++v) acc[g][v] = hn::Zero(d);
+    for (int v = 0; v < kV; ++v) acc.Set(g * kV + v, hn::Zero(d));
   }
   // Adds the dimensions [i0, i1) into part.
-  auto dims = [&](int64_t i0, int64_t i1, V (&part)[kG][kV]) HWY_ATTR {
+  auto dims = [&](int64_t i0, int64_t i1, Acc& part) HWY_ATTR {
     for (int64_t i = i0; i < i1; ++i) {
-      V kv[kV];
-      for (int v = 0; v < kV; ++v) kv[v] = LoadKeyLanes<kType>(d, tile, hd, i, v * kL);
+      VecArray<D, kMaxV> kv;
+      for (int v = 0; v < kV; ++v) kv.Set(v, LoadKeyLanes<kType>(d, tile, hd, i, v * kL));
       for (int g = 0; g < kG; ++g) {
         const V qi = hn::Set(d, q[g * hd + i]);
-        for (int v = 0; v < kV; ++v) part[g][v] = hn::MulAdd(qi, kv[v], part[g][v]);
+        for (int v = 0; v < kV; ++v) part.Set(g * kV + v, hn::MulAdd(qi, kv.Get(v), part.Get(g * kV + v)));
       }
     }
   };
@@ -112,14 +123,14 @@ HWY_INLINE void TileScores(D d, const float* q, int64_t hd, const uint8_t* tile,
     const hn::Rebind<hwy::float16_t, D> dh;
     const auto* scales = reinterpret_cast<const hwy::float16_t*>(tile);
     for (int64_t b = 0; b < hd / 32; ++b) {
-      V part[kG][kV];
+      Acc part;
       for (int g = 0; g < kG; ++g) {
-        for (int v = 0; v < kV; ++v) part[g][v] = hn::Zero(d);
+        for (int v = 0; v < kV; ++v) part.Set(g * kV + v, hn::Zero(d));
       }
       dims(b * 32, b * 32 + 32, part);
       for (int v = 0; v < kV; ++v) {
         const V sc = hn::PromoteTo(d, hn::LoadU(dh, scales + b * kKeyTile + v * kL));
-        for (int g = 0; g < kG; ++g) acc[g][v] = hn::MulAdd(part[g][v], sc, acc[g][v]);
+        for (int g = 0; g < kG; ++g) acc.Set(g * kV + v, hn::MulAdd(part.Get(g * kV + v), sc, acc.Get(g * kV + v)));
       }
     }
   } else {
@@ -127,7 +138,7 @@ HWY_INLINE void TileScores(D d, const float* q, int64_t hd, const uint8_t* tile,
   }
   const V vs = hn::Set(d, scale);
   for (int g = 0; g < kG; ++g) {
-    for (int v = 0; v < kV; ++v) hn::StoreU(hn::Mul(acc[g][v], vs), d, s + g * kChunk + v * kL);
+    for (int v = 0; v < kV; ++v) hn::StoreU(hn::Mul(acc.Get(g * kV + v), vs), d, s + g * kChunk + v * kL);
   }
 }
 
@@ -169,23 +180,23 @@ HWY_INLINE void ChunkValues(D d, const float* p, const float* alpha, const KvVie
   using V = hn::Vec<D>;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   for (int64_t i = 0; i < hd; i += kS * L) {
-    V o[kG][kS];
+    VecArray<D, kG * kS> o;  // [g * kS + k]
     for (int g = 0; g < kG; ++g) {
       for (int k = 0; k < kS; ++k) {
-        o[g][k] = first ? hn::Zero(d) : hn::Mul(hn::LoadU(d, out + g * hd + i + k * L), hn::Set(d, alpha[g]));
+        o.Set(g * kS + k, first ? hn::Zero(d) : hn::Mul(hn::LoadU(d, out + g * hd + i + k * L), hn::Set(d, alpha[g])));
       }
     }
     for (int64_t t = 0; t < len; ++t) {
       const uint8_t* row = v.Row(j0 + t);
-      V vv[kS];
-      for (int k = 0; k < kS; ++k) vv[k] = LoadRow<kType>(d, row, i + k * L);
+      VecArray<D, kS> vv;
+      for (int k = 0; k < kS; ++k) vv.Set(k, LoadRow<kType>(d, row, i + k * L));
       for (int g = 0; g < kG; ++g) {
         const V pg = hn::Set(d, p[g * kChunk + t]);
-        for (int k = 0; k < kS; ++k) o[g][k] = hn::MulAdd(pg, vv[k], o[g][k]);
+        for (int k = 0; k < kS; ++k) o.Set(g * kS + k, hn::MulAdd(pg, vv.Get(k), o.Get(g * kS + k)));
       }
     }
     for (int g = 0; g < kG; ++g) {
-      for (int k = 0; k < kS; ++k) hn::StoreU(o[g][k], d, out + g * hd + i + k * L);
+      for (int k = 0; k < kS; ++k) hn::StoreU(o.Get(g * kS + k), d, out + g * hd + i + k * L);
     }
   }
 }

@@ -50,22 +50,22 @@ HWY_INLINE void DotRowsF(const uint8_t* const* rows, int64_t n, const float* con
   const hn::ScalableTag<float> df;
   const size_t L = hn::Lanes(df);
   using V = hn::Vec<decltype(df)>;
-  V acc[NR][NT];
+  VecArray<decltype(df), NR * NT> acc;  // [r * NT + t]
   for (int r = 0; r < NR; ++r) {
-    for (int t = 0; t < NT; ++t) acc[r][t] = hn::Zero(df);
+    for (int t = 0; t < NT; ++t) acc.Set(r * NT + t, hn::Zero(df));
   }
   int64_t i = 0;
   for (; i + static_cast<int64_t>(L) <= n; i += L) {
-    V wv[NR];
-    for (int r = 0; r < NR; ++r) wv[r] = LoadWeights<kType>(df, rows[r], i);
+    VecArray<decltype(df), NR> wv;
+    for (int r = 0; r < NR; ++r) wv.Set(r, LoadWeights<kType>(df, rows[r], i));
     for (int t = 0; t < NT; ++t) {
       const V xv = hn::LoadU(df, x[t] + i);
-      for (int r = 0; r < NR; ++r) acc[r][t] = hn::MulAdd(wv[r], xv, acc[r][t]);
+      for (int r = 0; r < NR; ++r) acc.Set(r * NT + t, hn::MulAdd(wv.Get(r), xv, acc.Get(r * NT + t)));
     }
   }
   for (int r = 0; r < NR; ++r) {
     for (int t = 0; t < NT; ++t) {
-      float sum = hn::GetLane(hn::SumOfLanes(df, acc[r][t]));
+      float sum = hn::GetLane(hn::SumOfLanes(df, acc.Get(r * NT + t)));
       for (int64_t k = i; k < n; ++k) sum += WeightAt<kType>(rows[r], k) * x[t][k];  // tail
       out[t * NR + r] = sum;
     }

@@ -109,9 +109,9 @@ HWY_NOINLINE void KPanelDot(const uint8_t* panel, int64_t ng, const ActView* a, 
   const hn::Rebind<hwy::float16_t, DF> dh;
   const size_t L = hn::Lanes(df);  // 8 on x86; 8 / L chunks of lanes elsewhere
   using VF = hn::Vec<DF>;
-  VF acc[NT][8];
+  VecArray<DF, NT * 8> acc;  // [token * 8 + chunk of L lanes]
   for (int t = 0; t < NT; ++t) {
-    for (size_t k = 0; k < 8; k += L) acc[t][k / L] = hn::Zero(df);
+    for (size_t k = 0; k < 8; k += L) acc.Set(t * 8 + k / L, hn::Zero(df));
   }
   const auto half = [&](const uint8_t* p, size_t k) {
     return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p) + k));
@@ -181,19 +181,19 @@ HWY_NOINLINE void KPanelDot(const uint8_t* panel, int64_t ng, const ActView* a, 
           const VF dsc = hn::Mul(wd, BytesToFloat(sc + 8 * j + c * L));
           const VF dmn = hn::Mul(half(blk + f.dmin_off, c * L), BytesToFloat(mn + 8 * j + c * L));
           for (int t = 0; t < NT; ++t) {
-            acc[t][c] = hn::MulAdd(hn::ConvertTo(df, isum_at(t, c)), hn::Mul(dsc, hn::Set(df, a[t].d[g])), acc[t][c]);
-            acc[t][c] = hn::NegMulAdd(dmn, hn::Set(df, a[t].s[g]), acc[t][c]);
+            VF acc_tc = hn::MulAdd(hn::ConvertTo(df, isum_at(t, c)), hn::Mul(dsc, hn::Set(df, a[t].d[g])), acc.Get(t * 8 + c));
+            acc.Set(t * 8 + c, hn::NegMulAdd(dmn, hn::Set(df, a[t].s[g]), acc_tc));
           }
         } else {
           for (int t = 0; t < NT; ++t) {
-            acc[t][c] = hn::MulAdd(hn::ConvertTo(df, isum_at(t, c)), hn::Mul(wd, hn::Set(df, a[t].d[g])), acc[t][c]);
+            acc.Set(t * 8 + c, hn::MulAdd(hn::ConvertTo(df, isum_at(t, c)), hn::Mul(wd, hn::Set(df, a[t].d[g])), acc.Get(t * 8 + c)));
           }
         }
       }
     }
   }
   for (int t = 0; t < NT; ++t) {
-    for (size_t k = 0; k < 8; k += L) hn::StoreU(acc[t][k / L], df, y + t * ldy + k);
+    for (size_t k = 0; k < 8; k += L) hn::StoreU(acc.Get(t * 8 + k / L), df, y + t * ldy + k);
   }
 }
 

@@ -32,6 +32,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "ops/vec_array-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 // Compiled once per target: forget the previous pass's feature macros.
@@ -433,12 +434,12 @@ HWY_INLINE float Q2KMinTerm(const BlockQ2_K& b, const Act& a, int64_t g) {
 }
 
 template <GgmlType kType, int NT>
-HWY_INLINE void GroupPortable(const uint8_t* row, int64_t g, const Act* a, Group& u, VF* acc) {
+HWY_INLINE void GroupPortable(const uint8_t* row, int64_t g, const Act* a, Group& u, VecArray<DF, NT>& acc) {
   const DF df;
   Unpack<kType>(row, g, u);
   for (int t = 0; t < NT; ++t) {
     const VI isum = DotScaled(u.w, a[t].qs + 32 * g, u.s0, u.s1);
-    acc[t] = hn::MulAdd(hn::ConvertTo(df, isum), hn::Set(df, u.scale * a[t].d[g]), acc[t]);
+    acc.Set(t, hn::MulAdd(hn::ConvertTo(df, isum), hn::Set(df, u.scale * a[t].d[g]), acc.Get(t)));
   }
 }
 
@@ -446,9 +447,12 @@ HWY_INLINE void GroupPortable(const uint8_t* row, int64_t g, const Act* a, Group
 template <GgmlType kType, int NT>
 HWY_INLINE void RowPortable(const uint8_t* row, int64_t n_groups, const Act* a, float* out) {
   const DF df;
-  VF acc0[NT], acc1[NT];
+  VecArray<DF, NT> acc0, acc1;
   float off[NT] = {};
-  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = hn::Zero(df);
+  for (int t = 0; t < NT; ++t) {
+    acc0.Set(t, hn::Zero(df));
+    acc1.Set(t, hn::Zero(df));
+  }
   Group u;
   int64_t g = 0;
   for (; g + 1 < n_groups; g += 2) {
@@ -463,7 +467,9 @@ HWY_INLINE void RowPortable(const uint8_t* row, int64_t n_groups, const Act* a, 
     GroupPortable<kType, NT>(row, g + 1, a, u, acc1);
   }
   if (g < n_groups) GroupPortable<kType, NT>(row, g, a, u, acc0);
-  Finish<NT>(acc0, acc1, kType == GgmlType::kQ2_K ? off : nullptr, out);
+  for (int t = 0; t < NT; ++t) {  // as Finish, from VecArrays
+    out[t] = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0.Get(t), acc1.Get(t)))) - off[t];
+  }
 }
 #endif  // TLR_LB_X86
 

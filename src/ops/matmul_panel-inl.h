@@ -149,9 +149,12 @@ HWY_NOINLINE void PanelDot(const uint8_t* panel, int64_t ng, const ActView* a, f
   VF acc[NT], off[NT];
   for (int t = 0; t < NT; ++t) acc[t] = off[t] = hn::Zero(df);
 #else
-  VF acc[NT][8], off[NT][8];  // [token][chunk of L lanes]
+  VecArray<DF, NT * 8> acc, off;  // [token * 8 + chunk of L lanes]
   for (int t = 0; t < NT; ++t) {
-    for (size_t k = 0; k < 8; k += L) acc[t][k / L] = off[t][k / L] = hn::Zero(df);
+    for (size_t k = 0; k < 8; k += L) {
+      acc.Set(t * 8 + k / L, hn::Zero(df));
+      off.Set(t * 8 + k / L, hn::Zero(df));
+    }
   }
 #endif
   for (int64_t g = 0; g < ng; ++g) {
@@ -218,8 +221,11 @@ HWY_NOINLINE void PanelDot(const uint8_t* panel, int64_t ng, const ActView* a, f
                         ? hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(grp + f.min_off) + k))
                         : wd;
       for (int t = 0; t < NT; ++t) {
-        PanelFloatStep<kType>(wd, wo, hn::Load(di, isum[t] + k), a[t].d[g], a[t].s[g], acc[t][k / L],
-                              off[t][k / L]);
+        const size_t i = t * 8 + k / L;
+        VF acc_i = acc.Get(i), off_i = off.Get(i);
+        PanelFloatStep<kType>(wd, wo, hn::Load(di, isum[t] + k), a[t].d[g], a[t].s[g], acc_i, off_i);
+        acc.Set(i, acc_i);
+        off.Set(i, off_i);
       }
     }
 #endif
@@ -232,8 +238,8 @@ HWY_NOINLINE void PanelDot(const uint8_t* panel, int64_t ng, const ActView* a, f
     hn::StoreU(out, df, y + t * ldy);
 #else
     for (size_t k = 0; k < 8; k += L) {
-      VF out = acc[t][k / L];
-      if constexpr (kOff != 0.0f) out = hn::MulAdd(off[t][k / L], hn::Set(df, kOff), out);
+      VF out = acc.Get(t * 8 + k / L);
+      if constexpr (kOff != 0.0f) out = hn::MulAdd(off.Get(t * 8 + k / L), hn::Set(df, kOff), out);
       hn::StoreU(out, df, y + t * ldy + k);
     }
 #endif

@@ -19,6 +19,7 @@
 #include "quant/blocks.h"
 #include "ops/matmul.h"
 #include "quant/quantize.h"
+#include "ops/vec_array-inl.h"
 
 #ifndef TLR_OPS_MATMUL_F16_TABLE
 #define TLR_OPS_MATMUL_F16_TABLE
@@ -424,10 +425,11 @@ HWY_INLINE void DotRowQ(const uint8_t* row, int64_t n_cols, const ActView* a, fl
   if constexpr (kType == GgmlType::kQ6_K) return DotRowQ6K<NT>(row, n_cols, a, out);
 #endif
   const DF df;
-  VF acc0[NT], acc1[NT];
+  VecArray<DF, NT> acc0, acc1;
   float off0[NT], off1[NT];
   for (int t = 0; t < NT; ++t) {
-    acc0[t] = acc1[t] = hn::Zero(df);
+    acc0.Set(t, hn::Zero(df));
+    acc1.Set(t, hn::Zero(df));
     off0[t] = off1[t] = 0;
   }
   const int64_t ng = n_cols / 32;
@@ -443,8 +445,8 @@ HWY_INLINE void DotRowQ(const uint8_t* row, int64_t n_cols, const ActView* a, fl
     for (int t = 0; t < NT; ++t) {
       const ActGroup a0 = At(a[t], g);
       const ActGroup a1 = At(a[t], g + 1);
-      acc0[t] = hn::MulAdd(hn::ConvertTo(df, DotGroup<kType>(u0, a0.qs)), hn::Set(df, u0.scale * a0.d), acc0[t]);
-      acc1[t] = hn::MulAdd(hn::ConvertTo(df, DotGroup<kType>(u1, a1.qs)), hn::Set(df, u1.scale * a1.d), acc1[t]);
+      acc0.Set(t, hn::MulAdd(hn::ConvertTo(df, DotGroup<kType>(u0, a0.qs)), hn::Set(df, u0.scale * a0.d), acc0.Get(t)));
+      acc1.Set(t, hn::MulAdd(hn::ConvertTo(df, DotGroup<kType>(u1, a1.qs)), hn::Set(df, u1.scale * a1.d), acc1.Get(t)));
       off0[t] += u0.offset * a0.s;
       off1[t] += u1.offset * a1.s;
     }
@@ -453,12 +455,12 @@ HWY_INLINE void DotRowQ(const uint8_t* row, int64_t n_cols, const ActView* a, fl
     Fetch<kType>(row, g, u0, cache);
     for (int t = 0; t < NT; ++t) {
       const ActGroup a0 = At(a[t], g);
-      acc0[t] = hn::MulAdd(hn::ConvertTo(df, DotGroup<kType>(u0, a0.qs)), hn::Set(df, u0.scale * a0.d), acc0[t]);
+      acc0.Set(t, hn::MulAdd(hn::ConvertTo(df, DotGroup<kType>(u0, a0.qs)), hn::Set(df, u0.scale * a0.d), acc0.Get(t)));
       off0[t] += u0.offset * a0.s;
     }
   }
   for (int t = 0; t < NT; ++t) {
-    out[t] = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0[t], acc1[t]))) +
+    out[t] = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0.Get(t), acc1.Get(t)))) +
              kOffsetScale<kType> * (off0[t] + off1[t]);
   }
 }

@@ -3,6 +3,10 @@
 // when the model is free joins one Forward pass (delta prefills and decode steps mixed), so
 // many devices share each pass over the weights.
 //
+// The parts: the session store (session_store.h: who holds which KV cache, the budget, the
+// TTL) and the batch scheduler (batch_scheduler.h: the worker thread and its passes); this
+// class checks each call, prepares its session and hands it to the scheduler.
+//
 // Threads: HTTP handlers call CreateSession / Next / Complete and block until their answer;
 // one worker thread owns the model and runs the batches. A session serves one call at a time
 // (later calls for it wait their turn); different sessions proceed together.
@@ -17,16 +21,12 @@
 // device resends). Idle sessions expire after the TTL.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
-#include <thread>
+#include <string_view>
 #include <vector>
 
 #include "model/model.h"
@@ -36,6 +36,9 @@
 namespace tlr {
 
 class ThreadPool;
+class SessionStore;
+class BatchScheduler;
+struct EngineSession;
 
 struct EngineLimits {
   int64_t max_sessions = 1024;
@@ -129,40 +132,21 @@ class LlmEngine {
   uint64_t kv_bytes() const;
   uint64_t kv_bytes_per_token() const { return bytes_per_token_; }
   // Tokens ingested into KV caches since start: from requests, and generated tokens fed back.
-  int64_t prefill_tokens() const { return prefill_tokens_.load(); }
-  int64_t decode_tokens() const { return decode_tokens_.load(); }
+  int64_t prefill_tokens() const;
+  int64_t decode_tokens() const;
 
  private:
-  struct Session;
-  struct Job;
-  EngineResult Run(Session* s, std::vector<int32_t> feed, int n, const SamplerParams& sampling,
+  EngineResult Run(EngineSession* s, std::vector<int32_t> feed, int n, const SamplerParams& sampling,
                    int top_logprobs, const TokenCallback& on_token, double deadline_s = 0);
-  bool MakeRoom(Session* self, int64_t need_positions, std::string* why);
-  uint64_t KvBytesLocked() const;  // kv_bytes() with store_mu_ held
-  void EvictCache(Session* s);
-  void SweepExpired();
-  void WorkerLoop();
-  void Step(std::vector<Job*>& active);
   void PublishGauges();
 
   const Model& model_;
-  ThreadPool* pool_;
   EngineLimits limits_;
   Metrics* metrics_;
   uint64_t bytes_per_token_ = 0;
-
-  mutable std::mutex store_mu_;
-  std::map<std::string, std::shared_ptr<Session>> sessions_;
-  std::vector<std::shared_ptr<Session>> slots_;   // prompt cache
-  std::vector<std::shared_ptr<Session>> temps_;   // caches of calls that found every slot busy
-
-  std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::deque<Job*> queue_;
-  bool stop_ = false;
-  std::atomic<int64_t> prefill_tokens_{0}, decode_tokens_{0};
-  std::unique_ptr<ForwardContext> ctx_;  // the worker's
-  std::thread worker_;
+  // The store outlives the scheduler, whose worker sweeps it.
+  std::unique_ptr<SessionStore> store_;
+  std::unique_ptr<BatchScheduler> scheduler_;
 };
 
 // Status code for an engine result (200, 400, 404, 409, 503, 500).

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <thread>
 
 #include "ops/thread_pool.h"
@@ -36,6 +37,48 @@ class EngineTest : public ::testing::Test {
     r.append.assign(ctx.begin() + static_cast<std::ptrdiff_t>(held.size()), ctx.end());
     r.n = n;
     return r;
+  }
+  // One thread per prompt, each with its own session, making n_calls one-token calls and
+  // keeping each answer (the device takes every LLM token). With `retry`, as a device under a
+  // tight KV budget: a conflict (evicted) resends everything, an overload waits 1 ms and
+  // retries. Returns the answers; a failed device leaves its message in (*errors)[d].
+  std::vector<std::vector<int32_t>> RunDevices(LlmEngine& engine, const std::vector<std::vector<int32_t>>& prompts,
+                                               int n_calls, bool retry, std::vector<std::string>* errors) const {
+    const size_t n = prompts.size();
+    std::vector<std::vector<int32_t>> answers(n);
+    errors->assign(n, "");
+    std::vector<std::thread> devices;
+    for (size_t d = 0; d < n; ++d) {
+      devices.emplace_back([&, d] {
+        SessionInfo info;
+        if (!engine.CreateSession(&info).ok()) {
+          (*errors)[d] = "no session";
+          return;
+        }
+        std::vector<int32_t> ctx = prompts[d], held;
+        for (int k = 0, tries = 0; k < n_calls; ++tries) {
+          EngineResult r = engine.Next(Call(info.id, held, ctx, 1, std::to_string(k)));
+          if (retry && tries < 100000 && r.code == EngineCode::kConflict) {
+            held.clear();
+            continue;
+          }
+          if (retry && tries < 100000 && r.code == EngineCode::kOverloaded) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            continue;
+          }
+          if (!r.ok()) {
+            (*errors)[d] = r.message;
+            return;
+          }
+          held = ctx;
+          ctx.push_back(r.reply.tokens[0]);
+          answers[d].push_back(r.reply.tokens[0]);
+          ++k;
+        }
+      });
+    }
+    for (auto& t : devices) t.join();
+    return answers;
   }
   static Model* llm_;
 };
@@ -163,6 +206,29 @@ TEST_F(EngineTest, KvBudgetEvictsTheLeastRecentlyUsedIdleSession) {
   EXPECT_EQ(engine.Next(Call(b.id, {}, std::vector<int32_t>(120, 3), 1, "5")).code, EngineCode::kOverloaded);
 }
 
+// Devices calling side by side under a budget too small for all of them: every call may evict
+// another session's cache while that session's own call is starting or finishing. Under
+// ThreadSanitizer (make tsan-test) this exercises MakeRoom's reads of other sessions.
+TEST_F(EngineTest, EvictionBetweenConcurrentSessionsKeepsEveryAnswerRight) {
+  Metrics metrics;
+  EngineLimits lim;
+  LlmEngine probe(*llm_, nullptr, lim, nullptr);
+  lim.kv_budget_bytes = probe.kv_bytes_per_token() * 80;  // about two of the four contexts
+  lim.prompt_cache_slots = 0;
+  LlmEngine engine(*llm_, nullptr, lim, &metrics);
+  constexpr int kDevices = 4, kCalls = 6;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int d = 0; d < kDevices; ++d) prompts.emplace_back(24, 30 + d);
+  std::vector<std::string> errors;
+  const auto answers = RunDevices(engine, prompts, kCalls, /*retry=*/true, &errors);
+  for (int d = 0; d < kDevices; ++d) {
+    ASSERT_TRUE(errors[d].empty()) << "device " << d << ": " << errors[d];
+    EXPECT_EQ(Reference(prompts[d], kCalls), answers[d]) << "device " << d;
+  }
+  EXPECT_GT(metrics.Value("tlr_evictions_total"), 0);
+  EXPECT_LE(engine.kv_bytes(), lim.kv_budget_bytes);
+}
+
 TEST_F(EngineTest, IdleSessionsExpireAndTheSessionLimitHolds) {
   EngineLimits lim;
   lim.session_ttl_s = 0.2;
@@ -183,35 +249,16 @@ TEST_F(EngineTest, ConcurrentSessionsShareForwardPassesAndGetTheirOwnAnswers) {
   ThreadPool pool(1);
   LlmEngine engine(*llm_, &pool, EngineLimits{}, &metrics);
   constexpr int kDevices = 8, kCalls = 6;
-  std::vector<std::vector<int32_t>> contexts(kDevices), answers(kDevices);
-  std::vector<std::thread> devices;
-  std::vector<std::string> errors(kDevices);
+  std::vector<std::vector<int32_t>> prompts;
   for (int d = 0; d < kDevices; ++d) {
-    devices.emplace_back([&, d] {
-      SessionInfo info;
-      if (!engine.CreateSession(&info).ok()) return;
-      std::vector<int32_t> ctx = Prompt("Question: Where would you find a thing number " + std::to_string(d) + "?");
-      std::vector<int32_t> held;
-      for (int k = 0; k < kCalls; ++k) {
-        EngineResult r = engine.Next(Call(info.id, held, ctx, 1, std::to_string(k)));
-        if (!r.ok()) {
-          errors[d] = r.message;
-          return;
-        }
-        held = ctx;
-        ctx.push_back(r.reply.tokens[0]);
-        answers[d].push_back(r.reply.tokens[0]);
-      }
-      contexts[d] = ctx;
-    });
+    prompts.push_back(Prompt("Question: Where would you find a thing number " + std::to_string(d) + "?"));
   }
-  for (auto& t : devices) t.join();
+  std::vector<std::string> errors;
+  const auto answers = RunDevices(engine, prompts, kCalls, /*retry=*/false, &errors);
   for (int d = 0; d < kDevices; ++d) {
     ASSERT_TRUE(errors[d].empty()) << errors[d];
     // Greedy from scratch over the same context gives the same continuation.
-    std::vector<int32_t> prompt(contexts[d].begin(), contexts[d].end() - kCalls);
-    InProcessLlm ref(*llm_, 1, 1024);
-    EXPECT_EQ(ref.Next(prompt, kCalls, SamplerParams{})->tokens, answers[d]) << "device " << d;
+    EXPECT_EQ(Reference(prompts[d], kCalls), answers[d]) << "device " << d;
   }
   const Metrics::HistogramSnapshot h = metrics.Histogram("tlr_batch_sequences");
   uint64_t multi = 0;
