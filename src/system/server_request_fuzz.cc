@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "model/gguf/gguf_reader.h"
+#include "model/tokenizer/fuzz_vocab.h"
 #include "model/tokenizer/tokenizer.h"
 #include "system/server_requests.h"
 #include "util/json_fields.h"
@@ -38,16 +38,7 @@ void CheckIds(const std::vector<int32_t>& ids) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  const char* dir = std::getenv("TLR_SHARED_DIR");
-  const std::string path = std::string(dir ? dir : TLR_SHARED_DIR) + "/tokenizer-vectors/ggml-vocab-gpt-2.gguf";
-  auto f = tlr::GgufFile::Open(path);
-  if (!f.ok()) {
-    std::fprintf(stderr, "%s\n", f.status().message().c_str());
-    std::abort();
-  }
-  auto t = tlr::Tokenizer::FromGguf(*f);
-  if (!t.ok()) std::abort();
-  g_tok = new tlr::Tokenizer(std::move(t).value());
+  g_tok = tlr::LoadFuzzVocab("gpt-2");
   return 0;
 }
 

@@ -7,31 +7,17 @@
 #include <cstring>
 #include <string>
 
-#include "model/gguf/gguf_reader.h"
+#include "model/tokenizer/fuzz_vocab.h"
 #include "model/tokenizer/tokenizer.h"
 #include "util/utf8.h"
 
 namespace {
 tlr::Tokenizer* g_tok[2];
-
-tlr::Tokenizer* Load(const std::string& name) {
-  const char* dir = std::getenv("TLR_SHARED_DIR");
-  const std::string path =
-      std::string(dir ? dir : TLR_SHARED_DIR) + "/tokenizer-vectors/ggml-vocab-" + name + ".gguf";
-  auto f = tlr::GgufFile::Open(path);
-  if (!f.ok()) {
-    std::fprintf(stderr, "%s\n", f.status().message().c_str());
-    std::abort();
-  }
-  auto t = tlr::Tokenizer::FromGguf(*f);
-  if (!t.ok()) std::abort();
-  return new tlr::Tokenizer(std::move(t).value());
-}
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  g_tok[0] = Load("gpt-2");
-  g_tok[1] = Load("llama-spm");
+  g_tok[0] = tlr::LoadFuzzVocab("gpt-2");
+  g_tok[1] = tlr::LoadFuzzVocab("llama-spm");
   return 0;
 }
 
