@@ -268,7 +268,10 @@ Status WriteRandomModel(const RandomModelOptions& opts, const std::string& path,
   }
   // Added tokens past the model's vocabulary size (Gemma 3's tokenizer.json adds an image
   // token after its 262144) are left out, as llama.cpp's converter does.
-  while (vocab.size() > p->n_vocab && !p->any_arch &&
+  auto is_named = [&](int32_t id) {
+    return id == vocab.bos_id || id == vocab.eos_id || id == vocab.eot_id || id == vocab.pad_id || id == vocab.unk_id;
+  };
+  while (!opts.tokenizer_path.empty() && vocab.size() > p->n_vocab && !is_named(vocab.size() - 1) &&
          (vocab.types.back() == TokenType::kControl || vocab.types.back() == TokenType::kUserDefined)) {
     vocab.tokens.pop_back();
     vocab.types.pop_back();

