@@ -8,7 +8,8 @@
 // special tokens: every text of llama.cpp's tokenizer vectors (VECTORS_DIR/*.inp) and N_RANDOM
 // (default 400) random texts drawn from a fixed seed: mixed scripts, whitespace runs, digits,
 // emoji sequences, combining marks and arbitrary code points (valid Unicode scalar values:
-// a JavaScript string cannot hold ill-formed UTF-8). Writes {package: [{text, ids}]}.
+// a JavaScript string cannot hold ill-formed UTF-8). Writes {package: [{text, nfc, ids}]}
+// (nfc: the text is its own NFC form).
 import fs from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
@@ -97,7 +98,10 @@ for (const pkg of ['tokenizer-qwen3', 'tokenizer-gemma3']) {
   const r = rng(20250101);
   const texts = vectorTexts.slice();
   for (let i = 0; i < nRandom; ++i) texts.push(randomText(r));
-  out[pkg] = texts.map((text) => ({ text, ids: Array.from(tokenizer.encode(text, { add_special_tokens: false })) }));
+  out[pkg] = texts.map((text) => ({
+    text, nfc: text.normalize('NFC') === text,
+    ids: Array.from(tokenizer.encode(text, { add_special_tokens: false })),
+  }));
   console.log(`${pkg}: ${texts.length} texts`);
 }
 fs.writeFileSync(outPath, JSON.stringify(out));
