@@ -8,10 +8,13 @@ namespace tlr {
 ChatFormat DetectChatFormat(const std::string& tmpl, const std::string& arch) {
   if (tmpl.find("<|start_header_id|>") != std::string::npos) return ChatFormat::kLlama3;
   if (tmpl.find("<|im_start|>") != std::string::npos) return ChatFormat::kChatMl;
+  if (tmpl.find("<start_of_turn>") != std::string::npos || arch == "gemma3") return ChatFormat::kGemma;
   return arch == "llama" ? ChatFormat::kLlama3 : ChatFormat::kChatMl;
 }
 
-const char* ChatFormatName(ChatFormat f) { return f == ChatFormat::kLlama3 ? "llama3" : "chatml"; }
+const char* ChatFormatName(ChatFormat f) {
+  return f == ChatFormat::kLlama3 ? "llama3" : f == ChatFormat::kGemma ? "gemma" : "chatml";
+}
 
 namespace {
 std::string Trim(const std::string& s) {
@@ -31,6 +34,20 @@ std::string FormatChat(ChatFormat format, const std::vector<ChatMessage>& messag
       out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + Trim(m.content) + "<|eot_id|>";
     }
     if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  } else if (format == ChatFormat::kGemma) {
+    // Gemma has no system turn: its text opens the first user turn (as Gemma 3's template).
+    out = "<bos>";
+    std::string prefix;
+    for (const auto& m : messages) {
+      if (m.role == "system") {
+        prefix += Trim(m.content) + "\n\n";
+        continue;
+      }
+      out += "<start_of_turn>" + std::string(m.role == "assistant" ? "model" : m.role) + "\n" + prefix +
+             Trim(m.content) + "<end_of_turn>\n";
+      prefix.clear();
+    }
+    if (add_generation_prompt) out += "<start_of_turn>model\n";
   } else {
     for (const auto& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
     if (add_generation_prompt) out += "<|im_start|>assistant\n";

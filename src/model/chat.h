@@ -1,6 +1,7 @@
 // Chat prompts (model layer): formats a conversation the way the model was trained, from the
 // GGUF's tokenizer.chat_template when it is one of the formats TLR knows (ChatML as in
-// Qwen2.5-Instruct, Llama 3), else the architecture's built-in format.
+// Qwen2.5-Instruct and Qwen3, Llama 3, Gemma's <start_of_turn>), else the architecture's
+// built-in format.
 #pragma once
 
 #include <string>
@@ -15,7 +16,7 @@ struct ChatMessage {
   std::string content;
 };
 
-enum class ChatFormat { kChatMl, kLlama3 };
+enum class ChatFormat { kChatMl, kLlama3, kGemma };
 
 // Picks the format from a chat template (may be empty) and the architecture name.
 ChatFormat DetectChatFormat(const std::string& chat_template, const std::string& arch);

@@ -1,6 +1,7 @@
 // ModelConfig from GGUF metadata (model layer).
 #include "model/config.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "model/gguf/gguf_keys.h"
@@ -18,6 +19,64 @@ Expected<int64_t> RequiredInt(const GgufFile& f, const std::string& key, int64_t
   }
   return *v;
 }
+
+constexpr const char* kKeyLength = "attention.key_length";
+constexpr const char* kValueLength = "attention.value_length";
+
+// Gemma 3: embedding scale, sliding-window layers and their RoPE base, logit soft-capping.
+// As llama.cpp: with attention.sliding_window > 0 every layer but each 6th is local (unless
+// attention.sliding_window_pattern says otherwise: a period, or one bool per layer, true =
+// local), local layers rotate with base 10000 (rope.freq_base_swa if present) and no scaling.
+Status ReadGemma3(const GgufFile& f, ModelConfig* c) {
+  namespace k = gguf_keys;
+  const std::string a = c->arch_name;
+  c->embd_scale = std::sqrt(static_cast<float>(c->n_embd));
+  const std::string window_key = k::ArchKey(a, "attention.sliding_window");
+  if (f.Find(window_key)) {
+    auto w = RequiredInt(f, window_key, 0, 1 << 24);
+    if (!w.ok()) return w.status();
+    c->sliding_window = *w;
+  }
+  const std::string pattern_key = k::ArchKey(a, "attention.sliding_window_pattern");
+  const GgufValue* pattern = f.Find(pattern_key);
+  if (c->sliding_window > 0) {
+    c->local_layer.assign(c->n_layers, 0);
+    int64_t period = 6;
+    if (pattern && pattern->type() == GgufType::kArray) {
+      const auto& arr = std::get<GgufArray>(pattern->v);
+      if (arr.elem_type != GgufType::kBool || static_cast<int64_t>(arr.items.size()) != c->n_layers) {
+        return Status::Error(pattern_key + " is not a layer pattern TLR knows: expected a period or " +
+                             std::to_string(c->n_layers) + " bools (one per layer), got " + pattern->ToString());
+      }
+      for (int64_t l = 0; l < c->n_layers; ++l) c->local_layer[l] = std::get<bool>(arr.items[l].v);
+      period = 0;
+    } else if (pattern) {
+      auto p = RequiredInt(f, pattern_key, 1, c->n_layers + 1);
+      if (!p.ok()) {
+        return Status::Error(pattern_key + " is not a layer pattern TLR knows (" + p.status().message() + ")");
+      }
+      period = *p;
+    }
+    for (int64_t l = 0; period > 0 && l < c->n_layers; ++l) c->local_layer[l] = l % period < period - 1;
+  } else if (pattern) {
+    return Status::Error(pattern_key + " is set but " + window_key + " is missing or 0");
+  }
+  const std::string base_key = k::ArchKey(a, "rope.freq_base_swa");
+  if (f.Find(base_key)) {
+    auto b = f.GetFloat(base_key);
+    if (!b.ok()) return b.status();
+    if (!(*b > 1.0)) return Status::Error(base_key + " must be > 1");
+    c->rope_base_local = static_cast<float>(*b);
+  }
+  const std::string cap_key = k::ArchKey(a, "final_logit_softcapping");
+  if (f.Find(cap_key)) {
+    auto v = f.GetFloat(cap_key);
+    if (!v.ok()) return v.status();
+    if (!(*v >= 0)) return Status::Error(cap_key + " must be >= 0");
+    c->final_softcap = static_cast<float>(*v);
+  }
+  return Status::Ok();
+}
 }  // namespace
 
 Expected<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
@@ -33,8 +92,17 @@ Expected<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
   } else if (*arch == "llama") {
     c.arch = Arch::kLlama;
     c.rope_style = RopeStyle::kNormal;
+  } else if (*arch == "qwen3") {
+    c.arch = Arch::kQwen3;
+    c.rope_style = RopeStyle::kNeox;
+    c.qk_norm = true;
+  } else if (*arch == "gemma3") {
+    c.arch = Arch::kGemma3;
+    c.rope_style = RopeStyle::kNeox;
+    c.qk_norm = c.post_norms = c.gelu_ffn = true;
   } else {
-    return Status::Error("architecture '" + *arch + "' is not supported (supported: qwen2, llama)");
+    return Status::Error("architecture '" + *arch +
+                         "' is not supported (supported: qwen2, llama, qwen3, gemma3)");
   }
   if (auto n = f.GetString(k::kName); n.ok()) c.name = *n;
   const std::string a = *arch;
@@ -58,12 +126,24 @@ Expected<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
                          " is not a multiple of head_count_kv " + std::to_string(c.n_kv_heads));
   }
   c.head_dim = c.n_embd / c.n_heads;
-  if (f.Find(k::ArchKey(a, "attention.key_length"))) {
-    TLR_RETURN_IF_ERROR(get("attention.key_length", 2, 4096, &c.head_dim));
+  if (f.Find(k::ArchKey(a, kKeyLength))) {
+    TLR_RETURN_IF_ERROR(get(kKeyLength, 2, 4096, &c.head_dim));
   } else if (c.n_embd % c.n_heads != 0) {
     return Status::Error("embedding_length is not a multiple of head_count");
   }
-  if (c.head_dim % 2 != 0) return Status::Error("head dimension must be even for RoPE");
+  if (f.Find(k::ArchKey(a, kValueLength))) {
+    int64_t v_dim = 0;
+    TLR_RETURN_IF_ERROR(get(kValueLength, 2, 4096, &v_dim));
+    if (v_dim != c.head_dim) {
+      return Status::Error(k::ArchKey(a, kValueLength) + " = " + std::to_string(v_dim) + " differs from " +
+                           k::ArchKey(a, kKeyLength) + " = " + std::to_string(c.head_dim) +
+                           " (only equal key and value head dimensions are supported)");
+    }
+  }
+  if (c.head_dim % 2 != 0) {
+    return Status::Error(k::ArchKey(a, kKeyLength) + ": head dimension " + std::to_string(c.head_dim) +
+                         " must be even for RoPE");
+  }
   if (f.Find(k::ArchKey(a, k::kRmsEps))) {
     auto e = f.GetFloat(k::ArchKey(a, k::kRmsEps));
     if (!e.ok()) return e.status();
@@ -79,6 +159,18 @@ Expected<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
     auto factor = f.GetFloat(k::ArchKey(a, "rope.scaling.factor"));
     if (factor.ok() && *factor > 0) c.rope_scale = static_cast<float>(1.0 / *factor);
   }
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  if (f.Find(k::ArchKey(a, "attention.scale"))) {
+    auto v = f.GetFloat(k::ArchKey(a, "attention.scale"));
+    if (!v.ok()) return v.status();
+    if (!(*v > 0 && *v < 1e3)) return Status::Error(k::ArchKey(a, "attention.scale") + " must be positive");
+    c.attn_scale = static_cast<float>(*v);
+  } else if (c.arch == Arch::kGemma3 && c.n_layers == 62) {
+    // Gemma 3 27B scales by query_pre_attn_scalar = n_embd / n_heads, not head_dim (as
+    // llama.cpp decides it, by the layer count).
+    c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_heads));
+  }
+  if (c.arch == Arch::kGemma3) TLR_RETURN_IF_ERROR(ReadGemma3(f, &c));
   // The vocabulary size is the embedding matrix's row count (checked against the tokenizer
   // and tensors by the model loader).
   if (const auto* emb = f.FindTensor(k::kTokenEmbd); emb && emb->dims.size() == 2) {
@@ -91,12 +183,20 @@ std::string ModelConfig::Summary() const {
   char buf[320];
   std::snprintf(buf, sizeof buf,
                 "%s: vocab %lld, embd %lld, layers %lld, heads %lld (kv %lld, dim %lld), ff %lld, "
-                "ctx %lld, rope base %g",
+                "ctx %lld, rope base %g%s",
                 arch_name.c_str(), static_cast<long long>(n_vocab), static_cast<long long>(n_embd),
                 static_cast<long long>(n_layers), static_cast<long long>(n_heads),
                 static_cast<long long>(n_kv_heads), static_cast<long long>(head_dim),
-                static_cast<long long>(n_ff), static_cast<long long>(n_ctx_train), rope_base);
-  return buf;
+                static_cast<long long>(n_ff), static_cast<long long>(n_ctx_train), rope_base,
+                local_layer.empty() ? "" : ", sliding window");
+  std::string out = buf;
+  if (!local_layer.empty()) {
+    int64_t n_local = 0;
+    for (uint8_t v : local_layer) n_local += v;
+    out += " " + std::to_string(sliding_window) + " on " + std::to_string(n_local) + "/" +
+           std::to_string(n_layers) + " layers (local rope base " + std::to_string(static_cast<int>(rope_base_local)) + ")";
+  }
+  return out;
 }
 
 }  // namespace tlr

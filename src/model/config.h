@@ -1,9 +1,11 @@
-// ModelConfig (model layer): the hyperparameters of a qwen2 or llama model, read from GGUF
-// metadata with llama.cpp's key names. Plain data.
+// ModelConfig (model layer): the hyperparameters of a qwen2, llama, qwen3 or gemma3 model,
+// read from GGUF metadata with llama.cpp's key names and llama.cpp's rules where the file is
+// silent (Gemma 3's layer pattern and local RoPE base). Plain data.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "util/status.h"
 
@@ -11,15 +13,15 @@ namespace tlr {
 
 class GgufFile;
 
-enum class Arch { kQwen2, kLlama };
+enum class Arch { kQwen2, kLlama, kQwen3, kGemma3 };
 enum class RopeStyle {
-  kNeox,    // rotate (i, i + head_dim/2) pairs: qwen2
+  kNeox,    // rotate (i, i + head_dim/2) pairs: qwen2, qwen3, gemma3
   kNormal,  // rotate (2i, 2i+1) pairs: llama (GGUF stores Q/K permuted for this)
 };
 
 struct ModelConfig {
   Arch arch = Arch::kQwen2;
-  std::string arch_name;      // "qwen2" / "llama"
+  std::string arch_name;      // "qwen2" / "llama" / "qwen3" / "gemma3"
   std::string name;           // general.name, if any
   int64_t n_vocab = 0;
   int64_t n_embd = 0;
@@ -34,9 +36,24 @@ struct ModelConfig {
   float rope_scale = 1.0f;    // linear position scaling (rope.scaling.factor with type linear)
   RopeStyle rope_style = RopeStyle::kNeox;
   bool attn_bias = false;     // qwen2: Q, K, V biases
+  bool qk_norm = false;       // qwen3, gemma3: per-head RMS norm of Q and K before RoPE
+  // gemma3: the attention and FFN outputs are RMS-normed (attn_post_norm, ffn_post_norm)
+  // before their residual adds, the FFN gate is GELU (tanh) instead of SiLU, and the token
+  // embeddings are scaled by sqrt(n_embd).
+  bool post_norms = false;
+  bool gelu_ffn = false;
+  float embd_scale = 1.0f;
+  float attn_scale = 0.0f;    // attention score scale: 1/sqrt(head_dim) unless the file says
+  float final_softcap = 0.0f; // > 0: logits = cap * tanh(logits / cap)
+  // Sliding-window (local) layers, gemma3: a local layer's query at position p attends to
+  // positions (p - sliding_window, p] and rotates with rope_base_local; the others are global.
+  int64_t sliding_window = 0;
+  float rope_base_local = 10000.0f;
+  std::vector<uint8_t> local_layer;  // [n_layers] 1 = sliding-window layer; empty: none
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
+  bool IsLocal(int64_t layer) const { return !local_layer.empty() && local_layer[layer] != 0; }
 
   static Expected<ModelConfig> FromGguf(const GgufFile& file);
   std::string Summary() const;

@@ -1,6 +1,8 @@
 // Model loading and the forward pass (model layer). The pass reads top to bottom:
-//   embed -> per layer [rms norm -> q,k,v (+bias) -> rope -> cache -> attention -> o -> add
-//   -> rms norm -> gate, up -> swiglu -> down -> add] -> final norm -> LM head.
+//   embed (x sqrt(n_embd): gemma3) -> per layer [rms norm -> q,k,v (+bias: qwen2) -> per-head
+//   q,k rms norm (qwen3, gemma3) -> rope -> cache -> attention (sliding window on gemma3's
+//   local layers) -> o (-> rms norm: gemma3) -> add -> rms norm -> gate, up -> swiglu (gelu:
+//   gemma3) -> down (-> rms norm: gemma3) -> add] -> final norm -> LM head (soft cap if set).
 #include "model/model.h"
 
 #include <algorithm>
@@ -181,6 +183,10 @@ Status Model::Bind() {
         {"attn_q.bias", c.q_dim(), c.attn_bias, &L.bq},
         {"attn_k.bias", c.kv_dim(), c.attn_bias, &L.bk},
         {"attn_v.bias", c.kv_dim(), c.attn_bias, &L.bv},
+        {"attn_q_norm.weight", c.head_dim, c.qk_norm, &L.q_norm},
+        {"attn_k_norm.weight", c.head_dim, c.qk_norm, &L.k_norm},
+        {"post_attention_norm.weight", c.n_embd, c.post_norms, &L.attn_post_norm},
+        {"post_ffw_norm.weight", c.n_embd, c.post_norms, &L.ffn_post_norm},
     };
     for (const V& vt : vecs) {
       auto p = FloatVector(name(vt.n), vt.len, vt.required);
@@ -202,6 +208,15 @@ Status Model::Bind() {
     if (*factors) inv_freq_[i] /= (*factors)[i];
   }
   if (*factors) notes_.push_back("rope frequencies scaled by rope_freqs.weight");
+  // Sliding-window layers (gemma3) rotate with their own base and no scaling.
+  inv_freq_local_.clear();
+  if (!c.local_layer.empty()) {
+    inv_freq_local_.resize(half);
+    for (int64_t i = 0; i < half; ++i) {
+      inv_freq_local_[i] = static_cast<float>(
+          std::pow(static_cast<double>(c.rope_base_local), -2.0 * static_cast<double>(i) / c.head_dim));
+    }
+  }
   return Status::Ok();
 }
 
@@ -327,7 +342,10 @@ Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const 
   float* att = Grow(ctx->attn_, n * Q);  // [n, Q]
   float* gate = Grow(ctx->gate_, n * F); // [n, F]
   float* up = Grow(ctx->up_, n * F);     // [n, F]
-  float* rope_cs = Grow(ctx->rope_cs_, n * hd);  // [n, head_dim/2, (cos, sin)]
+  // [n, head_dim/2, (cos, sin)], then the same for local layers' frequencies if any.
+  const bool has_local = !inv_freq_local_.empty();
+  float* rope_cs = Grow(ctx->rope_cs_, (has_local ? 2 : 1) * n * hd);
+  float* rope_cs_local = rope_cs + n * hd;
   int32_t* seq_of = Grow(ctx->seq_of_, n);
   int32_t* pos_of = Grow(ctx->pos_of_, n);
   {
@@ -348,15 +366,23 @@ Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const 
   pool->ParallelFor(n, 0, [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
       (void)Dequantize(embd_.type, embd_.Row(token_at(i)), x + i * E, E);
+      if (c.embd_scale != 1.0f) {
+        for (int64_t e2 = 0; e2 < E; ++e2) x[i * E + e2] *= c.embd_scale;
+      }
       RopeAngles(static_cast<float>(pos_of[i]), inv_freq_.data(), hd / 2, rope_cs + i * hd);
+      if (has_local) {
+        RopeAngles(static_cast<float>(pos_of[i]), inv_freq_local_.data(), hd / 2, rope_cs_local + i * hd);
+      }
     }
   });
 
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = c.attn_scale;
   const int64_t group = c.n_heads / c.n_kv_heads;
   const bool neox = c.rope_style == RopeStyle::kNeox;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const Layer& L = layers_[l];
+    const bool local = c.IsLocal(l);
+    const float* layer_cs = local ? rope_cs_local : rope_cs;
     // Attention: norm, projections, biases, RoPE.
     pool->ParallelFor(n, 0, [&](int64_t b, int64_t e, int) {
       for (int64_t i = b; i < e; ++i) RmsNorm(x + i * E, L.attn_norm, xn + i * E, E, c.rms_eps);
@@ -370,7 +396,11 @@ Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const 
         if (L.bq) AddInPlace(qi, L.bq, Q);
         if (L.bk) AddInPlace(ki, L.bk, KV);
         if (L.bv) AddInPlace(vi, L.bv, KV);
-        const float* cs = rope_cs + i * hd;
+        if (L.q_norm) {
+          for (int64_t h = 0; h < c.n_heads; ++h) RmsNorm(qi + h * hd, L.q_norm, qi + h * hd, hd, c.rms_eps);
+          for (int64_t h = 0; h < c.n_kv_heads; ++h) RmsNorm(ki + h * hd, L.k_norm, ki + h * hd, hd, c.rms_eps);
+        }
+        const float* cs = layer_cs + i * hd;
         for (int64_t h = 0; h < c.n_heads; ++h) Rope(qi + h * hd, hd, cs, neox);
         for (int64_t h = 0; h < c.n_kv_heads; ++h) Rope(ki + h * hd, hd, cs, neox);
         seqs[seq_of[i]].cache->Store(l, pos_of[i], ki, vi);
@@ -382,25 +412,33 @@ Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const 
       for (int64_t ik = b; ik < e; ++ik) {
         const int64_t i = ik / c.n_kv_heads, kvh = ik % c.n_kv_heads;
         const KvCache* cache = seqs[seq_of[i]].cache;
+        const int64_t first = local ? std::max<int64_t>(0, pos_of[i] + 1 - c.sliding_window) : 0;
         Attention(q + i * Q + kvh * group * hd, group, cache->K(l, kvh), cache->V(l, kvh), pos_of[i] + 1, hd,
-                  scale, att + i * Q + kvh * group * hd);
+                  scale, att + i * Q + kvh * group * hd, first);
       }
     });
     RunMatMul(L.o, att, n, Q, xn, E, ctx->in_, pool);
     pool->ParallelFor(n, 0, [&](int64_t b, int64_t e, int) {
       for (int64_t i = b; i < e; ++i) {
+        if (L.attn_post_norm) RmsNorm(xn + i * E, L.attn_post_norm, xn + i * E, E, c.rms_eps);
         AddInPlace(x + i * E, xn + i * E, E);
         RmsNorm(x + i * E, L.ffn_norm, xn + i * E, E, c.rms_eps);
       }
     });
-    // Feed-forward: SwiGLU.
+    // Feed-forward: SwiGLU (GELU-gated on gemma3).
     RunMatMuls<2>({&L.gate, &L.up}, xn, n, E, {gate, up}, ctx->in_, pool);
     pool->ParallelFor(n, 0, [&](int64_t b, int64_t e, int) {
-      for (int64_t i = b; i < e; ++i) SwiGlu(gate + i * F, up + i * F, F);
+      for (int64_t i = b; i < e; ++i) {
+        if (c.gelu_ffn) GeluGlu(gate + i * F, up + i * F, F);
+        else SwiGlu(gate + i * F, up + i * F, F);
+      }
     });
     RunMatMul(L.down, gate, n, F, xn, E, ctx->in_, pool);
     pool->ParallelFor(n, 0, [&](int64_t b, int64_t e, int) {
-      for (int64_t i = b; i < e; ++i) AddInPlace(x + i * E, xn + i * E, E);
+      for (int64_t i = b; i < e; ++i) {
+        if (L.ffn_post_norm) RmsNorm(xn + i * E, L.ffn_post_norm, xn + i * E, E, c.rms_eps);
+        AddInPlace(x + i * E, xn + i * E, E);
+      }
     });
   }
   for (SequenceInput& in : seqs) in.cache->Commit(in.cache->size() + static_cast<int64_t>(in.tokens.size()));
@@ -433,6 +471,10 @@ Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const 
   if (any_logits) {
     logits = Grow(ctx->out_logits_, m * V);
     RunMatMul(output_, hid, m, E, logits, V, ctx->in_, pool);
+    if (c.final_softcap > 0) {
+      const float cap = c.final_softcap;
+      for (int64_t j = 0; j < m * V; ++j) logits[j] = cap * std::tanh(logits[j] / cap);
+    }
   }
   int64_t r = 0;
   for (SequenceInput& in : seqs) {

@@ -1,4 +1,4 @@
-// Model (model layer): a qwen2 or llama transformer loaded from a GGUF file, with a forward
+// Model (model layer): a qwen2, llama, qwen3 or gemma3 transformer loaded from a GGUF file, with a forward
 // pass over batches of tokens from one or several sequences (each with its own KvCache).
 //
 // One Forward call does everything the callers need: batched prefill (real matrix products
@@ -106,6 +106,8 @@ class Model {
   struct Layer {
     WeightView q, k, v, o, gate, up, down;
     const float *attn_norm, *ffn_norm, *bq, *bk, *bv;
+    const float *q_norm, *k_norm;                  // [head_dim] qwen3, gemma3; else null
+    const float *attn_post_norm, *ffn_post_norm;   // [n_embd] gemma3; else null
   };
   Status Bind();
   uint64_t ComputeFingerprint() const;
@@ -120,6 +122,7 @@ class Model {
   WeightView embd_, output_;
   const float* output_norm_ = nullptr;
   std::vector<float> inv_freq_;                   // [head_dim / 2]
+  std::vector<float> inv_freq_local_;             // [head_dim / 2] sliding-window layers' (gemma3)
   std::vector<std::unique_ptr<float[]>> owned_;   // converted norm/bias vectors
   // Repacked matrices start on 2 MiB boundaries (huge pages where the OS gives them).
   static constexpr size_t kRepackAlign = size_t{2} << 20;

@@ -156,12 +156,16 @@ std::vector<int32_t> ExpectMatchesGolden(const Model& model, const std::string& 
 // normalized MSE below 1e-10 and max abs error below 2e-5 of the largest logit. The default
 // f16 cache adds its storage rounding (ForKvType). (The tiny models' head dimension, 16, has
 // no q8_0 cache.)
+// qwen3 and gemma3 run on their own tiny presets (head dim 32, wider than n_embd / n_heads;
+// gemma3 with five sliding-window layers of window 5 and a global one, so the 12-token prompt
+// and its continuation reach past the window).
 TEST(ModelGolden, MatchesPyTorchReference) {
   ThreadPool pool(2);
-  for (const std::string arch : {"qwen2", "llama"}) {
+  for (const std::string arch : {"qwen2", "llama", "qwen3", "gemma3"}) {
+    const std::string preset = arch == "qwen3" || arch == "gemma3" ? "tiny-" + arch : "tiny";
     std::vector<int32_t> greedy_f32;
     for (const std::string type : {"f32", "f16"}) {
-      auto model = LoadOrDie(MakeTiny(arch, type));
+      auto model = LoadOrDie(MakeTiny(arch, type, 7, preset));
       ASSERT_TRUE(model);
       for (GgmlType kv : {GgmlType::kF32, GgmlType::kF16}) {
         const std::string what = arch + " " + type + " kv " + std::string(GgmlTraits(kv).name);
@@ -234,16 +238,17 @@ TEST(ModelQuantized, MatchesDequantizedWeights) {
 // bit-identical whether it is decoded alone, prefilled in a batch, computed after a truncation
 // or in a fork, next to other sequences, or with another number of threads.
 struct CacheCase {
-  std::string model;  // "tiny-llama" or "demo-llm"
+  std::string model;  // "tiny-llama", "tiny-gemma3" or "demo-llm"
   GgmlType kv;
 };
 
 class ModelCache : public ::testing::TestWithParam<CacheCase> {
  protected:
   void SetUp() override {
-    model_ = LoadOrDie(GetParam().model == "tiny-llama"
-                           ? MakeTiny("llama", "q8_0")
-                           : std::string(TLR_SOURCE_DIR) + "/models/demo/llm.gguf");
+    const std::string& name = GetParam().model;
+    model_ = LoadOrDie(name == "tiny-llama"    ? MakeTiny("llama", "q8_0")
+                       : name == "tiny-gemma3" ? MakeTiny("gemma3", "q8_0", 7, "tiny-gemma3")
+                                               : std::string(TLR_SOURCE_DIR) + "/models/demo/llm.gguf");
     ASSERT_TRUE(model_);
   }
   Expected<KvCache> NewCache(int64_t n_ctx) { return model_->NewCache(n_ctx, GetParam().kv); }
@@ -377,7 +382,10 @@ TEST_P(ModelCache, BadRequestsFailWithoutChangingTheCache) {
 INSTANTIATE_TEST_SUITE_P(KvTypes, ModelCache,
                          ::testing::Values(CacheCase{"tiny-llama", GgmlType::kF32}, CacheCase{"tiny-llama", GgmlType::kF16},
                                            CacheCase{"demo-llm", GgmlType::kF32}, CacheCase{"demo-llm", GgmlType::kF16},
-                                           CacheCase{"demo-llm", GgmlType::kQ8_0}),
+                                           CacheCase{"demo-llm", GgmlType::kQ8_0},
+                                           // Sliding-window layers (window 5) across tiles and chunks.
+                                           CacheCase{"tiny-gemma3", GgmlType::kF16},
+                                           CacheCase{"tiny-gemma3", GgmlType::kQ8_0}),
                          [](const auto& info) {
                            std::string name = info.param.model + "_" + std::string(GgmlTraits(info.param.kv).name);
                            for (char& ch : name) ch = ch == '-' ? '_' : ch;
@@ -420,31 +428,92 @@ std::string Edited(const std::string& src, const std::string& name,
   return out;
 }
 
+// Loading `path` fails with a message containing `needle`.
+void ExpectLoadError(const std::string& path, const std::string& needle) {
+  auto m = Model::Load(path);
+  ASSERT_FALSE(m.ok()) << path;
+  EXPECT_NE(m.status().message().find(needle), std::string::npos) << m.status().message();
+}
+
 TEST(ModelLoad, BadModelsGiveClearErrors) {
   const std::string base = MakeTiny("qwen2", "f32");
-  auto expect_error = [](const std::string& path, const std::string& needle) {
-    auto m = Model::Load(path);
-    ASSERT_FALSE(m.ok()) << path;
-    EXPECT_NE(m.status().message().find(needle), std::string::npos) << m.status().message();
-  };
-  expect_error(Edited(base, "missing", [](GgufWriter&, const GgufFile&) {}, "blk.1.ffn_up.weight"),
+  ExpectLoadError(Edited(base, "missing", [](GgufWriter&, const GgufFile&) {}, "blk.1.ffn_up.weight"),
                "tensor 'blk.1.ffn_up.weight' is missing");
-  expect_error(Edited(base, "arch", [](GgufWriter& w, const GgufFile&) {
+  ExpectLoadError(Edited(base, "arch", [](GgufWriter& w, const GgufFile&) {
                  w.Set("general.architecture", GgufValue::Str("mamba"));
                }), "architecture 'mamba' is not supported");
-  expect_error(Edited(base, "shape", [](GgufWriter& w, const GgufFile&) {
+  ExpectLoadError(Edited(base, "shape", [](GgufWriter& w, const GgufFile&) {
                  w.Set("qwen2.feed_forward_length", GgufValue::U32(256));
                }), "has shape [64, 192], expected [64, 256]");
-  expect_error(Edited(base, "q8_1", [](GgufWriter& w, const GgufFile&) {
+  ExpectLoadError(Edited(base, "q8_1", [](GgufWriter& w, const GgufFile&) {
                  std::vector<uint8_t> d(192 / 32 * 36 * 64);
                  (void)w.AddTensor("blk.0.ffn_down.weight", GgmlType::kQ8_1, {192, 64}, d);
                }, "blk.0.ffn_down.weight"), "has type q8_1, which has no kernel");
-  expect_error(Edited(base, "heads", [](GgufWriter& w, const GgufFile&) {
+  ExpectLoadError(Edited(base, "heads", [](GgufWriter& w, const GgufFile&) {
                  w.Set("qwen2.attention.head_count_kv", GgufValue::U32(3));
                }), "not a multiple of head_count_kv 3");
-  expect_error(Edited(base, "notok", [](GgufWriter& w, const GgufFile&) {
+  ExpectLoadError(Edited(base, "notok", [](GgufWriter& w, const GgufFile&) {
                  w.Set("tokenizer.ggml.model", GgufValue::Str("bert"));
                }), "not supported");
+}
+
+// qwen3 and gemma3 files with a missing norm tensor, wrong head dimensions or a layer
+// pattern TLR does not know: each error names the tensor or key.
+TEST(ModelLoad, NewFamiliesBadModelsGiveClearErrors) {
+  const std::string qwen3 = MakeTiny("qwen3", "f32", 7, "tiny-qwen3");
+  const std::string gemma3 = MakeTiny("gemma3", "f32", 7, "tiny-gemma3");
+  ASSERT_TRUE(LoadOrDie(qwen3));
+  ASSERT_TRUE(LoadOrDie(gemma3));
+  auto none = [](GgufWriter&, const GgufFile&) {};
+  ExpectLoadError(Edited(qwen3, "q3_no_qnorm", none, "blk.1.attn_q_norm.weight"),
+               "tensor 'blk.1.attn_q_norm.weight' is missing");
+  ExpectLoadError(Edited(gemma3, "g3_no_knorm", none, "blk.0.attn_k_norm.weight"),
+               "tensor 'blk.0.attn_k_norm.weight' is missing");
+  ExpectLoadError(Edited(gemma3, "g3_no_postattn", none, "blk.2.post_attention_norm.weight"),
+               "tensor 'blk.2.post_attention_norm.weight' is missing");
+  ExpectLoadError(Edited(gemma3, "g3_no_postffw", none, "blk.5.post_ffw_norm.weight"),
+               "tensor 'blk.5.post_ffw_norm.weight' is missing");
+  // Head dimension: key_length that the tensors do not have, or a different value_length.
+  ExpectLoadError(Edited(qwen3, "q3_keylen", [](GgufWriter& w, const GgufFile&) {
+                 w.Set("qwen3.attention.key_length", GgufValue::U32(16));
+                 w.Set("qwen3.attention.value_length", GgufValue::U32(16));
+               }), "tensor 'blk.0.attn_q.weight' has shape [64, 128], expected [64, 64]");
+  ExpectLoadError(Edited(qwen3, "q3_vallen", [](GgufWriter& w, const GgufFile&) {
+                 w.Set("qwen3.attention.value_length", GgufValue::U32(64));
+               }), "qwen3.attention.value_length = 64 differs from qwen3.attention.key_length = 32");
+  ExpectLoadError(Edited(gemma3, "g3_odd", [](GgufWriter& w, const GgufFile&) {
+                 w.Set("gemma3.attention.key_length", GgufValue::U32(33));
+                 w.Set("gemma3.attention.value_length", GgufValue::U32(33));
+               }), "gemma3.attention.key_length: head dimension 33 must be even");
+  ExpectLoadError(Edited(gemma3, "g3_qnorm_dim", [](GgufWriter& w, const GgufFile&) {
+                 (void)w.AddTensorF32("blk.3.attn_q_norm.weight", {16}, std::vector<float>(16, 1.0f));
+               }, "blk.3.attn_q_norm.weight"), "tensor 'blk.3.attn_q_norm.weight' has shape [16], expected [32]");
+  // Layer patterns: a period of 0, bools of the wrong count, a string, a pattern without window.
+  ExpectLoadError(Edited(gemma3, "g3_period0", [](GgufWriter& w, const GgufFile&) {
+                 w.Set("gemma3.attention.sliding_window_pattern", GgufValue::U32(0));
+               }), "gemma3.attention.sliding_window_pattern is not a layer pattern TLR knows");
+  ExpectLoadError(Edited(gemma3, "g3_bools", [](GgufWriter& w, const GgufFile&) {
+                 GgufArray a{GgufType::kBool, {GgufValue(true), GgufValue(false)}};
+                 w.Set("gemma3.attention.sliding_window_pattern", GgufValue(a));
+               }), "expected a period or 6 bools (one per layer)");
+  ExpectLoadError(Edited(gemma3, "g3_str", [](GgufWriter& w, const GgufFile&) {
+                 w.Set("gemma3.attention.sliding_window_pattern", GgufValue::Str("LLLLLG"));
+               }), "gemma3.attention.sliding_window_pattern is not a layer pattern TLR knows");
+  ExpectLoadError(Edited(gemma3, "g3_nowindow", [](GgufWriter& w, const GgufFile&) {
+                 w.Set("gemma3.attention.sliding_window", GgufValue::U32(0));
+                 w.Set("gemma3.attention.sliding_window_pattern", GgufValue::U32(6));
+               }), "gemma3.attention.sliding_window_pattern is set but gemma3.attention.sliding_window");
+  // The same pattern written out explicitly (five local, one global) loads and computes the
+  // same logits as the implicit llama.cpp rule.
+  GgufArray explicit_pattern{GgufType::kBool, {}};
+  for (int l = 0; l < 6; ++l) explicit_pattern.items.emplace_back(l % 6 < 5);
+  auto m1 = LoadOrDie(gemma3);
+  auto m2 = LoadOrDie(Edited(gemma3, "g3_explicit", [&](GgufWriter& w, const GgufFile&) {
+    w.Set("gemma3.attention.sliding_window_pattern", GgufValue(explicit_pattern));
+  }));
+  ASSERT_TRUE(m1 && m2);
+  EXPECT_EQ(m1->config().local_layer, m2->config().local_layer);
+  EXPECT_EQ(m1->config().local_layer, (std::vector<uint8_t>{1, 1, 1, 1, 1, 0}));
 }
 
 }  // namespace

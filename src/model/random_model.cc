@@ -6,6 +6,7 @@
 #include "model/random_model.h"
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 
 #include "model/gguf/gguf_keys.h"
@@ -26,16 +27,30 @@ struct Preset {
   double rope_base, rms_eps;
   bool tied;
   bool llama3_rope;  // Llama 3.x frequency scaling (rope_freqs.weight)
+  int64_t head_dim = 0;        // attention.key_length; 0: n_embd / n_heads
+  int64_t sliding_window = 0;  // gemma3: attention.sliding_window
+  bool any_arch = false;       // --arch may pick any architecture (the tiny test shapes)
 };
 
 const Preset kPresets[] = {
-    {"tiny", "qwen2", 64, 2, 4, 2, 192, 512, 4096, 1e6, 1e-6, true, false},
+    {"tiny", "qwen2", 64, 2, 4, 2, 192, 512, 4096, 1e6, 1e-6, true, false, 0, 0, true},
     // Tests: rows of 256 and 512, so the K-quant and IQ4_XS types apply without fallback.
-    {"tiny256", "qwen2", 256, 2, 4, 2, 512, 512, 4096, 1e6, 1e-6, true, false},
+    {"tiny256", "qwen2", 256, 2, 4, 2, 512, 512, 4096, 1e6, 1e-6, true, false, 0, 0, true},
+    // Tests of the newer families: heads wider than n_embd / n_heads (q_dim 128 > n_embd), and
+    // for gemma3 six layers (five local with a window of 5 positions, then a global one).
+    {"tiny-qwen3", "qwen3", 64, 2, 4, 2, 192, 512, 4096, 1e6, 1e-6, true, false, 32},
+    {"tiny-gemma3", "gemma3", 64, 6, 4, 1, 192, 512, 4096, 1e6, 1e-6, true, false, 32, 5},
     {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1e6, 1e-6, true, false},
     {"qwen2.5-1.5b", "qwen2", 1536, 28, 12, 2, 8960, 151936, 32768, 1e6, 1e-6, true, false},
     {"qwen2.5-7b", "qwen2", 3584, 28, 28, 4, 18944, 152064, 32768, 1e6, 1e-6, false, false},
     {"llama3.2-1b", "llama", 2048, 16, 32, 8, 8192, 128256, 131072, 500000, 1e-5, true, true},
+    // Qwen3 (config.json of Qwen/Qwen3-0.6B and -1.7B): head_dim 128, tied embeddings.
+    {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 3072, 151936, 40960, 1e6, 1e-6, true, false, 128},
+    {"qwen3-1.7b", "qwen3", 2048, 28, 16, 8, 6144, 151936, 40960, 1e6, 1e-6, true, false, 128},
+    // Gemma 3 (google/gemma-3-270m and gemma-3-1b-pt): head_dim 256, one KV head, sliding
+    // window 512 on five layers of six, tied embeddings.
+    {"gemma3-270m", "gemma3", 640, 18, 4, 1, 2048, 262144, 32768, 1e6, 1e-6, true, false, 256, 512},
+    {"gemma3-1b", "gemma3", 1152, 26, 4, 1, 6912, 262144, 32768, 1e6, 1e-6, true, false, 256, 512},
 };
 
 // SplitMix64: a seedable, portable generator; one stream per tensor (seeded from the tensor
@@ -64,9 +79,63 @@ uint64_t SeedFor(uint64_t seed, const std::string& name) {
   return h;
 }
 
+const char* const kWords[] = {
+    "the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at",
+    "from", "it", "an", "are", "which", "be", "this", "or", "have", "not", "one", "but", "they",
+    "all", "can", "will", "there", "into", "some", "time", "new", "after", "first", "other",
+    "what", "where", "when", "who", "how", "answer", "question", "made", "found", "used",
+    "Answer", "Question", "The", "A", "is", "you", "your", "would", "should", "most", "likely",
+    "place", "thing", "people", "water", "house", "store", "city", "animal", "food", "work"};
+
+// Gemma's built-in vocabulary, SentencePiece-style as in Gemma 3's GGUF files: <pad> <eos>
+// <bos> <unk>, the chat markers, the 256 byte-fallback pieces, the printable ASCII characters
+// and "▁", then the words above with and without "▁", each prefix a piece (scores rank longer
+// pieces first, so merges build words left to right).
+Vocab BuiltinSpmVocab() {
+  Vocab v;
+  v.model = VocabModel::kSpm;
+  v.pre = "default";
+  v.add_space_prefix = false;
+  std::map<std::string, int> index;
+  auto add = [&](const std::string& t, TokenType type, float score) {
+    if (index.count(t)) return index[t];
+    index[t] = static_cast<int>(v.tokens.size());
+    v.tokens.push_back(t);
+    v.types.push_back(type);
+    v.scores.push_back(score);
+    return index[t];
+  };
+  v.pad_id = add("<pad>", TokenType::kControl, 0);
+  v.eos_id = add("<eos>", TokenType::kControl, 0);
+  v.bos_id = add("<bos>", TokenType::kControl, 0);
+  v.unk_id = add("<unk>", TokenType::kUnknown, 0);
+  add("<start_of_turn>", TokenType::kControl, 0);
+  v.eot_id = add("<end_of_turn>", TokenType::kControl, 0);
+  for (int b = 0; b < 256; ++b) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "<0x%02X>", b);
+    add(hex, TokenType::kByte, 0);
+  }
+  add("\xE2\x96\x81", TokenType::kNormal, -1000);
+  for (char ch = 33; ch < 127; ++ch) add(std::string(1, ch), TokenType::kNormal, -1000);
+  for (const char* w : kWords) {
+    for (const std::string& word : {std::string(w), "\xE2\x96\x81" + std::string(w)}) {
+      const size_t first = word[0] == '\xE2' ? 3 : 1;
+      for (size_t len = first + 1; len <= word.size(); ++len) {
+        add(word.substr(0, len), TokenType::kNormal, -static_cast<float>(1000 - len));
+      }
+    }
+  }
+  v.add_bos = true;
+  v.lstrip.assign(v.tokens.size(), 0);
+  v.rstrip.assign(v.tokens.size(), 0);
+  return v;
+}
+
 // The built-in vocabulary: the 256 byte-level characters, merges that spell a few hundred
 // common English words, the architecture's special tokens, then reserved tokens up to n_vocab.
 Vocab BuiltinVocab(const std::string& arch) {
+  if (arch == "gemma3") return BuiltinSpmVocab();
   Vocab v;
   v.model = VocabModel::kBpe;
   v.pre = arch == "llama" ? "llama-bpe" : "qwen2";
@@ -80,13 +149,6 @@ Vocab BuiltinVocab(const std::string& arch) {
     return index[t];
   };
   for (int b = 0; b < 256; ++b) add(ByteToBpeChar(static_cast<uint8_t>(b)), TokenType::kNormal);
-  static const char* kWords[] = {
-      "the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at",
-      "from", "it", "an", "are", "which", "be", "this", "or", "have", "not", "one", "but", "they",
-      "all", "can", "will", "there", "into", "some", "time", "new", "after", "first", "other",
-      "what", "where", "when", "who", "how", "answer", "question", "made", "found", "used",
-      "Answer", "Question", "The", "A", "is", "you", "your", "would", "should", "most", "likely",
-      "place", "thing", "people", "water", "house", "store", "city", "animal", "food", "work"};
   for (const char* w : kWords) {
     for (const std::string& word : {std::string(w), "\xC4\xA0" + std::string(w)}) {  // "Ġ" prefix
       // Merge left to right: ((Ġ t) h) e ...
@@ -137,6 +199,17 @@ constexpr const char* kLlama3Chat =
     "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
     "{% endif %}";
+constexpr const char* kGemmaChat =
+    "{{ bos_token }}{% for message in messages %}{% set role = 'model' if message['role'] == "
+    "'assistant' else message['role'] %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | "
+    "trim + '<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<start_of_turn>model\\n' }}{% endif %}";
+
+const char* ChatTemplateFor(const std::string& arch) {
+  if (arch == "llama") return kLlama3Chat;
+  if (arch == "gemma3") return kGemmaChat;
+  return kChatMl;
+}
 
 }  // namespace
 
@@ -164,10 +237,10 @@ Status WriteRandomModel(const RandomModelOptions& opts, const std::string& path,
     return Status::Error("unknown preset '" + opts.preset + "' (known: " + names + ")");
   }
   const std::string arch = opts.arch.empty() ? p->arch : opts.arch;
-  if (arch != "qwen2" && arch != "llama") {
-    return Status::Error("unknown architecture '" + arch + "' (qwen2 or llama)");
+  if (arch != "qwen2" && arch != "llama" && arch != "qwen3" && arch != "gemma3") {
+    return Status::Error("unknown architecture '" + arch + "' (qwen2, llama, qwen3 or gemma3)");
   }
-  if (opts.preset.rfind("tiny", 0) != 0 && arch != p->arch) {  // the tiny presets take either
+  if (!p->any_arch && arch != p->arch) {  // the tiny presets take any
     return Status::Error("preset '" + opts.preset + "' is a " + p->arch + " model, not " + arch);
   }
   const FileType* ft = FindFileType(opts.type);
@@ -193,6 +266,19 @@ Status WriteRandomModel(const RandomModelOptions& opts, const std::string& path,
     if (!v.ok()) return v.status();
     vocab = std::move(v).value();
   }
+  // Added tokens past the model's vocabulary size (Gemma 3's tokenizer.json adds an image
+  // token after its 262144) are left out, as llama.cpp's converter does.
+  auto is_named = [&](int32_t id) {
+    return id == vocab.bos_id || id == vocab.eos_id || id == vocab.eot_id || id == vocab.pad_id || id == vocab.unk_id;
+  };
+  while (!opts.tokenizer_path.empty() && vocab.size() > p->n_vocab && !is_named(vocab.size() - 1) &&
+         (vocab.types.back() == TokenType::kControl || vocab.types.back() == TokenType::kUserDefined)) {
+    vocab.tokens.pop_back();
+    vocab.types.pop_back();
+    vocab.lstrip.pop_back();
+    vocab.rstrip.pop_back();
+    if (!vocab.scores.empty()) vocab.scores.pop_back();
+  }
   const int64_t n_vocab = std::max<int64_t>(p->n_vocab, vocab.size());
   while (vocab.size() < n_vocab) {
     vocab.tokens.push_back("<|reserved_" + std::to_string(vocab.size()) + "|>");
@@ -203,7 +289,7 @@ Status WriteRandomModel(const RandomModelOptions& opts, const std::string& path,
   }
 
   const int64_t E = p->n_embd, H = p->n_heads, KVH = p->n_kv_heads, F = p->n_ff;
-  const int64_t hd = E / H;
+  const int64_t hd = p->head_dim > 0 ? p->head_dim : E / H;
   GgufWriter w;
   w.Set(gguf_keys::kArchitecture, GgufValue::Str(arch));
   w.Set(gguf_keys::kName, GgufValue::Str("random " + opts.preset + " (" + opts.type +
@@ -224,8 +310,16 @@ Status WriteRandomModel(const RandomModelOptions& opts, const std::string& path,
     w.Set(ak(gguf_keys::kRopeDimensionCount), GgufValue::U32(static_cast<uint32_t>(hd)));
     w.Set(ak(gguf_keys::kVocabSize), GgufValue::U32(static_cast<uint32_t>(n_vocab)));
   }
+  if (arch == "qwen3" || arch == "gemma3") {  // as llama.cpp's converter writes them
+    w.Set(ak("attention.key_length"), GgufValue::U32(static_cast<uint32_t>(hd)));
+    w.Set(ak("attention.value_length"), GgufValue::U32(static_cast<uint32_t>(hd)));
+  }
+  if (arch == "gemma3") {
+    const int64_t window = p->sliding_window > 0 ? p->sliding_window : 512;
+    w.Set(ak("attention.sliding_window"), GgufValue::U32(static_cast<uint32_t>(window)));
+  }
   VocabToGguf(vocab, &w);
-  w.Set(gguf_keys::kTokChatTemplate, GgufValue::Str(arch == "llama" ? kLlama3Chat : kChatMl));
+  w.Set(gguf_keys::kTokChatTemplate, GgufValue::Str(ChatTemplateFor(arch)));
 
   // Tensor types: as llama-quantize would choose them for this file type (quant_mix.h).
   const int n_layers = static_cast<int>(p->n_layers);
@@ -264,7 +358,15 @@ Status WriteRandomModel(const RandomModelOptions& opts, const std::string& path,
       TLR_RETURN_IF_ERROR(add(n("attn_k.bias"), {KVH * hd}, GgmlType::kF32, 0.1, 0));
       TLR_RETURN_IF_ERROR(add(n("attn_v.bias"), {KVH * hd}, GgmlType::kF32, 0.1, 0));
     }
+    if (arch == "qwen3" || arch == "gemma3") {
+      TLR_RETURN_IF_ERROR(add(n("attn_q_norm.weight"), {hd}, GgmlType::kF32, 0.1, 1.0));
+      TLR_RETURN_IF_ERROR(add(n("attn_k_norm.weight"), {hd}, GgmlType::kF32, 0.1, 1.0));
+    }
     TLR_RETURN_IF_ERROR(add(n("attn_output.weight"), {H * hd, E}, type_for(TensorRole::kAttnOutput, H * hd, l), sq, 0));
+    if (arch == "gemma3") {  // stored as llama.cpp's converter stores them: 1 + Gemma's weight
+      TLR_RETURN_IF_ERROR(add(n("post_attention_norm.weight"), {E}, GgmlType::kF32, 0.1, 1.0));
+      TLR_RETURN_IF_ERROR(add(n("post_ffw_norm.weight"), {E}, GgmlType::kF32, 0.1, 1.0));
+    }
     TLR_RETURN_IF_ERROR(add(n("ffn_norm.weight"), {E}, GgmlType::kF32, 0.1, 1.0));
     TLR_RETURN_IF_ERROR(add(n("ffn_gate.weight"), {E, F}, type_for(TensorRole::kFfnGate, E, l), se, 0));
     TLR_RETURN_IF_ERROR(add(n("ffn_up.weight"), {E, F}, type_for(TensorRole::kFfnUp, E, l), se, 0));

@@ -1,5 +1,6 @@
 // A GoogleTest fixture for tests that need an SLM and an LLM sharing one tokenizer (model
-// layer, tests only): two random-weight "tiny" models (F32) with the given seeds, written to a
+// layer, tests only): two random-weight models (F32) of the preset kPreset ("tiny", a qwen2;
+// kTinyQwen3, kTinyGemma3 for the newer families) with the given seeds, written to a
 // temporary folder and loaded once per test suite.
 #pragma once
 
@@ -13,13 +14,18 @@
 
 namespace tlr {
 
-template <uint64_t kSlmSeed, uint64_t kLlmSeed>
+inline constexpr char kTinyPreset[] = "tiny";
+inline constexpr char kTinyQwen3[] = "tiny-qwen3";
+inline constexpr char kTinyGemma3[] = "tiny-gemma3";
+
+template <uint64_t kSlmSeed, uint64_t kLlmSeed, const char* kPreset = kTinyPreset>
 class RandomPairTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new TempDir("tlr_pair_" + std::to_string(kSlmSeed) + "_" + std::to_string(kLlmSeed));
+    dir_ = new TempDir("tlr_pair_" + std::string(kPreset) + "_" + std::to_string(kSlmSeed) + "_" +
+                       std::to_string(kLlmSeed));
     RandomModelOptions o;
-    o.preset = "tiny";
+    o.preset = kPreset;
     o.type = "f32";
     o.seed = kSlmSeed;
     ASSERT_TRUE(WriteRandomModel(o, dir_->File("slm.gguf")).ok());

@@ -16,8 +16,8 @@
 // The heads' accumulators are template-sized arrays so they stay in registers. Nothing is
 // allocated; the chunk's scores live on the stack.
 //
-// The order of every sum depends only on n_kv and head_dim (chunks and tiles start at
-// position 0), never on the batch, on the thread that runs it or on the other heads of the
+// The order of every sum depends only on the window [first, n_kv) and head_dim (chunks and
+// tiles start at multiples of kAttentionChunk), never on the batch, on the thread that runs it or on the other heads of the
 // group: a position's output is bit-identical alone or inside a batch.
 #include <algorithm>
 #include <cmath>
@@ -203,8 +203,8 @@ HWY_INLINE void ChunkValues(D d, const float* p, const float* alpha, const KvVie
 
 // kG query heads (q and out: kG consecutive head vectors) against one KV head.
 template <GgmlType kType, int kG, class D>
-void AttendGroup(D d, const float* q, const KvView& k, const KvView& v, int64_t n_kv, int64_t hd, float scale,
-                 float* out) {
+void AttendGroup(D d, const float* q, const KvView& k, const KvView& v, int64_t first, int64_t n_kv, int64_t hd,
+                 float scale, float* out) {
   float m[kG], l[kG], alpha[kG];
   for (int g = 0; g < kG; ++g) {
     m[g] = -std::numeric_limits<float>::infinity();
@@ -214,7 +214,9 @@ void AttendGroup(D d, const float* q, const KvView& k, const KvView& v, int64_t 
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const bool wide = hn::MaxLanes(d) >= 16 && (hd / L) % 2 == 0;
   HWY_ALIGN float s[kG * kChunk];
-  for (int64_t j0 = 0; j0 < n_kv; j0 += kChunk) {
+  // A sliding window starts at the chunk holding `first`; its earlier positions score -inf.
+  const int64_t start = first / kChunk * kChunk;
+  for (int64_t j0 = start; j0 < n_kv; j0 += kChunk) {
     const int64_t len = std::min(kChunk, n_kv - j0);
     for (int64_t t = 0; t < len; t += kKeyTile) {
       // The next chunk's keys and values come from memory while this one computes (at long
@@ -227,11 +229,14 @@ void AttendGroup(D d, const float* q, const KvView& k, const KvView& v, int64_t 
       }
       TileScores<kType, kG>(d, q, hd, k.Tile(j0 + t), scale, s + t);
     }
+    for (int64_t t = 0; t < first - j0; ++t) {
+      for (int g = 0; g < kG; ++g) s[g * kChunk + t] = -std::numeric_limits<float>::infinity();
+    }
     ChunkSoftmax<kG>(d, len, s, m, l, alpha);
     if (wide) {
-      ChunkValues<kType, kG, 2>(d, s, alpha, v, j0, len, hd, j0 == 0, out);
+      ChunkValues<kType, kG, 2>(d, s, alpha, v, j0, len, hd, j0 == start, out);
     } else {
-      ChunkValues<kType, kG, 1>(d, s, alpha, v, j0, len, hd, j0 == 0, out);
+      ChunkValues<kType, kG, 1>(d, s, alpha, v, j0, len, hd, j0 == start, out);
     }
   }
   for (int g = 0; g < kG; ++g) {
@@ -241,14 +246,14 @@ void AttendGroup(D d, const float* q, const KvView& k, const KvView& v, int64_t 
 }
 
 template <GgmlType kType, class D>
-void AttendHeads(D d, const float* q, int64_t n_q, const KvView& k, const KvView& v, int64_t n_kv, int64_t hd,
-                 float scale, float* out) {
+void AttendHeads(D d, const float* q, int64_t n_q, const KvView& k, const KvView& v, int64_t first, int64_t n_kv,
+                 int64_t hd, float scale, float* out) {
   for (int64_t g0 = 0; g0 < n_q; g0 += kMaxGroup) {
     const float* qg = q + g0 * hd;
     float* og = out + g0 * hd;
     switch (std::min<int64_t>(kMaxGroup, n_q - g0)) {
 #define TLR_CASE(G) \
-  case G: AttendGroup<kType, G>(d, qg, k, v, n_kv, hd, scale, og); break;
+  case G: AttendGroup<kType, G>(d, qg, k, v, first, n_kv, hd, scale, og); break;
       TLR_CASE(1)
       TLR_CASE(2)
       TLR_CASE(3)
@@ -263,24 +268,24 @@ void AttendHeads(D d, const float* q, int64_t n_q, const KvView& k, const KvView
 }
 
 template <class D>
-void AttendTyped(D d, const float* q, int64_t n_q, const KvView& k, const KvView& v, int64_t n_kv, int64_t hd,
-                 float scale, float* out) {
+void AttendTyped(D d, const float* q, int64_t n_q, const KvView& k, const KvView& v, int64_t first, int64_t n_kv,
+                 int64_t hd, float scale, float* out) {
   switch (k.type) {
-    case GgmlType::kF32: return AttendHeads<GgmlType::kF32>(d, q, n_q, k, v, n_kv, hd, scale, out);
-    case GgmlType::kF16: return AttendHeads<GgmlType::kF16>(d, q, n_q, k, v, n_kv, hd, scale, out);
-    case GgmlType::kQ8_0: return AttendHeads<GgmlType::kQ8_0>(d, q, n_q, k, v, n_kv, hd, scale, out);
+    case GgmlType::kF32: return AttendHeads<GgmlType::kF32>(d, q, n_q, k, v, first, n_kv, hd, scale, out);
+    case GgmlType::kF16: return AttendHeads<GgmlType::kF16>(d, q, n_q, k, v, first, n_kv, hd, scale, out);
+    case GgmlType::kQ8_0: return AttendHeads<GgmlType::kQ8_0>(d, q, n_q, k, v, first, n_kv, hd, scale, out);
     default: return;
   }
 }
 
-void AttentionImpl(const float* q, int64_t n_q, const KvView& k, const KvView& v, int64_t n_kv, int64_t hd,
-                   float scale, float* out) {
+void AttentionImpl(const float* q, int64_t n_q, const KvView& k, const KvView& v, int64_t first, int64_t n_kv,
+                   int64_t hd, float scale, float* out) {
   // Full vectors (up to 16 lanes) when head_dim allows; one lane at a time otherwise (head
   // dims that are not a multiple of 16 only occur in toy models).
   if (hd % 16 == 0) {
-    AttendTyped(hn::CappedTag<float, 16>(), q, n_q, k, v, n_kv, hd, scale, out);
+    AttendTyped(hn::CappedTag<float, 16>(), q, n_q, k, v, first, n_kv, hd, scale, out);
   } else {
-    AttendTyped(hn::CappedTag<float, 1>(), q, n_q, k, v, n_kv, hd, scale, out);
+    AttendTyped(hn::CappedTag<float, 1>(), q, n_q, k, v, first, n_kv, hd, scale, out);
   }
 }
 
@@ -364,12 +369,13 @@ void LoadValue(const KvView& values, int64_t hd, int64_t pos, float* out) {
 }
 
 void Attention(const float* q, int64_t n_q, const KvView& k, const KvView& v, int64_t n_kv, int64_t head_dim,
-               float scale, float* out) {
-  if (n_kv <= 0) {
+               float scale, float* out, int64_t first) {
+  first = std::max<int64_t>(first, 0);
+  if (n_kv <= first) {
     std::fill(out, out + n_q * head_dim, 0.0f);
     return;
   }
-  HWY_DYNAMIC_DISPATCH(AttentionImpl)(q, n_q, k, v, n_kv, head_dim, scale, out);
+  HWY_DYNAMIC_DISPATCH(AttentionImpl)(q, n_q, k, v, first, n_kv, head_dim, scale, out);
 }
 
 }  // namespace tlr

@@ -38,6 +38,24 @@ void SwiGluImpl(float* g, const float* u, int64_t n) {
   for (; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
+void GeluGluImpl(float* g, const float* u, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const float c = 0.7978845608028654f, a = 0.044715f;  // sqrt(2 / pi)
+  const auto vc = hn::Set(d, c), va = hn::Set(d, a), half = hn::Set(d, 0.5f), one = hn::Set(d, 1.0f);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    const auto x = hn::LoadU(d, g + i);
+    const auto inner = hn::Mul(vc, hn::MulAdd(hn::Mul(va, hn::Mul(x, x)), x, x));
+    const auto y = hn::Mul(hn::Mul(half, x), hn::Add(one, hn::Tanh(d, inner)));
+    hn::StoreU(hn::Mul(y, hn::LoadU(d, u + i)), d, g + i);
+  }
+  for (; i < n; ++i) {
+    const float x = g[i];
+    g[i] = 0.5f * x * (1.0f + std::tanh(c * (x + a * x * x * x))) * u[i];
+  }
+}
+
 void RmsNormImpl(const float* x, const float* w, float* y, int64_t n, float eps) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
@@ -65,6 +83,7 @@ HWY_AFTER_NAMESPACE();
 namespace tlr {
 HWY_EXPORT(AddImpl);
 HWY_EXPORT(SwiGluImpl);
+HWY_EXPORT(GeluGluImpl);
 HWY_EXPORT(RmsNormImpl);
 
 void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps) {
@@ -92,6 +111,8 @@ void Rope(float* v, int64_t head_dim, const float* cs, bool neox) {
 }
 
 void SwiGlu(float* g, const float* u, int64_t n) { HWY_DYNAMIC_DISPATCH(SwiGluImpl)(g, u, n); }
+
+void GeluGlu(float* g, const float* u, int64_t n) { HWY_DYNAMIC_DISPATCH(GeluGluImpl)(g, u, n); }
 
 void AddInPlace(float* y, const float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(AddImpl)(y, x, n); }
 

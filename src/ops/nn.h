@@ -29,6 +29,10 @@ void Rope(float* v, int64_t head_dim, const float* cs, bool neox);
 // g = silu(g) * u, in place on g.
 void SwiGlu(float* g, const float* u, int64_t n);
 
+// g = gelu(g) * u in place on g, with GELU's tanh approximation (Gemma's gelu_pytorch_tanh):
+// gelu(x) = x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))).
+void GeluGlu(float* g, const float* u, int64_t n);
+
 // y += x
 void AddInPlace(float* y, const float* x, int64_t n);
 
@@ -67,8 +71,9 @@ void LoadKey(const KvView& keys, int64_t head_dim, int64_t pos, float* out);
 void LoadValue(const KvView& values, int64_t head_dim, int64_t pos, float* out);
 
 // Attention of n_q query heads that share one KV head (q and out hold n_q consecutive head
-// vectors of head_dim floats): out_h = softmax_j(scale * q_h . K_j) . V_j over j < n_kv.
-// k and v have the same type, which passed CheckKvType.
+// vectors of head_dim floats): out_h = softmax_j(scale * q_h . K_j) . V_j over
+// first <= j < n_kv (first > 0: a sliding window; 0 <= first < n_kv). k and v have the same
+// type, which passed CheckKvType.
 //
 // The kernel reads K and V once per group of up to 8 query heads, in chunks of
 // kAttentionChunk positions with an online softmax (running max and sum, rescaled per
@@ -78,15 +83,16 @@ void LoadValue(const KvView& values, int64_t head_dim, int64_t pos, float* out);
 // are computed with it.
 inline constexpr int64_t kAttentionChunk = 64;
 void Attention(const float* q, int64_t n_q, const KvView& k, const KvView& v, int64_t n_kv,
-               int64_t head_dim, float scale, float* out);
+               int64_t head_dim, float scale, float* out, int64_t first = 0);
 
 // Scalar references (nn_ref.cc): the same definitions computed in double from the stored
 // values (KV rows dequantized exactly), with std::exp / std::sqrt / std::cos.
 void RmsNormRef(const float* x, const float* w, float* y, int64_t n, float eps);
 void RopeRef(float* v, int64_t head_dim, float pos, const float* inv_freq, bool neox);
 void SwiGluRef(float* g, const float* u, int64_t n);
+void GeluGluRef(float* g, const float* u, int64_t n);
 void AddInPlaceRef(float* y, const float* x, int64_t n);
 void AttentionRef(const float* q, int64_t n_q, const KvView& k, const KvView& v, int64_t n_kv,
-                  int64_t head_dim, float scale, float* out);
+                  int64_t head_dim, float scale, float* out, int64_t first = 0);
 
 }  // namespace tlr

@@ -38,12 +38,20 @@ void SwiGluRef(float* g, const float* u, int64_t n) {
   }
 }
 
+void GeluGluRef(float* g, const float* u, int64_t n) {
+  const double c = std::sqrt(2.0 / M_PI);
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = g[i];
+    g[i] = static_cast<float>(0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x))) * u[i]);
+  }
+}
+
 void AddInPlaceRef(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(static_cast<double>(y[i]) + x[i]);
 }
 
 void AttentionRef(const float* q, int64_t n_q, const KvView& k, const KvView& v, int64_t n_kv,
-                  int64_t head_dim, float scale, float* out) {
+                  int64_t head_dim, float scale, float* out, int64_t first) {
   const int64_t hd = head_dim;
   std::vector<float> kf(n_kv * hd), vf(n_kv * hd);
   for (int64_t j = 0; j < n_kv; ++j) {
@@ -54,7 +62,7 @@ void AttentionRef(const float* q, int64_t n_q, const KvView& k, const KvView& v,
   for (int64_t h = 0; h < n_q; ++h) {
     const float* qh = q + h * hd;
     double mx = -INFINITY;
-    for (int64_t j = 0; j < n_kv; ++j) {
+    for (int64_t j = first; j < n_kv; ++j) {
       double dot = 0;
       for (int64_t i = 0; i < hd; ++i) dot += static_cast<double>(qh[i]) * kf[j * hd + i];
       s[j] = dot * scale;
@@ -62,12 +70,12 @@ void AttentionRef(const float* q, int64_t n_q, const KvView& k, const KvView& v,
     }
     double sum = 0;
     std::fill(o.begin(), o.end(), 0.0);
-    for (int64_t j = 0; j < n_kv; ++j) {
+    for (int64_t j = first; j < n_kv; ++j) {
       const double p = std::exp(s[j] - mx);
       sum += p;
       for (int64_t i = 0; i < hd; ++i) o[i] += p * vf[j * hd + i];
     }
-    for (int64_t i = 0; i < hd; ++i) out[h * hd + i] = n_kv > 0 ? static_cast<float>(o[i] / sum) : 0.0f;
+    for (int64_t i = 0; i < hd; ++i) out[h * hd + i] = n_kv > first ? static_cast<float>(o[i] / sum) : 0.0f;
   }
 }
 

@@ -1,6 +1,6 @@
-// Kernel tests for nn.h (kernel label): RMS norm, RoPE, SwiGLU, the residual add and
-// attention over every KV type, on every SIMD target compiled in, against the scalar
-// references of nn_ref.cc. Tolerances come from the data: float rounding (eps) times the size
+// Kernel tests for nn.h (kernel label): RMS norm, RoPE, SwiGLU, GELU-GLU, the residual add
+// and attention (whole and sliding-window) over every KV type, on every SIMD target compiled
+// in, against the scalar references of nn_ref.cc. Tolerances come from the data: float rounding (eps) times the size
 // of the terms each result sums (e.g. sum |q_i k_i| for a score), never a fixed constant.
 #include "ops/nn.h"
 
@@ -58,6 +58,22 @@ TEST_P(NnKernels, SwiGluMatchesReference) {
     for (int64_t i = 0; i < n; ++i) {
       // exp (a few ulp), 1 + e, the division and two products.
       EXPECT_NEAR(g[i], ref[i], 16 * kEps * std::fabs(ref[i]) + 1e-30) << "n " << n << " i " << i;
+    }
+  }
+}
+
+TEST_P(NnKernels, GeluGluMatchesReference) {
+  for (int64_t n : {1, 5, 16, 100, 6912}) {
+    const auto x = Normal(n, 3.0f), u = Normal(n, 1.0f);
+    auto g = x, ref = x;
+    GeluGlu(g.data(), u.data(), n);
+    GeluGluRef(ref.data(), u.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      // tanh errs by a few ulp of its value (at most 1), so 1 + tanh by a few eps absolutely,
+      // which x * u / 2 scales (it dominates in the negative tail, where 1 + tanh cancels);
+      // the cubic and the products add a few relative roundings of the result.
+      const double bound = 16 * kEps * (std::fabs(ref[i]) + std::fabs(static_cast<double>(x[i]) * u[i]));
+      EXPECT_NEAR(g[i], ref[i], bound + 1e-30) << "n " << n << " i " << i;
     }
   }
 }
@@ -129,7 +145,7 @@ TestKv MakeKv(bool keys, GgmlType type, const std::vector<float>& f, int64_t n, 
 // of n_kv values and the normalisation add n_kv + 16 roundings:
 //   |out - ref| <= 2 sum_j w_j |v_ji| (2E + (|x_j| + n_kv + 24) eps).
 std::vector<double> AttentionBounds(const float* q, int64_t n_q, const KvView& k, const KvView& v, int64_t n_kv,
-                                    int64_t hd, float scale) {
+                                    int64_t hd, float scale, int64_t first) {
   std::vector<float> kf(n_kv * hd), vf(n_kv * hd);
   for (int64_t j = 0; j < n_kv; ++j) {
     LoadKey(k, hd, j, kf.data() + j * hd);
@@ -138,7 +154,7 @@ std::vector<double> AttentionBounds(const float* q, int64_t n_q, const KvView& k
   std::vector<double> bound(n_q * hd, 0.0), s(n_kv);
   for (int64_t h = 0; h < n_q; ++h) {
     double mx = -INFINITY, e = 0;
-    for (int64_t j = 0; j < n_kv; ++j) {
+    for (int64_t j = first; j < n_kv; ++j) {
       double dot = 0, abs = 0;
       for (int64_t i = 0; i < hd; ++i) {
         dot += static_cast<double>(q[h * hd + i]) * kf[j * hd + i];
@@ -149,8 +165,8 @@ std::vector<double> AttentionBounds(const float* q, int64_t n_q, const KvView& k
       e = std::max(e, (hd + 4) * kEps * abs * scale);
     }
     double l = 0;
-    for (int64_t j = 0; j < n_kv; ++j) l += std::exp(s[j] - mx);
-    for (int64_t j = 0; j < n_kv; ++j) {
+    for (int64_t j = first; j < n_kv; ++j) l += std::exp(s[j] - mx);
+    for (int64_t j = first; j < n_kv; ++j) {
       const double w = std::exp(s[j] - mx) / l;
       const double rel = 2 * e + (std::fabs(s[j] - mx) + n_kv + 24) * kEps;
       for (int64_t i = 0; i < hd; ++i) bound[h * hd + i] += 2 * w * std::fabs(vf[j * hd + i]) * rel;
@@ -182,11 +198,15 @@ TEST_P(NnKernels, AttentionMatchesReferenceForEveryKvType) {
       for (size_t stride : {rb, 3 * rb}) {
         const TestKv k = MakeKv(true, type, kf, n_max, hd, stride), v = MakeKv(false, type, vf, n_max, hd, stride);
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        for (int64_t n_kv : {1, 2, 5, 63, 64, 65, 129, 300}) {
+        for (auto [first, n_kv] : std::initializer_list<std::pair<int64_t, int64_t>>{
+                 {0, 1}, {0, 2}, {0, 5}, {0, 63}, {0, 64}, {0, 65}, {0, 129}, {0, 300},
+                 // Sliding windows: starting inside a chunk, on a chunk or tile boundary, one position.
+                 {3, 9}, {17, 65}, {64, 129}, {100, 300}, {299, 300}, {250, 300}}) {
+          SCOPED_TRACE("window [" + std::to_string(first) + ", " + std::to_string(n_kv) + ")");
           std::vector<float> out(n_q * hd, NAN), ref(n_q * hd);
-          Attention(q.data(), n_q, k.view, v.view, n_kv, hd, scale, out.data());
-          AttentionRef(q.data(), n_q, k.view, v.view, n_kv, hd, scale, ref.data());
-          const auto bound = AttentionBounds(q.data(), n_q, k.view, v.view, n_kv, hd, scale);
+          Attention(q.data(), n_q, k.view, v.view, n_kv, hd, scale, out.data(), first);
+          AttentionRef(q.data(), n_q, k.view, v.view, n_kv, hd, scale, ref.data(), first);
+          const auto bound = AttentionBounds(q.data(), n_q, k.view, v.view, n_kv, hd, scale, first);
           for (int64_t x = 0; x < n_q * hd; ++x) {
             ASSERT_NEAR(out[x], ref[x], bound[x] + 1e-30)
                 << GgmlTraits(type).name << " hd " << hd << " n_q " << n_q << " n_kv " << n_kv << " head "
@@ -195,7 +215,7 @@ TEST_P(NnKernels, AttentionMatchesReferenceForEveryKvType) {
           // Each head's result does not depend on the heads computed with it.
           for (int64_t h = 0; h < n_q; h += 3) {
             std::vector<float> one(hd);
-            Attention(q.data() + h * hd, 1, k.view, v.view, n_kv, hd, scale, one.data());
+            Attention(q.data() + h * hd, 1, k.view, v.view, n_kv, hd, scale, one.data(), first);
             ASSERT_EQ(0, std::memcmp(one.data(), out.data() + h * hd, hd * sizeof(float)))
                 << GgmlTraits(type).name << " hd " << hd << " head " << h << " n_kv " << n_kv;
           }

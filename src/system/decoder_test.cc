@@ -12,8 +12,10 @@
 namespace tlr {
 namespace {
 
-class DecoderTest : public RandomPairTest<11, 12> {
+template <const char* kPreset>
+class DecoderTestT : public RandomPairTest<11, 12, kPreset> {
  protected:
+  using Base = RandomPairTest<11, 12, kPreset>;
 
   struct Out {
     std::vector<int32_t> ids;
@@ -22,7 +24,7 @@ class DecoderTest : public RandomPairTest<11, 12> {
     DecodeStats st;
   };
   Out Run(Router* router, LlmBackend* llm, const DecodeOptions& d) {
-    CollabDecoder dec(*slm_, router, llm, &pool_);
+    CollabDecoder dec(*Base::slm_, router, llm, &pool_);
     Out out;
     auto st = dec.Generate(prompt_, d, [&](const TokenEvent& ev) {
       out.ids.push_back(ev.id);
@@ -46,9 +48,14 @@ class DecoderTest : public RandomPairTest<11, 12> {
     ASSERT_TRUE(m.Forward({&in, 1}, &ctx).ok());
   }
 
+  void JointEqualsTheFromScratchReference();
+
   ThreadPool pool_{2};
   std::vector<int32_t> prompt_ = {5, 17, 42, 99, 7, 3};
 };
+using DecoderTest = DecoderTestT<kTinyPreset>;
+using DecoderQwen3Test = DecoderTestT<kTinyQwen3>;
+using DecoderGemma3Test = DecoderTestT<kTinyGemma3>;
 
 // A backend whose server is down: every call fails (the decoder must fall back).
 class DownLlm : public LlmBackend {
@@ -69,7 +76,12 @@ class DownLlm : public LlmBackend {
   uint64_t fp_;
 };
 
-TEST_F(DecoderTest, JointEqualsTheFromScratchReferenceAndNeverRereads) {
+// The joint decode (blocking and pipelined) against re-running both models from scratch for
+// every token, and that neither model reads a token twice.
+template <const char* kPreset>
+void DecoderTestT<kPreset>::JointEqualsTheFromScratchReference() {
+  Model* slm_ = Base::slm_;
+  Model* llm_ = Base::llm_;
   for (bool pipeline : {false, true}) {
   SCOPED_TRACE(pipeline ? "pipeline on" : "pipeline off");
   // The seeded random router routes about half the tokens; the reference draws the same numbers.
@@ -111,6 +123,13 @@ TEST_F(DecoderTest, JointEqualsTheFromScratchReferenceAndNeverRereads) {
   EXPECT_EQ(got.st.llm_calls, got.st.routed);
   }
 }
+
+TEST_F(DecoderTest, JointEqualsTheFromScratchReferenceAndNeverRereads) { JointEqualsTheFromScratchReference(); }
+
+// The newer families above the engine: a random qwen3 pair and a random gemma3 pair (sliding
+// window 5, so the 40 generated tokens run past it) decode jointly exactly like the reference.
+TEST_F(DecoderQwen3Test, JointEqualsTheFromScratchReference) { JointEqualsTheFromScratchReference(); }
+TEST_F(DecoderGemma3Test, JointEqualsTheFromScratchReference) { JointEqualsTheFromScratchReference(); }
 
 TEST_F(DecoderTest, BaselinesAndExtremeThresholds) {
   auto router = Router::Builtin(RouterKind::kEntropy);

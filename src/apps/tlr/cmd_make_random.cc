@@ -23,7 +23,7 @@ Command AddMakeRandomCommand(CLI::App& root) {
       "Write a random-weight GGUF model with the real shapes of a known model (for benchmarks "
       "and interop tests)");
   app->add_option("--preset", opts->preset, "Shape: " + presets)->default_val("tiny");
-  app->add_option("--arch", opts->arch, "qwen2|llama (default: the preset's; the tiny presets take either)");
+  app->add_option("--arch", opts->arch, "qwen2|llama|qwen3|gemma3 (default: the preset's; tiny and tiny256 take any)");
   app->add_option("--type", opts->type, "File type: " + types)->default_val("q8_0");
   app->add_flag("--pure", opts->pure,
                 "Every weight matrix in the type's base type, mixes included (llama-quantize "

@@ -1,4 +1,5 @@
 // `tlr run`: generate text with one model, streaming to stdout (apps layer).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -22,14 +23,14 @@ double Seconds(std::chrono::steady_clock::time_point t0) {
 
 Command AddRunCommand(CLI::App& root) {
   struct Opts {
-    std::string model, prompt, prompt_file, system;
+    std::string model, prompt, prompt_file, system, logits_out;
     int n = 128;
     bool chat = false, verbose = false;
     RunArgs run;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* app = root.add_subcommand("run", "Generate text with a GGUF model, streaming it");
-  app->add_option("-m,--model", o->model, "GGUF model (qwen2 or llama)")->required();
+  app->add_option("-m,--model", o->model, "GGUF model (qwen2, llama, qwen3 or gemma3)")->required();
   app->add_option("-p,--prompt", o->prompt, "Prompt text");
   app->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
   app->add_option("-n,--max-tokens", o->n, "Maximum tokens to generate")->default_val(128)
@@ -39,6 +40,9 @@ Command AddRunCommand(CLI::App& root) {
                 "Qwen, Llama 3 format for Llama)");
   app->add_option("--system", o->system, "With --chat: a system message");
   app->add_flag("-v,--verbose", o->verbose, "Print model details, load notes and timings");
+  app->add_option("--logits-out", o->logits_out,
+                  "Also write the prompt's logits at every position to FILE.f32 (float32, [tokens, "
+                  "n_vocab]) and the prompt and generated ids to FILE.json (comparisons with other engines)");
   AddThreadArgs(app, &o->run);
   AddSamplingArgs(app, &o->run);
   app->footer("Example: tlr run -m qwen2.5-0.5b-instruct-q8_0.gguf --chat -p \"Why is the sky blue?\"");
@@ -87,8 +91,17 @@ Command AddRunCommand(CLI::App& root) {
             std::vector<float> logits(model.config().n_vocab);
             Sampler sampler(o->run.sampling, static_cast<int32_t>(model.config().n_vocab));
             const auto t_pp = std::chrono::steady_clock::now();
-            SequenceInput in{&*cache, ids, OutputRows::kLast, logits.data(), nullptr};
+            const int64_t V = model.config().n_vocab;
+            std::vector<float> all_logits(o->logits_out.empty() ? 0 : ids.size() * V);
+            SequenceInput in{&*cache, ids, o->logits_out.empty() ? OutputRows::kLast : OutputRows::kAll,
+                             o->logits_out.empty() ? logits.data() : all_logits.data(), nullptr};
             TLR_CLI_CHECK(cmd, model.Forward({&in, 1}, &fctx));
+            if (!o->logits_out.empty()) {
+              std::copy(all_logits.end() - V, all_logits.end(), logits.begin());
+              TLR_CLI_CHECK(cmd, WriteFileAtomic(o->logits_out + ".f32",
+                                                 {reinterpret_cast<const uint8_t*>(all_logits.data()),
+                                                  all_logits.size() * sizeof(float)}));
+            }
             const double pp_s = Seconds(t_pp);
             StreamDecoder dec(tok);
             std::vector<int32_t> history = ids;
@@ -107,6 +120,17 @@ Command AddRunCommand(CLI::App& root) {
               TLR_CLI_CHECK(cmd, model.Forward({&step, 1}, &fctx));
             }
             std::cout << dec.Flush() << "\n";
+            if (!o->logits_out.empty()) {
+              std::string j = "{\"prompt_ids\": [";
+              for (size_t i = 0; i < history.size(); ++i) {
+                if (i == ids.size()) j += "], \"generated\": [";
+                else if (i > 0) j += ", ";
+                j += std::to_string(history[i]);
+              }
+              j += history.size() == ids.size() ? "], \"generated\": []}\n" : "]}\n";
+              TLR_CLI_CHECK(cmd, WriteFileAtomic(o->logits_out + ".json",
+                                                 {reinterpret_cast<const uint8_t*>(j.data()), j.size()}));
+            }
             const double tg_s = Seconds(t_tg);
             std::fprintf(stderr, "\nprompt: %zu tokens, %.1f tok/s; generated: %d tokens, %.1f tok/s\n",
                          ids.size(), ids.size() / pp_s, generated,

@@ -35,7 +35,13 @@ void Tokenizer::EncodeSpm(std::string_view text, std::vector<int32_t>* out) cons
   };
   std::vector<Sym> sym;
   for (size_t off = 0; off < text.size();) {
-    const size_t n = std::min(Utf8Len(static_cast<unsigned char>(text[off])), text.size() - off);
+    size_t n = std::min(Utf8Len(static_cast<unsigned char>(text[off])), text.size() - off);
+    // A truncated sequence (a lead byte without all its continuation bytes) is one symbol
+    // per byte, so that it never swallows the start of the next character (an escaped space
+    // would then fall back to bytes and decode as "▁").
+    for (size_t k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(text[off + k]) & 0xC0) != 0x80) n = 1;
+    }
     const auto i = static_cast<int32_t>(sym.size());
     sym.push_back({off, n, i - 1, -1});
     if (i > 0) sym[i - 1].next = i;

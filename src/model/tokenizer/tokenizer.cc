@@ -219,7 +219,10 @@ std::string Tokenizer::Piece(int32_t id, bool render_special) const {
       if (render_special) return text;
       return vocab_.model == VocabModel::kSpm ? "\xE2\x96\x85" : "";
     case TokenType::kUserDefined:
-      return text;
+      // SentencePiece: added pieces such as Gemma's whitespace runs ("▁▁") are escaped like
+      // the others (Hugging Face's and llama.cpp's decoders unescape them too).
+      if (vocab_.model != VocabModel::kSpm) return text;
+      break;
     case TokenType::kByte:
       if (text.size() == 6 && text.rfind("<0x", 0) == 0) {
         return std::string(1, static_cast<char>(std::stoi(text.substr(3, 2), nullptr, 16)));
