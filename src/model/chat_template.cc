@@ -54,6 +54,8 @@ Expected<std::string> ChatTemplate::Apply(const std::vector<ChatMessage>& messag
   }
   jinja::Dict vars;
   vars.Set("messages", Value::List(std::move(msgs)));
+  vars.Set("tools", Value::None());  // as apply_chat_template passes them without tools
+  vars.Set("documents", Value::None());
   vars.Set("add_generation_prompt", Value(opts.add_generation_prompt));
   if (opts.enable_thinking) vars.Set("enable_thinking", Value(*opts.enable_thinking));
   if (bos_) vars.Set("bos_token", Value(*bos_));

@@ -6,7 +6,7 @@
 #include <mutex>
 #include <thread>
 
-#include "model/chat.h"
+#include "model/chat_template.h"
 #include "system/llm_server.h"
 #include "system/protocol.h"
 #include "system/server_json.h"
@@ -194,8 +194,10 @@ bool ParseMessages(const json& j, const Model& model, CompletionParams* p, std::
     }
     msgs.push_back(std::move(cm));
   }
-  p->prompt = model.tokenizer().Encode(FormatChat(ModelChatFormat(model), msgs, true), false, true);
-  return true;
+  const auto text = ApplyChatTemplate(model, msgs);
+  if (!text.ok()) *err = text.status().message();
+  if (text.ok()) p->prompt = model.tokenizer().Encode(*text, false, true);
+  return text.ok();
 }
 
 std::string Sse(const json& j) { return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n"; }

@@ -154,6 +154,22 @@ std::string Title(const std::string& s, bool only_first) {
   return out;
 }
 
+// Jinja's title filter (not str.title): each run between separators [-\s({\[<]+ gets its
+// first character upper-cased and the rest lower-cased.
+std::string JinjaTitle(const std::string& s) {
+  std::string out;
+  bool word_start = true;
+  for (size_t i = 0; i < s.size();) {
+    const size_t b = i;
+    const uint32_t cp = NextCodePoint(s, &i);
+    const std::string ch = s.substr(b, i - b);
+    const bool sep = IsPySpace(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
+    out += sep ? ch : CaseMap(ch, word_start);
+    word_start = sep;
+  }
+  return out;
+}
+
 int64_t ToInt(const Value& v, const std::string& what, int line) {
   if (!v.IsInt() && !v.IsBool()) Fail(what + " must be an integer, got " + v.TypeName(), line);
   return v.AsInt();
@@ -325,7 +341,8 @@ Value CallFilter(const std::string& name, const Value& v, const CallArgs& a, int
   if (name == "string") return Value(v.Str());
   if (name == "trim") return Value(PyStrip(v.Str(), Arg(a, 0, "chars", kNone), true, true));
   if (name == "lower" || name == "upper") return Value(CaseMap(v.Str(), name == "upper"));
-  if (name == "capitalize" || name == "title") return Value(Title(v.Str(), name == "capitalize"));
+  if (name == "capitalize") return Value(Title(v.Str(), true));
+  if (name == "title") return Value(JinjaTitle(v.Str()));
   if (name == "tojson") {
     const Value& indent = Arg(a, 0, "indent", kNone);
     const int ind = indent.IsNone() ? -1 : static_cast<int>(std::clamp<int64_t>(ToInt(indent, "tojson indent", line), 0, 64));
