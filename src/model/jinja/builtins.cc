@@ -601,6 +601,11 @@ Dict DefaultGlobals() {
         d = a.pos[0].AsDict();
       }
       for (const auto& [k, v] : a.kw) d.Set(k, v);
+      if (ns) {
+        for (const auto& kv : d.items) {
+          if (kv.second.HoldsNamespace()) Fail("a namespace attribute cannot hold a namespace", line);
+        }
+      }
       return ns ? Value::Namespace(std::move(d)) : Value::MakeDict(std::move(d));
     };
   };

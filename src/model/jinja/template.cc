@@ -191,6 +191,8 @@ class Evaluator {
                ", not a namespace())",
            s.line);
     }
+    if (v.HoldsNamespace()) Fail("a namespace attribute cannot hold a namespace", s.line);
+    if (v.depth() + 1 > Value::kMaxNesting) Fail("values nested more than 100 deep", s.line);
     target.MutableNamespace().Set(s.attr, std::move(v));
   }
 

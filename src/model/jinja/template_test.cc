@@ -148,6 +148,14 @@ TEST(JinjaTest, HostileTemplatesAreBounded) {
             "ERROR: loops ran more than 300000 iterations at line 1");
   EXPECT_EQ(Render("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}"), "ERROR: macro calls nested deeper than 32 at line 1");
   EXPECT_EQ(Render("{{ 'x' * 100000000 }}"), "ERROR: repetition too large at line 1");
+  // Deep or cyclic values would make printing, comparing or freeing them recurse without end.
+  EXPECT_EQ(Render("{% set ns = namespace(x=[]) %}{% for i in range(1000) %}{% set ns.x = [ns.x] %}{% endfor %}"
+                   "{{ ns.x }}"),
+            "ERROR: values nested more than 100 deep at line 1");
+  EXPECT_EQ(Render("{% set ns = namespace() %}{% set ns.me = [ns] %}"),
+            "ERROR: a namespace attribute cannot hold a namespace at line 1");
+  EXPECT_EQ(Render("{% set a = namespace() %}{% set b = namespace(a=a) %}"),
+            "ERROR: a namespace attribute cannot hold a namespace at line 1");
   EXPECT_EQ(Render("{{ " + std::string(500, '(') + "1" + std::string(500, ')') + " }}"),
             "PARSE ERROR: template is nested too deeply");
   EXPECT_EQ(Render(std::string(500, '[') + std::string(500, ']')), std::string(500, '[') + std::string(500, ']'));

@@ -46,15 +46,38 @@ Value::Value(bool b) : kind_(Kind::kBool), b_(b) {}
 Value::Value(int64_t i) : kind_(Kind::kInt), i_(i) {}
 Value::Value(double d) : kind_(Kind::kFloat), d_(d) {}
 Value::Value(std::string s) : kind_(Kind::kString), s_(std::move(s)) {}
+namespace {
+int Deeper(int depth) {
+  if (depth + 1 > Value::kMaxNesting) throw Error{"values nested more than 100 deep"};
+  return depth + 1;
+}
+}  // namespace
+
+bool Value::HoldsNamespace() const {
+  if (kind_ == Kind::kNamespace) return true;
+  if (kind_ == Kind::kList) {
+    for (const Value& x : *list_) {
+      if (x.HoldsNamespace()) return true;
+    }
+  } else if (kind_ == Kind::kDict) {
+    for (const auto& kv : dict_->items) {
+      if (kv.second.HoldsNamespace()) return true;
+    }
+  }
+  return false;
+}
+
 Value Value::List(std::vector<Value> items) {
   Value v;
   v.kind_ = Kind::kList;
+  for (const Value& x : items) v.depth_ = std::max(v.depth_, Deeper(x.depth_));
   v.list_ = std::make_shared<const std::vector<Value>>(std::move(items));
   return v;
 }
 Value Value::MakeDict(Dict d) {
   Value v;
   v.kind_ = Kind::kDict;
+  for (const auto& kv : d.items) v.depth_ = std::max(v.depth_, Deeper(kv.second.depth_));
   v.dict_ = std::make_shared<Dict>(std::move(d));
   return v;
 }

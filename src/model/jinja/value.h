@@ -80,6 +80,12 @@ class Value {
   const Dict& AsDict() const { return *dict_; }
   Dict& MutableNamespace() { return *dict_; }
   const Function& AsFunction() const { return *fn_; }
+  // Nesting depth of lists and dicts (a scalar is 0). Building a value deeper than
+  // kMaxNesting throws Error, so printing, comparing and freeing values never recurse far.
+  int depth() const { return depth_; }
+  static constexpr int kMaxNesting = 100;
+  // Whether a namespace is inside (namespaces may not hold one: no reference cycles).
+  bool HoldsNamespace() const;
 
   // Python's bool(x) (undefined is false).
   bool Truthy() const;
@@ -95,6 +101,7 @@ class Value {
  private:
   Kind kind_ = Kind::kUndefined;
   bool b_ = false;
+  int depth_ = 0;
   int64_t i_ = 0;
   double d_ = 0;
   std::string s_;
