@@ -83,7 +83,9 @@ TEST(ChatTemplateHfTest, PromptsMatchJinja2ByteForByte) {
       auto out = tmpl->Apply(msgs, opts);
       if (c.contains("error")) {
         EXPECT_FALSE(out.ok()) << what << ": Jinja2 failed with " << c["error"] << " but TLR rendered:\n" << *out;
-        if (!out.ok()) EXPECT_NE(out.status().message().find("raised an error"), std::string::npos) << out.status().message();
+        if (!out.ok()) {
+          EXPECT_NE(out.status().message().find("raised an error"), std::string::npos) << out.status().message();
+        }
         ++errors;
       } else {
         ASSERT_TRUE(out.ok()) << what << ": " << out.status().message();
