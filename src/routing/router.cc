@@ -176,7 +176,11 @@ Expected<Router> Router::Load(const std::string& path) {
   if (auto v = file.GetString(kKeyFingerprint); v.ok()) info.slm_fingerprint = *v;
   if (auto v = file.GetString(kKeySlmName); v.ok()) info.slm_name = *v;
   if (auto v = file.GetString(kKeySummary); v.ok()) info.training_summary = *v;
-  if (auto v = file.GetFloat(kKeyThreshold); v.ok()) info.threshold = static_cast<float>(*v);
+  if (auto v = file.GetFloat(kKeyThreshold); v.ok()) {
+    // A NaN threshold would load and then never route (every comparison with it is false).
+    if (!std::isfinite(*v)) return pre(Status::Error(std::string(kKeyThreshold) + " is not a finite number"));
+    info.threshold = static_cast<float>(*v);
+  }
   if (!RouterIsLearned(info.kind)) {
     auto r = Builtin(info.kind);
     if (!r.ok()) return pre(r.status());
@@ -209,6 +213,13 @@ Expected<Router> Router::Load(const std::string& path) {
     l.b.resize(l.n_out);
     TLR_RETURN_IF_ERROR(pre(Dequantize(w->type, w->data, l.w.data(), l.n_in * l.n_out)));
     std::memcpy(l.b.data(), b->data, l.n_out * sizeof(float));
+    for (const std::vector<float>* v : {&l.w, &l.b}) {
+      for (float x : *v) {
+        if (!std::isfinite(x)) {
+          return pre(Status::Error("layer " + std::to_string(i) + " has a weight or bias that is NaN or infinite"));
+        }
+      }
+    }
     layers.push_back(std::move(l));
   }
   auto dim = file.GetUint(kKeyInputDim);

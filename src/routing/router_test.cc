@@ -116,6 +116,35 @@ TEST(Router, CiterMatchesReferenceAndRoundTripsThroughGguf) {
   for (int t = 0; t < 4; ++t) EXPECT_NEAR(out[t], out2[t], 0.03);
 }
 
+// A NaN threshold or NaN/inf weights would load and then never route (or route always):
+// refused at load with a message naming what is wrong.
+TEST(Router, RefusesNonFiniteThresholdAndWeights) {
+  TempDir dir;
+  RouterInfo info;
+  info.kind = RouterKind::kCiter;
+  info.threshold = std::nanf("");
+  auto r = Router::FromLayers(info, RandomLayers({8, 4, 4, 1}, 3));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_TRUE(r->Save(dir.File("nan_threshold.gguf")).ok());
+  auto loaded = Router::Load(dir.File("nan_threshold.gguf"));
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("threshold is not a finite number"), std::string::npos)
+      << loaded.status().message();
+
+  for (float bad : {std::nanf(""), INFINITY}) {
+    info.threshold = 0.5f;
+    auto layers = RandomLayers({8, 4, 4, 1}, 3);
+    layers[1].w[2] = bad;
+    auto w = Router::FromLayers(info, layers);
+    ASSERT_TRUE(w.ok()) << w.status().message();
+    ASSERT_TRUE(w->Save(dir.File("nan_weight.gguf")).ok());
+    auto back = Router::Load(dir.File("nan_weight.gguf"));
+    ASSERT_FALSE(back.ok());
+    EXPECT_NE(back.status().message().find("layer 1 has a weight or bias that is NaN or infinite"), std::string::npos)
+        << back.status().message();
+  }
+}
+
 TEST(Router, ColmIsOneMinusDeferProbability) {
   const int64_t h = 32;
   auto layers = RandomLayers({h, 1}, 8);

@@ -171,6 +171,7 @@ Expected<DecodeStats> CollabDecoder::GenerateBlocking(std::span<const int32_t> p
         source = TokenSource::kLlm;
       } else {
         source = TokenSource::kFallback;
+        first.llm_error = reply.ok() ? "the LLM returned no tokens" : reply.status().message();
       }
     }
     if (toks.empty()) toks.push_back(sampler.Sample(logits.data(), seq));  // draw keyed by position

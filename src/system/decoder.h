@@ -106,6 +106,7 @@ struct TokenEvent {
                              // the token before
   int64_t wasted = 0;        // SLM token steps discarded when this token was decided
   double at_s = 0;           // since the start of Generate
+  std::string llm_error;     // FALLBACK: why the LLM call failed
 };
 
 struct DecodeStats {

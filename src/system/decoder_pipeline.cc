@@ -298,6 +298,7 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
       ev.slm_s = t.slm_s;
       ev.router_s = t.router_s;
       ev.llm_s = t.llm_s;
+      ev.llm_error = t.llm_error;
       ev.stall_s = stall_since_emit;
       ev.wasted = wasted_since_emit;
       stall_since_emit = 0;

@@ -7,6 +7,7 @@
 
 #include "system/protocol.h"
 #include "system/server_json.h"
+#include "system/server_requests.h"
 
 namespace tlr {
 
@@ -96,6 +97,7 @@ Status LlmServer::Start() {
   }
   // Auth first (everything but /health needs a key when keys are set).
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (server::RefuseBodyWithoutLength(req, res)) return httplib::Server::HandlerResponse::Handled;
     if (opts_.api_keys.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
     if (KeyMatches(req.get_header_value("Authorization"), opts_.api_keys)) {
       return httplib::Server::HandlerResponse::Unhandled;
@@ -189,42 +191,10 @@ void LlmServer::Routes() {
   http_->Post("/tlr/v1/next", timed("/tlr/v1/next", [this, &model](const httplib::Request& req, httplib::Response& res) {
                 auto body = server::ParseBody(req, res);
                 if (!body) return;
-                const json& j = *body;
-                NextRequest nr;
-                std::string err, hash;
-                int64_t base = 0, n = 1, top = 0, timeout_ms = 0, lookahead = 0;
-                if (!server::GetString(j, "session", &nr.session, &err) ||
-                    !server::GetString(j, "request_id", &nr.request_id, &err) ||
-                    !server::GetString(j, "prefix_hash", &hash, &err) ||
-                    !server::GetInt(j, "base", 0, int64_t{1} << 40, &base, &err) ||
-                    !server::GetInt(j, "n", 1, engine_->limits().max_tokens_per_call, &n, &err) ||
-                    !server::GetInt(j, "top_logprobs", 0, 20, &top, &err) ||
-                    !server::GetInt(j, "lookahead", 0, engine_->limits().max_tokens_per_call, &lookahead, &err) ||
-                    !server::GetInt(j, "timeout_ms", 0, 3600000, &timeout_ms, &err)) {
-                  return SendError(res, 400, "invalid_request", err);
-                }
-                if (nr.session.empty()) return SendError(res, 400, "invalid_request", "'session' is required");
-                if (nr.request_id.size() > 128) return SendError(res, 400, "invalid_request", "'request_id' is longer than 128 characters");
-                if (hash.empty() && base == 0) hash = HashHex(TokenPrefixHash({}));  // nothing to compare
-                if (hash.empty()) return SendError(res, 400, "invalid_request", "'prefix_hash' is required when base > 0");
-                if (!ParseHashHex(hash, &nr.prefix_hash)) {
-                  return SendError(res, 400, "invalid_request", "'prefix_hash' must be 16 hex digits");
-                }
-                auto app = j.find("append");
-                if (app == j.end()) return SendError(res, 400, "invalid_request", "'append' (token ids) is required");
-                if (!server::GetTokenArray(*app, "append", model.config().n_vocab, &nr.append, &err)) {
-                  return SendError(res, 400, "invalid_request", err);
-                }
-                auto samp = j.find("sampling");
-                if (samp != j.end() && !samp->is_null()) {
-                  if (!samp->is_object()) return SendError(res, 400, "invalid_request", "'sampling' must be an object");
-                  if (!server::GetSampling(*samp, &nr.sampling, &err)) return SendError(res, 400, "invalid_request", "sampling: " + err);
-                }
-                nr.base = base;
-                nr.n = static_cast<int>(n);
-                nr.lookahead = static_cast<int>(lookahead);
-                nr.top_logprobs = static_cast<int>(top);
-                nr.timeout_s = static_cast<double>(timeout_ms) / 1e3;
+                auto parsed = server::ParseNextRequest(*body, engine_->limits(), model.config().n_vocab);
+                if (!parsed.ok()) return SendError(res, 400, "invalid_request", parsed.status().message());
+                const NextRequest& nr = *parsed;
+                const int top = nr.top_logprobs, lookahead = nr.lookahead;
                 EngineResult r = engine_->Next(nr);
                 if (r.code == EngineCode::kConflict) {
                   json e = {{"error", {{"code", "resync"}, {"message", r.message}, {"type", "resync"}}},

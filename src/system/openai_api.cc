@@ -10,6 +10,7 @@
 #include "system/llm_server.h"
 #include "system/protocol.h"
 #include "system/server_json.h"
+#include "system/server_requests.h"
 #include "system/sse_stream.h"
 
 namespace tlr {
@@ -19,17 +20,6 @@ using server::SendError;
 using server::SendJson;
 
 namespace {
-
-struct CompletionParams {
-  std::vector<int32_t> prompt;
-  int max_tokens = 16;
-  SamplerParams sampling;
-  int logprobs = -1;               // -1: none; else top-k count (0 = just the chosen token)
-  std::vector<std::string> stop;
-  bool stream = false;
-  bool ids_as_tokens = false;      // vLLM's return_tokens_as_token_ids
-  bool chat = false;
-};
 
 // Everything a generation produced, with the stop-string logic applied.
 class CompletionText {
@@ -84,123 +74,7 @@ std::string TokenLabel(const Tokenizer& tok, int32_t id, bool as_id) {
   return as_id ? "token_id:" + std::to_string(id) : tok.Piece(id, true);
 }
 
-bool ParseCommon(const json& j, bool chat, CompletionParams* p, std::string* err) {
-  p->chat = chat;
-  p->sampling.temperature = 1.0f;  // OpenAI's defaults
-  p->sampling.top_k = 0;
-  p->sampling.seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  int64_t max_tokens = chat ? -1 : 16, n = 1;
-  if (!server::GetInt(j, "max_tokens", 0, 1 << 30, &max_tokens, err)) return false;
-  if (chat && !server::GetInt(j, "max_completion_tokens", 0, 1 << 30, &max_tokens, err)) return false;
-  if (!server::GetInt(j, "n", 1, 1, &n, err)) {
-    *err = "only n = 1 is supported";
-    return false;
-  }
-  p->max_tokens = static_cast<int>(max_tokens);
-  if (!server::GetSampling(j, &p->sampling, err)) return false;
-  if (!server::GetBool(j, "stream", &p->stream, err)) return false;
-  if (!server::GetBool(j, "return_tokens_as_token_ids", &p->ids_as_tokens, err)) return false;
-  bool echo = false;
-  if (!server::GetBool(j, "echo", &echo, err)) return false;
-  if (echo) {
-    *err = "'echo' is not supported";
-    return false;
-  }
-  auto stop = j.find("stop");
-  if (stop != j.end() && !stop->is_null()) {
-    if (stop->is_string()) {
-      p->stop.push_back(stop->get<std::string>());
-    } else if (stop->is_array() && stop->size() <= 4) {
-      for (const json& s : *stop) {
-        if (!s.is_string()) {
-          *err = "'stop' must be a string or an array of up to 4 strings";
-          return false;
-        }
-        p->stop.push_back(s.get<std::string>());
-      }
-    } else {
-      *err = "'stop' must be a string or an array of up to 4 strings";
-      return false;
-    }
-    for (const std::string& s : p->stop) {
-      if (s.empty()) {
-        *err = "'stop' strings must not be empty";
-        return false;
-      }
-    }
-  }
-  if (chat) {
-    bool lp = false;
-    int64_t top = 0;
-    if (!server::GetBool(j, "logprobs", &lp, err) || !server::GetInt(j, "top_logprobs", 0, 20, &top, err)) return false;
-    p->logprobs = lp ? static_cast<int>(top) : -1;
-  } else {
-    int64_t lp = -1;
-    if (!server::GetInt(j, "logprobs", 0, 20, &lp, err)) return false;
-    p->logprobs = static_cast<int>(lp);
-  }
-  return true;
-}
-
-bool ParsePrompt(const json& j, const Tokenizer& tok, CompletionParams* p, std::string* err) {
-  auto it = j.find("prompt");
-  if (it == j.end()) {
-    *err = "'prompt' is required";
-    return false;
-  }
-  json v = *it;
-  if (v.is_array() && v.size() == 1 && (v[0].is_string() || v[0].is_array())) v = v[0];
-  if (v.is_string()) {
-    p->prompt = tok.Encode(v.get<std::string>(), true, false);
-    return true;
-  }
-  if (v.is_array()) return server::GetTokenArray(v, "prompt", tok.n_vocab(), &p->prompt, err);
-  *err = "'prompt' must be a string, an array of token ids, or a one-element array of either";
-  return false;
-}
-
-bool ParseMessages(const json& j, const Model& model, CompletionParams* p, std::string* err) {
-  auto it = j.find("messages");
-  if (it == j.end() || !it->is_array() || it->empty()) {
-    *err = "'messages' must be a non-empty array";
-    return false;
-  }
-  std::vector<ChatMessage> msgs;
-  for (const json& m : *it) {
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
-      *err = "each message needs a string 'role'";
-      return false;
-    }
-    ChatMessage cm{m["role"].get<std::string>(), ""};
-    if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "developer") {
-      *err = "unknown message role '" + cm.role + "' (system, developer, user, assistant)";
-      return false;
-    }
-    if (cm.role == "developer") cm.role = "system";
-    const json c = m.value("content", json());
-    if (c.is_string()) {
-      cm.content = c.get<std::string>();
-    } else if (c.is_array()) {
-      for (const json& part : c) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
-          *err = "message content parts must be {\"type\": \"text\", \"text\": ...}";
-          return false;
-        }
-        cm.content += part["text"].get<std::string>();
-      }
-    } else if (!c.is_null()) {
-      *err = "message 'content' must be a string or an array of text parts";
-      return false;
-    }
-    msgs.push_back(std::move(cm));
-  }
-  const auto text = ApplyChatTemplate(model, msgs);
-  if (!text.ok()) *err = text.status().message();
-  if (text.ok()) p->prompt = model.tokenizer().Encode(*text, false, true);
-  return text.ok();
-}
-
-std::string Sse(const json& j) { return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n"; }
+std::string Sse(const json& j) { return "data: " + DumpJson(j) + "\n\n"; }
 
 }  // namespace
 
@@ -222,16 +96,18 @@ void LlmServer::RoutesOpenAi() {
     }
   });
 
-  auto handle = [this, &model, &tok](bool chat, const httplib::Request& req, httplib::Response& res) {
+  // The model's chat template, parsed once; a file whose template cannot be parsed serves
+  // /v1/completions and answers chat requests with that error.
+  const Expected<ChatTemplate> chat_template = ChatTemplate::ForModel(model);
+  auto handle = [this, &tok, chat_template](bool chat, const httplib::Request& req, httplib::Response& res) {
     const auto t0 = std::chrono::steady_clock::now();
     auto body = server::ParseBody(req, res);
     if (!body) return;
-    CompletionParams p;
-    std::string err;
-    if (!ParseCommon(*body, chat, &p, &err) ||
-        !(chat ? ParseMessages(*body, model, &p, &err) : ParsePrompt(*body, tok, &p, &err))) {
-      return SendError(res, 400, "invalid_request_error", err);
-    }
+    if (chat && !chat_template.ok()) return SendError(res, 500, "server_error", chat_template.status().message());
+    auto parsed = server::ParseCompletionRequest(*body, chat, tok,
+                                                 chat_template.ok() ? &*chat_template : nullptr);
+    if (!parsed.ok()) return SendError(res, 400, "invalid_request_error", parsed.status().message());
+    server::CompletionParams& p = *parsed;
     if (p.prompt.empty()) return SendError(res, 400, "invalid_request_error", "the prompt is empty");
     const int limit = engine_->limits().max_tokens_per_call;
     const int64_t room = engine_->limits().max_context - static_cast<int64_t>(p.prompt.size());

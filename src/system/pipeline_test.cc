@@ -121,14 +121,17 @@ TEST_F(PipelineTest, SpansEqualTheBlockingLoop) {
 }
 
 TEST_F(PipelineTest, SpeculationIsUsedHitsMissesAndDrafts) {
+  // A 60 ms round trip: many SLM steps fit in one, even when a loaded machine slows the SLM
+  // (at 20 ms, calls sometimes came back before the next routed token and nothing overlapped).
+  constexpr int kRtt = 60;
   // LLM = SLM: the SLM's own guess is the LLM's token, the speculation stands.
-  const Out same = Run(*slm_, Options(0.5f, true, 1, 0), 20, 0);
+  const Out same = Run(*slm_, Options(0.5f, true, 1, 0), kRtt, 0);
   EXPECT_GT(same.st.spec_resolved, 0);
   EXPECT_EQ(same.st.spec_hits, same.st.spec_resolved);
   EXPECT_EQ(same.st.wasted_slm_steps, 0);
   EXPECT_GT(same.st.max_in_flight, 1);  // several routed tokens were on the network at once
   // A different LLM: misses discard work and cancel the calls made inside it.
-  const Out other = Run(*llm_, Options(0.5f, true, 1, 0), 20, 0);
+  const Out other = Run(*llm_, Options(0.5f, true, 1, 0), kRtt, 0);
   EXPECT_LT(other.st.spec_hits, other.st.spec_resolved);
   EXPECT_GT(other.st.wasted_slm_steps, 0);
   EXPECT_GT(other.st.cancelled_calls, 0);
@@ -136,7 +139,7 @@ TEST_F(PipelineTest, SpeculationIsUsedHitsMissesAndDrafts) {
   for (SpecOutcome o : other.spec) saw_miss |= o == SpecOutcome::kMiss;
   EXPECT_TRUE(saw_miss);
   // Lookahead: later routed tokens inside the LLM's draft need no call.
-  const Out drafts = Run(*llm_, Options(0.5f, true, 1, 16), 20, 0);
+  const Out drafts = Run(*llm_, Options(0.5f, true, 1, 16), kRtt, 0);
   EXPECT_GT(drafts.st.lookahead_used, 0);
   EXPECT_LT(drafts.st.llm_calls, other.st.llm_calls);
   EXPECT_EQ(drafts.ids, other.ids);

@@ -2,9 +2,8 @@
 // statistics (see remote_llm.h). The protocols are remote_tlr.cc and remote_openai.cc.
 #include "system/remote_llm.h"
 
-#include <nlohmann/json.hpp>
-
 #include "system/remote_protocols.h"
+#include "system/remote_replies.h"
 
 namespace tlr {
 
@@ -34,13 +33,41 @@ std::string RemoteLlm::name() const {
   return std::string(RemoteProtocolName(opts_.protocol)) + " server " + opts_.http.url;
 }
 
-std::string RemoteLlm::ErrorMessage(const std::string& body) {
-  nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
-  if (!j.is_discarded() && j.is_object() && j.contains("error") && j["error"].is_object() &&
-      j["error"].contains("message") && j["error"]["message"].is_string()) {
-    return j["error"]["message"].get<std::string>();
+std::string RemoteLlm::ErrorMessage(const std::string& body) { return remote::ErrorMessage(body); }
+
+std::string_view CallFailureName(CallFailure f, bool plural) {
+  switch (f) {
+    case CallFailure::kUnreachable: return "unreachable";
+    case CallFailure::kTimeout: return plural ? "timeouts" : "timeout";
+    case CallFailure::kServerError: return plural ? "server errors" : "server error";
+    case CallFailure::kMalformed: return plural ? "malformed replies" : "malformed reply";
+    case CallFailure::kFailFast: return "skipped while the server was down";
   }
-  return body.substr(0, 200);
+  return "?";
+}
+
+std::string RemoteStats::FailureSummary() const {
+  std::string out;
+  for (int k = 0; k < kCallFailureKinds; ++k) {
+    if (failures[k] == 0) continue;
+    if (!out.empty()) out += ", ";
+    out += std::to_string(failures[k]) + " " + std::string(CallFailureName(static_cast<CallFailure>(k), failures[k] != 1));
+  }
+  if (!out.empty() && !first_failure.empty()) out += ": " + first_failure;
+  return out;
+}
+
+Status RemoteLlm::NoReply(const HttpResult& h, CallError* err) {
+  err->outage = !h.too_large;
+  err->kind = h.timed_out ? CallFailure::kTimeout : h.too_large ? CallFailure::kMalformed : CallFailure::kUnreachable;
+  if (h.timed_out || h.too_large) return Status::Error("LLM call failed: " + h.error);
+  return Status::Error("LLM server unreachable: " + h.error);
+}
+
+Status RemoteLlm::ErrorStatus(const HttpResult& h, const std::string& what, CallError* err) {
+  err->outage = h.status >= 500;
+  err->kind = CallFailure::kServerError;
+  return Status::Error(what + " (" + std::to_string(h.status) + "): " + ErrorMessage(h.body));
 }
 
 Status RemoteLlm::GetForCheck(const std::string& path, const std::string& not_200, bool* reachable,
@@ -114,13 +141,17 @@ Expected<LlmReply> RemoteLlm::Run(const LlmRequest& req, LlmCall& call) {
   {
     std::lock_guard<std::mutex> l(stats_mu_);
     if (down_ && Clock::now() < retry_at_) {
+      Status s = Status::Error("LLM server unavailable (retrying soon)");
       ++stats_.failed_calls;
-      return Status::Error("LLM server unavailable (retrying soon)");
+      ++stats_.failures[static_cast<int>(CallFailure::kFailFast)];
+      if (stats_.first_failure.empty()) stats_.first_failure = s.message();
+      return s;
     }
     probe = down_;
   }
-  bool outage = false;
-  auto r = Execute(req, call, &outage);
+  CallError err;
+  auto r = Execute(req, call, &err);
+  const bool outage = err.outage;
   std::lock_guard<std::mutex> l(stats_mu_);
   if (r.ok()) {
     down_ = false;
@@ -130,6 +161,8 @@ Expected<LlmReply> RemoteLlm::Run(const LlmRequest& req, LlmCall& call) {
     ++stats_.cancelled_calls;
   } else {
     ++stats_.failed_calls;
+    ++stats_.failures[static_cast<int>(err.kind)];
+    if (stats_.first_failure.empty()) stats_.first_failure = r.status().message();
     // Only an outage (no answer, 5xx) makes the next calls fail fast; a refused call does not.
     // A failed probe doubles the window; calls that were already on their way when the server
     // went down fail together and open it once.

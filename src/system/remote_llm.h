@@ -48,6 +48,17 @@ struct RemoteOptions {
   int max_in_flight = 4;         // calls running at once (one connection each)
 };
 
+// Why a call failed, for the device's summary ("9 fallbacks: 7 timeouts, 2 malformed replies").
+enum class CallFailure { kUnreachable, kTimeout, kServerError, kMalformed, kFailFast };
+inline constexpr int kCallFailureKinds = 5;
+std::string_view CallFailureName(CallFailure f, bool plural);  // "timeout", "malformed replies", ...
+
+// What a failed call's protocol reports to the common part.
+struct CallError {
+  bool outage = false;  // the server is unreachable or failing (no answer, 5xx): fail fast a while
+  CallFailure kind = CallFailure::kMalformed;
+};
+
 struct RemoteStats {
   int64_t calls = 0;             // calls submitted
   int64_t failed_calls = 0;      // calls that returned an error (not counting cancelled ones)
@@ -59,6 +70,10 @@ struct RemoteStats {
   int64_t tokens_sent = 0;       // token ids sent to the server
   int64_t lookahead_tokens = 0;  // lookahead tokens received
   double sim_delay_s = 0;        // simulated network time added
+  int64_t failures[kCallFailureKinds] = {};  // failed calls by CallFailure
+  std::string first_failure;     // the message of the first failed call
+  // "7 timeouts, 2 malformed replies: <first message>"; empty when no call failed.
+  std::string FailureSummary() const;
 };
 
 class RemoteLlm : public LlmBackend {
@@ -91,9 +106,12 @@ class RemoteLlm : public LlmBackend {
   // Once the server answered at connect time: work that saves the first call a round trip
   // (the native protocol opens its session). Failures are left for the first call.
   virtual void Prepare() {}
-  // One call, blocking, on a worker thread. Sets *outage when the failure is the server being
-  // unreachable or failing (no answer, 5xx): later calls then fail fast for a while.
-  virtual Expected<LlmReply> Execute(const LlmRequest& req, LlmCall& call, bool* outage) = 0;
+  // One call, blocking, on a worker thread. On failure sets *err: its kind, and whether it is
+  // an outage (the server unreachable or failing: later calls then fail fast for a while).
+  virtual Expected<LlmReply> Execute(const LlmRequest& req, LlmCall& call, CallError* err) = 0;
+  // The error of a request that got no reply, or a reply with an error status.
+  static Status NoReply(const HttpResult& h, CallError* err);
+  static Status ErrorStatus(const HttpResult& h, const std::string& what, CallError* err);
   static std::string ErrorMessage(const std::string& body);
   // GET `path` at connect time: sets *reachable; Ok with *body empty when the server did not
   // answer; an error for TLS, key or status problems (`not_200` explains the last).

@@ -21,12 +21,12 @@ class TlrServerLlm : public RemoteLlm {
  protected:
   Status CheckServer(bool* reachable) override;
   void Prepare() override;
-  Expected<LlmReply> Execute(const LlmRequest& req, LlmCall& call, bool* outage) override;
+  Expected<LlmReply> Execute(const LlmRequest& req, LlmCall& call, CallError* err) override;
 
  private:
   // Creates a session unless one exists with a generation other than `stale` (the one a 404
   // came from); returns the session id and its generation.
-  Status EnsureSession(uint64_t stale, std::string* id, uint64_t* generation, bool* outage);
+  Status EnsureSession(uint64_t stale, std::string* id, uint64_t* generation, CallError* err);
 
   std::mutex session_mu_;     // held while a session is created
   std::mutex mu_;             // everything below
@@ -49,7 +49,7 @@ class OpenAiLlm : public RemoteLlm {
 
  protected:
   Status CheckServer(bool* reachable) override;
-  Expected<LlmReply> Execute(const LlmRequest& req, LlmCall& call, bool* outage) override;
+  Expected<LlmReply> Execute(const LlmRequest& req, LlmCall& call, CallError* err) override;
 };
 
 }  // namespace tlr

@@ -5,6 +5,7 @@
 
 #include "system/protocol.h"
 #include "system/remote_protocols.h"
+#include "system/remote_replies.h"
 
 namespace tlr {
 
@@ -42,9 +43,9 @@ Status TlrServerLlm::CheckServer(bool* reachable) {
                                   reachable, &body));
   reachable_ = *reachable;
   if (!*reachable) return Status::Ok();
-  json j = json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return Status::Error("the server's answer is not JSON");
-  const std::string fp = j.value("vocab_fingerprint", "");
+  auto info = remote::ParseInfoReply(body);
+  if (!info.ok()) return info.status();
+  const std::string& fp = info->vocab_fingerprint;
   if (!fp.empty() && fp != HashHex(vocab_.Fingerprint())) {
     return Status::Error("the server's LLM uses a different vocabulary (fingerprint " + fp + ", the SLM's is " +
                          HashHex(vocab_.Fingerprint()) + "): token routing needs one tokenizer");
@@ -55,11 +56,11 @@ Status TlrServerLlm::CheckServer(bool* reachable) {
 void TlrServerLlm::Prepare() {
   std::string id;
   uint64_t generation = 0;
-  bool outage = false;
-  (void)EnsureSession(0, &id, &generation, &outage);  // a failure is retried by the first call
+  CallError err;
+  (void)EnsureSession(0, &id, &generation, &err);  // a failure is retried by the first call
 }
 
-Status TlrServerLlm::EnsureSession(uint64_t stale, std::string* id, uint64_t* generation, bool* outage) {
+Status TlrServerLlm::EnsureSession(uint64_t stale, std::string* id, uint64_t* generation, CallError* err) {
   std::lock_guard<std::mutex> create(session_mu_);
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -70,25 +71,18 @@ Status TlrServerLlm::EnsureSession(uint64_t stale, std::string* id, uint64_t* ge
     }
   }
   HttpResult h = http_.PostWithRetries("/tlr/v1/sessions", "{}");
-  if (!h.sent) {
-    *outage = true;
-    return Status::Error("LLM server unreachable: " + h.error);
-  }
-  if (h.status != 201) {
-    *outage = h.status >= 500;
-    return Status::Error("creating a session failed (" + std::to_string(h.status) + "): " + ErrorMessage(h.body));
-  }
-  json j = json::parse(h.body, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("session") || !j["session"].is_string()) {
-    return Status::Error("the server's session reply is malformed");
-  }
-  if (j.value("vocab_fingerprint", "") != HashHex(vocab_.Fingerprint())) {
+  if (!h.sent) return NoReply(h, err);
+  if (h.status != 201) return ErrorStatus(h, "creating a session failed", err);
+  auto reply = remote::ParseSessionReply(h.body);
+  if (!reply.ok()) return reply.status();
+  if (reply->vocab_fingerprint != HashHex(vocab_.Fingerprint())) {
+    err->kind = CallFailure::kServerError;
     return Status::Error("the server's LLM uses a different vocabulary: token routing needs one tokenizer");
   }
   CountStat(&RemoteStats::sessions_created);
   std::lock_guard<std::mutex> l(mu_);
   reachable_ = true;
-  session_ = j["session"].get<std::string>();
+  session_ = reply->session;
   ++session_generation_;
   held_.clear();
   held_version_ = -1;
@@ -97,11 +91,12 @@ Status TlrServerLlm::EnsureSession(uint64_t stale, std::string* id, uint64_t* ge
   return Status::Ok();
 }
 
-Expected<LlmReply> TlrServerLlm::Execute(const LlmRequest& req, LlmCall& call, bool* outage) {
+Expected<LlmReply> TlrServerLlm::Execute(const LlmRequest& req, LlmCall& call, CallError* err) {
   const std::vector<int32_t>& context = req.context;
   std::string session;
   uint64_t generation = 0;
-  TLR_RETURN_IF_ERROR(EnsureSession(0, &session, &generation, outage));
+  TLR_RETURN_IF_ERROR(EnsureSession(0, &session, &generation, err));
+  HttpTransport::Clock::time_point deadline = http_.Deadline();  // of the call, all rounds included
   const std::string request_base = [&] {
     std::lock_guard<std::mutex> l(mu_);
     return request_prefix_ + "-" + std::to_string(++request_seq_);
@@ -131,7 +126,7 @@ Expected<LlmReply> TlrServerLlm::Execute(const LlmRequest& req, LlmCall& call, b
                  {"sampling", SamplingJson(req.sampling)}};
     if (req.lookahead > 0) body["lookahead"] = req.lookahead;
     CountStat(&RemoteStats::tokens_sent, static_cast<int64_t>(append.size()));
-    HttpResult h = http_.PostWithRetries("/tlr/v1/next", body.dump(), &call);
+    HttpResult h = http_.PostWithRetries("/tlr/v1/next", body.dump(), &call, &deadline);
     std::unique_lock<std::mutex> l(mu_);
     in_flight_.erase(me);
     if (h.cancelled) return Status::Error("the call was cancelled");
@@ -139,60 +134,41 @@ Expected<LlmReply> TlrServerLlm::Execute(const LlmRequest& req, LlmCall& call, b
       // Whether or not the call went through, the session still holds the common prefix
       // (the server checks it by hash anyway).
       held_.resize(std::min(held_.size(), base));
-      *outage = true;
-      return Status::Error("LLM server unreachable: " + h.error);
+      return NoReply(h, err);
     }
-    json j = json::parse(h.body, nullptr, false);
-    const bool obj = !j.is_discarded() && j.is_object();
-    if (h.status == 409 && obj) {
+    if (h.status == 409) {
+      auto resync = remote::ParseResyncReply(h.body);
+      if (!resync.ok()) return resync.status();
       CountStat(&RemoteStats::resyncs);
-      const int64_t held = j.value("held", int64_t{0});
-      uint64_t hash = 0;
-      const bool usable = held >= 0 && held <= static_cast<int64_t>(context.size()) &&
-                          ParseHashHex(j.value("held_hash", ""), &hash) &&
-                          TokenPrefixHash(all.first(static_cast<size_t>(held))) == hash;
+      const int64_t held = resync->held;
+      const bool usable = held >= 0 && held <= static_cast<int64_t>(context.size()) && resync->hash_ok &&
+                          TokenPrefixHash(all.first(static_cast<size_t>(held))) == resync->held_hash;
       held_.assign(context.begin(), context.begin() + (usable ? held : 0));
-      held_version_ = j.value("version", int64_t{-1});
+      held_version_ = resync->version;
       continue;
     }
     if (h.status == 404) {  // the session is gone (expired, server restarted)
       CountStat(&RemoteStats::resyncs);
       l.unlock();
-      TLR_RETURN_IF_ERROR(EnsureSession(generation, &session, &generation, outage));
+      TLR_RETURN_IF_ERROR(EnsureSession(generation, &session, &generation, err));
       continue;
     }
-    if (h.status != 200) {
-      *outage = h.status >= 500;
-      return Status::Error("LLM server error " + std::to_string(h.status) + ": " + ErrorMessage(h.body));
-    }
-    if (!obj || !j.contains("tokens") || !j["tokens"].is_array()) {
-      return Status::Error("the LLM server's reply is malformed");
-    }
+    if (h.status != 200) return ErrorStatus(h, "LLM server error", err);
+    auto parsed = remote::ParseNextReply(h.body, vocab_.n_vocab());
+    if (!parsed.ok()) return parsed.status();
     LlmReply reply;
-    auto read_ids = [&](const json& arr, std::vector<int32_t>* out) {
-      for (const json& t : arr) {
-        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab_.n_vocab()) return false;
-        out->push_back(t.get<int32_t>());
-      }
-      return true;
-    };
-    if (!read_ids(j["tokens"], &reply.tokens)) return Status::Error("the LLM server returned a token outside the vocabulary");
-    if (reply.tokens.empty()) return Status::Error("the LLM server returned no tokens");
-    if (j.contains("lookahead") && j["lookahead"].is_array() && !read_ids(j["lookahead"], &reply.lookahead)) {
-      return Status::Error("the LLM server returned a lookahead token outside the vocabulary");
-    }
-    if (j.contains("logprobs") && j["logprobs"].is_array()) {
-      for (const json& lp : j["logprobs"]) reply.logprobs.push_back(lp.is_number() ? lp.get<float>() : 0.0f);
-    }
+    reply.tokens = std::move(parsed->tokens);
+    reply.lookahead = std::move(parsed->lookahead);
+    reply.logprobs = std::move(parsed->logprobs);
     reply.ingested = static_cast<int64_t>(append.size());
     // The server holds the context and the returned tokens it fed back (all but the last), if
     // no later call has changed the session since: trust the newest version only.
-    const int64_t version = j.value("version", int64_t{-1});
+    const int64_t version = parsed->version;
     if (version < 0 || version > held_version_) {
       held_ = context;
       held_.insert(held_.end(), reply.tokens.begin(), reply.tokens.end());
       held_.insert(held_.end(), reply.lookahead.begin(), reply.lookahead.end());
-      const int64_t position = j.value("position", int64_t{-1});
+      const int64_t position = parsed->position;
       if (position < 0 || position > static_cast<int64_t>(held_.size())) {
         held_.clear();
       } else {

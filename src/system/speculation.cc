@@ -157,6 +157,7 @@ ResolveResult SpecState::Resolve(int64_t call_id, const Expected<LlmReply>& repl
     t.source = TokenSource::kFallback;
     t.outcome = SpecOutcome::kFallback;
     t.llm_s = llm_s;
+    t.llm_error = reply.ok() ? "the LLM returned no tokens" : reply.status().message();
     // The later tokens of a failed span were guesses on the span's behalf: the router decides
     // those positions again.
     if (covered > 1) TruncateLine(line, p + 1, &res.cancel);

@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "system/decoder.h"
@@ -39,6 +40,7 @@ struct SpecToken {
   SpecOutcome outcome = SpecOutcome::kNone;
   std::vector<int32_t> alts;  // further SLM candidates at a routed position (for branches)
   double slm_s = 0, router_s = 0, llm_s = 0;
+  std::string llm_error;  // FALLBACK: why the call failed
 };
 
 struct SpecLine {

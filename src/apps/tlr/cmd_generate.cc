@@ -194,6 +194,7 @@ Command AddGenerateCommand(CLI::App& root) {
                                  {"slm_ms", ev.slm_s * 1e3}, {"router_ms", ev.router_s * 1e3},
                                  {"llm_ms", ev.llm_s * 1e3}, {"stall_ms", ev.stall_s * 1e3},
                                  {"at_ms", ev.at_s * 1e3}});
+                if (!ev.llm_error.empty()) trace.back()["llm_error"] = ev.llm_error;
               }
               return true;
             });
@@ -217,6 +218,10 @@ Command AddGenerateCommand(CLI::App& root) {
                              static_cast<long long>(rs.calls), static_cast<long long>(rs.failed_calls),
                              static_cast<long long>(rs.http_requests), static_cast<long long>(rs.retries),
                              static_cast<long long>(rs.resyncs), static_cast<long long>(rs.tokens_sent), rs.sim_delay_s * 1e3);
+                if (rs.failed_calls > 0) {
+                  std::fprintf(stderr, "%lld fallbacks: %s\n", static_cast<long long>(stats->fallbacks),
+                               rs.FailureSummary().c_str());
+                }
               }
             }
             return 0;

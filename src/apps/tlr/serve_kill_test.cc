@@ -2,17 +2,12 @@
 // device finishes the request with FALLBACK tokens and does not crash; after a restart on the
 // same port the backend resyncs (a new session) and the output is exactly what a blocking run
 // in process gives when the LLM calls at the same positions fail.
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <set>
 
+#include "apps/tlr/child_process.h"
 #include "ops/thread_pool.h"
 #include "routing/qa.h"
 #include "routing/router.h"
@@ -26,52 +21,11 @@ const std::string kDemo = std::string(TLR_SOURCE_DIR) + "/models/demo/";
 const std::string kTlr = std::string(TLR_BIN_DIR) + "/tlr";
 
 // `tlr serve` as a child process; Start waits for its "listening on URL" line.
-class ServerProcess {
+class ServerProcess : public ChildProcess {
  public:
-  ~ServerProcess() { Kill(); }
   bool Start(int port, std::string* url) {
-    int fds[2];
-    if (pipe(fds) != 0) return false;
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(fds[1], STDOUT_FILENO);
-      close(fds[0]);
-      close(fds[1]);
-      const std::string p = std::to_string(port);
-      execl(kTlr.c_str(), kTlr.c_str(), "serve", "-m", (kDemo + "llm.gguf").c_str(), "--port", p.c_str(), "-t", "1",
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    close(fds[1]);
-    std::string out;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (std::chrono::steady_clock::now() < deadline) {
-      pollfd pfd{fds[0], POLLIN, 0};
-      if (poll(&pfd, 1, 100) <= 0) continue;
-      char buf[512];
-      const ssize_t n = read(fds[0], buf, sizeof buf);
-      if (n <= 0) break;
-      out.append(buf, static_cast<size_t>(n));
-      const size_t at = out.find("listening on ");
-      const size_t end = at == std::string::npos ? at : out.find('\n', at);
-      if (end != std::string::npos) {
-        *url = out.substr(at + 13, end - at - 13);
-        close(fds[0]);
-        return true;
-      }
-    }
-    close(fds[0]);
-    return false;
+    return ChildProcess::Start(kTlr, {"serve", "-m", kDemo + "llm.gguf", "--port", std::to_string(port), "-t", "1"}, url);
   }
-  void Kill() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
 };
 
 // The in-process LLM with the calls for the given positions (generated tokens before them)

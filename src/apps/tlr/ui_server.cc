@@ -60,17 +60,6 @@ std::string HostName(const std::string& header) {
 
 double Ms(double s) { return s * 1e3; }
 
-// server::GetNumber with the range in the error written the short way ("0..1", not "0.000000..1.000000").
-bool GetNumberIn(const json& j, const char* key, double lo, double hi, double* out, std::string* err) {
-  if (server::GetNumber(j, key, lo, hi, out, err)) return true;
-  if (err->find("must be in") != std::string::npos) {
-    char b[64];
-    std::snprintf(b, sizeof b, "%g..%g", lo, hi);
-    *err = std::string("'") + key + "' must be a number in " + b;
-  }
-  return false;
-}
-
 }  // namespace
 
 // One generation: its SSE chunks, produced by the worker thread, sent by httplib's thread.
@@ -111,6 +100,7 @@ Status UiServer::Start() {
   // DNS-rebinding guard: a page of another site whose name resolves to 127.0.0.1 sends its own
   // host name, not ours.
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (server::RefuseBodyWithoutLength(req, res)) return httplib::Server::HandlerResponse::Handled;
     if (opts_.public_bind) return httplib::Server::HandlerResponse::Unhandled;
     const std::string host = HostName(req.get_header_value("Host"));
     if (host.empty() || IsLoopbackHost(host) || host == opts_.host) return httplib::Server::HandlerResponse::Unhandled;
@@ -216,20 +206,16 @@ void UiServer::Routes() {
     auto body = json_body(req, res);
     if (!body) return;
     const json& j = *body;
-    std::string err, prompt, mode = "joint", router = models_.routers[0].name;
+    std::string prompt, mode = "joint", router = models_.routers[0].name;
     bool chat = false, pipeline = models_.pipeline.enabled;
     int64_t max_tokens = opts_.default_max_tokens, span = 1, seed = static_cast<int64_t>(models_.sampling.seed & ((1ull << 53) - 1));
     double temperature = models_.sampling.temperature, top_p = models_.sampling.top_p, threshold = -1;
-    if (!server::GetString(j, "prompt", &prompt, &err) || !server::GetString(j, "mode", &mode, &err) ||
-        !server::GetString(j, "router", &router, &err) || !server::GetBool(j, "chat", &chat, &err) ||
-        !server::GetBool(j, "pipeline", &pipeline, &err) ||
-        !server::GetInt(j, "max_tokens", 1, models_.n_ctx, &max_tokens, &err) ||
-        !server::GetInt(j, "span", 1, kMaxSpan, &span, &err) ||
-        !server::GetInt(j, "seed", 0, int64_t{1} << 53, &seed, &err) ||
-        !GetNumberIn(j, "threshold", 0, 1, &threshold, &err) || !GetNumberIn(j, "temperature", 0, 2, &temperature, &err) ||
-        !GetNumberIn(j, "top_p", 0, 1, &top_p, &err)) {
-      return SendError(res, 400, "invalid_request", err);
-    }
+    JsonFields f(j);
+    f.String("prompt", &prompt).String("mode", &mode).String("router", &router).Bool("chat", &chat);
+    f.Bool("pipeline", &pipeline).Int("max_tokens", 1, models_.n_ctx, &max_tokens).Int("span", 1, kMaxSpan, &span);
+    f.Int("seed", 0, int64_t{1} << 53, &seed).Number("threshold", 0, 1, &threshold);
+    f.Number("temperature", 0, 2, &temperature).Number("top_p", 0, 1, &top_p);
+    if (!f.ok()) return SendError(res, 400, "invalid_request", f.status().message());
     if (prompt.empty()) return SendError(res, 400, "invalid_request", "the prompt is empty");
     if (prompt.size() > kMaxPromptBytes) {
       return SendError(res, 400, "invalid_request", "the prompt is longer than " + std::to_string(kMaxPromptBytes) + " bytes");
@@ -369,8 +355,10 @@ void UiServer::RunJob(const std::shared_ptr<Job>& job, const Request& r) {
   dopt.on_provisional = [&](const ProvisionalEvent& p) {
     job->Push(Sse("provisional", {{"from", i}, {"ids", p.ids}, {"pending", p.pending}, {"text", p.text}}));
   };
+  std::string first_llm_error;  // why the first FALLBACK token's call failed
   auto st = dec.Generate(r.prompt, dopt, [&](const TokenEvent& ev) {
-    job->Push(Sse("token", {{"i", i++},
+    if (first_llm_error.empty()) first_llm_error = ev.llm_error;
+    json token = {{"i", i++},
                             {"id", ev.id},
                             {"text", ev.text},
                             {"source", TokenSourceName(ev.source)},
@@ -381,7 +369,9 @@ void UiServer::RunJob(const std::shared_ptr<Job>& job, const Request& r) {
                             {"slm_ms", Ms(ev.slm_s)},
                             {"router_ms", Ms(ev.router_s)},
                             {"llm_ms", Ms(ev.llm_s)},
-                            {"at_ms", Ms(ev.at_s)}}));
+                            {"at_ms", Ms(ev.at_s)}};
+    if (!ev.llm_error.empty()) token["llm_error"] = ev.llm_error;
+    job->Push(Sse("token", token));
     return !job->cancelled.load();
   });
   if (!st.ok()) {
@@ -398,6 +388,17 @@ void UiServer::RunJob(const std::shared_ptr<Job>& job, const Request& r) {
                      {"resyncs", now.resyncs - before.resyncs},
                      {"failed_calls", now.failed_calls - before.failed_calls},
                      {"sim_delay_ms", Ms(now.sim_delay_s - before.sim_delay_s)}};
+    }
+    // Why calls failed: by kind for a server ("2 timeouts, 1 malformed reply: <message>").
+    if (st->fallbacks > 0) {
+      std::string reason = first_llm_error;
+      if (models_.remote) {
+        RemoteStats diff = models_.remote->stats();
+        for (int k = 0; k < kCallFailureKinds; ++k) diff.failures[k] -= before.failures[k];
+        diff.first_failure = first_llm_error;
+        if (std::string by_kind = diff.FailureSummary(); !by_kind.empty()) reason = by_kind;
+      }
+      j["fallback_reason"] = reason;
     }
     job->Push(Sse("stats", j));
   }

@@ -140,7 +140,8 @@ function addToken(ev) {
   const SPEC = { hit: 'the speculation on it stood', branch: 'a speculated branch stood', miss: 'speculation discarded',
                  draft: 'from the LLM\'s lookahead draft, no call', blocking: 'the device waited for it' };
   const spec = SPEC[ev.spec] ? ' · ' + SPEC[ev.spec] : '';
-  const title = source + ' · ' + confText + spec + (ev.end ? ' · end of generation' : '');
+  const title = source + ' · ' + confText + spec + (ev.end ? ' · end of generation' : '') +
+                (ev.llm_error ? ' · the LLM call failed: ' + String(ev.llm_error) : '');
 
   const span = document.createElement('span');
   span.className = 'tok tok-' + source.toLowerCase() + (ev.end ? ' tok-end' : '');
@@ -205,7 +206,7 @@ function finalStats(s) {
   ui.gotFinal = true;
   $('st-tokens').textContent = String(s.tokens);
   $('st-routed').textContent = s.routed + ' (' + Number(s.routed_pct).toFixed(1) + '%)';
-  $('st-fallbacks').textContent = String(s.fallbacks);
+  $('st-fallbacks').textContent = String(s.fallbacks) + (s.fallback_reason ? ' (' + s.fallback_reason + ')' : '');
   $('st-ttft').textContent = s.tokens ? fmtMs(s.ttft_ms) : '–';
   $('st-tbt').textContent = s.tokens > 1 ? fmtMs(s.tbt_ms) : '–';
   $('st-slm').textContent = fmtMs(s.slm_ms);
