@@ -4,7 +4,7 @@
 JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 300
 CTEST_ARGS ?=
-FUZZERS := gguf_fuzz tokenizer_fuzz server_request_fuzz remote_reply_fuzz
+FUZZERS := gguf_fuzz tokenizer_fuzz server_request_fuzz remote_reply_fuzz jinja_fuzz
 
 .PHONY: results pipeline-check interop-check all build demo test unit-test fuzz-test fuzz asan-test tsan-test aarch64-test deps deps-test clean help
 

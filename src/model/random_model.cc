@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <map>
 
+#include "model/chat_template.h"
 #include "model/gguf/gguf_keys.h"
 #include "model/gguf/gguf_reader.h"
 #include "model/gguf/gguf_writer.h"
@@ -250,8 +251,9 @@ Status WriteRandomModel(const RandomModelOptions& opts, const std::string& path,
     return Status::Error("unknown type '" + opts.type + "' (known: " + names + ")");
   }
 
-  // Tokenizer.
+  // Tokenizer, and the chat template that comes with it (else the built-in one of the arch).
   Vocab vocab;
+  std::string chat_template;
   if (opts.tokenizer_path.empty()) {
     vocab = BuiltinVocab(arch);
   } else if (opts.tokenizer_path.size() > 5 &&
@@ -261,10 +263,14 @@ Status WriteRandomModel(const RandomModelOptions& opts, const std::string& path,
     auto v = VocabFromGguf(*f);
     if (!v.ok()) return v.status().WithPrefix("'" + opts.tokenizer_path + "'");
     vocab = std::move(v).value();
+    if (auto t = f->GetString(gguf_keys::kTokChatTemplate); t.ok()) chat_template = *t;
   } else {
     auto v = VocabFromHfFile(opts.tokenizer_path);
     if (!v.ok()) return v.status();
     vocab = std::move(v).value();
+    auto t = ChatTemplateBesideTokenizerJson(opts.tokenizer_path);  // tokenizer_config.json
+    if (!t.ok()) return t.status();
+    chat_template = std::move(t).value();
   }
   // Added tokens past the model's vocabulary size (Gemma 3's tokenizer.json adds an image
   // token after its 262144) are left out, as llama.cpp's converter does.
@@ -319,7 +325,8 @@ Status WriteRandomModel(const RandomModelOptions& opts, const std::string& path,
     w.Set(ak("attention.sliding_window"), GgufValue::U32(static_cast<uint32_t>(window)));
   }
   VocabToGguf(vocab, &w);
-  w.Set(gguf_keys::kTokChatTemplate, GgufValue::Str(ChatTemplateFor(arch)));
+  if (chat_template.empty()) chat_template = ChatTemplateFor(arch);
+  w.Set(gguf_keys::kTokChatTemplate, GgufValue::Str(chat_template));
 
   // Tensor types: as llama-quantize would choose them for this file type (quant_mix.h).
   const int n_layers = static_cast<int>(p->n_layers);

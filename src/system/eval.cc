@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "model/chat.h"
+#include "model/chat_template.h"
 
 namespace tlr {
 
@@ -19,10 +19,12 @@ Expected<std::vector<EvalRow>> RunEval(const Model& slm, Router* router, LlmBack
   if (rows.empty()) return Status::Error("no questions");
   const Tokenizer& tok = slm.tokenizer();
   std::vector<std::vector<int32_t>> prompts;
-  const ChatFormat fmt = ModelChatFormat(slm);
+  auto tmpl = ChatTemplate::ForModel(slm);
+  if (opts.chat && !tmpl.ok()) return tmpl.status();
   for (const QaRow& r : rows) {
-    prompts.push_back(opts.chat ? tok.Encode(FormatChat(fmt, {{"user", QaInstructPrompt(r)}}, true), false, true)
-                                : tok.Encode(QaPrompt(r)));
+    auto text = opts.chat ? tmpl->Apply({{"user", QaInstructPrompt(r)}}) : Expected<std::string>(QaPrompt(r));
+    if (!text.ok()) return text.status().WithPrefix("question '" + r.id + "'");
+    prompts.push_back(opts.chat ? tok.Encode(*text, false, true) : tok.Encode(*text));
     if (prompts.back().empty()) return Status::Error("question '" + r.id + "' has an empty prompt");
   }
   if (answers) answers->assign(out.size(), {});

@@ -6,7 +6,7 @@
 #include <mutex>
 #include <thread>
 
-#include "model/chat.h"
+#include "model/chat_template.h"
 #include "system/llm_server.h"
 #include "system/protocol.h"
 #include "system/server_json.h"
@@ -96,11 +96,16 @@ void LlmServer::RoutesOpenAi() {
     }
   });
 
-  auto handle = [this, &model, &tok](bool chat, const httplib::Request& req, httplib::Response& res) {
+  // The model's chat template, parsed once; a file whose template cannot be parsed serves
+  // /v1/completions and answers chat requests with that error.
+  const Expected<ChatTemplate> chat_template = ChatTemplate::ForModel(model);
+  auto handle = [this, &tok, chat_template](bool chat, const httplib::Request& req, httplib::Response& res) {
     const auto t0 = std::chrono::steady_clock::now();
     auto body = server::ParseBody(req, res);
     if (!body) return;
-    auto parsed = server::ParseCompletionRequest(*body, chat, tok, ModelChatFormat(model));
+    if (chat && !chat_template.ok()) return SendError(res, 500, "server_error", chat_template.status().message());
+    auto parsed = server::ParseCompletionRequest(*body, chat, tok,
+                                                 chat_template.ok() ? &*chat_template : nullptr);
     if (!parsed.ok()) return SendError(res, 400, "invalid_request_error", parsed.status().message());
     server::CompletionParams& p = *parsed;
     if (p.prompt.empty()) return SendError(res, 400, "invalid_request_error", "the prompt is empty");

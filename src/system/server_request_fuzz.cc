@@ -61,8 +61,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(r->sampling.Validate().ok());
   } else {
     const bool chat = which >= 2;
-    const tlr::ChatFormat format = which == 3 ? tlr::ChatFormat::kLlama3 : tlr::ChatFormat::kChatMl;
-    auto r = tlr::server::ParseCompletionRequest(*j, chat, *g_tok, format);
+    const tlr::ChatTemplate tmpl =
+        tlr::ChatTemplate::Builtin(which == 3 ? tlr::ChatFormat::kLlama3 : tlr::ChatFormat::kChatMl);
+    auto r = tlr::server::ParseCompletionRequest(*j, chat, *g_tok, &tmpl);
     if (!r.ok()) return ErrorBody(r.status()), 0;
     CheckIds(r->prompt);
     Check(r->sampling.Validate().ok() && r->logprobs >= -1 && r->logprobs <= 20 && r->stop.size() <= 4);

@@ -103,7 +103,7 @@ Status ParsePrompt(const json& j, const Tokenizer& tok, CompletionParams* p) {
   return Status::Error("'prompt' must be a string, an array of token ids, or a one-element array of either");
 }
 
-Status ParseMessages(const json& j, const Tokenizer& tok, ChatFormat format, CompletionParams* p) {
+Status ParseMessages(const json& j, const Tokenizer& tok, const ChatTemplate& chat_template, CompletionParams* p) {
   auto it = j.find("messages");
   if (it == j.end() || !it->is_array() || it->empty()) return Status::Error("'messages' must be a non-empty array");
   std::vector<ChatMessage> msgs;
@@ -134,17 +134,19 @@ Status ParseMessages(const json& j, const Tokenizer& tok, ChatFormat format, Com
     }
     msgs.push_back(std::move(cm));
   }
-  p->prompt = tok.Encode(FormatChat(format, msgs, true), false, true);
+  TLR_ASSIGN_OR_RETURN(const std::string text, chat_template.Apply(msgs));
+  p->prompt = tok.Encode(text, false, true);
   return Status::Ok();
 }
 
 }  // namespace
 
 Expected<CompletionParams> ParseCompletionRequest(const json& body, bool chat, const Tokenizer& tok,
-                                                  ChatFormat chat_format) {
+                                                  const ChatTemplate* chat_template) {
   CompletionParams p;
   TLR_RETURN_IF_ERROR(ParseCommon(body, chat, &p));
-  TLR_RETURN_IF_ERROR(chat ? ParseMessages(body, tok, chat_format, &p) : ParsePrompt(body, tok, &p));
+  if (chat && !chat_template) return Status::Error("internal error: no chat template");
+  TLR_RETURN_IF_ERROR(chat ? ParseMessages(body, tok, *chat_template, &p) : ParsePrompt(body, tok, &p));
   return p;
 }
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "model/chat.h"
+#include "model/chat_template.h"
 #include "model/sampler.h"
 #include "model/tokenizer/tokenizer.h"
 #include "system/llm_engine.h"
@@ -31,7 +31,8 @@ struct CompletionParams {
   bool ids_as_tokens = false;      // vLLM's return_tokens_as_token_ids
   bool chat = false;
 };
+// chat_template renders the messages of a chat request (required when chat).
 Expected<CompletionParams> ParseCompletionRequest(const nlohmann::json& body, bool chat, const Tokenizer& tok,
-                                                  ChatFormat chat_format);
+                                                  const ChatTemplate* chat_template);
 
 }  // namespace tlr::server

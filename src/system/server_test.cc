@@ -314,8 +314,16 @@ TEST_F(ServerTest, TlsWithVerifiedCertificate) {
                             return true;
                           },
                           "application/json");
-  ASSERT_TRUE(chunked) << httplib::to_string(chunked.error());
-  EXPECT_EQ(chunked->status, 411) << chunked->body;
+  // The server answers 411 as soon as it has the headers and drops the rest, so the client may
+  // still be writing the 2-byte body when the connection goes: a write error means the same
+  // refusal (a server that read chunked bodies would have taken those 2 bytes and answered).
+  if (chunked || chunked.error() != httplib::Error::Write) {
+    ASSERT_TRUE(chunked) << httplib::to_string(chunked.error());
+    EXPECT_EQ(chunked->status, 411) << chunked->body;
+  }
+  auto health = tls.Get("/health");
+  ASSERT_TRUE(health) << httplib::to_string(health.error());
+  EXPECT_EQ(health->status, 200);
   // Without the CA the certificate is not trusted: a clear error, not a silent fallback.
   o.http.ca_file.clear();
   auto untrusted = RemoteLlm::Connect(o, slm_->tokenizer());

@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <optional>
 
-#include "model/chat.h"
+#include "model/chat_template.h"
 #include "ops/thread_pool.h"
 #include "system/decoder.h"
 #include "system/http_front.h"
@@ -261,8 +261,9 @@ void UiServer::Routes() {
     r.decode.sim_slm_s = models_.sim_slm_s;
     if (Status s = r.decode.sampling.Validate(); !s.ok()) return SendError(res, 400, "invalid_request", s.message());
     const Model& slm = *models_.slm;
-    r.prompt = chat ? slm.tokenizer().Encode(FormatChat(ModelChatFormat(slm), {{"user", prompt}}, true), false, true)
-                    : slm.tokenizer().Encode(prompt, true, false);
+    const auto chat_text = chat ? ApplyChatTemplate(slm, {{"user", prompt}}) : Expected<std::string>(prompt);
+    if (!chat_text.ok()) return SendError(res, 400, "invalid_request", chat_text.status().message());
+    r.prompt = slm.tokenizer().Encode(*chat_text, !chat, chat);
     if (r.prompt.empty()) return SendError(res, 400, "invalid_request", "the prompt has no tokens");
     const int64_t need = static_cast<int64_t>(r.prompt.size()) + max_tokens + span + 1;
     if (need > models_.n_ctx) {

@@ -76,7 +76,7 @@ check unknown_flag 2 "" -- "$tlr" info --frob "$gpt2"
 # Engine commands on a tiny random model.
 check make_random 0 "wrote" -- "$tlr" make-random --preset tiny --type q8_0 --seed 3 -o "$tmp/tiny.gguf"
 check run 0 "generated: 8 tokens" -- "$tlr" run -m "$tmp/tiny.gguf" -p "the answer is" -n 8
-check run_chat 0 "chat format: chatml" -- "$tlr" run -m "$tmp/tiny.gguf" --chat -p "hi" -n 4 -v
+check run_chat 0 "chat template: the file's chat template" -- "$tlr" run -m "$tmp/tiny.gguf" --chat -p "hi" -n 4 -v
 check run_sampled 0 "generated: 6 tokens" -- "$tlr" run -m "$tmp/tiny.gguf" -p "the" -n 6 --temp 0.9 --top-p 0.9 --min-p 0.05 --repeat-penalty 1.1 --seed 5
 check run_ctx 1 "exceed the context of 4" -- "$tlr" run -m "$tmp/tiny.gguf" -p "the answer is here" -n 10 -c 4
 check run_vocab_only 1 "architecture 'gpt2' is not supported" -- "$tlr" run -m "$gpt2" -p x

@@ -10,7 +10,7 @@
 
 #include "apps/tlr/commands.h"
 #include "apps/tlr/model_args.h"
-#include "model/chat.h"
+#include "model/chat_template.h"
 #include "model/model.h"
 #include "ops/thread_pool.h"
 #include "routing/router.h"
@@ -150,7 +150,9 @@ Command AddGenerateCommand(CLI::App& root) {
             const Tokenizer& tok = main_model.tokenizer();
             std::vector<int32_t> ids;
             if (o->chat) {
-              ids = tok.Encode(FormatChat(ModelChatFormat(main_model), {{"user", prompt}}, true), false, true);
+              auto text = ApplyChatTemplate(main_model, {{"user", prompt}});
+              if (!text.ok()) return ReportError(cmd, text.status().message());
+              ids = tok.Encode(*text, false, true);
             } else {
               ids = tok.Encode(prompt, true, false);
             }

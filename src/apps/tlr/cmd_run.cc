@@ -7,7 +7,7 @@
 
 #include "apps/tlr/commands.h"
 #include "apps/tlr/model_args.h"
-#include "model/chat.h"
+#include "model/chat_template.h"
 #include "model/model.h"
 #include "model/sampler.h"
 #include "ops/matmul.h"
@@ -36,8 +36,8 @@ Command AddRunCommand(CLI::App& root) {
   app->add_option("-n,--max-tokens", o->n, "Maximum tokens to generate")->default_val(128)
       ->check(CLI::Range(0, 1 << 24));
   app->add_flag("--chat", o->chat,
-                "Wrap the prompt as a user message in the model's chat template (ChatML for "
-                "Qwen, Llama 3 format for Llama)");
+                "Wrap the prompt as a user message in the model's chat template (the file's "
+                "tokenizer.chat_template; built-in ChatML / Llama 3 formats without one)");
   app->add_option("--system", o->system, "With --chat: a system message");
   app->add_flag("-v,--verbose", o->verbose, "Print model details, load notes and timings");
   app->add_option("--logits-out", o->logits_out,
@@ -69,12 +69,15 @@ Command AddRunCommand(CLI::App& root) {
             }
             std::vector<int32_t> ids;
             if (o->chat) {
-              const ChatFormat fmt = ModelChatFormat(model);
+              auto tmpl = ChatTemplate::ForModel(model);
+              if (!tmpl.ok()) return ReportError(cmd, tmpl.status().message());
               std::vector<ChatMessage> msgs;
               if (!o->system.empty()) msgs.push_back({"system", o->system});
               msgs.push_back({"user", prompt});
-              ids = tok.Encode(FormatChat(fmt, msgs, true), false, true);
-              if (o->verbose) std::fprintf(stderr, "chat format: %s\n", ChatFormatName(fmt));
+              auto text = tmpl->Apply(msgs);
+              if (!text.ok()) return ReportError(cmd, text.status().message());
+              ids = tok.Encode(*text, false, true);
+              if (o->verbose) std::fprintf(stderr, "chat template: %s\n", tmpl->Describe().c_str());
             } else {
               ids = tok.Encode(prompt, true, false);
             }

@@ -1,0 +1,30 @@
+// Built-ins of the Jinja interpreter for chat templates (model layer, see template.h): attribute
+// and item access, iteration, the filters, tests, string/dict methods and global functions
+// that chat templates use, each with the Python/Jinja semantics Hugging Face renders with.
+// Anything else is an Error naming it ("unsupported filter 'xyz'"), never a different result.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/jinja/value.h"
+
+namespace tlr::jinja {
+
+Value GetAttr(const Value& obj, const std::string& name, int line);
+Value GetItem(const Value& obj, const Value& key, int line);
+// Python slicing obj[start:stop:step] of a list or string (undefined/none parts omitted).
+Value Slice(const Value& obj, const Value& start, const Value& stop, const Value& step, int line);
+// The items a for loop visits: list elements, dict keys, string characters; undefined: none.
+std::vector<Value> Iterate(const Value& v, int line);
+bool Contains(const Value& container, const Value& item, int line);
+
+Value CallFilter(const std::string& name, const Value& input, const CallArgs& args, int line);
+bool CallTest(const std::string& name, const Value& input, const CallArgs& args, int line);
+// obj.name(args) for the string, dict and namespace methods templates use.
+Value CallMethod(const Value& obj, const std::string& name, const CallArgs& args, int line);
+
+// range, namespace, dict, raise_exception.
+Dict DefaultGlobals();
+
+}  // namespace tlr::jinja
