@@ -195,6 +195,12 @@ constexpr const char* kChatMl =
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
     "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|im_start|>assistant\\n' }}{% endif %}";
+// Qwen3's generation prompt: with enable_thinking false, an empty think block (as its template).
+constexpr const char* kQwen3Chat =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% if enable_thinking is defined and enable_thinking is false %}"
+    "{{ '<think>\\n\\n</think>\\n\\n' }}{% endif %}{% endif %}";
 constexpr const char* kLlama3Chat =
     "{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
     "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
@@ -209,6 +215,7 @@ constexpr const char* kGemmaChat =
 const char* ChatTemplateFor(const std::string& arch) {
   if (arch == "llama") return kLlama3Chat;
   if (arch == "gemma3") return kGemmaChat;
+  if (arch == "qwen3") return kQwen3Chat;
   return kChatMl;
 }
 

@@ -22,7 +22,9 @@ Expected<std::vector<EvalRow>> RunEval(const Model& slm, Router* router, LlmBack
   auto tmpl = ChatTemplate::ForModel(slm);
   if (opts.chat && !tmpl.ok()) return tmpl.status();
   for (const QaRow& r : rows) {
-    auto text = opts.chat ? tmpl->Apply({{"user", QaInstructPrompt(r)}}) : Expected<std::string>(QaPrompt(r));
+    ChatTemplateOptions co;
+    co.enable_thinking = opts.enable_thinking;
+    auto text = opts.chat ? tmpl->Apply({{"user", QaInstructPrompt(r)}}, co) : Expected<std::string>(QaPrompt(r));
     if (!text.ok()) return text.status().WithPrefix("question '" + r.id + "'");
     prompts.push_back(opts.chat ? tok.Encode(*text, false, true) : tok.Encode(*text));
     if (prompts.back().empty()) return Status::Error("question '" + r.id + "' has an empty prompt");

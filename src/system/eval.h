@@ -32,6 +32,8 @@ struct EvalOptions {
   // Instruct models: QaInstructPrompt as the user message of the SLM's chat template
   // (ChatML for Qwen, Llama 3's format for Llama); otherwise QaPrompt as plain text.
   bool chat = false;
+  // With chat: the template's enable_thinking (unset: the template's default).
+  std::optional<bool> enable_thinking;
   // Progress: runs done, runs total (a run = one question in one mode/threshold).
   std::function<void(int64_t, int64_t)> on_progress;
 };

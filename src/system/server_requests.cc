@@ -134,7 +134,22 @@ Status ParseMessages(const json& j, const Tokenizer& tok, const ChatTemplate& ch
     }
     msgs.push_back(std::move(cm));
   }
-  TLR_ASSIGN_OR_RETURN(const std::string text, chat_template.Apply(msgs));
+  // chat_template_kwargs, as vLLM and SGLang take it: the template variables a request may set.
+  ChatTemplateOptions opts;
+  const json* kwargs = nullptr;
+  JsonFields top(j);
+  top.Object("chat_template_kwargs", &kwargs);
+  if (!top.ok()) return top.status();
+  if (kwargs) {
+    for (const auto& [key, value] : kwargs->items()) {
+      if (key != "enable_thinking") {
+        return Status::Error("chat_template_kwargs: '" + key + "' is not supported (enable_thinking is)");
+      }
+      if (!value.is_boolean()) return Status::Error("chat_template_kwargs: 'enable_thinking' must be a boolean");
+      opts.enable_thinking = value.get<bool>();
+    }
+  }
+  TLR_ASSIGN_OR_RETURN(const std::string text, chat_template.Apply(msgs, opts));
   p->prompt = tok.Encode(text, false, true);
   return Status::Ok();
 }

@@ -231,6 +231,12 @@ void UiServer::Routes() {
     f.Bool("pipeline", &pipeline).Int("max_tokens", 1, models_.n_ctx, &max_tokens).Int("span", 1, kMaxSpan, &span);
     f.Int("seed", 0, int64_t{1} << 53, &seed).Number("threshold", 0, 1, &threshold);
     f.Number("temperature", 0, 2, &temperature).Number("top_p", 0, 1, &top_p);
+    ChatTemplateOptions chat_opts;
+    if (j.contains("think")) {
+      bool think = false;
+      f.Bool("think", &think);
+      chat_opts.enable_thinking = think;
+    }
     if (!f.ok()) return SendError(res, 400, "invalid_request", f.status().message());
     if (prompt.empty()) return SendError(res, 400, "invalid_request", "the prompt is empty");
     if (prompt.size() > kMaxPromptBytes) {
@@ -261,7 +267,7 @@ void UiServer::Routes() {
     r.decode.sim_slm_s = models_.sim_slm_s;
     if (Status s = r.decode.sampling.Validate(); !s.ok()) return SendError(res, 400, "invalid_request", s.message());
     const Model& slm = *models_.slm;
-    const auto chat_text = chat ? ApplyChatTemplate(slm, {{"user", prompt}}) : Expected<std::string>(prompt);
+    const auto chat_text = chat ? ApplyChatTemplate(slm, {{"user", prompt}}, chat_opts) : Expected<std::string>(prompt);
     if (!chat_text.ok()) return SendError(res, 400, "invalid_request", chat_text.status().message());
     r.prompt = slm.tokenizer().Encode(*chat_text, !chat, chat);
     if (r.prompt.empty()) return SendError(res, 400, "invalid_request", "the prompt has no tokens");

@@ -7,7 +7,7 @@
 //                       example prompts, whether eval results are loaded
 //   GET  /api/results   the --results file (results.json of `tlr eval --out`); 404 without one
 //   POST /api/generate  {prompt, mode, router, threshold, max_tokens, temperature, top_p, seed,
-//                       chat, span, pipeline} -> text/event-stream: `start`, one `token` per
+//                       chat, think, span, pipeline} -> text/event-stream: `start`, one `token` per
 //                       confirmed token, `provisional` whenever the speculative tail (tokens the
 //                       SLM decoded while routed tokens are on the network) changes, then
 //                       `stats` (or `error`). Bad input: 400 {"error": {code, message}}.

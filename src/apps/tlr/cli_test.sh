@@ -77,6 +77,11 @@ check unknown_flag 2 "" -- "$tlr" info --frob "$gpt2"
 check make_random 0 "wrote" -- "$tlr" make-random --preset tiny --type q8_0 --seed 3 -o "$tmp/tiny.gguf"
 check run 0 "generated: 8 tokens" -- "$tlr" run -m "$tmp/tiny.gguf" -p "the answer is" -n 8
 check run_chat 0 "chat template: the file's chat template" -- "$tlr" run -m "$tmp/tiny.gguf" --chat -p "hi" -n 4 -v
+check make_random_qwen3 0 "wrote" -- "$tlr" make-random --preset tiny-qwen3 --type f16 --seed 3 -o "$tmp/tq3.gguf"
+check run_no_think 0 'chat prompt: .*assistant\\n<think>\\n\\n</think>\\n\\n"' -- "$tlr" run -m "$tmp/tq3.gguf" --chat --no-think -p "hi" -n 2 -v
+check run_think 0 'chat prompt: .*<\|im_start\|>assistant\\n"' -- "$tlr" run -m "$tmp/tq3.gguf" --chat --think -p "hi" -n 2 -v
+check think_needs_chat 2 "requires --chat" -- "$tlr" run -m "$tmp/tq3.gguf" --no-think -p "hi" -n 2
+check think_exclusive 2 "excludes" -- "$tlr" run -m "$tmp/tq3.gguf" --chat --think --no-think -p "hi" -n 2
 check run_sampled 0 "generated: 6 tokens" -- "$tlr" run -m "$tmp/tiny.gguf" -p "the" -n 6 --temp 0.9 --top-p 0.9 --min-p 0.05 --repeat-penalty 1.1 --seed 5
 check run_ctx 1 "exceed the context of 4" -- "$tlr" run -m "$tmp/tiny.gguf" -p "the answer is here" -n 10 -c 4
 check run_vocab_only 1 "architecture 'gpt2' is not supported" -- "$tlr" run -m "$gpt2" -p x

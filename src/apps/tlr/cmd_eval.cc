@@ -46,6 +46,7 @@ Command AddEvalCommand(CLI::App& root) {
     std::string slm, llm, router, data, out, answers, thresholds = "0.4,0.5,0.6,0.7,0.72,0.76,0.8,0.9";
     int limit = 100, max_tokens = 100, span = 1;
     bool no_baselines = false, chat = false;
+    std::optional<bool> think;
     RunArgs run;
     LlmArgs net;
     PipelineArgs pipe;
@@ -66,10 +67,11 @@ Command AddEvalCommand(CLI::App& root) {
       ->check(CLI::Range(1, 1 << 20));
   app->add_option("--span", o->span, "Tokens per LLM call")->default_val(1)->check(CLI::Range(1, 64));
   app->add_flag("--no-baselines", o->no_baselines, "Skip the small_only and large_only rows");
-  app->add_flag("--chat", o->chat,
+  auto* chat = app->add_flag("--chat", o->chat,
                 "Instruct models: ask in the SLM's chat template (question, choices, \"Answer with the "
                 "letter of the correct choice, then explain briefly.\"); default: the plain "
                 "\"Question: ...\\nA. ...\" prompt the demo pair was trained on");
+  AddThinkArgs(app, chat, &o->think);
   app->add_option("--out", o->out,
                   "Directory for results.json, results.csv and SVG plots (accuracy and routed share vs "
                   "threshold, stacked latency, accuracy vs routed share)");
@@ -124,6 +126,7 @@ Command AddEvalCommand(CLI::App& root) {
             e.route_span = o->span;
             e.sampling = o->run.sampling;
             e.chat = o->chat;
+            e.enable_thinking = o->think;
             DecodeOptions pipe_opts;
             TLR_CLI_CHECK(cmd, o->pipe.Apply(&pipe_opts));
             e.pipeline = pipe_opts.pipeline;
@@ -163,7 +166,8 @@ Command AddEvalCommand(CLI::App& root) {
                                      {"lookahead", e.pipeline.lookahead}, {"sim_slm_ms", o->pipe.sim_slm_ms},
                                      {"data", o->data}, {"questions", rows->size()},
                                      {"max_tokens", o->max_tokens}, {"threads", o->run.threads},
-                                     {"prompt", o->chat ? "chat" : "plain"}};
+                                     {"prompt", o->chat ? "chat" : "plain"},
+                                     {"enable_thinking", o->think ? nlohmann::json(*o->think) : nlohmann::json()}};
               TLR_CLI_CHECK(cmd, WriteText(o->out + "/results.json", EvalJson(*result, meta.dump())));
               TLR_CLI_CHECK(cmd, WriteText(o->out + "/results.csv", EvalCsv(*result)));
               std::string plots;

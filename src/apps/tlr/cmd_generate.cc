@@ -68,6 +68,7 @@ Command AddGenerateCommand(CLI::App& root) {
     float threshold = -1;
     int n = 128, span = 1;
     bool chat = false, no_color = false, quiet = false;
+    std::optional<bool> think;
     RunArgs run;
     LlmArgs net;
     PipelineArgs pipe;
@@ -93,7 +94,9 @@ Command AddGenerateCommand(CLI::App& root) {
   app->add_option("-f,--file", o->prompt_file, "Read the prompt from a file ('-' = stdin)");
   app->add_option("-n,--max-tokens", o->n, "Maximum tokens to generate")->default_val(128)
       ->check(CLI::Range(0, 1 << 20));
-  app->add_flag("--chat", o->chat, "Wrap the prompt in the SLM's chat template (instruct models)");
+  auto* chat = app->add_flag("--chat", o->chat,
+                             "Wrap the prompt as a user message in the SLM's chat template (instruct models)");
+  AddThinkArgs(app, chat, &o->think);
   app->add_flag("--no-color", o->no_color, "Plain text even on a terminal (LLM tokens are red otherwise)");
   app->add_option("--trace", o->trace,
                   "Write a JSONL trace: per token id, text, source (SLM/LLM/FALLBACK), confidence, what became "
@@ -150,7 +153,9 @@ Command AddGenerateCommand(CLI::App& root) {
             const Tokenizer& tok = main_model.tokenizer();
             std::vector<int32_t> ids;
             if (o->chat) {
-              auto text = ApplyChatTemplate(main_model, {{"user", prompt}});
+              ChatTemplateOptions co;
+              co.enable_thinking = o->think;
+              auto text = ApplyChatTemplate(main_model, {{"user", prompt}}, co);
               if (!text.ok()) return ReportError(cmd, text.status().message());
               ids = tok.Encode(*text, false, true);
             } else {

@@ -5,6 +5,8 @@
 #include <iostream>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "apps/tlr/commands.h"
 #include "apps/tlr/model_args.h"
 #include "model/chat_template.h"
@@ -26,6 +28,7 @@ Command AddRunCommand(CLI::App& root) {
     std::string model, prompt, prompt_file, system, logits_out;
     int n = 128;
     bool chat = false, verbose = false;
+    std::optional<bool> think;
     RunArgs run;
   };
   auto o = std::make_shared<Opts>();
@@ -35,10 +38,11 @@ Command AddRunCommand(CLI::App& root) {
   app->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
   app->add_option("-n,--max-tokens", o->n, "Maximum tokens to generate")->default_val(128)
       ->check(CLI::Range(0, 1 << 24));
-  app->add_flag("--chat", o->chat,
-                "Wrap the prompt as a user message in the model's chat template (the file's "
-                "tokenizer.chat_template; built-in ChatML / Llama 3 formats without one)");
-  app->add_option("--system", o->system, "With --chat: a system message");
+  auto* chat = app->add_flag("--chat", o->chat,
+                             "Wrap the prompt as a user message in the model's chat template (the file's "
+                             "tokenizer.chat_template; built-in ChatML / Llama 3 / Gemma formats without one)");
+  app->add_option("--system", o->system, "With --chat: a system message")->needs(chat);
+  AddThinkArgs(app, chat, &o->think);
   app->add_flag("-v,--verbose", o->verbose, "Print model details, load notes and timings");
   app->add_option("--logits-out", o->logits_out,
                   "Also write the prompt's logits at every position to FILE.f32 (float32, [tokens, "
@@ -74,10 +78,15 @@ Command AddRunCommand(CLI::App& root) {
               std::vector<ChatMessage> msgs;
               if (!o->system.empty()) msgs.push_back({"system", o->system});
               msgs.push_back({"user", prompt});
-              auto text = tmpl->Apply(msgs);
+              ChatTemplateOptions co;
+              co.enable_thinking = o->think;
+              auto text = tmpl->Apply(msgs, co);
               if (!text.ok()) return ReportError(cmd, text.status().message());
               ids = tok.Encode(*text, false, true);
-              if (o->verbose) std::fprintf(stderr, "chat template: %s\n", tmpl->Describe().c_str());
+              if (o->verbose) {
+                std::fprintf(stderr, "chat template: %s\nchat prompt: %s\n", tmpl->Describe().c_str(),
+                             nlohmann::json(*text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+              }
             } else {
               ids = tok.Encode(prompt, true, false);
             }

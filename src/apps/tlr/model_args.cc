@@ -55,6 +55,17 @@ std::string DemoFile(const std::string& name) {
   return (dirs.back() / name).string();
 }
 
+void AddThinkArgs(CLI::App* app, CLI::Option* chat_flag, std::optional<bool>* enable_thinking) {
+  auto* on = app->add_flag_callback("--think", [enable_thinking] { *enable_thinking = true; },
+                                    "With --chat: enable_thinking=true for the chat template (Qwen3: the "
+                                    "model thinks in a <think> block first)");
+  auto* off = app->add_flag_callback("--no-think", [enable_thinking] { *enable_thinking = false; },
+                                     "With --chat: enable_thinking=false (Qwen3's template closes an empty "
+                                     "<think> block so the model answers directly)");
+  on->excludes(off)->needs(chat_flag);
+  off->excludes(on)->needs(chat_flag);
+}
+
 void AddSamplingArgs(CLI::App* app, RunArgs* a) {
   app->add_option("--temp", a->sampling.temperature, "Temperature (0 = greedy)")->default_val(0.0f);
   app->add_option("--top-k", a->sampling.top_k, "Top-k (0 = off)")->default_val(40);

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "model/sampler.h"
@@ -37,6 +38,10 @@ Model::Options ModelOptions(const std::string& kv_type);
 // build tree) or the source tree it was built from.
 std::string DemoFile(const std::string& name);
 void AddSamplingArgs(CLI::App* app, RunArgs* args);
+
+// --think / --no-think: passed to the chat template as enable_thinking (Qwen3's templates turn
+// the model's <think> block on or off); neither: the template's own default. Only with --chat.
+void AddThinkArgs(CLI::App* app, CLI::Option* chat_flag, std::optional<bool>* enable_thinking);
 
 // Where the LLM runs for generate / eval / ui: in this process (--llm) or behind a server.
 struct LlmArgs {
