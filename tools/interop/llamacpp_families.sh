@@ -6,6 +6,8 @@
 # NMSE, and the greedy continuations of both, which must be identical.
 # Usage: tools/interop/llamacpp_families.sh [PRESETS...]   (from the repository root)
 #   default presets: qwen3-0.6b qwen3-1.7b gemma3-270m gemma3-1b
+#   LONG=1: a prompt of ~770 tokens (past Gemma 3's 512-token sliding window), the last 64
+#   positions compared. TYPES="f16 q8_0" by default.
 set -euo pipefail
 tlr=${TLR:-build/bin/tlr}
 work=build/interop
@@ -20,26 +22,35 @@ py=python3; [ -x /usr/bin/python3 ] && py=/usr/bin/python3
 presets=("$@")
 [ ${#presets[@]} -gt 0 ] || presets=(qwen3-0.6b qwen3-1.7b gemma3-270m gemma3-1b)
 prompt='The capital of France is Paris. The quick brown fox jumps over the lazy dog, and 12 + 30 = 42.'
+ctx=256 tag=""
+if [ "${LONG:-0}" = 1 ]; then
+  long=""
+  for i in $(seq 1 24); do long+="Line $i: $prompt "; done
+  prompt=$long ctx=1024 tag=" long"
+fi
 n=16
 fail=0
 printf '| preset | type | prompt tokens | logits NMSE (mean over positions) | max per-position NMSE | greedy %d tokens |\n|---|---|---|---|---|---|\n' "$n"
 for preset in "${presets[@]}"; do
   family=${preset%%-*}
   tokjson="$npm_tok/tokenizer-$family/models/tokenizer.json"
-  for type in f16 q8_0; do
+  for type in ${TYPES:-f16 q8_0}; do
     file="$work/$preset-$type.gguf"
     [ -s "$file" ] || "$tlr" make-random --preset "$preset" --type "$type" --tokenizer "$tokjson" --seed 5 -o "$file" >/dev/null
-    "$tlr" run -m "$file" -p "$prompt" -n "$n" --temp 0 -t 2 --ctx 256 --logits-out "$work/tlr-$preset-$type" >/dev/null 2>&1
+    "$tlr" run -m "$file" -p "$prompt" -n "$n" --temp 0 -t 2 --ctx "$ctx" --logits-out "$work/tlr-$preset-$type" >/dev/null 2>&1
     ids=$($py -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))["prompt_ids"])))' "$work/tlr-$preset-$type.json")
-    node "$work/llamacpp_logits.mjs" "$PWD/$file" "$ids" "$n" "$work/lc-$preset-$type"
-    row=$($py - "$work/tlr-$preset-$type" "$work/lc-$preset-$type" "$preset" "$type" <<'PY'
+    from=0
+    if [ -n "$tag" ]; then from=$(( $(tr -cd , <<<"$ids" | wc -c) + 1 - 64 )); fi
+    node "$work/llamacpp_logits.mjs" "$PWD/$file" "$ids" "$n" "$work/lc-$preset-$type" "$from"
+    row=$($py - "$work/tlr-$preset-$type" "$work/lc-$preset-$type" "$preset" "$type$tag" <<'PY'
 import json, sys
 import numpy as np
 tlr, lc, preset, type_ = sys.argv[1:]
 a, b = json.load(open(tlr + '.json')), json.load(open(lc + '.json'))
 T = len(a['prompt_ids'])
-x = np.fromfile(tlr + '.f32', np.float32).reshape(T, -1).astype(np.float64)
-y = np.fromfile(lc + '.f32', np.float32).reshape(T, -1).astype(np.float64)
+F = b.get('from', 0)
+x = np.fromfile(tlr + '.f32', np.float32).reshape(T, -1)[F:].astype(np.float64)
+y = np.fromfile(lc + '.f32', np.float32).reshape(T - F, -1).astype(np.float64)
 V = min(x.shape[1], y.shape[1])
 x, y = x[:, :V], y[:, :V]
 nmse = ((x - y) ** 2).sum(1) / (y ** 2).sum(1)
