@@ -1,16 +1,40 @@
-// ThreadPool (ops layer). Workers spin briefly on the generation counter (a decode step
-// issues a parallel loop every few microseconds), then sleep on a condition variable; the
-// caller spins briefly for the workers to finish, then yields its core.
+// ThreadPool (ops layer). Workers spin on the generation counter for a while after each loop
+// (a decode step issues a parallel loop every few microseconds, and the next token's first
+// loop follows the last one within a millisecond), then sleep on a condition variable. The
+// caller counts finished chunks, not workers: a worker still waking up (a sleeping vCPU can
+// take hundreds of microseconds) costs the caller nothing, where waiting for every worker to
+// check in cost Q5_0 decode at 2 threads ~30% of its time.
 #include "ops/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace tlr {
 namespace {
-// Pause-loop iterations before a waiting thread yields or sleeps (tens of microseconds: a
-// decode step leaves gaps between its parallel loops that 4000 did not cover, so workers
-// slept and were woken ~10 times per token; 20000 gave Q5_0 decode at 2 threads ~+20%).
-constexpr int kSpins = 20000;
+// How long an idle worker spins before it sleeps, and how long the caller spins for running
+// chunks before it yields its core between checks.
+constexpr auto kSpinTime = std::chrono::microseconds(1000);
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+// Spins until done() or the spin time has passed; true if done().
+template <typename Done>
+bool SpinUntil(Done done) {
+  const auto until = std::chrono::steady_clock::now() + kSpinTime;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return true;
+      CpuRelax();
+    }
+    if (std::chrono::steady_clock::now() >= until) return done();
+  }
+}
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
@@ -20,7 +44,7 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_all();
@@ -28,35 +52,33 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::Work(int thread) {
+  uint64_t c = claim_.load(std::memory_order_acquire);
   for (;;) {
-    const int64_t b = next_.fetch_add(chunk_, std::memory_order_relaxed);
-    if (b >= n_) break;
+    const uint32_t left = static_cast<uint32_t>(c);
+    if (left == 0) return;
+    if (!claim_.compare_exchange_weak(c, c - 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+    // The chunk is ours, so the loop it belongs to is still running: its fields are stable.
+    const int64_t b = (n_chunks_ - left) * chunk_;
     thunk_(ctx_, b, std::min(n_, b + chunk_), thread);
+    done_.fetch_add(1, std::memory_order_acq_rel);
+    c = claim_.load(std::memory_order_acquire);
   }
 }
 
 void ThreadPool::WorkerLoop(int thread) {
   uint64_t seen = 0;
   for (;;) {
-    uint64_t g = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; g == seen && spin < kSpins; ++spin) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
-      g = generation_.load(std::memory_order_acquire);
-    }
-    if (g == seen) {
+    uint64_t g = seen;
+    if (!SpinUntil([&] { return (g = generation_.load(std::memory_order_acquire)) != seen; })) {
       std::unique_lock<std::mutex> lock(mu_);
+      sleepers_.fetch_add(1, std::memory_order_relaxed);
       cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
       g = generation_.load(std::memory_order_acquire);
     }
+    if (stop_.load(std::memory_order_acquire)) return;
     seen = g;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stop_) return;
-    }
     Work(thread);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
@@ -71,25 +93,23 @@ void ThreadPool::Run(int64_t n, int64_t chunk, Thunk thunk, void* ctx) {
   ctx_ = ctx;
   n_ = n;
   chunk_ = chunk;
-  next_.store(0, std::memory_order_relaxed);
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  // Chunk counts must fit the 32 bits of claim_.
+  chunk = std::max(chunk, (n + 0xfffffffe) / 0xffffffff);
+  chunk_ = chunk;
+  n_chunks_ = (n + chunk - 1) / chunk;
+  done_.store(0, std::memory_order_relaxed);
+  ++loop_id_;
+  claim_.store((static_cast<uint64_t>(loop_id_) << 32) | static_cast<uint64_t>(n_chunks_), std::memory_order_release);
   {
     std::lock_guard<std::mutex> lock(mu_);
     generation_.fetch_add(1, std::memory_order_release);
   }
-  cv_.notify_all();
+  if (sleepers_.load(std::memory_order_relaxed) > 0) cv_.notify_all();
   Work(0);
-  // Spin briefly (the workers usually finish within microseconds), then yield: when another
-  // process holds the core a worker needs, spinning would only keep it from running.
-  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
-    if (spin < kSpins) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
-    } else {
-      std::this_thread::yield();
-    }
-  }
+  // Wait for the chunks other threads are running (usually microseconds), then yield the
+  // core between checks: another process may hold the core a worker needs.
+  auto all_done = [&] { return done_.load(std::memory_order_acquire) == n_chunks_; };
+  while (!SpinUntil(all_done)) std::this_thread::yield();
 }
 
 }  // namespace tlr

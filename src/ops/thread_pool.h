@@ -2,9 +2,11 @@
 //
 // Passed explicitly to everything that computes (no global pool), so two models can run side
 // by side with their own threads. ParallelFor hands out chunks of [0, n) through an atomic
-// counter (so a slow core does not hold everyone up); the calling thread works too. No heap
-// allocation per call. Not reentrant: one ParallelFor at a time per pool (callers on several
-// threads must each own a pool).
+// counter (so a slow core does not hold everyone up); the calling thread works too, and waits
+// only for chunks that are running, never for a worker that has not woken up yet (a worker
+// that wakes late finds the chunks taken, or joins the next loop). No heap allocation per
+// call. Not reentrant: one ParallelFor at a time per pool (callers on several threads must
+// each own a pool).
 #pragma once
 
 #include <atomic>
@@ -41,22 +43,29 @@ class ThreadPool {
  private:
   using Thunk = void (*)(void*, int64_t, int64_t, int);
   void Run(int64_t n, int64_t chunk, Thunk thunk, void* ctx);
+  // Claims and runs chunks of the current loop until none is left.
   void Work(int thread);
   void WorkerLoop(int thread);
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  // The current job.
+  // The current loop: written by the caller before it publishes claim_, read by a worker
+  // only after it has claimed a chunk (so never while the caller rewrites them).
   Thunk thunk_ = nullptr;
   void* ctx_ = nullptr;
-  int64_t n_ = 0, chunk_ = 1;
-  std::atomic<int64_t> next_{0};
-  std::atomic<int> pending_{0};
-  // Workers wait for generation_ to change.
-  std::atomic<uint64_t> generation_{0};
+  int64_t n_ = 0, chunk_ = 1, n_chunks_ = 0;
+  uint32_t loop_id_ = 0;
+  // (loop id << 32) | chunks not yet claimed. Claiming is a compare-exchange, so a worker
+  // holding a stale value cannot take a chunk of a loop that has ended.
+  alignas(64) std::atomic<uint64_t> claim_{0};
+  // Chunks of the current loop finished (the caller returns when all are).
+  alignas(64) std::atomic<int64_t> done_{0};
+  // Workers wait for generation_ to change (spinning a while, then on cv_).
+  alignas(64) std::atomic<uint64_t> generation_{0};
+  std::atomic<int> sleepers_{0};
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace tlr
