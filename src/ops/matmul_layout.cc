@@ -97,6 +97,7 @@ BlockInts ReadBlock(GgmlType t, const uint8_t* b) {
       break;
     }
     case GgmlType::kQ4_0:
+    case GgmlType::kIQ4_NL:
     case GgmlType::kQ4_1: {
       const bool has_min = t == GgmlType::kQ4_1;
       std::memcpy(&x.d, b, 2);
@@ -166,6 +167,7 @@ void WriteBlock(GgmlType t, const BlockInts& x, uint8_t* b) {
       break;
     }
     case GgmlType::kQ4_0:
+    case GgmlType::kIQ4_NL:
     case GgmlType::kQ4_1: {
       const bool has_min = t == GgmlType::kQ4_1;
       std::memcpy(b, &x.d, 2);

@@ -1,4 +1,5 @@
-// MatMul kernels for the 32-element block types (ops layer): Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+// MatMul kernels for the 32-element block types (ops layer): Q8_0, Q4_0, Q4_1, Q5_0, Q5_1
+// (and IQ4_NL's whole panels),
 // in the panel layout (matmul_panel-inl.h) or, when not repacked, in GGUF layout
 // (matmul_quant-inl.h), compiled for every SIMD target. See matmul_kernels.h.
 #include "ops/matmul_kernels.h"
@@ -28,6 +29,7 @@ void LegacyRowsImpl(const WeightView& w, const MatMulInput& in, float* y, int64_
     case GgmlType::kQ4_1: return Rows<GgmlType::kQ4_1>(w, in, y, ldy, r0, r1);
     case GgmlType::kQ5_0: return Rows<GgmlType::kQ5_0>(w, in, y, ldy, r0, r1);
     case GgmlType::kQ5_1: return Rows<GgmlType::kQ5_1>(w, in, y, ldy, r0, r1);
+    case GgmlType::kIQ4_NL: return Rows<GgmlType::kIQ4_NL>(w, in, y, ldy, r0, r1);  // whole panels only
     default: return;
   }
 }

@@ -63,7 +63,7 @@ template <GgmlType kType>
 constexpr float PanelOffsetScale() {
   if constexpr (kType == GgmlType::kQ4_0) return -8.0f;
   if constexpr (kType == GgmlType::kQ5_0) return -16.0f;
-  if constexpr (kType == GgmlType::kQ8_0) {
+  if constexpr (kType == GgmlType::kQ8_0 || kType == GgmlType::kIQ4_NL) {
 #ifdef TLR_HAVE_VNNI512
     return -128.0f;
 #else
@@ -124,6 +124,50 @@ HWY_INLINE void DotNibbleGroup(const uint8_t* vals, const uint8_t* masks, const 
 }
 #endif
 
+#ifdef TLR_X86_256
+// acc + per-lane dot of 4 signed weight bytes with 4 signed activation bytes (VNNI: the
+// weights made unsigned by the caller's table, +128, and the offset term takes it back;
+// else |w| times a with w's sign).
+HWY_INLINE __m256i DpS8(__m256i acc, __m256i w, __m256i a) {
+#ifdef TLR_HAVE_VNNI512
+  return DpU8(acc, w, a);
+#else
+  return DpU8(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+#endif
+}
+// IQ4_NL: a group's 4 nibble vectors, codes looked up in kIq4nlValues (+128 with VNNI) by
+// a byte shuffle, then dotted like Q8_0's bytes: isum[t] += one sum per row.
+struct Iq4Table {
+  alignas(16) int8_t v[16];
+};
+constexpr Iq4Table MakeIq4Table() {
+  Iq4Table t{};
+  for (int i = 0; i < 16; ++i) {
+#ifdef TLR_HAVE_VNNI512
+    t.v[i] = static_cast<int8_t>(kIq4nlValues[i] + 128 - 256 * (kIq4nlValues[i] >= 0));
+#else
+    t.v[i] = kIq4nlValues[i];
+#endif
+  }
+  return t;
+}
+template <int NT>
+HWY_INLINE void DotIq4nlGroup(const uint8_t* vals, const ActView* a, int64_t g, __m256i* isum) {
+  static constexpr Iq4Table kTable = MakeIq4Table();
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kTable.v)));
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int j = 0; j < 4; ++j) {
+    const __m256i raw = Load32(vals + 32 * j);
+    const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(raw, m4));
+    const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+    for (int t = 0; t < NT; ++t) {
+      const int8_t* q = a[t].qs + 32 * g + 8 * j;
+      isum[t] = DpS8(DpS8(isum[t], lo, Broadcast4(q)), hi, Broadcast4(q + 4));
+    }
+  }
+}
+#endif
+
 // Float part, shared by both integer paths: acc[t] += isum * (d_w * d_a) and the offset
 // accumulation, one lane per row.
 template <GgmlType kType>
@@ -177,6 +221,8 @@ HWY_NOINLINE void PanelDot(const uint8_t* panel, int64_t ng, const ActView* a, f
         }
 #endif
       }
+    } else if constexpr (f.nonlinear) {
+      DotIq4nlGroup<NT>(vals, a, g, isum);
     } else {
       DotNibbleGroup<NT, f.has_mask>(vals, grp + f.mask_off, a, g, isum);
     }
@@ -206,8 +252,12 @@ HWY_NOINLINE void PanelDot(const uint8_t* panel, int64_t ng, const ActView* a, f
               std::memcpy(&m_hi, grp + f.mask_off + 8 * j + 4, 4);
             }
             for (int i = 0; i < 4; ++i) {
-              const int lo = (v[i] & 0xF) | (((m_lo >> (4 * r + i)) & 1) << 4);
-              const int hi = (v[i] >> 4) | (((m_hi >> (4 * r + i)) & 1) << 4);
+              int lo = (v[i] & 0xF) | (((m_lo >> (4 * r + i)) & 1) << 4);
+              int hi = (v[i] >> 4) | (((m_hi >> (4 * r + i)) & 1) << 4);
+              if constexpr (f.nonlinear) {
+                lo = kIq4nlValues[lo];
+                hi = kIq4nlValues[hi];
+              }
               s += lo * q[8 * j + i] + hi * q[8 * j + 4 + i];
             }
           }
@@ -280,7 +330,10 @@ HWY_INLINE ActView PanelAct(const MatMulInput& in, int64_t t) {
 template <GgmlType kType, class PanelDotFn>
 void PanelLayoutRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0,
                      int64_t r1, const PanelDotFn& dot) {
-  if (!w.repacked) return QuantRows<kType>(w, in, y, ldy, r0, r1);
+  // IQ4_NL's rows in GGUF layout go to the low-bit kernels (matmul.cc splits the range).
+  if constexpr (kType != GgmlType::kIQ4_NL) {
+    if (!w.repacked) return QuantRows<kType>(w, in, y, ldy, r0, r1);
+  }
   const int64_t ng = in.n_cols / 32;
   const size_t panel_bytes = static_cast<size_t>(kPanelRows) * w.row_bytes;
   const int64_t panel_end = w.n_rows / kPanelRows * kPanelRows;
@@ -316,7 +369,9 @@ void PanelLayoutRows(const WeightView& w, const MatMulInput& in, float* y, int64
     }
     r = hi;
   }
-  if (r1 > panel_end) QuantRows<kType>(w, in, y, ldy, std::max(r0, panel_end), r1);
+  if constexpr (kType != GgmlType::kIQ4_NL) {
+    if (r1 > panel_end) QuantRows<kType>(w, in, y, ldy, std::max(r0, panel_end), r1);
+  }
 }
 
 }  // namespace HWY_NAMESPACE

@@ -119,7 +119,7 @@ TEST_P(MatMulKernels, PanelLayoutMatchesReferencesAndIsBatchInvariant) {
   std::mt19937 rng(5);
   std::normal_distribution<float> act(0.0f, 1.0f);
   for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
-                        GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+                        GgmlType::kIQ4_NL, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     const bool k_quant = GgmlTraits(type).block_size == 256;
     for (int64_t cols : k_quant ? std::vector<int64_t>{256, 512, 1280} : std::vector<int64_t>{32, 96, 896}) {
       const int64_t rows = 19;  // two panels and three rows in GGUF layout
@@ -166,8 +166,8 @@ TEST_P(MatMulKernels, PanelLayoutMatchesReferencesAndIsBatchInvariant) {
 TEST_P(MatMulKernels, ThreadedMatchesSingleThreaded) {
   std::mt19937 rng(99);
   const int64_t rows = 301, cols = 256;
-  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ5_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
-                        GgmlType::kF16, GgmlType::kF32}) {
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ5_0, GgmlType::kIQ4_NL, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                        GgmlType::kQ6_K, GgmlType::kF16, GgmlType::kF32}) {
     auto wdata = RandomWeights(type, rows, cols, rng);
     WeightView w{type, wdata.data(), rows, cols, wdata.size() / rows};
     std::vector<uint8_t> packed(wdata.size());

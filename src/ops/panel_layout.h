@@ -11,6 +11,7 @@
 // 32-element block types (PanelFormat), per group:
 //   [8 x f16 scale d] [8 x f16 minimum m: Q4_1, Q5_1]
 //   [8 x u32 fifth-bit masks: Q5_0, Q5_1] [values]
+// IQ4_NL is laid out exactly like Q4_0; its nibbles are codes into kIq4nlValues.
 // Values: Q8_0: 8 vectors, vector c holds values 4c..4c+3 of each row (signed bytes).
 //         4- and 5-bit types: 4 vectors of nibbles; vector j's low nibbles hold values
 //         8j..8j+3, its high nibbles 8j+4..8j+7. The fifth bits of the values in vector j's
@@ -45,6 +46,7 @@ struct PanelFormat {
   bool has_min = false;   // Q4_1, Q5_1: x = d * q + m
   bool has_mask = false;  // Q5_0, Q5_1: fifth bits
   bool signed_values = false;  // Q8_0
+  bool nonlinear = false;  // IQ4_NL: the nibbles are codes into kIq4nlValues
   size_t min_off = 0, mask_off = 0, values_off = 0;
   size_t group_bytes = 0;  // bytes of one group of a panel (8 rows x one block)
 };
@@ -57,6 +59,9 @@ constexpr PanelFormat PanelFormatOf(GgmlType t) {
       f.values_off = 16;
       f.group_bytes = 16 + 256;
       break;
+    case GgmlType::kIQ4_NL:  // laid out like Q4_0 (f16 d, 16 bytes of nibbles)
+      f.nonlinear = true;
+      [[fallthrough]];
     case GgmlType::kQ4_0:
       f.ok = true;
       f.values_off = 16;
