@@ -62,7 +62,8 @@ typedef enum tlr_status {
   TLR_ERR_INVALID_ARGUMENT = 1, /* a null handle/pointer, a value out of range, an unknown name */
   TLR_ERR_LOAD = 2,             /* a model or router file is missing, unreadable or malformed */
   TLR_ERR_INCOMPATIBLE = 3,     /* the router does not fit the SLM; the LLM's vocabulary differs */
-  TLR_ERR_LLM = 4,              /* the LLM could not be set up (bad URL, refused API key) */
+  TLR_ERR_LLM = 4,              /* the LLM could not be set up (refused API key, a server with
+                                   another vocabulary) */
   TLR_ERR_BUSY = 5,             /* the device is generating on another thread */
   TLR_ERR_BUFFER_TOO_SMALL = 6, /* the output did not fit; the needed size was reported */
   TLR_ERR_GENERATE = 7,         /* generation failed part way (tokens before it were delivered) */
