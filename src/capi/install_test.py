@@ -131,6 +131,8 @@ class InstalledLibraryTest(unittest.TestCase):
         for rel in ("libtlr.so", "libtlr.so.1", "pkgconfig/tlr.pc", "cmake/tlr/tlrConfig.cmake"):
             self.assertTrue(os.path.exists(os.path.join(self.libdir, rel)), rel)
         # The installed tlr finds the demo pair beside itself (share/tlr/models/demo) with no flags.
+        help_text = run([self.tlr, "generate", "--help"], env=self.env).stdout
+        self.assertIn(self.demo_file("slm.gguf"), help_text)
         out = run([self.tlr, "generate", "-p", QUESTIONS[0], "-n", "5", "-q", "--no-color", "--mode", "small_only"],
                   env=self.env, cwd=self.tmp)
         self.assertTrue(out.stdout.strip())

@@ -73,7 +73,7 @@ Command AddGenerateCommand(CLI::App& root) {
   auto o = std::make_shared<Opts>();
   CLI::App* app = root.add_subcommand(
       "generate", "Generate with the SLM, routing uncertain tokens to the LLM (token-level routing)");
-  app->add_option("--slm", o->slm, "Small model GGUF (default: the bundled demo SLM)");
+  app->add_option("--slm", o->slm, "Small model GGUF (default: the bundled demo SLM, " + DemoFile("slm.gguf") + ")");
   app->add_option("--llm", o->llm, "Large model GGUF, run in this process (default: the bundled demo LLM)");
   app->add_option("--router", o->router,
                   "Router GGUF from `tlr router train`, or a built-in kind: maxprob, entropy, random "
