@@ -6,6 +6,7 @@ Run by ctest under /usr/bin/python3 and the python3 on PATH:
 
 import os
 import socket
+import subprocess
 import sys
 import threading
 import unittest
@@ -150,6 +151,22 @@ class BindingTest(unittest.TestCase):
         self.assertEqual(self.dev.last_stats.fallbacks, sum(t.source == "FALLBACK" for t in toks))
         small = [t.id for t in self.dev.generate(PROMPT, mode="small_only", max_tokens=40)]
         self.assertEqual([t.id for t in toks], small)
+
+    def test_interpreter_exit_during_generation(self):
+        # A generator left suspended at exit, its generation still running on the helper thread
+        # (the simulated SLM pace keeps it going): without the binding's exit handler Python ended
+        # that thread inside tlr_generate (abort: forced unwind swallowed) or tore the process
+        # down under it (SIGSEGV, now and then). The process must exit cleanly, every time.
+        script = ("import sys; sys.path.insert(0, %r); import tlr\n"
+                  "d = tlr.Device(%r, %r)\n"
+                  "l = tlr.Llm(model=%r)\n"
+                  "g = d.generate(%r, llm=l, max_tokens=200, sim_slm_ms=20)\n"
+                  "print(next(g).source)\n") % (os.path.dirname(os.path.abspath(__file__)), demo("slm.gguf"),
+                                                  demo("router.gguf"), demo("llm.gguf"), PROMPT)
+        p = subprocess.run([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.strip(), "SLM")
 
 
 if __name__ == "__main__":

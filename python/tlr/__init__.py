@@ -17,11 +17,13 @@ TlrError with code TLR_ERR_BUSY); Device.cancel(), tokenize() and detokenize() m
 from any thread; one Llm may serve several devices at once.
 """
 
+import atexit
 import ctypes
 import dataclasses
 import os
 import queue
 import threading
+import weakref
 from typing import Callable, Iterator, List, Optional
 
 __all__ = ["Device", "Llm", "Token", "Stats", "TlrError", "api_version", "version"]
@@ -254,10 +256,11 @@ class _Handle:
     _free = ""  # the C function that frees the handle
 
     _handle = None
+    _lib = None  # kept by the object: at interpreter exit module globals may already be gone
 
     def close(self) -> None:
-        if self._handle:
-            getattr(_load(), self._free)(self._handle)
+        if self._handle and self._lib is not None:
+            getattr(self._lib, self._free)(self._handle)
             self._handle = None
 
     def __enter__(self):
@@ -290,12 +293,26 @@ class Llm(_Handle):
         p.connections, p.sim_rtt_ms, p.sim_jitter_ms, p.n_threads = connections, sim_rtt_ms, sim_jitter_ms, threads
         h = _c.c_void_p()
         _check(lib.tlr_llm_open(_c.byref(p), _c.byref(h)))
-        self._handle = h
+        self._lib, self._handle = lib, h
+
+
+# Devices alive, for the exit handler below.
+_devices: "weakref.WeakSet[Device]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_generations_at_exit() -> None:
+    # A generation still running in another thread when the interpreter exits would be inside
+    # libtlr while the process tears down (Python ends such threads wherever they are): cancel
+    # every running generation and wait for it to return first.
+    for dev in list(_devices):
+        dev._stop_for_exit()
 
 
 class Device(_Handle):
     """The device side: an SLM and its router (a router GGUF or "maxprob"/"entropy"/"random")."""
     _free = "tlr_device_free"
+    _exiting = False
 
     def __init__(self, slm: str, router: str, *, threads: int = 1, kv_type: str = "f16", seed: int = 42):
         lib = _load()
@@ -307,8 +324,18 @@ class Device(_Handle):
         p.n_threads, p.seed = threads, seed
         h = _c.c_void_p()
         _check(lib.tlr_device_open(_c.byref(p), _c.byref(h)))
-        self._handle = h
+        self._lib, self._handle = lib, h
         self.last_stats: Optional[Stats] = None
+        self._running = 0  # calls into tlr_generate now, under _cv
+        self._cv = threading.Condition()
+        _devices.add(self)
+
+    def _stop_for_exit(self) -> None:
+        self._exiting = True
+        if self._handle:
+            self._lib.tlr_device_cancel(self._handle)
+            with self._cv:
+                self._cv.wait_for(lambda: self._running == 0, timeout=10)
 
     def _h(self):
         if not self._handle:
@@ -397,12 +424,19 @@ class Device(_Handle):
         llm_h = llm._handle if llm is not None else None
         if llm is not None and not llm_h:
             raise ValueError("the LLM is closed")
-        if isinstance(prompt, str):
-            code = lib.tlr_generate(self._h(), llm_h, prompt.encode(), _c.byref(p), cb, None, _c.byref(st))
-        else:
-            ids = list(prompt)
-            arr = (_c.c_int32 * max(1, len(ids)))(*ids)
-            code = lib.tlr_generate_ids(self._h(), llm_h, arr, len(ids), _c.byref(p), cb, None, _c.byref(st))
+        with self._cv:
+            self._running += 1
+        try:
+            if isinstance(prompt, str):
+                code = lib.tlr_generate(self._h(), llm_h, prompt.encode(), _c.byref(p), cb, None, _c.byref(st))
+            else:
+                ids = list(prompt)
+                arr = (_c.c_int32 * max(1, len(ids)))(*ids)
+                code = lib.tlr_generate_ids(self._h(), llm_h, arr, len(ids), _c.byref(p), cb, None, _c.byref(st))
+        finally:
+            with self._cv:
+                self._running -= 1
+                self._cv.notify_all()
         if raised:
             raise raised[0]
         _check(code)
@@ -424,7 +458,7 @@ class Device(_Handle):
         def on_token(tok: Token):
             if user_cb is not None and user_cb(tok):
                 return True
-            while not stop.is_set():
+            while not stop.is_set() and not self._exiting:
                 try:
                     events.put(tok, timeout=0.05)
                     return False
@@ -445,7 +479,7 @@ class Device(_Handle):
                         events.put(done, timeout=0.05)
                         break
                     except queue.Full:
-                        if stop.is_set():
+                        if stop.is_set() or self._exiting:
                             break
 
         th = threading.Thread(target=work, name="tlr-generate", daemon=True)

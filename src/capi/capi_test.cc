@@ -4,6 +4,7 @@
 // tokenize / detokenize with short buffers. Built into the asan preset too.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -235,6 +236,26 @@ TEST_F(CapiTest, CancelAndBusyFromAnotherThread) {
   st2.struct_size = sizeof st2;
   Generate(Params(TLR_MODE_JOINT), llm_, &st2);
   EXPECT_EQ(st2.stop, TLR_STOP_EOS);
+}
+
+// A thread that ends inside the token callback (pthread_exit: what Python does to a thread at
+// interpreter exit) unwinds through tlr_generate, which releases the device on the way.
+TEST_F(CapiTest, ThreadEndingInsideTheCallbackReleasesTheDevice) {
+  auto body = [](void*) -> void* {
+    auto exit_now = [](const tlr_token*, void*) -> int { pthread_exit(nullptr); };
+    tlr_generate_params p = Params(TLR_MODE_JOINT);
+    tlr_generate(device_, llm_, kPrompt, &p, exit_now, nullptr, nullptr);
+    return reinterpret_cast<void*>(1);  // not reached
+  };
+  pthread_t th;
+  ASSERT_EQ(pthread_create(&th, nullptr, body, nullptr), 0);
+  void* ret = nullptr;
+  ASSERT_EQ(pthread_join(th, &ret), 0);
+  EXPECT_EQ(ret, nullptr);
+  tlr_stats st;
+  st.struct_size = sizeof st;
+  Generate(Params(TLR_MODE_JOINT), llm_, &st);  // not busy
+  EXPECT_EQ(st.stop, TLR_STOP_EOS);
 }
 
 // A loopback port nobody listens on.
