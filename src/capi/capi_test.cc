@@ -328,6 +328,13 @@ TEST_F(CapiTest, Errors) {
   EXPECT_EQ(tlr_generate(device_, nullptr, kPrompt, &p, nullptr, nullptr, nullptr), TLR_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(tlr_generate(device_, llm_, "", &p, nullptr, nullptr, nullptr), TLR_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(tlr_generate(nullptr, llm_, kPrompt, &p, nullptr, nullptr, nullptr), TLR_ERR_INVALID_ARGUMENT);
+  p.max_tokens = 1 << 30;  // the in-process LLM's KV cache would be sized for it
+  EXPECT_EQ(tlr_generate(device_, llm_, kPrompt, &p, nullptr, nullptr, nullptr), TLR_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tlr_last_error()).find("max tokens"), std::string::npos);
+  p.max_tokens = 8;
+  const int32_t bad_ids[] = {1, 70000};
+  EXPECT_EQ(tlr_generate_ids(device_, llm_, bad_ids, 2, &p, nullptr, nullptr, nullptr), TLR_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tlr_last_error()).find("70000"), std::string::npos);
   EXPECT_EQ(tlr_generate(device_, llm_, kPrompt, &p, nullptr, nullptr, nullptr), TLR_OK);
   EXPECT_STREQ(tlr_last_error(), "");
 

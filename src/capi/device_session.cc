@@ -53,7 +53,10 @@ Status ValidateDecodeOptions(const DecodeOptions& d) {
   if (d.route_span < 1 || d.route_span > 64) {
     return Status::Error("route span " + std::to_string(d.route_span) + " is outside [1, 64]");
   }
-  if (d.max_tokens < 0) return Status::Error("max tokens must not be negative");
+  if (d.max_tokens < 0 || d.max_tokens > kMaxGenerateTokens) {
+    return Status::Error("max tokens " + std::to_string(d.max_tokens) + " is outside [0, " +
+                         std::to_string(kMaxGenerateTokens) + "]");
+  }
   if (!(d.sim_slm_s >= 0) || d.sim_slm_s > 60) return Status::Error("the simulated SLM step must be in [0, 60] s");
   TLR_RETURN_IF_ERROR(d.sampling.Validate());
   return d.pipeline.Validate();

@@ -54,8 +54,12 @@ struct LlmTarget {
   LlmSpec spec;                        // threads, remote options, simulated round trip, seed
 };
 
+// The most tokens one generation may ask for (the in-process LLM's KV cache is sized for them).
+inline constexpr int kMaxGenerateTokens = 1 << 20;
+
 // Checks what the decoder would otherwise find only mid-way or what the command line checks
-// with its flag ranges: threshold in [0, 1], span 1..64, max tokens >= 0, sampling, pipeline.
+// with its flag ranges: threshold in [0, 1], span 1..64, max tokens 0..kMaxGenerateTokens,
+// sampling, pipeline.
 Status ValidateDecodeOptions(const DecodeOptions& d);
 
 // The prompt's ids: BOS + text, or with `chat` the model's chat template around one user

@@ -454,6 +454,14 @@ int tlr_generate_ids(tlr_device* device, const tlr_llm* llm, const int32_t* prom
       return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_generate_ids: set stats->struct_size = sizeof(tlr_stats)");
     }
     if (n_prompt == 0) return Fail(TLR_ERR_INVALID_ARGUMENT, "the prompt is empty");
+    const int32_t n_vocab = device->models.slm->tokenizer().n_vocab();
+    for (size_t i = 0; i < n_prompt; ++i) {
+      if (prompt[i] < 0 || prompt[i] >= n_vocab) {
+        return Fail(TLR_ERR_INVALID_ARGUMENT, "prompt token " + std::to_string(prompt[i]) + " (at " +
+                                                  std::to_string(i) + ") is outside the vocabulary of " +
+                                                  std::to_string(n_vocab));
+      }
+    }
     TLR_READ_PARAMS(tlr_generate_params, params, p);
     return Generate(device, llm, std::vector<int32_t>(prompt, prompt + n_prompt), p, on_token, user_data, stats);
   });

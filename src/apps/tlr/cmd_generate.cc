@@ -90,7 +90,7 @@ Command AddGenerateCommand(CLI::App& root) {
   app->add_option("-p,--prompt", o->prompt, "Prompt text");
   app->add_option("-f,--file", o->prompt_file, "Read the prompt from a file ('-' = stdin)");
   app->add_option("-n,--max-tokens", o->n, "Maximum tokens to generate")->default_val(128)
-      ->check(CLI::Range(0, 1 << 20));
+      ->check(CLI::Range(0, kMaxGenerateTokens));
   app->add_flag("--chat", o->chat, "Wrap the prompt in the SLM's chat template (instruct models)");
   app->add_flag("--no-color", o->no_color, "Plain text even on a terminal (LLM tokens are red otherwise)");
   app->add_option("--trace", o->trace,
