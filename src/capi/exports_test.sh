@@ -19,7 +19,7 @@ if [ "$declared" != "$symbols" ]; then
   diff <(echo "$declared") <(echo "$symbols") >&2 || true
   exit 1
 fi
-soname=$(objdump -p "$lib" | awk '$1 == "SONAME" {print $2}')
+soname=$("$objdump" -p "$lib" | awk '$1 == "SONAME" {print $2}')
 major=$(sed -n 's/^#define TLR_API_VERSION_MAJOR \([0-9]*\).*/\1/p' "$header")
 if [ "$soname" != "libtlr.so.$major" ]; then
   echo "SONAME is '$soname', expected libtlr.so.$major" >&2
