@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # libtlr.so exports the C API and nothing else (no C++ internals, no standard-library template
-# instances), and carries the ABI version in its SONAME. Usage: exports_test.sh LIBTLR TLR_H
+# instances), and carries the ABI version in its SONAME.
+# Usage: exports_test.sh LIBTLR TLR_H [NM OBJDUMP] (the target's tools in a cross-build)
 set -euo pipefail
 lib=$1
 header=$2
-symbols=$(nm -D --defined-only "$lib" | awk '{print $3}' | sort)
+nm=${3:-nm}
+objdump=${4:-objdump}
+symbols=$("$nm" -D --defined-only "$lib" | awk '{print $3}' | sort)
 others=$(grep -v '^tlr_' <<<"$symbols" || true)
 if [ -n "$others" ]; then
   echo "libtlr.so exports symbols other than tlr_*:" >&2
