@@ -6,7 +6,9 @@ FUZZ_SECONDS ?= 300
 CTEST_ARGS ?=
 FUZZERS := gguf_fuzz tokenizer_fuzz server_request_fuzz remote_reply_fuzz jinja_fuzz
 
-.PHONY: results pipeline-check interop-check all build demo test unit-test fuzz-test fuzz asan-test tsan-test aarch64-test deps deps-test clean help
+PREFIX ?= /usr/local
+
+.PHONY: install results pipeline-check interop-check all build demo test unit-test fuzz-test fuzz asan-test tsan-test aarch64-test deps deps-test clean help
 
 all: build
 
@@ -14,6 +16,8 @@ help:
 	@echo "make          build build/bin/tlr and the tests"
 	@echo "make demo     build and run the demo"
 	@echo "make test     build and run every test (unit, model, fuzz smoke runs)"
+	@echo "make install PREFIX=/usr/local  tlr, libtlr.so + tlr.h (C API), tlr.pc, the CMake package, the"
+	@echo "              Python binding (share/tlr/python), the examples and the demo models (share/tlr)"
 	@echo "make asan-test  the test suite under AddressSanitizer + UBSan (build-asan/)"
 	@echo "make tsan-test  the threaded tests (server, engine, decoder, pipeline, UI) under ThreadSanitizer (build-tsan/)"
 	@echo "make aarch64-test  ARM64 cross-build; unit, kernel and model tests under qemu-user (build-aarch64/)"
@@ -36,6 +40,11 @@ build: deps build/CMakeCache.txt
 
 demo: build
 	@scripts/demo.sh
+
+# The tlr binary and the embeddable library (include/tlr.h, libtlr.so, tlr.pc, lib/cmake/tlr,
+# share/tlr/python, share/tlr/examples, share/tlr/models/demo) under PREFIX.
+install: build
+	cmake --install build --prefix $(PREFIX)
 
 # Every test: the regular suite, then each fuzzer for a short bounded run from its seeds.
 test: deps-test build

@@ -10,11 +10,9 @@
 
 #include "apps/tlr/commands.h"
 #include "apps/tlr/model_args.h"
-#include "model/chat_template.h"
+#include "capi/device_session.h"
 #include "model/model.h"
 #include "ops/thread_pool.h"
-#include "routing/router.h"
-#include "system/decoder.h"
 #include "util/mapped_file.h"
 
 namespace tlr::cli {
@@ -76,7 +74,7 @@ Command AddGenerateCommand(CLI::App& root) {
   auto o = std::make_shared<Opts>();
   CLI::App* app = root.add_subcommand(
       "generate", "Generate with the SLM, routing uncertain tokens to the LLM (token-level routing)");
-  app->add_option("--slm", o->slm, "Small model GGUF (default: the bundled demo SLM)");
+  app->add_option("--slm", o->slm, "Small model GGUF (default: the bundled demo SLM, " + DemoFile("slm.gguf") + ")");
   app->add_option("--llm", o->llm, "Large model GGUF, run in this process (default: the bundled demo LLM)");
   app->add_option("--router", o->router,
                   "Router GGUF from `tlr router train`, or a built-in kind: maxprob, entropy, random "
@@ -93,7 +91,7 @@ Command AddGenerateCommand(CLI::App& root) {
   app->add_option("-p,--prompt", o->prompt, "Prompt text");
   app->add_option("-f,--file", o->prompt_file, "Read the prompt from a file ('-' = stdin)");
   app->add_option("-n,--max-tokens", o->n, "Maximum tokens to generate")->default_val(128)
-      ->check(CLI::Range(0, 1 << 20));
+      ->check(CLI::Range(0, kMaxGenerateTokens));
   auto* chat = app->add_flag("--chat", o->chat,
                              "Wrap the prompt as a user message in the SLM's chat template (instruct models)");
   AddThinkArgs(app, chat, &o->think);
@@ -130,48 +128,32 @@ Command AddGenerateCommand(CLI::App& root) {
             if (o->slm.empty()) o->slm = DemoFile("slm.gguf");
             if (o->llm.empty()) o->llm = DemoFile("llm.gguf");
             if (o->router.empty()) o->router = DemoFile("router.gguf");
-            std::unique_ptr<Model> slm, llm;
+            const Model::Options model_opts = ModelOptions(o->run.kv_type);
             const bool remote = !o->net.server.empty();
-            if (*mode != DecodeMode::kLargeOnly || remote) {
-              auto m = Model::Load(o->slm, ModelOptions(o->run.kv_type));
-              if (!m.ok()) return ReportError(cmd, "SLM: " + m.status().message());
-              slm = std::move(m).value();
-            }
-            if (*mode != DecodeMode::kSmallOnly && !remote) {
-              auto m = Model::Load(o->llm, ModelOptions(o->run.kv_type));
-              if (!m.ok()) return ReportError(cmd, "LLM: " + m.status().message());
-              llm = std::move(m).value();
-            }
-            const Model& main_model = slm ? *slm : *llm;
-            std::unique_ptr<Router> router;
+            DeviceModels device;
             if (*mode != DecodeMode::kLargeOnly) {
-              auto r = Router::LoadOrBuiltin(o->router, o->run.sampling.seed);
-              if (!r.ok()) return ReportError(cmd, r.status().message());
-              router = std::make_unique<Router>(std::move(r).value());
-              TLR_CLI_CHECK(cmd, router->CheckCompatible(*slm));
+              auto d = DeviceModels::Load(o->slm, o->router, model_opts, o->run.sampling.seed);
+              if (!d.ok()) return ReportError(cmd, d.status().message());
+              device = std::move(d).value();
+            } else if (remote) {
+              auto m = LoadModelAs("SLM", o->slm, model_opts);
+              if (!m.ok()) return ReportError(cmd, m.status().message());
+              device.slm = std::move(m).value();
             }
-            const Tokenizer& tok = main_model.tokenizer();
-            std::vector<int32_t> ids;
-            if (o->chat) {
-              ChatTemplateOptions co;
-              co.enable_thinking = o->think;
-              auto text = ApplyChatTemplate(main_model, {{"user", prompt}}, co);
-              if (!text.ok()) return ReportError(cmd, text.status().message());
-              ids = tok.Encode(*text, false, true);
-            } else {
-              ids = tok.Encode(prompt, true, false);
+            LlmTarget llm;
+            if (*mode != DecodeMode::kSmallOnly && !remote) {
+              auto m = LoadModelAs("LLM", o->llm, model_opts);
+              if (!m.ok()) return ReportError(cmd, m.status().message());
+              llm.model = std::move(m).value();
             }
-            if (ids.empty()) return ReportError(cmd, "the prompt is empty");
+            const Model& main_model = device.slm ? *device.slm : *llm.model;
+            Router* router = device.router.get();
+            auto ids = EncodePrompt(main_model, prompt, o->chat, o->think);
+            if (!ids.ok()) return ReportError(cmd, ids.status().message());
             ThreadPool pool(o->run.threads);
-            const int64_t n_ctx = static_cast<int64_t>(ids.size()) + o->n + o->span + 1;
-            std::unique_ptr<LlmStack> llm_stack;
-            if (*mode != DecodeMode::kSmallOnly) {
-              auto s = MakeLlm(o->net, llm.get(), o->run.threads, n_ctx, main_model.tokenizer(), o->run.sampling.seed);
-              if (!s.ok()) return ReportError(cmd, s.status().message());
-              llm_stack = std::move(s).value();
-            }
-            LlmBackend* backend = llm_stack ? llm_stack->backend() : nullptr;
-            RemoteLlm* server = llm_stack ? llm_stack->remote() : nullptr;
+            auto spec = MakeLlmSpec(o->net, nullptr, o->run.threads, 0, o->run.sampling.seed);
+            TLR_CLI_CHECK(cmd, spec.status());
+            llm.spec = *spec;
             DecodeOptions d;
             d.mode = *mode;
             d.threshold = o->threshold >= 0 ? o->threshold : (router ? router->info().threshold : 0.5f);
@@ -181,8 +163,7 @@ Command AddGenerateCommand(CLI::App& root) {
             TLR_CLI_CHECK(cmd, o->pipe.Apply(&d));
             const bool color = !o->no_color && isatty(STDOUT_FILENO);
             nlohmann::json trace = nlohmann::json::array();
-            CollabDecoder dec(slm ? *slm : *llm, router.get(), backend, &pool);
-            auto stats = dec.Generate(ids, d, [&](const TokenEvent& ev) {
+            auto run = RunDeviceGeneration(main_model, router, &llm, &pool, *ids, d, [&](const TokenEvent& ev) {
               if (!ev.text.empty()) {
                 const char* on = ev.source == TokenSource::kLlm      ? kRed
                                  : ev.source == TokenSource::kFallback ? kYellowUnderline
@@ -202,9 +183,10 @@ Command AddGenerateCommand(CLI::App& root) {
                 if (!ev.llm_error.empty()) trace.back()["llm_error"] = ev.llm_error;
               }
               return true;
-            });
+            }, [](const std::string& w) { std::fprintf(stderr, "warning: %s\n", w.c_str()); });
             std::cout << "\n" << std::flush;
-            if (!stats.ok()) return ReportError(cmd, stats.status().message());
+            if (!run.ok()) return ReportError(cmd, run.status().message());
+            const DecodeStats* stats = &run->stats;
             if (!o->trace.empty()) {
               std::string lines;
               for (const auto& t : trace) lines += t.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
@@ -216,8 +198,8 @@ Command AddGenerateCommand(CLI::App& root) {
                            o->pipe.pipeline.c_str(),
                            d.sim_slm_s > 0 ? (", SIMULATED SLM pace >= " + FormatNumber(o->pipe.sim_slm_ms) + " ms/step").c_str() : "",
                            FormatDecodeSummary(*stats).c_str());
-              if (server) {
-                const RemoteStats rs = server->stats();
+              if (run->remote) {
+                const RemoteStats& rs = run->remote_stats;
                 std::fprintf(stderr, "server: %lld calls (%lld failed), %lld HTTP requests, %lld retries, %lld resyncs, "
                              "%lld tokens sent, simulated network %.1f ms\n",
                              static_cast<long long>(rs.calls), static_cast<long long>(rs.failed_calls),

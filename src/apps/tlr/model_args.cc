@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <thread>
 
+#include "capi/device_session.h"
+
 namespace tlr::cli {
 
 void AddThreadArgs(CLI::App* app, RunArgs* a) {
@@ -28,9 +30,8 @@ void AddKvTypeArg(CLI::App* app, std::string* kv_type) {
 }
 
 Model::Options ModelOptions(const std::string& kv_type) {
-  Model::Options o;
-  o.kv_type = kv_type == "f32" ? GgmlType::kF32 : kv_type == "q8_0" ? GgmlType::kQ8_0 : GgmlType::kF16;
-  return o;
+  auto o = ModelOptionsForKvType(kv_type);  // the flag's check admits only known names
+  return o.ok() ? *o : Model::Options{};
 }
 
 void AddThreadsOnly(CLI::App* app, int* threads) {
@@ -104,8 +105,7 @@ void AddLlmServerArgs(CLI::App* app, LlmArgs* a) {
       ->default_val(4)->check(CLI::Range(1, 64));
 }
 
-Expected<std::unique_ptr<LlmStack>> MakeLlm(const LlmArgs& a, const Model* model, int threads, int64_t n_ctx,
-                                            const Tokenizer& vocab, uint64_t seed) {
+Expected<LlmSpec> MakeLlmSpec(const LlmArgs& a, const Model* model, int threads, int64_t n_ctx, uint64_t seed) {
   LlmSpec spec;
   spec.model = model;
   spec.threads = threads;
@@ -131,6 +131,12 @@ Expected<std::unique_ptr<LlmStack>> MakeLlm(const LlmArgs& a, const Model* model
     r.retry_after_s = a.retry_after_s;
     r.max_in_flight = a.connections;
   }
+  return spec;
+}
+
+Expected<std::unique_ptr<LlmStack>> MakeLlm(const LlmArgs& a, const Model* model, int threads, int64_t n_ctx,
+                                            const Tokenizer& vocab, uint64_t seed) {
+  TLR_ASSIGN_OR_RETURN(LlmSpec spec, MakeLlmSpec(a, model, threads, n_ctx, seed));
   auto stack = LlmStack::Create(spec, vocab);
   if (stack.ok() && !(*stack)->warning().empty()) std::fprintf(stderr, "warning: %s\n", (*stack)->warning().c_str());
   return stack;

@@ -51,6 +51,8 @@ struct LlmArgs {
   bool no_verify_tls = false;
 };
 void AddLlmServerArgs(CLI::App* app, LlmArgs* args);
+// What the arguments describe, for LlmStack::Create (n_ctx: the in-process KV cache).
+Expected<LlmSpec> MakeLlmSpec(const LlmArgs& args, const Model* model, int threads, int64_t n_ctx, uint64_t seed);
 // The LLM the arguments describe: `model` in process (threads, n_ctx), or --server. Prints the
 // backend's warning, if any, to stderr.
 Expected<std::unique_ptr<LlmStack>> MakeLlm(const LlmArgs& args, const Model* model, int threads, int64_t n_ctx,

@@ -1,0 +1,254 @@
+/* tlr.h: the C API of TLR's device side (token-level routing between a small on-device model
+ * and a large model in this process or behind a server). A stable C ABI over libtlr.so: no C++
+ * types cross it, every object is an opaque handle with an explicit free function, and every
+ * parameter struct starts with its own size so that later versions can append fields.
+ *
+ * Typical use (see examples/generate.c):
+ *
+ *   tlr_device_params dp;  tlr_device_params_init(&dp);
+ *   dp.slm_path = "slm.gguf";  dp.router = "router.gguf";
+ *   tlr_device* dev;  if (tlr_device_open(&dp, &dev) != TLR_OK) puts(tlr_last_error());
+ *   tlr_llm_params lp;  tlr_llm_params_init(&lp);  lp.server_url = "http://gpu-box:8080";
+ *   tlr_llm* llm;  tlr_llm_open(&lp, &llm);
+ *   tlr_generate_params gp;  tlr_generate_params_init(&gp);  gp.max_tokens = 64;
+ *   tlr_stats st;  st.struct_size = sizeof st;
+ *   tlr_generate(dev, llm, "Question: ...", &gp, on_token, user_data, &st);
+ *   tlr_llm_free(llm);  tlr_device_free(dev);
+ *
+ * Errors: every function that can fail returns a tlr_status (TLR_OK = 0). The readable message
+ * of the last failure on the calling thread is tlr_last_error() (thread-local; a successful
+ * call clears it).
+ *
+ * Thread-safety:
+ *   - tlr_device: one generation at a time. A tlr_generate on a device that is already
+ *     generating (on another thread) fails at once with TLR_ERR_BUSY. tlr_device_cancel,
+ *     tlr_tokenize, tlr_detokenize and tlr_device_get_info may be called from any thread at any
+ *     time, also during a generation. Different devices are independent: generate on several
+ *     at once from different threads.
+ *   - tlr_llm: immutable after tlr_llm_open; one tlr_llm may serve generations on several
+ *     devices at once (each generation has its own KV cache or server session).
+ *   - Free a handle only when no call on it is running. Callbacks run on the thread that called
+ *     tlr_generate, and must not call tlr_generate on the same device.
+ */
+#ifndef TLR_H_
+#define TLR_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define TLR_API __attribute__((visibility("default")))
+#else
+#define TLR_API
+#endif
+
+/* The API this header describes. The library's SONAME carries the major version
+ * (libtlr.so.1); minor versions only add functions or append fields to structs. */
+#define TLR_API_VERSION_MAJOR 1
+#define TLR_API_VERSION_MINOR 0
+#define TLR_API_VERSION (TLR_API_VERSION_MAJOR * 100 + TLR_API_VERSION_MINOR)
+
+/* TLR_API_VERSION of the library actually loaded (compare with the header's). */
+TLR_API int tlr_api_version(void);
+/* The TLR release the library was built from, e.g. "0.1.0". Static string. */
+TLR_API const char* tlr_version(void);
+
+typedef enum tlr_status {
+  TLR_OK = 0,
+  TLR_ERR_INVALID_ARGUMENT = 1, /* a null handle/pointer, a value out of range, an unknown name */
+  TLR_ERR_LOAD = 2,             /* a model or router file is missing, unreadable or malformed */
+  TLR_ERR_INCOMPATIBLE = 3,     /* the router does not fit the SLM; the LLM's vocabulary differs */
+  TLR_ERR_LLM = 4,              /* the LLM could not be set up (refused API key, a server with
+                                   another vocabulary) */
+  TLR_ERR_BUSY = 5,             /* the device is generating on another thread */
+  TLR_ERR_BUFFER_TOO_SMALL = 6, /* the output did not fit; the needed size was reported */
+  TLR_ERR_GENERATE = 7,         /* generation failed part way (tokens before it were delivered) */
+  TLR_ERR_INTERNAL = 8          /* a bug or out of memory */
+} tlr_status;
+
+/* "TLR_OK", "TLR_ERR_LOAD", ...; static strings. */
+TLR_API const char* tlr_status_name(int status);
+/* Why the last failing call on this thread failed; "" after a successful call. The pointer is
+ * valid until the next TLR call on this thread. */
+TLR_API const char* tlr_last_error(void);
+
+/* ---- the device: SLM + router ---------------------------------------------------------- */
+
+typedef struct tlr_device tlr_device;
+
+typedef struct tlr_device_params {
+  size_t struct_size;   /* sizeof(tlr_device_params); set by tlr_device_params_init */
+  const char* slm_path; /* small model GGUF (required) */
+  const char* router;   /* router GGUF from `tlr router train`, or a built-in kind:
+                           "maxprob", "entropy", "random" (required) */
+  int n_threads;        /* SLM worker threads (default 1) */
+  const char* kv_type;  /* KV cache storage: "f16" (default), "f32", "q8_0" */
+  uint64_t seed;        /* the "random" router's seed (default 42) */
+} tlr_device_params;
+
+TLR_API void tlr_device_params_init(tlr_device_params* params);
+/* Loads the SLM and the router and checks that they fit each other. On success *out owns the
+ * device; free it with tlr_device_free. The strings are copied. */
+TLR_API int tlr_device_open(const tlr_device_params* params, tlr_device** out);
+TLR_API void tlr_device_free(tlr_device* device); /* NULL is fine */
+
+typedef struct tlr_device_info {
+  size_t struct_size;           /* set by the caller: sizeof(tlr_device_info) */
+  int32_t n_vocab, bos, eos;    /* the SLM's vocabulary; bos/eos -1 when absent */
+  int64_t n_embd;               /* the SLM's hidden size */
+  float router_threshold;       /* the router's recommended threshold */
+  char router_kind[16];         /* "citer", "colm", "maxprob", "entropy", "random" */
+} tlr_device_info;
+TLR_API int tlr_device_get_info(const tlr_device* device, tlr_device_info* info);
+
+/* Token ids of `text` (text_len bytes; UTF-8) under the SLM's tokenizer. add_special: BOS/EOS
+ * as the vocabulary says; parse_special: control tokens written in the text become their ids.
+ * Writes at most `capacity` ids; *n_ids is the full count. When it exceeds capacity the call
+ * returns TLR_ERR_BUFFER_TOO_SMALL (ask again with a bigger buffer; ids may be NULL with
+ * capacity 0 to ask for the count). */
+TLR_API int tlr_tokenize(const tlr_device* device, const char* text, size_t text_len, int add_special,
+                         int parse_special, int32_t* ids, size_t capacity, size_t* n_ids);
+/* The text of `ids` (n_ids of them), NUL-terminated into buf. *text_len is its length without
+ * the NUL; when text_len + 1 > capacity, returns TLR_ERR_BUFFER_TOO_SMALL. */
+TLR_API int tlr_detokenize(const tlr_device* device, const int32_t* ids, size_t n_ids, int render_special,
+                           char* buf, size_t capacity, size_t* text_len);
+
+/* ---- the LLM: a model in this process or a server --------------------------------------- */
+
+typedef struct tlr_llm tlr_llm;
+
+typedef struct tlr_llm_params {
+  size_t struct_size;       /* set by tlr_llm_params_init */
+  const char* model_path;   /* in process: the large model GGUF; or */
+  const char* server_url;   /* behind a server: http[s]://host:port (exactly one of the two) */
+  const char* backend;      /* server protocol: "tlr" (`tlr serve`, default) or "openai" */
+  const char* api_key;      /* Bearer token for the server (NULL: none) */
+  const char* server_model; /* openai backend: model name (NULL: the server's first) */
+  const char* ca_file;      /* https: CA bundle to verify the server with (NULL: the system's) */
+  int verify_tls;           /* https: verify the certificate (default 1) */
+  double timeout_s;         /* deadline of one LLM call incl. retries (default 10); past it the
+                               SLM's own token is used (source FALLBACK) */
+  int retries;              /* further attempts after a failed request (default 2) */
+  double retry_after_s;     /* after the server failed: SLM-only this long (default 1) */
+  int connections;          /* calls in flight at once (default 4) */
+  double sim_rtt_ms;        /* simulated network round trip per call (default 0) */
+  double sim_jitter_ms;     /* uniform +- jitter on it (default 0) */
+  int n_threads;            /* in process: the LLM's worker threads (default 1) */
+  const char* kv_type;      /* in process: KV cache storage, as for the device */
+} tlr_llm_params;
+
+TLR_API void tlr_llm_params_init(tlr_llm_params* params);
+/* In process: loads the model. Server: checks the parameters; connecting happens at each
+ * generation (an unreachable server is not an error: its tokens become FALLBACK tokens). */
+TLR_API int tlr_llm_open(const tlr_llm_params* params, tlr_llm** out);
+TLR_API void tlr_llm_free(tlr_llm* llm); /* NULL is fine */
+
+/* ---- generation ------------------------------------------------------------------------ */
+
+typedef enum tlr_mode {
+  TLR_MODE_JOINT = 0,      /* route uncertain tokens to the LLM */
+  TLR_MODE_SMALL_ONLY = 1, /* the SLM alone (the router still scores, for the confidences) */
+  TLR_MODE_LARGE_ONLY = 2  /* the LLM alone */
+} tlr_mode;
+
+typedef enum tlr_source {
+  TLR_SOURCE_SLM = 0,
+  TLR_SOURCE_LLM = 1,
+  TLR_SOURCE_FALLBACK = 2 /* routed, but the LLM call failed: the SLM's own token */
+} tlr_source;
+
+typedef enum tlr_stop {
+  TLR_STOP_EOS = 0,        /* the end-of-generation token */
+  TLR_STOP_MAX_TOKENS = 1,
+  TLR_STOP_CALLBACK = 2,   /* the token callback returned non-zero */
+  TLR_STOP_CANCELLED = 3   /* tlr_device_cancel */
+} tlr_stop;
+
+typedef struct tlr_generate_params {
+  size_t struct_size;   /* set by tlr_generate_params_init */
+  int mode;             /* tlr_mode (default joint) */
+  float threshold;      /* route when the router's confidence is below this, in [0, 1];
+                           negative (default): the router's recommended threshold */
+  int span;             /* tokens per LLM call, 1..64 (default 1) */
+  int max_tokens;       /* default 128 */
+  int chat;             /* wrap the prompt in the SLM's chat template (default 0) */
+  float temperature;    /* 0 = greedy (default) */
+  int top_k;            /* default 40 (0 = off) */
+  float top_p;          /* default 1 (off) */
+  float min_p;          /* default 0 (off) */
+  float repeat_penalty; /* default 1 (off) */
+  int repeat_last_n;    /* default 64 */
+  uint64_t seed;        /* sampling seed (default 42) */
+  int pipeline;         /* 1 (default): keep decoding while routed tokens are on the network;
+                           0: block on each. The tokens are identical either way */
+  int spec_depth;       /* pipeline: tokens the SLM may run ahead (default 32) */
+  int spec_branches;    /* pipeline: SLM candidates speculated on at once (default 1) */
+  int lookahead;        /* pipeline: LLM continuation tokens asked for per call (default 8) */
+  double sim_slm_ms;    /* simulated device pace: each SLM pass takes at least this (default 0) */
+} tlr_generate_params;
+
+TLR_API void tlr_generate_params_init(tlr_generate_params* params);
+
+/* One generated token, as it is confirmed. Valid only during the callback. */
+typedef struct tlr_token {
+  size_t struct_size;    /* sizeof(tlr_token) of the library: read fields only below it */
+  int32_t id;
+  const char* text;      /* complete UTF-8, NUL-terminated; may be "" while a character is
+                            split across tokens, and is "" for the end token */
+  size_t text_len;
+  int source;            /* tlr_source */
+  float confidence;      /* the router's; -1 when it did not run */
+  int end;               /* 1 for the end-of-generation token */
+  double slm_ms, router_ms, llm_ms; /* time spent on this token (llm_ms: its call's round trip) */
+  double stall_ms;       /* waiting for the LLM with nothing else to do, since the last token */
+  double at_ms;          /* since the start of the generation */
+  const char* llm_error; /* FALLBACK tokens: why the LLM call failed; "" otherwise */
+} tlr_token;
+
+/* Return 0 to go on, non-zero to stop (the generation then ends with TLR_STOP_CALLBACK). */
+typedef int (*tlr_token_callback)(const tlr_token* token, void* user_data);
+
+typedef struct tlr_stats {
+  size_t struct_size;    /* set by the caller: sizeof(tlr_stats) */
+  int64_t prompt_tokens;
+  int64_t generated;     /* tokens emitted, including an end token */
+  int64_t routed;        /* produced by the LLM */
+  int64_t fallbacks;     /* routed, but the SLM's own because the LLM call failed */
+  int64_t llm_calls;
+  int stop;              /* tlr_stop */
+  float threshold;       /* the threshold used */
+  double ttft_ms, tbt_ms, total_ms;
+  double slm_ms, router_ms, llm_ms, stall_ms;
+  /* pipeline */
+  int64_t spec_resolved, spec_hits, spec_branch_hits, lookahead_used, wasted_slm_steps, cancelled_calls;
+  /* behind a server (zero in process) */
+  int64_t http_requests, retries, resyncs, failed_calls;
+  char llm_failure[256]; /* "3 timeouts: <first message>" when calls failed; "" otherwise */
+} tlr_stats;
+
+/* Generates after `prompt` (UTF-8 text; BOS is added, or the chat template with params->chat).
+ * `llm` may be NULL only for TLR_MODE_SMALL_ONLY; `params` NULL means the defaults;
+ * `on_token` may be NULL; `stats` may be NULL (else its struct_size must be set). Blocks until
+ * the end; returns TLR_OK also when the callback or tlr_device_cancel stopped it (see
+ * stats->stop). An LLM that fails mid-way is not an error: its tokens come from the SLM with
+ * source TLR_SOURCE_FALLBACK. */
+TLR_API int tlr_generate(tlr_device* device, const tlr_llm* llm, const char* prompt,
+                         const tlr_generate_params* params, tlr_token_callback on_token, void* user_data,
+                         tlr_stats* stats);
+/* The same after prompt token ids (taken as they are: no BOS added; params->chat ignored). */
+TLR_API int tlr_generate_ids(tlr_device* device, const tlr_llm* llm, const int32_t* prompt, size_t n_prompt,
+                             const tlr_generate_params* params, tlr_token_callback on_token, void* user_data,
+                             tlr_stats* stats);
+/* Stops the generation running on `device` (from any thread): tlr_generate returns within
+ * ~50 ms with TLR_STOP_CANCELLED. No effect when the device is not generating. */
+TLR_API int tlr_device_cancel(tlr_device* device);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TLR_H_ */

@@ -1,0 +1,173 @@
+"""Tests of the Python binding (python/tlr) over libtlr.so on the bundled demo pair.
+
+Run by ctest under /usr/bin/python3 and the python3 on PATH:
+    TLR_LIBRARY=build/lib/libtlr.so.1 TLR_DEMO_DIR=models/demo python3 python/tlr_test.py
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tlr  # noqa: E402
+
+DEMO = os.environ.get("TLR_DEMO_DIR") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "demo")
+# Test question 2 of the demo pair: the SLM answers river, the LLM (and joint routing) cave.
+PROMPT = "Question: Where does a fexko live?\nA. marsh\nB. desert\nC. forest\nD. river\nE. cave\n"
+
+
+def demo(name):
+    return os.path.join(DEMO, name)
+
+
+def closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class BindingTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dev = tlr.Device(demo("slm.gguf"), demo("router.gguf"))
+        cls.llm = tlr.Llm(model=demo("llm.gguf"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.llm.close()
+        cls.dev.close()
+
+    def test_version(self):
+        self.assertEqual(tlr.api_version() // 100, tlr.API_VERSION_MAJOR)
+        self.assertTrue(tlr.version())
+
+    def test_generate_yields_tokens_and_stats(self):
+        toks = list(self.dev.generate(PROMPT, llm=self.llm, max_tokens=40))
+        self.assertTrue(toks)
+        sources = {t.source for t in toks}
+        self.assertIn("LLM", sources)
+        self.assertIn("SLM", sources)
+        st = self.dev.last_stats
+        self.assertIsInstance(st, tlr.Stats)
+        self.assertEqual(st.generated, len(toks))
+        self.assertEqual(st.routed, sum(t.source == "LLM" for t in toks))
+        self.assertEqual(st.stop, "eos")
+        self.assertTrue(toks[-1].end)
+        self.assertAlmostEqual(st.threshold, self.dev.info["router_threshold"], places=5)
+        # run() with a callback sees the same tokens; so does a prompt given as ids.
+        seen = []
+        self.dev.run(PROMPT, self.llm, on_token=seen.append, max_tokens=40)
+        self.assertEqual([(t.id, t.source) for t in seen], [(t.id, t.source) for t in toks])
+        ids = self.dev.tokenize(PROMPT)
+        again = []
+        self.dev.run(ids, self.llm, on_token=again.append, max_tokens=40)
+        self.assertEqual([t.id for t in again], [t.id for t in toks])
+        text = "".join(t.text for t in toks)
+        self.assertEqual(self.dev.detokenize([t.id for t in toks if not t.end]), text)
+
+    def test_thresholds_zero_and_one(self):
+        small = [t.id for t in self.dev.generate(PROMPT, mode="small_only", max_tokens=40)]
+        large = [t.id for t in self.dev.generate(PROMPT, llm=self.llm, mode="large_only", max_tokens=40)]
+        self.assertEqual([t.id for t in self.dev.generate(PROMPT, llm=self.llm, threshold=0.0, max_tokens=40)], small)
+        self.assertEqual([t.id for t in self.dev.generate(PROMPT, llm=self.llm, threshold=1.0, max_tokens=40)], large)
+
+    def test_cancel_from_another_thread(self):
+        first, released = threading.Event(), threading.Event()
+
+        def hold(tok):
+            first.set()
+            released.wait(30)
+
+        result = {}
+
+        def work():
+            result["stats"] = self.dev.run(PROMPT, self.llm, on_token=hold, max_tokens=200)
+
+        th = threading.Thread(target=work)
+        th.start()
+        self.assertTrue(first.wait(30))
+        with self.assertRaises(tlr.TlrError) as busy:  # one generation at a time per device
+            self.dev.run(PROMPT, self.llm)
+        self.assertEqual(busy.exception.status, "TLR_ERR_BUSY")
+        self.dev.cancel()
+        released.set()
+        th.join()
+        self.assertEqual(result["stats"].stop, "cancelled")
+        self.assertEqual(result["stats"].generated, 1)
+
+    def test_breaking_out_of_generate_stops_it(self):
+        for i, _ in enumerate(self.dev.generate(PROMPT, llm=self.llm, max_tokens=200)):
+            if i == 2:
+                break
+        self.assertIn(self.dev.last_stats.stop, ("callback", "eos"))  # eos: it had finished before the break
+        self.assertEqual(self.dev.run(PROMPT, self.llm, max_tokens=5).generated, 5)  # the device is free again
+
+    def test_callback_that_raises(self):
+        class Boom(Exception):
+            pass
+
+        def boom(tok):
+            raise Boom("from the callback")
+
+        with self.assertRaises(Boom):
+            self.dev.run(PROMPT, self.llm, on_token=boom)
+        with self.assertRaises(Boom):
+            list(self.dev.generate(PROMPT, llm=self.llm, on_token=boom))
+        self.assertEqual(self.dev.run(PROMPT, self.llm, max_tokens=3).generated, 3)
+
+    def test_missing_file(self):
+        with self.assertRaises(tlr.TlrError) as e:
+            tlr.Device(demo("no-such-slm.gguf"), demo("router.gguf"))
+        self.assertEqual(e.exception.code, tlr.ERR_LOAD)
+        self.assertIn("no-such-slm.gguf", str(e.exception))
+        with self.assertRaises(tlr.TlrError) as e:
+            tlr.Llm(model=demo("no-such-llm.gguf"))
+        self.assertEqual(e.exception.code, tlr.ERR_LOAD)
+
+    def test_wrong_router(self):
+        with self.assertRaises(tlr.TlrError) as e:  # the demo router is the SLM's, not the LLM's
+            tlr.Device(demo("llm.gguf"), demo("router.gguf"))
+        self.assertEqual(e.exception.status, "TLR_ERR_INCOMPATIBLE")
+        with self.assertRaises(tlr.TlrError) as e:
+            tlr.Device(demo("slm.gguf"), "no-such-kind")
+        self.assertEqual(e.exception.code, tlr.ERR_LOAD)
+
+    def test_bad_threshold(self):
+        for bad in (1.5, float("nan")):
+            with self.assertRaises(tlr.TlrError) as e:
+                self.dev.run(PROMPT, self.llm, threshold=bad)
+            self.assertEqual(e.exception.code, tlr.ERR_INVALID_ARGUMENT)
+            self.assertIn("threshold", str(e.exception))
+
+    def test_unreachable_server_gives_fallback_tokens(self):
+        with tlr.Llm(server="http://127.0.0.1:%d" % closed_port(), timeout_s=2, retries=0) as llm:
+            toks = list(self.dev.generate(PROMPT, llm=llm, max_tokens=40))
+        self.assertIn("FALLBACK", {t.source for t in toks})
+        self.assertNotIn("LLM", {t.source for t in toks})
+        self.assertTrue(any(t.llm_error for t in toks if t.source == "FALLBACK"))
+        self.assertEqual(self.dev.last_stats.fallbacks, sum(t.source == "FALLBACK" for t in toks))
+        small = [t.id for t in self.dev.generate(PROMPT, mode="small_only", max_tokens=40)]
+        self.assertEqual([t.id for t in toks], small)
+
+    def test_interpreter_exit_during_generation(self):
+        # A generator left suspended at exit, its generation still running on the helper thread
+        # (the simulated SLM pace keeps it going): without the binding's exit handler Python ended
+        # that thread inside tlr_generate (abort: forced unwind swallowed) or tore the process
+        # down under it (SIGSEGV, now and then). The process must exit cleanly, every time.
+        script = ("import sys; sys.path.insert(0, %r); import tlr\n"
+                  "d = tlr.Device(%r, %r)\n"
+                  "l = tlr.Llm(model=%r)\n"
+                  "g = d.generate(%r, llm=l, max_tokens=200, sim_slm_ms=20)\n"
+                  "print(next(g).source)\n") % (os.path.dirname(os.path.abspath(__file__)), demo("slm.gguf"),
+                                                  demo("router.gguf"), demo("llm.gguf"), PROMPT)
+        p = subprocess.run([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.strip(), "SLM")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,378 @@
+// The C API through libtlr.so only (this test links nothing else of TLR): generation on the
+// bundled demo pair, the modes against each other, cancel and busy from other threads, a
+// callback that stops, an unreachable server (FALLBACK tokens), the errors and their codes,
+// tokenize / detokenize with short buffers. Built into the asan preset too.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstring>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tlr.h"
+
+namespace {
+
+const std::string kDemo = std::string(TLR_SOURCE_DIR) + "/models/demo/";
+// Test question 2 of the demo pair: the SLM answers river, the LLM (and joint routing) cave.
+const char* kPrompt = "Question: Where does a fexko live?\nA. marsh\nB. desert\nC. forest\nD. river\nE. cave\n";
+
+struct Token {
+  int32_t id;
+  int source;
+  std::string text;
+  bool operator==(const Token&) const = default;
+};
+
+int Collect(const tlr_token* t, void* user) {
+  static_cast<std::vector<Token>*>(user)->push_back({t->id, t->source, std::string(t->text, t->text_len)});
+  return 0;
+}
+
+class CapiTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tlr_device_params dp;
+    tlr_device_params_init(&dp);
+    const std::string slm = kDemo + "slm.gguf", router = kDemo + "router.gguf", llm = kDemo + "llm.gguf";
+    dp.slm_path = slm.c_str();
+    dp.router = router.c_str();
+    ASSERT_EQ(tlr_device_open(&dp, &device_), TLR_OK) << tlr_last_error();
+    tlr_llm_params lp;
+    tlr_llm_params_init(&lp);
+    lp.model_path = llm.c_str();
+    ASSERT_EQ(tlr_llm_open(&lp, &llm_), TLR_OK) << tlr_last_error();
+  }
+  static void TearDownTestSuite() {
+    tlr_llm_free(llm_);
+    tlr_device_free(device_);
+    llm_ = nullptr;
+    device_ = nullptr;
+  }
+
+  static std::vector<Token> Generate(const tlr_generate_params& p, const tlr_llm* llm, tlr_stats* st = nullptr) {
+    std::vector<Token> out;
+    tlr_stats local;
+    local.struct_size = sizeof local;
+    EXPECT_EQ(tlr_generate(device_, llm, kPrompt, &p, Collect, &out, st ? st : &local), TLR_OK) << tlr_last_error();
+    return out;
+  }
+  static tlr_generate_params Params(int mode, int max_tokens = 40) {
+    tlr_generate_params p;
+    tlr_generate_params_init(&p);
+    p.mode = mode;
+    p.max_tokens = max_tokens;
+    return p;
+  }
+
+  static tlr_device* device_;
+  static tlr_llm* llm_;
+};
+tlr_device* CapiTest::device_ = nullptr;
+tlr_llm* CapiTest::llm_ = nullptr;
+
+int CountSource(const std::vector<Token>& v, int source) {
+  int n = 0;
+  for (const Token& t : v) n += t.source == source;
+  return n;
+}
+std::string Text(const std::vector<Token>& v) {
+  std::string s;
+  for (const Token& t : v) s += t.text;
+  return s;
+}
+std::vector<int32_t> Ids(const std::vector<Token>& v) {
+  std::vector<int32_t> ids;
+  for (const Token& t : v) ids.push_back(t.id);
+  return ids;
+}
+
+TEST_F(CapiTest, Version) {
+  EXPECT_EQ(tlr_api_version(), TLR_API_VERSION);
+  EXPECT_STRNE(tlr_version(), "");
+  EXPECT_STREQ(tlr_status_name(TLR_ERR_BUSY), "TLR_ERR_BUSY");
+}
+
+TEST_F(CapiTest, JointRoutesSomeTokensAndMatchesWithPipelineOff) {
+  tlr_stats st;
+  st.struct_size = sizeof st;
+  const std::vector<Token> joint = Generate(Params(TLR_MODE_JOINT), llm_, &st);
+  ASSERT_FALSE(joint.empty());
+  EXPECT_GT(CountSource(joint, TLR_SOURCE_LLM), 0);
+  EXPECT_GT(CountSource(joint, TLR_SOURCE_SLM), 0);
+  EXPECT_EQ(CountSource(joint, TLR_SOURCE_FALLBACK), 0);
+  EXPECT_NE(Text(joint).find("So the answer is cave."), std::string::npos) << Text(joint);
+  EXPECT_EQ(st.generated, static_cast<int64_t>(joint.size()));
+  EXPECT_EQ(st.routed, CountSource(joint, TLR_SOURCE_LLM));
+  EXPECT_EQ(st.stop, TLR_STOP_EOS);
+  tlr_device_info info;
+  info.struct_size = sizeof info;
+  ASSERT_EQ(tlr_device_get_info(device_, &info), TLR_OK);
+  EXPECT_FLOAT_EQ(st.threshold, info.router_threshold);  // the router's recommended one
+  EXPECT_STREQ(info.router_kind, "citer");
+  tlr_generate_params off = Params(TLR_MODE_JOINT);
+  off.pipeline = 0;
+  EXPECT_EQ(Generate(off, llm_), joint);
+}
+
+TEST_F(CapiTest, ThresholdsZeroAndOneGiveEachModelAlone) {
+  const std::vector<Token> small = Generate(Params(TLR_MODE_SMALL_ONLY), nullptr);
+  const std::vector<Token> large = Generate(Params(TLR_MODE_LARGE_ONLY), llm_);
+  EXPECT_EQ(CountSource(small, TLR_SOURCE_SLM), static_cast<int>(small.size()));
+  EXPECT_EQ(CountSource(large, TLR_SOURCE_LLM), static_cast<int>(large.size()));
+  EXPECT_NE(Text(small).find("So the answer is river."), std::string::npos) << Text(small);
+  EXPECT_NE(Text(large).find("So the answer is cave."), std::string::npos) << Text(large);
+  tlr_generate_params p = Params(TLR_MODE_JOINT);
+  p.threshold = 0.0f;  // nothing is below 0: never routed
+  EXPECT_EQ(Generate(p, llm_), small);
+  p.threshold = 1.0f;  // every token routed: the LLM's answer
+  EXPECT_EQ(Ids(Generate(p, llm_)), Ids(large));
+}
+
+TEST_F(CapiTest, GenerateIdsEqualsGenerateText) {
+  std::vector<int32_t> ids(256);
+  size_t n = 0;
+  ASSERT_EQ(tlr_tokenize(device_, kPrompt, strlen(kPrompt), 1, 0, ids.data(), ids.size(), &n), TLR_OK);
+  ids.resize(n);
+  tlr_generate_params p = Params(TLR_MODE_JOINT);
+  std::vector<Token> out;
+  ASSERT_EQ(tlr_generate_ids(device_, llm_, ids.data(), ids.size(), &p, Collect, &out, nullptr), TLR_OK);
+  EXPECT_EQ(out, Generate(p, llm_));
+}
+
+TEST_F(CapiTest, TokenizeAndDetokenizeWithShortBuffers) {
+  const std::string text = "Question: Where does a fexko live?";
+  size_t n = 0;
+  EXPECT_EQ(tlr_tokenize(device_, text.data(), text.size(), 0, 0, nullptr, 0, &n), TLR_ERR_BUFFER_TOO_SMALL);
+  ASSERT_GT(n, 1u);
+  std::vector<int32_t> ids(n);
+  size_t n2 = 0;
+  EXPECT_EQ(tlr_tokenize(device_, text.data(), text.size(), 0, 0, ids.data(), n - 1, &n2), TLR_ERR_BUFFER_TOO_SMALL);
+  ASSERT_EQ(tlr_tokenize(device_, text.data(), text.size(), 0, 0, ids.data(), n, &n2), TLR_OK);
+  EXPECT_EQ(n2, n);
+  size_t len = 0;
+  char small[4];
+  EXPECT_EQ(tlr_detokenize(device_, ids.data(), n, 0, small, sizeof small, &len), TLR_ERR_BUFFER_TOO_SMALL);
+  EXPECT_EQ(len, text.size());
+  std::vector<char> buf(len + 1);
+  ASSERT_EQ(tlr_detokenize(device_, ids.data(), n, 0, buf.data(), buf.size(), &len), TLR_OK);
+  EXPECT_EQ(std::string(buf.data()), text);
+  const int32_t bad = 1 << 20;
+  EXPECT_EQ(tlr_detokenize(device_, &bad, 1, 0, buf.data(), buf.size(), &len), TLR_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tlr_last_error()).find("1048576"), std::string::npos) << tlr_last_error();
+}
+
+TEST_F(CapiTest, CallbackStops) {
+  struct State {
+    int seen = 0;
+  } state;
+  auto stop_at_3 = [](const tlr_token*, void* user) -> int { return ++static_cast<State*>(user)->seen >= 3; };
+  tlr_generate_params p = Params(TLR_MODE_JOINT);
+  tlr_stats st;
+  st.struct_size = sizeof st;
+  ASSERT_EQ(tlr_generate(device_, llm_, kPrompt, &p, stop_at_3, &state, &st), TLR_OK);
+  EXPECT_EQ(state.seen, 3);
+  EXPECT_EQ(st.generated, 3);
+  EXPECT_EQ(st.stop, TLR_STOP_CALLBACK);
+}
+
+// The callback holds the generation at its first token while another thread cancels it and
+// tries a second generation on the same device (busy); then the first one stops as cancelled.
+TEST_F(CapiTest, CancelAndBusyFromAnotherThread) {
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool first = false, released = false;
+    int tokens = 0;
+  } s;
+  auto hold = [](const tlr_token*, void* user) -> int {
+    State& s = *static_cast<State*>(user);
+    std::unique_lock<std::mutex> lock(s.mu);
+    ++s.tokens;
+    s.first = true;
+    s.cv.notify_all();
+    s.cv.wait(lock, [&] { return s.released; });
+    return 0;
+  };
+  tlr_generate_params p = Params(TLR_MODE_JOINT, 200);
+  tlr_stats st;
+  st.struct_size = sizeof st;
+  int rc = -1;
+  std::thread gen([&] { rc = tlr_generate(device_, llm_, kPrompt, &p, hold, &s, &st); });
+  {
+    std::unique_lock<std::mutex> lock(s.mu);
+    s.cv.wait(lock, [&] { return s.first; });
+  }
+  std::vector<Token> other;
+  EXPECT_EQ(tlr_generate(device_, llm_, kPrompt, &p, Collect, &other, nullptr), TLR_ERR_BUSY);
+  EXPECT_NE(std::string(tlr_last_error()).find("already generating"), std::string::npos);
+  size_t n = 0;
+  int32_t ids[64];
+  EXPECT_EQ(tlr_tokenize(device_, "Where", 5, 0, 0, ids, 64, &n), TLR_OK);  // allowed meanwhile
+  EXPECT_EQ(tlr_device_cancel(device_), TLR_OK);
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.released = true;
+    s.cv.notify_all();
+  }
+  gen.join();
+  EXPECT_EQ(rc, TLR_OK);
+  EXPECT_EQ(st.stop, TLR_STOP_CANCELLED);
+  EXPECT_EQ(s.tokens, 1);
+  EXPECT_EQ(st.generated, 1);
+  // Cancelling an idle device does nothing to the next generation.
+  EXPECT_EQ(tlr_device_cancel(device_), TLR_OK);
+  tlr_stats st2;
+  st2.struct_size = sizeof st2;
+  Generate(Params(TLR_MODE_JOINT), llm_, &st2);
+  EXPECT_EQ(st2.stop, TLR_STOP_EOS);
+}
+
+// A thread that ends inside the token callback (pthread_exit: what Python does to a thread at
+// interpreter exit) unwinds through tlr_generate, which releases the device on the way.
+TEST_F(CapiTest, ThreadEndingInsideTheCallbackReleasesTheDevice) {
+  auto body = [](void*) -> void* {
+    auto exit_now = [](const tlr_token*, void*) -> int { pthread_exit(nullptr); };
+    tlr_generate_params p = Params(TLR_MODE_JOINT);
+    tlr_generate(device_, llm_, kPrompt, &p, exit_now, nullptr, nullptr);
+    return reinterpret_cast<void*>(1);  // not reached
+  };
+  pthread_t th;
+  ASSERT_EQ(pthread_create(&th, nullptr, body, nullptr), 0);
+  void* ret = nullptr;
+  ASSERT_EQ(pthread_join(th, &ret), 0);
+  EXPECT_EQ(ret, nullptr);
+  tlr_stats st;
+  st.struct_size = sizeof st;
+  Generate(Params(TLR_MODE_JOINT), llm_, &st);  // not busy
+  EXPECT_EQ(st.stop, TLR_STOP_EOS);
+}
+
+// A loopback port nobody listens on.
+int ClosedPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST_F(CapiTest, UnreachableServerGivesFallbackTokens) {
+  const std::string url = "http://127.0.0.1:" + std::to_string(ClosedPort());
+  tlr_llm_params lp;
+  tlr_llm_params_init(&lp);
+  lp.server_url = url.c_str();
+  lp.timeout_s = 2;
+  lp.retries = 0;
+  tlr_llm* remote = nullptr;
+  ASSERT_EQ(tlr_llm_open(&lp, &remote), TLR_OK) << tlr_last_error();
+  tlr_stats st;
+  st.struct_size = sizeof st;
+  const std::vector<Token> out = Generate(Params(TLR_MODE_JOINT), remote, &st);
+  tlr_llm_free(remote);
+  EXPECT_GT(CountSource(out, TLR_SOURCE_FALLBACK), 0);
+  EXPECT_EQ(CountSource(out, TLR_SOURCE_LLM), 0);
+  EXPECT_EQ(st.fallbacks, CountSource(out, TLR_SOURCE_FALLBACK));
+  EXPECT_STRNE(st.llm_failure, "");
+  // The fallback tokens are the SLM's own: the SLM's answer.
+  EXPECT_EQ(Ids(out), Ids(Generate(Params(TLR_MODE_SMALL_ONLY), nullptr)));
+}
+
+TEST_F(CapiTest, Errors) {
+  tlr_device* d = nullptr;
+  tlr_device_params dp;
+  tlr_device_params_init(&dp);
+  const std::string missing = kDemo + "no-such-file.gguf", router = kDemo + "router.gguf", llm = kDemo + "llm.gguf";
+  dp.slm_path = missing.c_str();
+  dp.router = router.c_str();
+  EXPECT_EQ(tlr_device_open(&dp, &d), TLR_ERR_LOAD);
+  EXPECT_EQ(d, nullptr);
+  EXPECT_NE(std::string(tlr_last_error()).find("no-such-file.gguf"), std::string::npos) << tlr_last_error();
+  // The demo router belongs to the demo SLM, not to the LLM (another hidden size).
+  dp.slm_path = llm.c_str();
+  EXPECT_EQ(tlr_device_open(&dp, &d), TLR_ERR_INCOMPATIBLE) << tlr_last_error();
+  dp.router = "no-such-router-kind";
+  EXPECT_EQ(tlr_device_open(&dp, &d), TLR_ERR_LOAD) << tlr_last_error();
+  dp.router = "maxprob";
+  dp.kv_type = "f8";
+  EXPECT_EQ(tlr_device_open(&dp, &d), TLR_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tlr_device_open(nullptr, &d), TLR_ERR_INVALID_ARGUMENT);
+  tlr_device_params unset{};
+  EXPECT_EQ(tlr_device_open(&unset, &d), TLR_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tlr_last_error()).find("tlr_device_params_init"), std::string::npos);
+
+  tlr_generate_params p = Params(TLR_MODE_JOINT);
+  p.threshold = 1.5f;
+  EXPECT_EQ(tlr_generate(device_, llm_, kPrompt, &p, nullptr, nullptr, nullptr), TLR_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tlr_last_error()).find("threshold"), std::string::npos);
+  p = Params(TLR_MODE_JOINT);
+  p.span = 0;
+  EXPECT_EQ(tlr_generate(device_, llm_, kPrompt, &p, nullptr, nullptr, nullptr), TLR_ERR_INVALID_ARGUMENT);
+  p = Params(7);
+  EXPECT_EQ(tlr_generate(device_, llm_, kPrompt, &p, nullptr, nullptr, nullptr), TLR_ERR_INVALID_ARGUMENT);
+  p = Params(TLR_MODE_JOINT);
+  EXPECT_EQ(tlr_generate(device_, nullptr, kPrompt, &p, nullptr, nullptr, nullptr), TLR_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tlr_generate(device_, llm_, "", &p, nullptr, nullptr, nullptr), TLR_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tlr_generate(nullptr, llm_, kPrompt, &p, nullptr, nullptr, nullptr), TLR_ERR_INVALID_ARGUMENT);
+  p.max_tokens = 1 << 30;  // the in-process LLM's KV cache would be sized for it
+  EXPECT_EQ(tlr_generate(device_, llm_, kPrompt, &p, nullptr, nullptr, nullptr), TLR_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tlr_last_error()).find("max tokens"), std::string::npos);
+  p.max_tokens = 8;
+  const int32_t bad_ids[] = {1, 70000};
+  EXPECT_EQ(tlr_generate_ids(device_, llm_, bad_ids, 2, &p, nullptr, nullptr, nullptr), TLR_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tlr_last_error()).find("70000"), std::string::npos);
+  EXPECT_EQ(tlr_generate(device_, llm_, kPrompt, &p, nullptr, nullptr, nullptr), TLR_OK);
+  EXPECT_STREQ(tlr_last_error(), "");
+
+  tlr_llm* l = nullptr;
+  tlr_llm_params lp;
+  tlr_llm_params_init(&lp);
+  EXPECT_EQ(tlr_llm_open(&lp, &l), TLR_ERR_INVALID_ARGUMENT);  // neither model nor server
+  lp.server_url = "ftp://example.com";
+  EXPECT_EQ(tlr_llm_open(&lp, &l), TLR_ERR_INVALID_ARGUMENT);
+  lp.server_url = "http://127.0.0.1:1";
+  lp.backend = "grpc";
+  EXPECT_EQ(tlr_llm_open(&lp, &l), TLR_ERR_INVALID_ARGUMENT);
+  lp.backend = "tlr";
+  lp.timeout_s = -1;
+  EXPECT_EQ(tlr_llm_open(&lp, &l), TLR_ERR_INVALID_ARGUMENT);
+  tlr_llm_params_init(&lp);
+  lp.model_path = missing.c_str();
+  EXPECT_EQ(tlr_llm_open(&lp, &l), TLR_ERR_LOAD);
+  EXPECT_NE(std::string(tlr_last_error()).find("LLM"), std::string::npos);
+  EXPECT_EQ(l, nullptr);
+  tlr_device_free(nullptr);
+  tlr_llm_free(nullptr);
+}
+
+// A caller built against an older, shorter tlr_stats gets only the fields it knows.
+TEST_F(CapiTest, ShorterStatsStructIsFilledOnlyToItsSize) {
+  struct Old {
+    tlr_stats head;
+    char guard[8];
+  } old;
+  std::memset(&old, 0x5a, sizeof old);
+  old.head.struct_size = offsetof(tlr_stats, stop);
+  tlr_generate_params p = Params(TLR_MODE_SMALL_ONLY, 4);
+  ASSERT_EQ(tlr_generate(device_, nullptr, kPrompt, &p, nullptr, nullptr, &old.head), TLR_OK);
+  EXPECT_EQ(old.head.generated, 4);
+  EXPECT_EQ(old.head.struct_size, offsetof(tlr_stats, stop));
+  const unsigned char* rest = reinterpret_cast<const unsigned char*>(&old.head) + offsetof(tlr_stats, stop);
+  for (size_t i = 0; i < sizeof(tlr_stats) - offsetof(tlr_stats, stop); ++i) ASSERT_EQ(rest[i], 0x5a) << i;
+}
+
+}  // namespace
