@@ -79,7 +79,7 @@ TSAN_LABELS := ^(server|browser)$$
 TSAN_TESTS := ^(DecoderTest|PipelineTest|Speculation|SessionStore)\.
 TSAN_ENV := TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/scripts/tsan.supp"
 tsan-test: deps-test
-	@[ -f build-tsan/CMakeCache.txt ] || cmake --preset tsan
+	@grep -qs 'CMAKE_CXX_COMPILER:[A-Z]*=.*clang' build-tsan/CMakeCache.txt || { rm -rf build-tsan; cmake --preset tsan; }
 	cmake --build build-tsan -j $(JOBS)
 	$(TSAN_ENV) ctest --test-dir build-tsan --output-on-failure -j $(JOBS) -L '$(TSAN_LABELS)' $(CTEST_ARGS)
 	$(TSAN_ENV) ctest --test-dir build-tsan --output-on-failure -j $(JOBS) -R '$(TSAN_TESTS)' $(CTEST_ARGS)
