@@ -6,7 +6,7 @@ FUZZ_SECONDS ?= 300
 CTEST_ARGS ?=
 FUZZERS := gguf_fuzz tokenizer_fuzz server_request_fuzz remote_reply_fuzz jinja_fuzz
 
-.PHONY: results pipeline-check interop-check all build demo test unit-test fuzz-test fuzz asan-test tsan-test aarch64-test deps deps-test clean help
+.PHONY: results pipeline-check interop-check all build demo test unit-test fuzz-test fuzz asan-test tsan-test aarch64-test net-test deps deps-test clean help
 
 all: build
 
@@ -17,6 +17,7 @@ help:
 	@echo "make asan-test  the test suite under AddressSanitizer + UBSan (build-asan/)"
 	@echo "make tsan-test  the threaded tests (server, engine, decoder, pipeline, UI) under ThreadSanitizer (build-tsan/)"
 	@echo "make aarch64-test  ARM64 cross-build; unit, kernel and model tests under qemu-user (build-aarch64/)"
+	@echo "make net-test  network faults between namespaces (label net) with a 10 s partition (root)"
 	@echo "make fuzz     run each libFuzzer target for FUZZ_SECONDS (default 300)"
 	@echo "make results  evaluate the bundled pair: docs/RESULTS.md and its plots"
 	@echo "make pipeline-check  --pipeline on vs off give identical tokens (607 questions x 3 thresholds, ~12 min)"
@@ -83,6 +84,11 @@ tsan-test: deps-test
 	cmake --build build-tsan -j $(JOBS)
 	$(TSAN_ENV) ctest --test-dir build-tsan --output-on-failure -j $(JOBS) -L '$(TSAN_LABELS)' $(CTEST_ARGS)
 	$(TSAN_ENV) ctest --test-dir build-tsan --output-on-failure -j $(JOBS) -R '$(TSAN_TESTS)' $(CTEST_ARGS)
+
+# Network faults between the device and `tlr serve` in separate network namespaces, and the
+# HAProxy failover (label net, also in `test`), with the issue's full 10 s partition.
+net-test: deps-test build
+	TLR_NET_PARTITION_S=10 ctest --test-dir build --output-on-failure -L '^net$$' $(CTEST_ARGS)
 
 # ARM64: cross-built with Debian's aarch64 toolchain, unit/kernel/model tests under qemu-user,
 # the kernels on every Highway target for aarch64 (NEON, SVE, SVE2, SVE_256, SVE2_128).
