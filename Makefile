@@ -8,7 +8,7 @@ FUZZERS := gguf_fuzz tokenizer_fuzz server_request_fuzz remote_reply_fuzz jinja_
 
 PREFIX ?= /usr/local
 
-.PHONY: install results pipeline-check interop-check all build demo test unit-test fuzz-test fuzz asan-test tsan-test aarch64-test deps deps-test clean help
+.PHONY: install results pipeline-check interop-check all build demo test unit-test fuzz-test fuzz asan-test tsan-test aarch64-test net-test soak deps deps-test clean help
 
 all: build
 
@@ -21,6 +21,8 @@ help:
 	@echo "make asan-test  the test suite under AddressSanitizer + UBSan (build-asan/)"
 	@echo "make tsan-test  the threaded tests (server, engine, decoder, pipeline, UI) under ThreadSanitizer (build-tsan/)"
 	@echo "make aarch64-test  ARM64 cross-build; unit, kernel and model tests under qemu-user (build-aarch64/)"
+	@echo "make net-test  network faults between namespaces (label net) with a 10 s partition (root)"
+	@echo "make soak     64 devices + bad requests against tlr serve for SOAK_SECONDS (default 600); RSS curve"
 	@echo "make fuzz     run each libFuzzer target for FUZZ_SECONDS (default 300)"
 	@echo "make results  evaluate the bundled pair: docs/RESULTS.md and its plots"
 	@echo "make pipeline-check  --pipeline on vs off give identical tokens (607 questions x 3 thresholds, ~12 min)"
@@ -88,10 +90,23 @@ TSAN_LABELS := ^(server|browser)$$
 TSAN_TESTS := ^(DecoderTest|PipelineTest|Speculation|SessionStore)\.
 TSAN_ENV := TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/scripts/tsan.supp"
 tsan-test: deps-test
-	@[ -f build-tsan/CMakeCache.txt ] || cmake --preset tsan
+	@grep -qs 'CMAKE_CXX_COMPILER:[A-Z]*=.*clang' build-tsan/CMakeCache.txt || { rm -rf build-tsan; cmake --preset tsan; }
 	cmake --build build-tsan -j $(JOBS)
 	$(TSAN_ENV) ctest --test-dir build-tsan --output-on-failure -j $(JOBS) -L '$(TSAN_LABELS)' $(CTEST_ARGS)
 	$(TSAN_ENV) ctest --test-dir build-tsan --output-on-failure -j $(JOBS) -R '$(TSAN_TESTS)' $(CTEST_ARGS)
+
+# Network faults between the device and `tlr serve` in separate network namespaces, and the
+# HAProxy failover (label net, also in `test`), with the issue's full 10 s partition.
+net-test: deps-test build
+	TLR_NET_PARTITION_S=10 ctest --test-dir build --output-on-failure -L '^net$$' $(CTEST_ARGS)
+
+# Soak (long; not in `test`): SOAK_DEVICES devices answering questions against one `tlr serve`
+# with a small KV budget, bad requests mixed in; the server's RSS curve is printed.
+SOAK_SECONDS ?= 600
+SOAK_DEVICES ?= 64
+soak: deps-test build
+	cmake --build build -j $(JOBS) --target soak_test
+	SOAK_SECONDS=$(SOAK_SECONDS) SOAK_DEVICES=$(SOAK_DEVICES) build/bin/soak_test
 
 # ARM64: cross-built with Debian's aarch64 toolchain, unit/kernel/model tests under qemu-user,
 # the kernels on every Highway target for aarch64 (NEON, SVE, SVE2, SVE_256, SVE2_128).

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -227,6 +228,43 @@ TEST_F(EngineTest, EvictionBetweenConcurrentSessionsKeepsEveryAnswerRight) {
   }
   EXPECT_GT(metrics.Value("tlr_evictions_total"), 0);
   EXPECT_LE(engine.kv_bytes(), lim.kv_budget_bytes);
+}
+
+// Regression for the unlocked read in eviction (MakeRoom read another session's last_used
+// before taking its lock). Two devices each make a call on their own session from their own
+// threads and then stay idle, their threads alive: nothing orders their last writes (the end of
+// their calls touches last_used) before what this thread does next, except the sessions' own
+// locks. A third call needs room and looks at both idle sessions; each may be read only under
+// its lock. Under ThreadSanitizer (make tsan-test) the old code is a reported race on every run
+// (the second session looked at was read before its try_lock).
+TEST_F(EngineTest, EvictionLooksAtIdleSessionsOnlyUnderTheirLocks) {
+  EngineLimits lim;
+  LlmEngine probe(*llm_, nullptr, lim, nullptr);
+  lim.kv_budget_bytes = probe.kv_bytes_per_token() * 60;  // two contexts of 24, not three
+  lim.prompt_cache_slots = 0;
+  LlmEngine engine(*llm_, nullptr, lim, nullptr);
+  SessionInfo a, b, c;
+  ASSERT_TRUE(engine.CreateSession(&a).ok() && engine.CreateSession(&b).ok() && engine.CreateSession(&c).ok());
+  // Relaxed: they tell this thread the calls are over without ordering anything (only the
+  // sessions' locks may do that, as between the calls of a real server).
+  std::atomic<int> done{0};
+  std::atomic<bool> release{false};
+  std::vector<std::thread> devices;
+  for (const std::string& id : {a.id, b.id}) {
+    devices.emplace_back([&, id] {
+      EXPECT_TRUE(engine.Next(Call(id, {}, std::vector<int32_t>(24, 9), 1, "")).ok());
+      done.fetch_add(1, std::memory_order_relaxed);
+      while (!release.load(std::memory_order_relaxed)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+  }
+  while (done.load(std::memory_order_relaxed) < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const std::vector<int32_t> ctx(30, 11);
+  EngineResult r = engine.Next(Call(c.id, {}, ctx, 1, ""));
+  release.store(true, std::memory_order_relaxed);
+  for (auto& t : devices) t.join();
+  ASSERT_TRUE(r.ok()) << r.message;
+  EXPECT_EQ(r.reply.tokens, Reference(ctx, 1));
+  EXPECT_LE(engine.kv_bytes(), lim.kv_budget_bytes);  // one of the idle two was evicted
 }
 
 TEST_F(EngineTest, IdleSessionsExpireAndTheSessionLimitHolds) {

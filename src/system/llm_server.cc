@@ -224,6 +224,9 @@ void LlmServer::Routes() {
                 quota_->Commit(client, info.id);
                 json j = model_json();
                 j["session"] = info.id;
+                // Also in a header: a load balancer can learn the session's replica from it
+                // without reading the body (tools/deploy/haproxy.cfg).
+                res.set_header("Location", "/tlr/v1/sessions/" + info.id);
                 SendJson(res, 201, j);
               }));
   http_->Delete(R"(/tlr/v1/sessions/([A-Za-z0-9-]{1,64}))",

@@ -131,17 +131,17 @@ std::string BucketLabel(const LoadBucket& b) {
   return first >= last ? std::to_string(last) : std::to_string(first) + "-" + std::to_string(last);
 }
 
-namespace {
-
-ProcMemory ReadProcMemory(const std::string& pid) {
+ProcMemory ReadProcMemory(int pid) {
   ProcMemory m;
-  std::ifstream in("/proc/" + pid + "/status");
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   for (std::string line; std::getline(in, line);) {
     if (line.rfind("VmRSS:", 0) == 0) m.rss_kib = std::atoll(line.c_str() + 6);
     if (line.rfind("VmHWM:", 0) == 0) m.hwm_kib = std::atoll(line.c_str() + 6);
   }
   return m;
 }
+
+namespace {
 
 // ---- The simulated devices ------------------------------------------------------------------
 
@@ -222,7 +222,7 @@ Expected<LoadRun> RunLoad(const LoadOptions& o, const Tokenizer& vocab, int sess
     if (!(*llm)->warning().empty()) return Status::Error("the server at " + o.server + " is not reachable");
     devices.push_back(std::move(llm).value());
   }
-  const std::string pid = std::to_string(o.server_pid);
+  const int pid = o.server_pid;
   MetricsScrape before;
   if (auto s = ScrapeMetrics(o); s.ok()) {
     before = std::move(s).value();

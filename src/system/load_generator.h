@@ -59,6 +59,7 @@ float Percentile(const std::vector<float>& sorted, double p);
 struct ProcMemory {
   int64_t rss_kib = 0, hwm_kib = 0;
 };
+ProcMemory ReadProcMemory(int pid);
 
 struct LoadRun {
   int sessions = 0;
