@@ -138,10 +138,12 @@ TEST_F(PipelineTest, SpeculationIsUsedHitsMissesAndDrafts) {
   bool saw_miss = false;
   for (SpecOutcome o : other.spec) saw_miss |= o == SpecOutcome::kMiss;
   EXPECT_TRUE(saw_miss);
-  // Lookahead: later routed tokens inside the LLM's draft need no call.
+  // Lookahead: later routed tokens inside the LLM's draft need no call, and the output is the
+  // same. (Not compared: the number of calls against `other`'s. Drafts make each call longer,
+  // so on a loaded machine more speculation is discarded and more calls are made: 91 vs 56
+  // was seen at a load average of 10.)
   const Out drafts = Run(*llm_, Options(0.5f, true, 1, 16), kRtt, 0);
   EXPECT_GT(drafts.st.lookahead_used, 0);
-  EXPECT_LT(drafts.st.llm_calls, other.st.llm_calls);
   EXPECT_EQ(drafts.ids, other.ids);
   // Blocking: one call per routed token, every routed token waited for.
   const Out off = Run(*llm_, Options(0.5f, false), 20, 0);
