@@ -33,5 +33,7 @@ function(tlr_fuzzer name)
            COMMAND ${CMAKE_COMMAND} -DFUZZER=$<TARGET_FILE:${name}> -DWORK=${work}
                    "-DSEEDS=${F_SEEDS}" -DSECONDS=${TLR_FUZZ_SECONDS}
                    -P ${CMAKE_SOURCE_DIR}/cmake/run_fuzzer.cmake)
-  set_tests_properties(${name} PROPERTIES LABELS fuzz TIMEOUT 600)
+  # The run itself is bounded by -max_total_time; leave room for loading the seeds.
+  math(EXPR timeout "${TLR_FUZZ_SECONDS} + 300")
+  set_tests_properties(${name} PROPERTIES LABELS fuzz TIMEOUT ${timeout})
 endfunction()

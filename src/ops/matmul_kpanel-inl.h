@@ -1,5 +1,5 @@
 // Panel kernels for the K-quants (ops layer), compiled once per Highway target (included by
-// matmul_kquant.cc after hwy/foreach_target.h): Q4_K, Q5_K and Q6_K weights in the panel
+// matmul_kquant.cc after hwy/foreach_target.h): Q4_K, Q5_K, Q6_K and IQ4_XS weights in the panel
 // layout of panel_layout.h (KPanelFormat), times up to kPanelTokens tokens of Q8A activations.
 //
 // As for the 32-element types (matmul_panel-inl.h), one call computes 8 rows x NT tokens:
@@ -16,6 +16,7 @@
 //               (MatMulInput::s16) so it ends as the exact signed sum; the chains times the
 //               rows' int8 scales (int32 multiplies) add up to one integer per row and
 //               acc += isum * (d * d_a). Every integer here is exact (|isum| < 2^24).
+//   IQ4_XS:     codes looked up as for IQ4_NL (DotIq4nlGroup), acc += isum * (d * (ls - 32) * d_a).
 // The float operations per lane are the same sequence whatever NT and the other rows, so
 // a (row, token) result is bit-identical in decode and in any batch.
 //
@@ -62,6 +63,34 @@ HWY_INLINE void DecodeScalesK4(const uint8_t* s, uint8_t* sc, uint8_t* mn) {
     uint8_t q[12];
     for (int k = 0; k < 12; ++k) q[k] = s[8 * k + r];
     for (int j = 0; j < 8; ++j) ScaleMinK4(j, q, &sc[8 * j + r], &mn[8 * j + r]);
+  }
+#endif
+}
+
+// IQ4_XS: the 8 rows' sub-block scales ls - 32 from the transposed scale bytes (see
+// panel_layout.h): sc[32 * (j % 2) + 8 * (j / 2) + r] for sub-block j (0..7) of row r.
+HWY_INLINE void DecodeScalesXs(const uint8_t* s, int8_t* sc) {
+#ifdef TLR_X86_256
+  // Even sub-blocks 2k: low nibbles of scales_l byte k, high bits 0-1 of H(k); odd ones:
+  // high nibbles, bits 2-3 of H(k). H(k) is nibble k % 2 of scales_h byte k / 2.
+  const __m256i t = Load32(s);
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32));
+  const __m128i n4 = _mm_set1_epi8(0x0F);
+  const __m128i h_lo = _mm_and_si128(h, n4), h_hi = _mm_and_si128(_mm_srli_epi16(h, 4), n4);
+  const __m256i hk = _mm256_set_m128i(_mm_unpackhi_epi64(h_lo, h_hi), _mm_unpacklo_epi64(h_lo, h_hi));
+  const __m256i m4 = _mm256_set1_epi8(0x0F), k32 = _mm256_set1_epi8(32);
+  const __m256i even = _mm256_or_si256(_mm256_and_si256(t, m4), _mm256_slli_epi16(_mm256_and_si256(hk, _mm256_set1_epi8(3)), 4));
+  const __m256i odd = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(t, 4), m4),
+                                      _mm256_slli_epi16(_mm256_and_si256(hk, _mm256_set1_epi8(0x0C)), 2));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(sc), _mm256_sub_epi8(even, k32));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(sc + 32), _mm256_sub_epi8(odd, k32));
+#else
+  for (int r = 0; r < 8; ++r) {
+    for (int j = 0; j < 8; ++j) {
+      const int lo = (s[8 * (j / 2) + r] >> (4 * (j % 2))) & 0xF;
+      const int hi = (s[32 + 8 * (j / 4) + r] >> (2 * (j % 4))) & 3;
+      sc[32 * (j % 2) + 8 * (j / 2) + r] = static_cast<int8_t>((lo | (hi << 4)) - 32);
+    }
   }
 #endif
 }
@@ -119,7 +148,9 @@ HWY_NOINLINE void KPanelDot(const uint8_t* panel, int64_t ng, const ActView* a, 
   for (int64_t sb = 0; sb < ng / 8; ++sb) {
     const uint8_t* blk = panel + sb * f.block_bytes;
     HWY_ALIGN uint8_t sc[64], mn[64];
+    HWY_ALIGN int8_t xs[64];  // IQ4_XS
     if constexpr (f.has_min) DecodeScalesK4(blk + f.scales_off, sc, mn);
+    if constexpr (f.nonlinear) DecodeScalesXs(blk + f.scales_off, xs);
     const auto* sc6 = reinterpret_cast<const int8_t*>(blk + f.scales_off);  // Q6_K: byte 8k + r
     for (int64_t j = 0; j < 8; ++j) {
       const int64_t g = 8 * sb + j;  // group index in the row
@@ -136,6 +167,9 @@ HWY_NOINLINE void KPanelDot(const uint8_t* panel, int64_t ng, const ActView* a, 
         Q6HalfSums<NT, 1>(grp, f, a, g, isum);
         const __m256i s1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc6 + 16 * j + 8)));
         for (int t = 0; t < NT; ++t) isum[t] = _mm256_add_epi32(part[t], _mm256_mullo_epi32(isum[t], s1));
+      } else if constexpr (f.nonlinear) {
+        for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+        DotIq4nlGroup<NT>(grp + f.values_off, a, g, isum);
       } else {
         for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
         DotNibbleGroup<NT, f.has_mask>(grp + f.values_off, grp + f.mask_off, a, g, isum);
@@ -160,6 +194,10 @@ HWY_NOINLINE void KPanelDot(const uint8_t* panel, int64_t ng, const ActView* a, 
               const int b = 4 * r + i;
               int lo = (vals[32 * v + b] & 0xF) | (((m_lo >> b) & 1) << 4);
               int hi = (vals[32 * v + b] >> 4) | (((m_hi >> b) & 1) << 4);
+              if constexpr (f.nonlinear) {
+                lo = kIq4nlValues[lo];
+                hi = kIq4nlValues[hi];
+              }
               if constexpr (f.six_bit) {  // unpacked vectors 2v, 2v + 1
                 const uint8_t h = grp[f.high_off + 32 * (v / 2) + b];
                 lo = lo - 32 + (((h >> (4 * (v % 2))) & 3) << 4);
@@ -183,6 +221,20 @@ HWY_NOINLINE void KPanelDot(const uint8_t* panel, int64_t ng, const ActView* a, 
           for (int t = 0; t < NT; ++t) {
             VF acc_tc = hn::MulAdd(hn::ConvertTo(df, isum_at(t, c)), hn::Mul(dsc, hn::Set(df, a[t].d[g])), acc.Get(t * 8 + c));
             acc.Set(t * 8 + c, hn::NegMulAdd(dmn, hn::Set(df, a[t].s[g]), acc_tc));
+          }
+        } else if constexpr (f.nonlinear) {
+          // d * (ls - 32) per row; with VNNI the codes went in +128 (DotIq4nlGroup), taken
+          // back per token as 128 x the activation block's sum.
+          const VF dsc = hn::Mul(wd, BytesToFloat(xs + 32 * (j % 2) + 8 * (j / 2) + c * L));
+          constexpr float kOff = PanelOffsetScale<GgmlType::kIQ4_NL>();
+          for (int t = 0; t < NT; ++t) {
+            const VF isf = hn::ConvertTo(df, isum_at(t, c));
+            if constexpr (kOff != 0.0f) {
+              const VF v = hn::MulAdd(isf, hn::Set(df, a[t].d[g]), hn::Set(df, kOff * a[t].s[g]));
+              acc.Set(t * 8 + c, hn::MulAdd(dsc, v, acc.Get(t * 8 + c)));
+            } else {
+              acc.Set(t * 8 + c, hn::MulAdd(isf, hn::Mul(dsc, hn::Set(df, a[t].d[g])), acc.Get(t * 8 + c)));
+            }
           }
         } else {
           for (int t = 0; t < NT; ++t) {

@@ -1,5 +1,6 @@
 // MatMul kernels for K-quant weights (ops layer): Q4_K, Q5_K and Q6_K rows in the panel
 // layout (matmul_kpanel-inl.h) or, when not repacked, in GGUF layout (matmul_quant-inl.h),
+// and IQ4_XS's whole panels (its other rows go to matmul_lowbit.cc),
 // times Q8A activations, compiled for every SIMD target. See matmul_kernels.h.
 #include "ops/matmul_kernels.h"
 
@@ -26,6 +27,7 @@ void KQuantRowsImpl(const WeightView& w, const MatMulInput& in, float* y, int64_
     case GgmlType::kQ4_K: return Rows<GgmlType::kQ4_K>(w, in, y, ldy, r0, r1);
     case GgmlType::kQ5_K: return Rows<GgmlType::kQ5_K>(w, in, y, ldy, r0, r1);
     case GgmlType::kQ6_K: return Rows<GgmlType::kQ6_K>(w, in, y, ldy, r0, r1);
+    case GgmlType::kIQ4_XS: return Rows<GgmlType::kIQ4_XS>(w, in, y, ldy, r0, r1);  // whole panels only
     default: return;
   }
 }

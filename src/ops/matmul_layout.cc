@@ -80,7 +80,7 @@ int GetValue(const GroupPtrs<const uint8_t>& g, int r, int i) {
 }
 
 // One GGUF block as its integer values (legacy types: 32, 0..15 / 0..31 / -128..127;
-// K-quants: 256, 0..15 / 0..31 / 0..63) and its scale fields.
+// K-quants: 256, 0..15 / 0..31 / 0..63; IQ4_NL, IQ4_XS: the 4-bit codes) and its scale fields.
 struct BlockInts {
   int q[256];
   uint16_t d = 0, m = 0;  // m: Q4_1/Q5_1 minimum, Q4_K/Q5_K dmin
@@ -134,6 +134,19 @@ BlockInts ReadBlock(GgmlType t, const uint8_t* b) {
           int q = (qs[32 * (sub / 2) + l] >> (4 * (sub & 1))) & 0xF;
           if (q5) q |= ((reinterpret_cast<const BlockQ5_K*>(b)->qh[l] >> sub) & 1) << 4;
           x.q[32 * sub + l] = q;
+        }
+      }
+      break;
+    }
+    case GgmlType::kIQ4_XS: {  // scales: scales_l[0..3], then scales_h's two bytes
+      const auto* blk = reinterpret_cast<const BlockIQ4_XS*>(b);
+      x.d = blk->d;
+      std::memcpy(x.scales, blk->scales_l, 4);
+      std::memcpy(x.scales + 4, &blk->scales_h, 2);
+      for (int sub = 0; sub < 8; ++sub) {
+        for (int j = 0; j < 16; ++j) {
+          x.q[32 * sub + j] = blk->qs[16 * sub + j] & 0xF;
+          x.q[32 * sub + j + 16] = blk->qs[16 * sub + j] >> 4;
         }
       }
       break;
@@ -211,6 +224,18 @@ void WriteBlock(GgmlType t, const BlockInts& x, uint8_t* b) {
       }
       break;
     }
+    case GgmlType::kIQ4_XS: {
+      auto* blk = reinterpret_cast<BlockIQ4_XS*>(b);
+      blk->d = x.d;
+      std::memcpy(blk->scales_l, x.scales, 4);
+      std::memcpy(&blk->scales_h, x.scales + 4, 2);
+      for (int sub = 0; sub < 8; ++sub) {
+        for (int j = 0; j < 16; ++j) {
+          blk->qs[16 * sub + j] = static_cast<uint8_t>(x.q[32 * sub + j] | (x.q[32 * sub + j + 16] << 4));
+        }
+      }
+      break;
+    }
     case GgmlType::kQ6_K: {
       auto* blk = reinterpret_cast<BlockQ6_K*>(b);
       blk->d = x.d;
@@ -241,7 +266,7 @@ void PutBlock(GgmlType t, const BlockInts& x, int r, uint8_t* out) {
   if (k.ok) {
     std::memcpy(out + 2 * r, &x.d, 2);
     if (k.has_min) std::memcpy(out + k.dmin_off + 2 * r, &x.m, 2);
-    for (int s = 0; s < (k.six_bit ? 16 : 12); ++s) out[k.scales_off + 8 * s + r] = x.scales[s];
+    for (int s = 0; s < k.scale_bytes; ++s) out[k.scales_off + 8 * s + r] = x.scales[s];
     for (int g = 0; g < 8; ++g) {
       PutGroup(GroupOf(k, out + k.groups_off + g * k.group_bytes), r, x.q + 32 * g);
     }
@@ -266,7 +291,7 @@ BlockInts GetBlock(GgmlType t, const uint8_t* in, int r) {
   const KPanelFormat k = KPanelFormatOf(t);
   if (k.ok) {
     if (k.has_min) std::memcpy(&x.m, in + k.dmin_off + 2 * r, 2);
-    for (int s = 0; s < (k.six_bit ? 16 : 12); ++s) x.scales[s] = in[k.scales_off + 8 * s + r];
+    for (int s = 0; s < k.scale_bytes; ++s) x.scales[s] = in[k.scales_off + 8 * s + r];
     for (int g = 0; g < 8; ++g) {
       const auto p = GroupOf(k, in + k.groups_off + g * k.group_bytes);
       for (int i = 0; i < 32; ++i) x.q[32 * g + i] = GetValue(p, r, i);

@@ -327,11 +327,15 @@ HWY_INLINE ActView PanelAct(const MatMulInput& in, int64_t t) {
 // panel cut by r0 or r1 goes through a small buffer (its 8 rows are computed and the wanted
 // ones copied, so a row's result never depends on the range); rows after the last full
 // panel are in GGUF layout.
+// The non-linear types' rows in GGUF layout are for the low-bit kernels (matmul.cc splits
+// the range); PanelLayoutRows then only sees whole panels.
+template <GgmlType kType>
+constexpr bool kTailsInLowBit = kType == GgmlType::kIQ4_NL || kType == GgmlType::kIQ4_XS;
+
 template <GgmlType kType, class PanelDotFn>
 void PanelLayoutRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0,
                      int64_t r1, const PanelDotFn& dot) {
-  // IQ4_NL's rows in GGUF layout go to the low-bit kernels (matmul.cc splits the range).
-  if constexpr (kType != GgmlType::kIQ4_NL) {
+  if constexpr (!kTailsInLowBit<kType>) {
     if (!w.repacked) return QuantRows<kType>(w, in, y, ldy, r0, r1);
   }
   const int64_t ng = in.n_cols / 32;
@@ -369,7 +373,7 @@ void PanelLayoutRows(const WeightView& w, const MatMulInput& in, float* y, int64
     }
     r = hi;
   }
-  if constexpr (kType != GgmlType::kIQ4_NL) {
+  if constexpr (!kTailsInLowBit<kType>) {
     if (r1 > panel_end) QuantRows<kType>(w, in, y, ldy, std::max(r0, panel_end), r1);
   }
 }

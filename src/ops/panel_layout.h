@@ -28,6 +28,11 @@
 //               Q6_K's two high bits of unpacked vector u sit at bits 2 (u % 4) and up of
 //               high-bit vector u / 4 (same byte position), so vectors 0-3 (values 0-15,
 //               the group's first scale) come from the first high-bit vector.
+//   IQ4_XS:     [8 x f16 d] [4 x 8 bytes scales_l: byte 8k + r = scales_l[k] of row r]
+//               [2 x 8 bytes scales_h: byte 8k + r = byte k of row r's scales_h] then per
+//               group: [4 nibble vectors] of codes into kIq4nlValues. Nibble k % 2 of
+//               scales_h byte k / 2 holds the two high scale bits of sub-blocks 2k and 2k + 1,
+//               so the 64 six-bit scales decode with a few vector ops.
 // A panel takes exactly 8 rows' bytes, so the matrix keeps its size and a row that is not in
 // a full panel (the last n_rows % 8) stays in GGUF layout at its usual offset.
 #pragma once
@@ -99,6 +104,8 @@ struct KPanelFormat {
   bool has_min = false;   // Q4_K, Q5_K: x = d * sc * q - dmin * m
   bool has_mask = false;  // Q5_K: fifth bits
   bool six_bit = false;   // Q6_K: two high bits, int8 scales per 16 values, q - 32
+  bool nonlinear = false; // IQ4_XS: codes into kIq4nlValues, 6-bit scales ls - 32, no minimum
+  int scale_bytes = 0;    // packed scale bytes per row and super-block (12, 16, 6)
   size_t dmin_off = 0, scales_off = 0, groups_off = 0;
   size_t mask_off = 0, high_off = 0, values_off = 0;
   size_t group_bytes = 0;  // one group of 32 columns x 8 rows
@@ -110,6 +117,7 @@ constexpr KPanelFormat KPanelFormatOf(GgmlType t) {
   switch (t) {
     case GgmlType::kQ4_K:
       f.ok = f.has_min = true;
+      f.scale_bytes = 12;
       f.dmin_off = 16;
       f.scales_off = 32;
       f.groups_off = 32 + 96;
@@ -117,6 +125,7 @@ constexpr KPanelFormat KPanelFormatOf(GgmlType t) {
       break;
     case GgmlType::kQ5_K:
       f.ok = f.has_min = f.has_mask = true;
+      f.scale_bytes = 12;
       f.dmin_off = 16;
       f.scales_off = 32;
       f.groups_off = 32 + 96;
@@ -125,10 +134,18 @@ constexpr KPanelFormat KPanelFormatOf(GgmlType t) {
       break;
     case GgmlType::kQ6_K:
       f.ok = f.six_bit = true;
+      f.scale_bytes = 16;
       f.scales_off = 16;
       f.groups_off = 16 + 128;
       f.values_off = 64;
       f.group_bytes = 64 + 128;
+      break;
+    case GgmlType::kIQ4_XS:
+      f.ok = f.nonlinear = true;
+      f.scale_bytes = 6;  // scales_l[4], scales_h as 2 bytes
+      f.scales_off = 16;
+      f.groups_off = 16 + 48;
+      f.group_bytes = 128;
       break;
     default:
       break;
@@ -139,7 +156,8 @@ constexpr KPanelFormat KPanelFormatOf(GgmlType t) {
 
 static_assert(KPanelFormatOf(GgmlType::kQ4_K).block_bytes == 8 * 144 &&
                   KPanelFormatOf(GgmlType::kQ5_K).block_bytes == 8 * 176 &&
-                  KPanelFormatOf(GgmlType::kQ6_K).block_bytes == 8 * 210,
+                  KPanelFormatOf(GgmlType::kQ6_K).block_bytes == 8 * 210 &&
+                  KPanelFormatOf(GgmlType::kIQ4_XS).block_bytes == 8 * 136,
               "a K-quant panel block takes exactly 8 GGUF blocks");
 
 }  // namespace tlr
