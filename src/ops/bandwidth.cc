@@ -34,6 +34,24 @@ float SumRange(const float* p, size_t n) {
   return s;
 }
 
+// Integer sum over bytes read as 64-bit lanes (any bit pattern, no float assists), four
+// independent accumulators.
+uint64_t SumBytes(const uint8_t* p, size_t n) {
+  const hn::ScalableTag<uint64_t> d;
+  const size_t L = hn::Lanes(d), step = 4 * L * sizeof(uint64_t);
+  auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+  const auto* q = reinterpret_cast<const uint64_t*>(p);
+  size_t i = 0;
+  for (; (i + 1) * step <= n; ++i) {
+    a0 = hn::Add(a0, hn::LoadU(d, q + 4 * L * i));
+    a1 = hn::Add(a1, hn::LoadU(d, q + 4 * L * i + L));
+    a2 = hn::Add(a2, hn::LoadU(d, q + 4 * L * i + 2 * L));
+    a3 = hn::Add(a3, hn::LoadU(d, q + 4 * L * i + 3 * L));
+  }
+  uint64_t s = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+  for (size_t k = i * step; k < n; ++k) s += p[k];
+  return s;
+}
 // Runs `iters` rounds of 8 independent FMA chains; returns a value so nothing is optimised out.
 float FmaLoop(int64_t iters) {
   const hn::ScalableTag<float> d;
@@ -107,6 +125,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace tlr {
 HWY_EXPORT(SumRange);
+HWY_EXPORT(SumBytes);
 HWY_EXPORT(FmaLoop);
 HWY_EXPORT(FloatLanes);
 HWY_EXPORT(Int8DotLoop);
@@ -149,6 +168,20 @@ double MeasurePeakGflops(ThreadPool* pool) {
   volatile float keep = sink[0];
   (void)keep;
   return best;
+}
+
+double ReadPassGbps(ThreadPool* pool, const uint8_t* p, size_t bytes) {
+  const int threads = pool->n_threads();
+  std::vector<uint64_t> sink(threads);
+  const auto t0 = std::chrono::steady_clock::now();
+  pool->ParallelFor(threads, 1, [&](int64_t b, int64_t, int) {
+    const size_t lo = bytes / threads * b, hi = b + 1 == threads ? bytes : bytes / threads * (b + 1);
+    sink[b] = HWY_DYNAMIC_DISPATCH(SumBytes)(p + lo, hi - lo);
+  });
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  volatile uint64_t keep = sink[0];
+  (void)keep;
+  return static_cast<double>(bytes) / s / 1e9;
 }
 
 BandwidthResult MeasureReadBandwidth(ThreadPool* pool, size_t bytes, int repetitions) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace tlr {
 
@@ -16,6 +17,10 @@ struct BandwidthResult {
 
 BandwidthResult MeasureReadBandwidth(ThreadPool* pool, size_t bytes = size_t{1} << 30,
                                      int repetitions = 7);
+
+// One read pass over [p, p + bytes) split over the pool's threads (any bytes: integer sums),
+// in GB/s. For probes paired with a kernel reading the same memory.
+double ReadPassGbps(ThreadPool* pool, const uint8_t* p, size_t bytes);
 
 // Peak single-precision FMA throughput of the pool's threads (GFLOP/s, 2 FLOP per lane per
 // FMA), from a register-only loop with enough independent accumulators to hide latency.

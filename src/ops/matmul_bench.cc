@@ -1,0 +1,168 @@
+// Kernel-level decode benchmark (ops layer; a benchmark, not a test): one token's matrix-vector
+// product through MatMul on a thread pool, per weight type, cycling over enough copies of the
+// matrix that every call streams its weights from memory as a decode step does. Prints the
+// weight bytes read per second and their share of a plain read pass over the same memory on
+// the same pool, in alternating rounds (ReadPassGbps; the host's bandwidth drifts by tens of
+// percent), so a kernel's distance from the memory roofline shows without the rest of the
+// forward pass (norms, attention, the gaps between parallel loops).
+//
+//   matmul_bench [-t THREADS] [--shape ROWSxCOLS] [--seconds S] [TYPE...]
+//
+// TYPE as llama.cpp names it (q8_0, q4_K, iq4_xs, f16, ...); default: every type MatMul runs.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/bandwidth.h"
+#include "ops/matmul.h"
+#include "ops/thread_pool.h"
+#include "quant/ggml_type.h"
+#include "quant/quantize.h"
+
+namespace tlr {
+namespace {
+
+constexpr size_t kStreamBytes = size_t{512} << 20;  // far beyond any cache
+
+struct Options {
+  int threads = 2;
+  int64_t rows = 4864, cols = 896;  // the 0.5B model's FFN gate / up
+  double seconds = 2.0;
+  std::vector<GgmlType> types;
+};
+
+bool ParseArgs(int argc, char** argv, Options* o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (a == "-t" && has_value) {
+      o->threads = std::atoi(argv[++i]);
+    } else if (a == "--shape" && has_value) {
+      if (std::sscanf(argv[++i], "%ldx%ld", &o->rows, &o->cols) != 2) return false;
+    } else if (a == "--seconds" && has_value) {
+      o->seconds = std::atof(argv[++i]);
+    } else if (a == "-h" || a == "--help") {
+      return false;
+    } else {
+      bool found = false;
+      for (const GgmlTypeTraits& t : AllGgmlTypes()) {
+        if (strcasecmp(std::string(t.name).c_str(), a.c_str()) == 0) {
+          o->types.push_back(t.type);
+          found = true;
+        }
+      }
+      if (!found) {
+        std::fprintf(stderr, "matmul_bench: unknown argument or type '%s'\n", a.c_str());
+        return false;
+      }
+    }
+  }
+  return o->threads >= 1 && o->rows >= 1 && o->cols >= 1 && o->seconds > 0;
+}
+
+struct Result {
+  bool ok = false;  // false: the type cannot be made at this shape
+  double kernel_gbps = 0, probe_gbps = 0, ratio = 0;  // medians over the rounds
+  int rounds = 0;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// Weights streamed by single-token MatMuls of `type`, against paired read probes.
+Result StreamType(GgmlType type, const Options& o, ThreadPool* pool) {
+  const GgmlTypeTraits& tr = GgmlTraits(type);
+  if (o.cols % tr.block_size != 0 || !CanQuantize(type)) return {};
+  const size_t row_bytes = static_cast<size_t>(o.cols / tr.block_size) * tr.type_size;
+  const size_t matrix_bytes = row_bytes * static_cast<size_t>(o.rows);
+  const int copies = static_cast<int>(std::max<size_t>(2, kStreamBytes / matrix_bytes));
+  // Rows drawn at random from a few quantized random rows: quantizing every row would take
+  // long, and identical pages must not occur (the host may merge them, and then the "stream"
+  // comes from a cache).
+  constexpr int kDistinct = 61;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  std::vector<float> f(o.cols);
+  std::vector<uint8_t> rows(kDistinct * row_bytes), gguf(matrix_bytes);
+  for (int k = 0; k < kDistinct; ++k) {
+    for (float& v : f) v = normal(rng);
+    if (!Quantize(type, f.data(), rows.data() + k * row_bytes, o.cols).ok()) return {};
+  }
+  std::vector<uint8_t> data(matrix_bytes * copies);
+  WeightView w{type, gguf.data(), o.rows, o.cols, row_bytes};
+  for (int c = 0; c < copies; ++c) {
+    for (int64_t r = 0; r < o.rows; ++r) {
+      std::memcpy(gguf.data() + r * row_bytes, rows.data() + (rng() % kDistinct) * row_bytes, row_bytes);
+    }
+    uint8_t* dst = data.data() + c * matrix_bytes;
+    if (CanRepack(type)) RepackMatrix(w, dst);
+    else std::memcpy(dst, gguf.data(), matrix_bytes);
+  }
+  std::vector<float> x(o.cols), y(o.rows);
+  for (float& v : x) v = normal(rng);
+  MatMulInput in;
+  // Rounds of one probe pass over the same bytes, then one pass of the kernel over every copy:
+  // the host's bandwidth drifts, so each kernel pass is judged against its neighbouring probe.
+  Result res;
+  std::vector<double> kernel, probe, ratio;
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < o.seconds ||
+         kernel.size() < 5) {
+    probe.push_back(ReadPassGbps(pool, data.data(), data.size()));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int c = 0; c < copies; ++c) {
+      WeightView wc{type, data.data() + c * matrix_bytes, o.rows, o.cols, row_bytes};
+      wc.repacked = CanRepack(type);
+      in.Prepare(type, x.data(), 1, o.cols, o.cols, pool);
+      MatMul(wc, in, y.data(), o.rows, pool);
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    kernel.push_back(static_cast<double>(data.size()) / s / 1e9);
+    ratio.push_back(kernel.back() / probe.back());
+  }
+  res.ok = true;
+  res.kernel_gbps = Median(kernel);
+  res.probe_gbps = Median(probe);
+  res.ratio = Median(ratio);
+  res.rounds = static_cast<int>(kernel.size());
+  return res;
+}
+
+}  // namespace
+}  // namespace tlr
+
+int main(int argc, char** argv) {
+  using namespace tlr;
+  Options o;
+  if (!ParseArgs(argc, argv, &o)) {
+    std::fprintf(stderr, "usage: matmul_bench [-t THREADS] [--shape ROWSxCOLS] [--seconds S] [TYPE...]\n");
+    return 2;
+  }
+  if (o.types.empty()) {
+    for (const GgmlTypeTraits& t : AllGgmlTypes()) {
+      if (MatMulSupports(t.type)) o.types.push_back(t.type);
+    }
+  }
+  ThreadPool pool(o.threads);
+  std::printf("matrix %ldx%ld, %d threads; medians over rounds of a read probe and a kernel pass over the same %zu MiB\n",
+              o.rows, o.cols, o.threads, kStreamBytes >> 20);
+  std::printf("%-8s %10s %10s %9s %7s\n", "type", "kernel GB/s", "probe GB/s", "of probe", "rounds");
+  for (GgmlType t : o.types) {
+    const Result r = StreamType(t, o, &pool);
+    const std::string name(GgmlTraits(t).name);
+    if (!r.ok) {
+      std::printf("%-8s %10s\n", name.c_str(), "n/a (shape)");
+      continue;
+    }
+    std::printf("%-8s %10.1f %10.1f %8.0f%% %7d\n", name.c_str(), r.kernel_gbps, r.probe_gbps, 100 * r.ratio, r.rounds);
+    std::fflush(stdout);
+  }
+  return 0;
+}
