@@ -251,11 +251,25 @@ Value Slice(const Value& obj, const Value& start, const Value& stop, const Value
   return obj.IsList() ? Value::List(std::move(items)) : Value(std::move(text));
 }
 
+namespace {
+// Items left to iterate in the render running on this thread (see ResetIterationBudget).
+thread_local int64_t g_items_left = kMaxIteratedItems;
+void Spend(size_t items, int line) {
+  g_items_left -= static_cast<int64_t>(items);
+  if (g_items_left < 0) {
+    Fail("the template iterated over more than " + std::to_string(kMaxIteratedItems) + " items", line);
+  }
+}
+}  // namespace
+
+void ResetIterationBudget() { g_items_left = kMaxIteratedItems; }
+
 std::vector<Value> Iterate(const Value& v, int line) {
   switch (v.kind()) {
     case Value::Kind::kUndefined: return {};
-    case Value::Kind::kList: return v.AsList();
+    case Value::Kind::kList: Spend(v.AsList().size(), line); return v.AsList();
     case Value::Kind::kDict: {
+      Spend(v.AsDict().items.size(), line);
       std::vector<Value> keys;
       for (const auto& kv : v.AsDict().items) keys.emplace_back(kv.first);
       return keys;
@@ -263,6 +277,7 @@ std::vector<Value> Iterate(const Value& v, int line) {
     case Value::Kind::kString: {
       std::vector<Value> chars;
       const std::string& s = v.AsString();
+      Spend(s.size(), line);  // bytes: at least the characters, known before any is made
       for (size_t i = 0; i < s.size();) {
         const size_t b = i;
         NextCodePoint(s, &i);

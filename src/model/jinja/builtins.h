@@ -4,6 +4,7 @@
 // Anything else is an Error naming it ("unsupported filter 'xyz'"), never a different result.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -16,7 +17,12 @@ Value GetItem(const Value& obj, const Value& key, int line);
 // Python slicing obj[start:stop:step] of a list or string (undefined/none parts omitted).
 Value Slice(const Value& obj, const Value& start, const Value& stop, const Value& step, int line);
 // The items a for loop visits: list elements, dict keys, string characters; undefined: none.
+// Every call spends its items (a string: its bytes) from the render's budget of
+// kMaxIteratedItems, so no template makes millions of values; over it, an Error.
 std::vector<Value> Iterate(const Value& v, int line);
+inline constexpr int64_t kMaxIteratedItems = 2'000'000;
+// A fresh budget for the render starting on this thread (Template::Render).
+void ResetIterationBudget();
 bool Contains(const Value& container, const Value& item, int line);
 
 Value CallFilter(const std::string& name, const Value& input, const CallArgs& args, int line);

@@ -392,6 +392,7 @@ Expected<Template> Template::Parse(const std::string& source) {
 
 Expected<std::string> Template::Render(const Dict& variables) const {
   try {
+    ResetIterationBudget();
     return Evaluator(variables).Run(*body_);
   } catch (const Error& e) {
     return ToStatus(e);

@@ -148,6 +148,13 @@ TEST(JinjaTest, HostileTemplatesAreBounded) {
             "ERROR: loops ran more than 300000 iterations at line 1");
   EXPECT_EQ(Render("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}"), "ERROR: macro calls nested deeper than 32 at line 1");
   EXPECT_EQ(Render("{{ 'x' * 100000000 }}"), "ERROR: repetition too large at line 1");
+  // Iterating a long string makes one value per character (found by jinja_fuzz: 21 s and
+  // 2 GB for a 1 KB template); every render has a budget of items iterated, filters included.
+  EXPECT_EQ(Render("{{ ('ab' * 3000000)|list|length }}"),
+            "ERROR: the template iterated over more than 2000000 items at line 1");
+  EXPECT_EQ(Render("{% set s = 'ab' * 600000 %}{% for i in range(3) %}{{ s|list|length }}{% endfor %}"),
+            "ERROR: the template iterated over more than 2000000 items at line 1");
+  EXPECT_EQ(Render("{{ ('ab' * 500000)|list|length }}"), "1000000");
   // Deep or cyclic values would make printing, comparing or freeing them recurse without end.
   EXPECT_EQ(Render("{% set ns = namespace(x=[]) %}{% for i in range(1000) %}{% set ns.x = [ns.x] %}{% endfor %}"
                    "{{ ns.x }}"),
