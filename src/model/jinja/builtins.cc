@@ -96,7 +96,12 @@ Value PySplit(const std::string& s, const Value& sep, int64_t maxsplit, int line
   return Value::List(std::move(out));
 }
 
-std::string PyReplace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+std::string PyReplace(const std::string& s, const std::string& from, const std::string& to, int64_t count,
+                      int line) {
+  // At most one insertion per character boundary (from empty) or per match.
+  const size_t most = from.empty() ? s.size() + 1 : s.size() / from.size();
+  const size_t inserts = count < 0 ? most : std::min(most, static_cast<size_t>(count));
+  if (to.size() > from.size()) CheckStringSize(s.size() + inserts * (to.size() - from.size()), line);
   std::string out;
   if (from.empty()) {
     const std::vector<size_t> starts = CodePointStarts(s);
@@ -264,6 +269,13 @@ void Spend(size_t items, int line) {
 
 void ResetIterationBudget() { g_items_left = kMaxIteratedItems; }
 
+void CheckStringSize(size_t bytes, int line) {
+  if (bytes > kMaxStringBytes) Fail("a string longer than 16 MiB", line);
+}
+void CheckListSize(size_t items, int line) {
+  if (items > kMaxListItems) Fail("a list longer than " + std::to_string(kMaxListItems) + " items", line);
+}
+
 std::vector<Value> Iterate(const Value& v, int line) {
   switch (v.kind()) {
     case Value::Kind::kUndefined: return {};
@@ -398,6 +410,7 @@ Value CallFilter(const std::string& name, const Value& v, const CallArgs& a, int
       if (!first) out += sep.Str();
       first = false;
       out += (attr.IsString() ? GetAttr(x, attr.AsString(), line) : x).Str();
+      CheckStringSize(out.size(), line);
     }
     return Value(std::move(out));
   }
@@ -405,7 +418,7 @@ Value CallFilter(const std::string& name, const Value& v, const CallArgs& a, int
     MaxArgs(a, 3, what, line);
     static const Value kAll = Value(int64_t{-1});
     return Value(PyReplace(v.Str(), StrArg(a, 0, "old", what, line), StrArg(a, 1, "new", what, line),
-                           ToInt(Arg(a, 2, "count", kAll), "replace count", line)));
+                           ToInt(Arg(a, 2, "count", kAll), "replace count", line), line));
   }
   if (name == "int") {
     static const Value kZero = Value(int64_t{0});
@@ -540,7 +553,7 @@ Value CallMethod(const Value& obj, const std::string& name, const CallArgs& a, i
     if (name == "replace") {
       MaxArgs(a, 3, what, line);
       return Value(PyReplace(s, StrArg(a, 0, "old", what, line), StrArg(a, 1, "new", what, line),
-                             ToInt(Arg(a, 2, "count", kAll), "replace count", line)));
+                             ToInt(Arg(a, 2, "count", kAll), "replace count", line), line));
     }
     if (name == "join") {
       std::string out;
@@ -549,6 +562,7 @@ Value CallMethod(const Value& obj, const std::string& name, const CallArgs& a, i
         if (!x.IsString()) Fail("join: items must be strings, got " + std::string(x.TypeName()), line);
         out += (first ? "" : s) + x.AsString();
         first = false;
+        CheckStringSize(out.size(), line);
       }
       return Value(std::move(out));
     }

@@ -23,6 +23,12 @@ std::vector<Value> Iterate(const Value& v, int line);
 inline constexpr int64_t kMaxIteratedItems = 2'000'000;
 // A fresh budget for the render starting on this thread (Template::Render).
 void ResetIterationBudget();
+// Strings and lists a template builds are bounded too (join, replace, ~, +, *): past these
+// sizes an Error, checked before the memory is taken where the size is known in advance.
+inline constexpr size_t kMaxStringBytes = size_t{16} << 20;
+inline constexpr size_t kMaxListItems = 2'000'000;
+void CheckStringSize(size_t bytes, int line);
+void CheckListSize(size_t items, int line);
 bool Contains(const Value& container, const Value& item, int line);
 
 Value CallFilter(const std::string& name, const Value& input, const CallArgs& args, int line);

@@ -75,8 +75,12 @@ Value Arith(const std::string& op, const Value& a, const Value& b, int line) {
       return Value(std::pow(p, q));
     }
   }
-  if (op == "+" && a.IsString() && b.IsString()) return Value(a.AsString() + b.AsString());
+  if (op == "+" && a.IsString() && b.IsString()) {
+    CheckStringSize(a.AsString().size() + b.AsString().size(), line);
+    return Value(a.AsString() + b.AsString());
+  }
   if (op == "+" && a.IsList() && b.IsList()) {
+    CheckListSize(a.AsList().size() + b.AsList().size(), line);
     std::vector<Value> out = a.AsList();
     out.insert(out.end(), b.AsList().begin(), b.AsList().end());
     return Value::List(std::move(out));
@@ -318,7 +322,12 @@ class Evaluator {
         if (e.name == "and") return a.Truthy() ? Eval(*e.args[1]) : a;
         if (e.name == "or") return a.Truthy() ? a : Eval(*e.args[1]);
         const Value b = Eval(*e.args[1]);
-        if (e.name == "~") return Value(a.Str() + b.Str());
+        if (e.name == "~") {
+          std::string joined = a.Str();
+          const std::string right = b.Str();
+          CheckStringSize(joined.size() + right.size(), e.line);
+          return Value(joined + right);
+        }
         return Arith(e.name, a, b, e.line);
       }
       case Expr::Kind::kCompare: {

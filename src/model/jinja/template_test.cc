@@ -154,7 +154,17 @@ TEST(JinjaTest, HostileTemplatesAreBounded) {
             "ERROR: the template iterated over more than 2000000 items at line 1");
   EXPECT_EQ(Render("{% set s = 'ab' * 600000 %}{% for i in range(3) %}{{ s|list|length }}{% endfor %}"),
             "ERROR: the template iterated over more than 2000000 items at line 1");
-  EXPECT_EQ(Render("{{ ('ab' * 500000)|list|length }}"), "1000000");
+  EXPECT_EQ(Render("{{ ('ab' * 50000)|list|length }}"), "100000");
+  // Strings and lists that double in a loop, or a join or replace that multiplies its input.
+  EXPECT_EQ(Render("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"),
+            "ERROR: a string longer than 16 MiB at line 1");
+  EXPECT_EQ(Render("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}"),
+            "ERROR: a string longer than 16 MiB at line 1");
+  EXPECT_EQ(Render("{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}"),
+            "ERROR: a list longer than 2000000 items at line 1");
+  EXPECT_EQ(Render("{{ (['a'] * 1000)|join('x' * 100000) }}"), "ERROR: a string longer than 16 MiB at line 1");
+  EXPECT_EQ(Render("{{ ('a' * 100000)|replace('', 'b' * 1000) }}"), "ERROR: a string longer than 16 MiB at line 1");
+  EXPECT_EQ(Render("{{ ('a' * 100000).replace('a', 'b' * 1000) }}"), "ERROR: a string longer than 16 MiB at line 1");
   // Deep or cyclic values would make printing, comparing or freeing them recurse without end.
   EXPECT_EQ(Render("{% set ns = namespace(x=[]) %}{% for i in range(1000) %}{% set ns.x = [ns.x] %}{% endfor %}"
                    "{{ ns.x }}"),
