@@ -102,6 +102,7 @@ std::string PyReplace(const std::string& s, const std::string& from, const std::
   const size_t most = from.empty() ? s.size() + 1 : s.size() / from.size();
   const size_t inserts = count < 0 ? most : std::min(most, static_cast<size_t>(count));
   if (to.size() > from.size()) CheckStringSize(s.size() + inserts * (to.size() - from.size()), line);
+  SpendBytes(s.size() + (to.size() > from.size() ? inserts * (to.size() - from.size()) : 0), line);
   std::string out;
   if (from.empty()) {
     const std::vector<size_t> starts = CodePointStarts(s);
@@ -259,6 +260,7 @@ Value Slice(const Value& obj, const Value& start, const Value& stop, const Value
 namespace {
 // Items left to iterate in the render running on this thread (see ResetIterationBudget).
 thread_local int64_t g_items_left = kMaxIteratedItems;
+thread_local int64_t g_bytes_left = kMaxBuiltBytes;
 void Spend(size_t items, int line) {
   g_items_left -= static_cast<int64_t>(items);
   if (g_items_left < 0) {
@@ -267,10 +269,17 @@ void Spend(size_t items, int line) {
 }
 }  // namespace
 
-void ResetIterationBudget() { g_items_left = kMaxIteratedItems; }
+void ResetIterationBudget() {
+  g_items_left = kMaxIteratedItems;
+  g_bytes_left = kMaxBuiltBytes;
+}
 
 void CheckStringSize(size_t bytes, int line) {
   if (bytes > kMaxStringBytes) Fail("a string longer than 16 MiB", line);
+}
+void SpendBytes(size_t bytes, int line) {
+  g_bytes_left -= static_cast<int64_t>(bytes);
+  if (g_bytes_left < 0) Fail("the template built more than 256 MiB of strings", line);
 }
 void CheckListSize(size_t items, int line) {
   if (items > kMaxListItems) Fail("a list longer than " + std::to_string(kMaxListItems) + " items", line);
@@ -412,6 +421,7 @@ Value CallFilter(const std::string& name, const Value& v, const CallArgs& a, int
       out += (attr.IsString() ? GetAttr(x, attr.AsString(), line) : x).Str();
       CheckStringSize(out.size(), line);
     }
+    SpendBytes(out.size(), line);
     return Value(std::move(out));
   }
   if (name == "replace") {
@@ -564,6 +574,7 @@ Value CallMethod(const Value& obj, const std::string& name, const CallArgs& a, i
         first = false;
         CheckStringSize(out.size(), line);
       }
+      SpendBytes(out.size(), line);
       return Value(std::move(out));
     }
     if (name == "find" || name == "count") {

@@ -77,6 +77,7 @@ Value Arith(const std::string& op, const Value& a, const Value& b, int line) {
   }
   if (op == "+" && a.IsString() && b.IsString()) {
     CheckStringSize(a.AsString().size() + b.AsString().size(), line);
+    SpendBytes(a.AsString().size() + b.AsString().size(), line);
     return Value(a.AsString() + b.AsString());
   }
   if (op == "+" && a.IsList() && b.IsList()) {
@@ -90,6 +91,7 @@ Value Arith(const std::string& op, const Value& a, const Value& b, int line) {
     const size_t unit = a.IsString() ? a.AsString().size() : a.AsList().size();
     if (unit > 0 && static_cast<uint64_t>(n) > kMaxOutput / unit) Fail("repetition too large", line);
     if (a.IsString()) {
+      SpendBytes(unit * static_cast<size_t>(n), line);
       std::string out;
       for (int64_t i = 0; i < n; ++i) out += a.AsString();
       return Value(std::move(out));
@@ -326,6 +328,7 @@ class Evaluator {
           std::string joined = a.Str();
           const std::string right = b.Str();
           CheckStringSize(joined.size() + right.size(), e.line);
+          SpendBytes(joined.size() + right.size(), e.line);
           return Value(joined + right);
         }
         return Arith(e.name, a, b, e.line);
