@@ -279,7 +279,7 @@ void CheckStringSize(size_t bytes, int line) {
 }
 void SpendBytes(size_t bytes, int line) {
   g_bytes_left -= static_cast<int64_t>(bytes);
-  if (g_bytes_left < 0) Fail("the template built more than 256 MiB of strings", line);
+  if (g_bytes_left < 0) Fail("the template built more than 64 MiB of strings", line);
 }
 void CheckListSize(size_t items, int line) {
   if (items > kMaxListItems) Fail("a list longer than " + std::to_string(kMaxListItems) + " items", line);

@@ -30,7 +30,7 @@ inline constexpr size_t kMaxListItems = 2'000'000;
 void CheckStringSize(size_t bytes, int line);
 // Every string those build counts against a per-render total (reset with the iteration
 // budget), so a loop cannot build 16 MiB strings hundreds of thousands of times.
-inline constexpr int64_t kMaxBuiltBytes = int64_t{256} << 20;
+inline constexpr int64_t kMaxBuiltBytes = int64_t{64} << 20;
 void SpendBytes(size_t bytes, int line);
 void CheckListSize(size_t items, int line);
 bool Contains(const Value& container, const Value& item, int line);

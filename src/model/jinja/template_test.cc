@@ -166,7 +166,7 @@ TEST(JinjaTest, HostileTemplatesAreBounded) {
   EXPECT_EQ(Render("{{ ('a' * 100000)|replace('', 'b' * 1000) }}"), "ERROR: a string longer than 16 MiB at line 1");
   EXPECT_EQ(Render("{{ ('a' * 100000).replace('a', 'b' * 1000) }}"), "ERROR: a string longer than 16 MiB at line 1");
   EXPECT_EQ(Render("{% for i in range(100) %}{% set s = ('x' * 8000000)|replace('x', 'y') %}{% endfor %}"),
-            "ERROR: the template built more than 256 MiB of strings at line 1");
+            "ERROR: the template built more than 64 MiB of strings at line 1");
   // Deep or cyclic values would make printing, comparing or freeing them recurse without end.
   EXPECT_EQ(Render("{% set ns = namespace(x=[]) %}{% for i in range(1000) %}{% set ns.x = [ns.x] %}{% endfor %}"
                    "{{ ns.x }}"),
