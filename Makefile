@@ -84,10 +84,10 @@ asan-test: deps-test
 	ctest --test-dir build-asan --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 # The threaded tests under ThreadSanitizer: everything labelled server (engine, HTTP server, the
-# tlr binary serving) or browser (tlr ui), and the decoder's and pipeline's unit tests. A race
+# tlr binary serving) or browser (tlr ui), and the decoder's, pipeline's and C API's unit tests. A race
 # report stops the process that found it (halt_on_error), so a race in a spawned tlr fails too.
 TSAN_LABELS := ^(server|browser)$$
-TSAN_TESTS := ^(DecoderTest|PipelineTest|Speculation|SessionStore)\.
+TSAN_TESTS := ^(DecoderTest|PipelineTest|Speculation|SessionStore|CapiTest)\.
 TSAN_ENV := TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/scripts/tsan.supp"
 tsan-test: deps-test
 	@grep -qs 'CMAKE_CXX_COMPILER:[A-Z]*=.*clang' build-tsan/CMakeCache.txt || { rm -rf build-tsan; cmake --preset tsan; }
