@@ -7,7 +7,9 @@
 #include <cmath>
 #include <algorithm>
 #include <map>
+#include <random>
 #include <set>
+#include <vector>
 
 #include "model/chat.h"
 
@@ -21,6 +23,56 @@ TEST(Sampler, GreedyPicksTheArgmaxLowestIdOnTies) {
   const float logits[5] = {0.1f, 3.0f, -1.0f, 3.0f, 2.0f};
   EXPECT_EQ(s.Sample(logits, {}), 1);
   EXPECT_EQ(ArgMax(logits, 5), 1);
+}
+
+// The blocked ArgMax against the plain scan (first index of the largest value; NaN never
+// wins): random lengths around the block size, ties, NaNs, infinities, the best in the tail.
+TEST(Sampler, ArgMaxMatchesThePlainScan) {
+  std::mt19937 rng(7);
+  auto plain = [](const std::vector<float>& x) {
+    size_t best = 0;
+    for (size_t i = 1; i < x.size(); ++i) {
+      if (x[i] > x[best]) best = i;
+    }
+    return static_cast<int32_t>(best);
+  };
+  for (int trial = 0; trial < 2000; ++trial) {
+    const size_t n = 1 + rng() % (trial < 1000 ? 200 : 5000);
+    std::vector<float> x(n);
+    const int levels = 1 + static_cast<int>(rng() % 8);  // few levels: many ties
+    for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % levels)) - 3.0f;
+    if (rng() % 4 == 0) x[rng() % n] = std::nanf("");
+    if (rng() % 8 == 0) x[0] = std::nanf("");
+    if (rng() % 8 == 0) x[rng() % n] = -INFINITY;
+    if (rng() % 8 == 0) x[n - 1] = 100.0f;
+    ASSERT_EQ(ArgMax(x.data(), static_cast<int64_t>(n)), plain(x)) << "trial " << trial << ", n " << n;
+  }
+}
+
+// Greedy with a penalty equals penalising a copy by hand and taking the plain argmax.
+TEST(Sampler, GreedyWithPenaltyMatchesPenalisedArgmax) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int32_t n = 1 + static_cast<int32_t>(rng() % 300);
+    std::vector<float> logits(n);
+    for (float& v : logits) v = static_cast<float>(static_cast<int>(rng() % 9)) - 4.0f;
+    std::vector<int32_t> history(rng() % 40);
+    for (int32_t& t : history) t = static_cast<int32_t>(rng() % (n + 3)) - 1;  // some out of range
+    SamplerParams p;
+    p.temperature = 0;
+    p.repeat_penalty = 1.0f + static_cast<float>(rng() % 20) / 10.0f;
+    p.repeat_last_n = static_cast<int32_t>(rng() % 30);
+    std::vector<float> ref = logits;
+    std::set<int32_t> done;
+    const size_t from = history.size() > static_cast<size_t>(p.repeat_last_n) ? history.size() - p.repeat_last_n : 0;
+    for (size_t j = from; j < history.size(); ++j) {
+      const int32_t t = history[j];
+      if (t < 0 || t >= n || !done.insert(t).second) continue;
+      ref[t] = ref[t] > 0 ? ref[t] / p.repeat_penalty : ref[t] * p.repeat_penalty;
+    }
+    Sampler s(p, n);
+    ASSERT_EQ(s.Sample(logits.data(), history), ArgMax(ref.data(), n)) << "trial " << trial;
+  }
 }
 
 TEST(Sampler, SameSeedSameTokensAndTopKRestricts) {

@@ -151,8 +151,8 @@ void MatMulRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ld
       return kernels::LegacyRows(w, in, y, ldy, r0, r1);
     case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
       return kernels::KQuantRows(w, in, y, ldy, r0, r1);
-    case GgmlType::kIQ4_NL:
-    case GgmlType::kIQ4_XS: {  // whole panels in the panel kernel, the rest in the low-bit one
+    case GgmlType::kIQ4_NL: case GgmlType::kIQ4_XS: case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K: {  // whole panels in the panel kernel, the rest in the low-bit one
       const int64_t panel_end = w.repacked ? w.n_rows / kPanelRows * kPanelRows : 0;
       if (r0 < panel_end) {
         if (w.type == GgmlType::kIQ4_NL) kernels::LegacyRows(w, in, y, ldy, r0, std::min(r1, panel_end));
@@ -161,8 +161,7 @@ void MatMulRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ld
       if (r1 > panel_end) MatMulRowsLowBit(w, in, y, ldy, std::max(r0, panel_end), r1);
       return;
     }
-    default:  // Q2_K, Q3_K
-      if (LowBitSupports(w.type)) MatMulRowsLowBit(w, in, y, ldy, r0, r1);
+    default:
       return;
   }
 }

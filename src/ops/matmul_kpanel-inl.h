@@ -1,5 +1,6 @@
 // Panel kernels for the K-quants (ops layer), compiled once per Highway target (included by
-// matmul_kquant.cc after hwy/foreach_target.h): Q4_K, Q5_K, Q6_K and IQ4_XS weights in the panel
+// matmul_kquant.cc after hwy/foreach_target.h): Q4_K, Q5_K, Q6_K and IQ4_XS weights (and
+// Q2_K, Q3_K: KPanelDot23 at the end) in the panel
 // layout of panel_layout.h (KPanelFormat), times up to kPanelTokens tokens of Q8A activations.
 //
 // As for the 32-element types (matmul_panel-inl.h), one call computes 8 rows x NT tokens:
@@ -130,21 +131,31 @@ HWY_INLINE void Q6HalfSums(const uint8_t* grp, const KPanelFormat& f, const ActV
 }
 #endif
 
+// Zeroes the float accumulators of a K-panel call: [token * 8 + chunk of Lanes(DF)].
+template <int NT>
+HWY_INLINE void ZeroPanelAcc(VecArray<DF, NT * 8>& acc) {
+  const DF df;
+  for (int t = 0; t < NT; ++t) {
+    for (size_t k = 0; k < 8; k += hn::Lanes(df)) acc.Set(t * 8 + k / hn::Lanes(df), hn::Zero(df));
+  }
+}
+// f16 values k.. of the 8 rows' scales at p, as float lanes.
+HWY_INLINE hn::Vec<DF> HalfLanes(const uint8_t* p, size_t k) {
+  const DF df;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p) + k));
+}
+
 // 8 rows (one panel) x NT tokens: y[t * ldy + r] for r < 8, t < NT. ng: groups of 32 columns.
 template <GgmlType kType, int NT>
 HWY_NOINLINE void KPanelDot(const uint8_t* panel, int64_t ng, const ActView* a, float* y, int64_t ldy) {
   constexpr KPanelFormat f = KPanelFormatOf(kType);
   const DF df;
-  const hn::Rebind<hwy::float16_t, DF> dh;
   const size_t L = hn::Lanes(df);  // 8 on x86; 8 / L chunks of lanes elsewhere
   using VF = hn::Vec<DF>;
   VecArray<DF, NT * 8> acc;  // [token * 8 + chunk of L lanes]
-  for (int t = 0; t < NT; ++t) {
-    for (size_t k = 0; k < 8; k += L) acc.Set(t * 8 + k / L, hn::Zero(df));
-  }
-  const auto half = [&](const uint8_t* p, size_t k) {
-    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p) + k));
-  };
+  ZeroPanelAcc<NT>(acc);
+  const auto half = [&](const uint8_t* p, size_t k) { return HalfLanes(p, k); };
   for (int64_t sb = 0; sb < ng / 8; ++sb) {
     const uint8_t* blk = panel + sb * f.block_bytes;
     HWY_ALIGN uint8_t sc[64], mn[64];
@@ -240,6 +251,177 @@ HWY_NOINLINE void KPanelDot(const uint8_t* panel, int64_t ng, const ActView* a, 
           for (int t = 0; t < NT; ++t) {
             acc.Set(t * 8 + c, hn::MulAdd(hn::ConvertTo(df, isum_at(t, c)), hn::Mul(wd, hn::Set(df, a[t].d[g])), acc.Get(t * 8 + c)));
           }
+        }
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    for (size_t k = 0; k < 8; k += L) hn::StoreU(acc.Get(t * 8 + k / L), df, y + t * ldy + k);
+  }
+}
+
+
+// ---- Q2_K and Q3_K (two-bit vectors; see panel_layout.h) ----
+// Per group, two integer chains per row (its two 16-value sub-blocks) over the unsigned
+// values q (Q2_K 0..3, Q3_K 0..7), each times its sub-block scale (int32 multiplies):
+//   Q2_K: isum = sum_c sc_c * (q . a)_c, msum = sum_c m_c * s16_c (the 16 activations' sum);
+//         acc += isum * (d * d_a), then acc -= msum * (dmin * d_a).
+//   Q3_K: each chain starts at -4 x its s16, so it ends as the signed sum of (q - 4) * a;
+//         isum = sum_c (sc_c - 32) * chain_c; acc += isum * (d * d_a).
+// Every integer is exact (|isum| < 2^22).
+#ifdef TLR_X86_256
+// Q3_K: the 8 rows' sixteen scales minus 32, sc[8k + r], from the 12 transposed scale bytes
+// (byte 8s + r = scales[s] of row r): Q3KScale on 32 bytes at a time.
+HWY_INLINE void DecodeScalesQ3(const uint8_t* s, int8_t* sc) {
+  const __m256i t0 = Load32(s), t1 = Load32(s + 32), t2 = Load32(s + 64);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), k32 = _mm256_set1_epi8(32);
+  auto store = [](int8_t* p, __m256i v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); };
+  const __m256i hi0 = _mm256_slli_epi16(_mm256_and_si256(t2, _mm256_set1_epi8(0x03)), 4);
+  const __m256i hi1 = _mm256_slli_epi16(_mm256_and_si256(t2, _mm256_set1_epi8(0x0C)), 2);
+  const __m256i hi2 = _mm256_and_si256(t2, m30);
+  const __m256i hi3 = _mm256_and_si256(_mm256_srli_epi16(t2, 2), m30);
+  store(sc, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(t0, m4), hi0), k32));
+  store(sc + 32, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(t1, m4), hi1), k32));
+  store(sc + 64, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(t0, 4), m4), hi2), k32));
+  store(sc + 96, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(t1, 4), m4), hi3), k32));
+}
+
+// Unpacked vector kU (values 4kU..4kU+3 of each row) of a group: two bits at 2 (kU % 4) of
+// two-bit vector kU / 4, Q3_K's third bit (bit kU of the high-bit vector) at bit 2.
+template <int NT, bool kQ3, int kU>
+HWY_INLINE void Q23Vector(__m256i lows, __m256i high, const ActView* a, int64_t g, __m256i* isum) {
+  constexpr int kS = 2 * (kU % 4);
+  __m256i q = _mm256_and_si256(kS ? _mm256_srli_epi16(lows, kS) : lows, _mm256_set1_epi8(3));
+  if constexpr (kQ3) {
+    __m256i h;
+    if constexpr (kU < 2) h = _mm256_slli_epi16(high, 2 - kU);
+    else if constexpr (kU == 2) h = high;
+    else h = _mm256_srli_epi16(high, kU - 2);
+    q = _mm256_or_si256(q, _mm256_and_si256(h, _mm256_set1_epi8(4)));
+  }
+  for (int t = 0; t < NT; ++t) isum[t] = DpU8(isum[t], q, Broadcast4(a[t].qs + 32 * g + 4 * kU));
+}
+
+// Sub-block kC (0, 1) of group g: the chain of (q . a) per row (Q3_K: of (q - 4) . a).
+template <int NT, bool kQ3, int kC>
+HWY_INLINE void Q23HalfSums(const uint8_t* grp, const KPanelFormat& f, const ActView* a, int64_t g, __m256i* isum) {
+  const __m256i lows = Load32(grp + f.values_off + 32 * kC);
+  const __m256i high = kQ3 ? Load32(grp + f.high_off) : _mm256_setzero_si256();
+  for (int t = 0; t < NT; ++t) {
+    isum[t] = kQ3 ? _mm256_set1_epi32(-4 * a[t].s16[2 * g + kC]) : _mm256_setzero_si256();
+  }
+  Q23Vector<NT, kQ3, 4 * kC>(lows, high, a, g, isum);
+  Q23Vector<NT, kQ3, 4 * kC + 1>(lows, high, a, g, isum);
+  Q23Vector<NT, kQ3, 4 * kC + 2>(lows, high, a, g, isum);
+  Q23Vector<NT, kQ3, 4 * kC + 3>(lows, high, a, g, isum);
+}
+
+// The 8 rows' bytes of sub-block k as int32 lanes (Q3_K: signed scales; Q2_K: raw bytes).
+HWY_INLINE __m256i Bytes8Signed(const int8_t* p) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+HWY_INLINE __m256i Bytes8Unsigned(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+#endif
+
+// 8 rows (one panel) x NT tokens of Q2_K / Q3_K: y[t * ldy + r] for r < 8, t < NT.
+template <GgmlType kType, int NT>
+HWY_NOINLINE void KPanelDot23(const uint8_t* panel, int64_t ng, const ActView* a, float* y, int64_t ldy) {
+  constexpr KPanelFormat f = KPanelFormatOf(kType);
+  constexpr bool kQ3 = kType == GgmlType::kQ3_K;
+  static_assert(f.two_bit, "Q2_K and Q3_K only");
+  const DF df;
+  const size_t L = hn::Lanes(df);
+  using VF = hn::Vec<DF>;
+  VecArray<DF, NT * 8> acc;  // [token * 8 + chunk of L lanes]
+  ZeroPanelAcc<NT>(acc);
+  const auto half = [&](const uint8_t* p, size_t k) { return HalfLanes(p, k); };
+  for (int64_t sb = 0; sb < ng / 8; ++sb) {
+    const uint8_t* blk = panel + sb * f.block_bytes;
+    const uint8_t* raw = blk + f.scales_off;  // byte 8k + r: scale byte k of row r
+    HWY_ALIGN int8_t sc3[128];                // Q3_K: sc[8k + r] = scale k of row r, minus 32
+#ifdef TLR_X86_256
+    if constexpr (kQ3) DecodeScalesQ3(raw, sc3);
+#else
+    if constexpr (kQ3) {
+      for (int r = 0; r < 8; ++r) {
+        uint8_t row[12];
+        for (int k = 0; k < 12; ++k) row[k] = raw[8 * k + r];
+        for (int k = 0; k < 16; ++k) sc3[8 * k + r] = static_cast<int8_t>(Q3KScale(row, k) - 32);
+      }
+    }
+#endif
+    for (int64_t j = 0; j < 8; ++j) {
+      const int64_t g = 8 * sb + j;
+      const uint8_t* grp = blk + f.groups_off + j * f.group_bytes;
+      hwy::Prefetch(grp + 8 * f.group_bytes);
+      hwy::Prefetch(grp + 8 * f.group_bytes + 64);
+#ifdef TLR_X86_256
+      __m256i isum[NT], msum[NT], part[NT];
+      Q23HalfSums<NT, kQ3, 0>(grp, f, a, g, part);
+      Q23HalfSums<NT, kQ3, 1>(grp, f, a, g, isum);
+      if constexpr (kQ3) {
+        const __m256i s0 = Bytes8Signed(sc3 + 16 * j), s1 = Bytes8Signed(sc3 + 16 * j + 8);
+        for (int t = 0; t < NT; ++t) {
+          isum[t] = _mm256_add_epi32(_mm256_mullo_epi32(part[t], s0), _mm256_mullo_epi32(isum[t], s1));
+        }
+      } else {
+        const __m256i b0 = Bytes8Unsigned(raw + 16 * j), b1 = Bytes8Unsigned(raw + 16 * j + 8);
+        const __m256i m4 = _mm256_set1_epi32(0x0F);
+        const __m256i s0 = _mm256_and_si256(b0, m4), s1 = _mm256_and_si256(b1, m4);
+        const __m256i m0 = _mm256_srli_epi32(b0, 4), m1 = _mm256_srli_epi32(b1, 4);
+        for (int t = 0; t < NT; ++t) {
+          isum[t] = _mm256_add_epi32(_mm256_mullo_epi32(part[t], s0), _mm256_mullo_epi32(isum[t], s1));
+          msum[t] = _mm256_add_epi32(_mm256_mullo_epi32(m0, _mm256_set1_epi32(a[t].s16[2 * g])),
+                                     _mm256_mullo_epi32(m1, _mm256_set1_epi32(a[t].s16[2 * g + 1])));
+        }
+      }
+      constexpr size_t kChunks = 1;
+      const auto isum_at = [&](int t, size_t) { return ToVI(isum[t]); };
+      const auto msum_at = [&](int t, size_t) { return ToVI(msum[t]); };
+#else
+      // Portable: integer sums per row in plain loops, then the float part per chunk of lanes.
+      HWY_ALIGN int32_t isum[NT][8], msum[NT][8];
+      const uint8_t* lows = grp + f.values_off;
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* q = a[t].qs + 32 * g;
+        for (int r = 0; r < 8; ++r) {
+          int32_t s[2] = {0, 0};
+          for (int i = 0; i < 32; ++i) {
+            const int b = 4 * r + i % 4;
+            int v = (lows[32 * (i / 16) + b] >> (2 * ((i % 16) / 4))) & 3;
+            if constexpr (kQ3) v |= ((grp[f.high_off + b] >> (i / 4)) & 1) << 2;
+            s[i / 16] += v * q[i];
+          }
+          isum[t][r] = 0;
+          msum[t][r] = 0;
+          for (int c = 0; c < 2; ++c) {
+            const int k = 2 * static_cast<int>(j) + c;
+            const int32_t s16 = a[t].s16[2 * g + c];
+            if constexpr (kQ3) {
+              isum[t][r] += (s[c] - 4 * s16) * sc3[8 * k + r];
+            } else {
+              isum[t][r] += s[c] * (raw[8 * k + r] & 0xF);
+              msum[t][r] += (raw[8 * k + r] >> 4) * s16;
+            }
+          }
+        }
+      }
+      const size_t kChunks = 8 / L;
+      const DI di;
+      const auto isum_at = [&](int t, size_t c) { return hn::Load(di, isum[t] + c * L); };
+      const auto msum_at = [&](int t, size_t c) { return hn::Load(di, msum[t] + c * L); };
+#endif
+      for (size_t c = 0; c < kChunks; ++c) {
+        const VF wd = half(blk, c * L);
+        for (int t = 0; t < NT; ++t) {
+          VF acc_tc = hn::MulAdd(hn::ConvertTo(df, isum_at(t, c)), hn::Mul(wd, hn::Set(df, a[t].d[g])), acc.Get(t * 8 + c));
+          if constexpr (!kQ3) {
+            const VF dmin = half(blk + f.dmin_off, c * L);
+            acc_tc = hn::NegMulAdd(hn::ConvertTo(df, msum_at(t, c)), hn::Mul(dmin, hn::Set(df, a[t].d[g])), acc_tc);
+          }
+          acc.Set(t * 8 + c, acc_tc);
         }
       }
     }

@@ -1,6 +1,6 @@
 // MatMul kernels for K-quant weights (ops layer): Q4_K, Q5_K and Q6_K rows in the panel
 // layout (matmul_kpanel-inl.h) or, when not repacked, in GGUF layout (matmul_quant-inl.h),
-// and IQ4_XS's whole panels (its other rows go to matmul_lowbit.cc),
+// and the whole panels of IQ4_XS, Q2_K and Q3_K (their other rows go to matmul_lowbit.cc),
 // times Q8A activations, compiled for every SIMD target. See matmul_kernels.h.
 #include "ops/matmul_kernels.h"
 
@@ -19,7 +19,11 @@ namespace HWY_NAMESPACE {
 
 template <GgmlType kType>
 void Rows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0, int64_t r1) {
-  PanelLayoutRows<kType>(w, in, y, ldy, r0, r1, [](auto nt, auto... args) { KPanelDot<kType, decltype(nt)::value>(args...); });
+  if constexpr (KPanelFormatOf(kType).two_bit) {
+    PanelLayoutRows<kType>(w, in, y, ldy, r0, r1, [](auto nt, auto... args) { KPanelDot23<kType, decltype(nt)::value>(args...); });
+  } else {
+    PanelLayoutRows<kType>(w, in, y, ldy, r0, r1, [](auto nt, auto... args) { KPanelDot<kType, decltype(nt)::value>(args...); });
+  }
 }
 
 void KQuantRowsImpl(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0, int64_t r1) {
@@ -28,6 +32,8 @@ void KQuantRowsImpl(const WeightView& w, const MatMulInput& in, float* y, int64_
     case GgmlType::kQ5_K: return Rows<GgmlType::kQ5_K>(w, in, y, ldy, r0, r1);
     case GgmlType::kQ6_K: return Rows<GgmlType::kQ6_K>(w, in, y, ldy, r0, r1);
     case GgmlType::kIQ4_XS: return Rows<GgmlType::kIQ4_XS>(w, in, y, ldy, r0, r1);  // whole panels only
+    case GgmlType::kQ2_K: return Rows<GgmlType::kQ2_K>(w, in, y, ldy, r0, r1);      // whole panels only
+    case GgmlType::kQ3_K: return Rows<GgmlType::kQ3_K>(w, in, y, ldy, r0, r1);      // whole panels only
     default: return;
   }
 }

@@ -79,12 +79,30 @@ int GetValue(const GroupPtrs<const uint8_t>& g, int r, int i) {
   return q;
 }
 
+// Q2_K / Q3_K: row r's 32 values q (0..3, Q3_K 0..7) into a zeroed two-bit group (`lows`:
+// its 2 two-bit vectors, `high`: Q3_K's third bits or null). Value i sits in vector i / 16,
+// byte 4r + i % 4, bits 2 ((i % 16) / 4); its third bit at bit i / 4 of the same byte of `high`.
+void PutGroup2(uint8_t* lows, uint8_t* high, int r, const int* q) {
+  for (int i = 0; i < 32; ++i) {
+    const int b = 4 * r + i % 4;
+    lows[32 * (i / 16) + b] |= static_cast<uint8_t>((q[i] & 3) << (2 * ((i % 16) / 4)));
+    if (high) high[b] |= static_cast<uint8_t>(((q[i] >> 2) & 1) << (i / 4));
+  }
+}
+int GetValue2(const uint8_t* lows, const uint8_t* high, int r, int i) {
+  const int b = 4 * r + i % 4;
+  int q = (lows[32 * (i / 16) + b] >> (2 * ((i % 16) / 4))) & 3;
+  if (high) q |= ((high[b] >> (i / 4)) & 1) << 2;
+  return q;
+}
+
 // One GGUF block as its integer values (legacy types: 32, 0..15 / 0..31 / -128..127;
-// K-quants: 256, 0..15 / 0..31 / 0..63; IQ4_NL, IQ4_XS: the 4-bit codes) and its scale fields.
+// K-quants: 256, 0..15 / 0..31 / 0..63, Q2_K 0..3, Q3_K 0..7 (low | third bit << 2);
+// IQ4_NL, IQ4_XS: the 4-bit codes) and its scale fields.
 struct BlockInts {
   int q[256];
-  uint16_t d = 0, m = 0;  // m: Q4_1/Q5_1 minimum, Q4_K/Q5_K dmin
-  uint8_t scales[16] = {};  // K-quants: the packed scale bytes (12, Q6_K: 16)
+  uint16_t d = 0, m = 0;  // m: Q4_1/Q5_1 minimum, Q2_K/Q4_K/Q5_K dmin
+  uint8_t scales[16] = {};  // K-quants: the packed scale bytes (12; Q2_K, Q6_K: 16)
 };
 
 BlockInts ReadBlock(GgmlType t, const uint8_t* b) {
@@ -148,6 +166,29 @@ BlockInts ReadBlock(GgmlType t, const uint8_t* b) {
           x.q[32 * sub + j] = blk->qs[16 * sub + j] & 0xF;
           x.q[32 * sub + j + 16] = blk->qs[16 * sub + j] >> 4;
         }
+      }
+      break;
+    }
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K: {
+      // Value v = 128 n + 32 j + l (l < 32): bits 2j of qs[32 n + l]; Q3_K's third bit is
+      // bit 4n + j of hmask[l].
+      const bool q3 = t == GgmlType::kQ3_K;
+      const auto* b2 = reinterpret_cast<const BlockQ2_K*>(b);
+      const auto* b3 = reinterpret_cast<const BlockQ3_K*>(b);
+      const uint8_t* qs = q3 ? b3->qs : b2->qs;
+      if (q3) {
+        x.d = b3->d;
+        std::memcpy(x.scales, b3->scales, 12);
+      } else {
+        x.d = b2->d;
+        x.m = b2->dmin;
+        std::memcpy(x.scales, b2->scales, 16);
+      }
+      for (int v = 0; v < 256; ++v) {
+        const int n = v / 128, j = (v % 128) / 32, l = v % 32;
+        x.q[v] = (qs[32 * n + l] >> (2 * j)) & 3;
+        if (q3) x.q[v] |= ((b3->hmask[l] >> (4 * n + j)) & 1) << 2;
       }
       break;
     }
@@ -236,6 +277,29 @@ void WriteBlock(GgmlType t, const BlockInts& x, uint8_t* b) {
       }
       break;
     }
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K: {
+      const bool q3 = t == GgmlType::kQ3_K;
+      auto* b2 = reinterpret_cast<BlockQ2_K*>(b);
+      auto* b3 = reinterpret_cast<BlockQ3_K*>(b);
+      uint8_t* qs = q3 ? b3->qs : b2->qs;
+      std::memset(qs, 0, 64);
+      if (q3) {
+        b3->d = x.d;
+        std::memcpy(b3->scales, x.scales, 12);
+        std::memset(b3->hmask, 0, 32);
+      } else {
+        b2->d = x.d;
+        b2->dmin = x.m;
+        std::memcpy(b2->scales, x.scales, 16);
+      }
+      for (int v = 0; v < 256; ++v) {
+        const int n = v / 128, j = (v % 128) / 32, l = v % 32;
+        qs[32 * n + l] |= static_cast<uint8_t>((x.q[v] & 3) << (2 * j));
+        if (q3) b3->hmask[l] |= static_cast<uint8_t>(((x.q[v] >> 2) & 1) << (4 * n + j));
+      }
+      break;
+    }
     case GgmlType::kQ6_K: {
       auto* blk = reinterpret_cast<BlockQ6_K*>(b);
       blk->d = x.d;
@@ -268,7 +332,9 @@ void PutBlock(GgmlType t, const BlockInts& x, int r, uint8_t* out) {
     if (k.has_min) std::memcpy(out + k.dmin_off + 2 * r, &x.m, 2);
     for (int s = 0; s < k.scale_bytes; ++s) out[k.scales_off + 8 * s + r] = x.scales[s];
     for (int g = 0; g < 8; ++g) {
-      PutGroup(GroupOf(k, out + k.groups_off + g * k.group_bytes), r, x.q + 32 * g);
+      uint8_t* grp = out + k.groups_off + g * k.group_bytes;
+      if (k.two_bit) PutGroup2(grp + k.values_off, k.hmask ? grp + k.high_off : nullptr, r, x.q + 32 * g);
+      else PutGroup(GroupOf(k, grp), r, x.q + 32 * g);
     }
     return;
   }
@@ -293,8 +359,12 @@ BlockInts GetBlock(GgmlType t, const uint8_t* in, int r) {
     if (k.has_min) std::memcpy(&x.m, in + k.dmin_off + 2 * r, 2);
     for (int s = 0; s < k.scale_bytes; ++s) x.scales[s] = in[k.scales_off + 8 * s + r];
     for (int g = 0; g < 8; ++g) {
-      const auto p = GroupOf(k, in + k.groups_off + g * k.group_bytes);
-      for (int i = 0; i < 32; ++i) x.q[32 * g + i] = GetValue(p, r, i);
+      const uint8_t* grp = in + k.groups_off + g * k.group_bytes;
+      const auto p = GroupOf(k, grp);
+      for (int i = 0; i < 32; ++i) {
+        x.q[32 * g + i] = k.two_bit ? GetValue2(grp + k.values_off, k.hmask ? grp + k.high_off : nullptr, r, i)
+                                    : GetValue(p, r, i);
+      }
     }
     return x;
   }

@@ -330,7 +330,8 @@ HWY_INLINE ActView PanelAct(const MatMulInput& in, int64_t t) {
 // The non-linear types' rows in GGUF layout are for the low-bit kernels (matmul.cc splits
 // the range); PanelLayoutRows then only sees whole panels.
 template <GgmlType kType>
-constexpr bool kTailsInLowBit = kType == GgmlType::kIQ4_NL || kType == GgmlType::kIQ4_XS;
+constexpr bool kTailsInLowBit = kType == GgmlType::kIQ4_NL || kType == GgmlType::kIQ4_XS ||
+                                kType == GgmlType::kQ2_K || kType == GgmlType::kQ3_K;
 
 template <GgmlType kType, class PanelDotFn>
 void PanelLayoutRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0,

@@ -25,7 +25,8 @@ std::vector<uint8_t> RandomWeights(GgmlType type, int64_t rows, int64_t cols, st
   const size_t row_bytes = cols / tr.block_size * tr.type_size;
   std::vector<uint8_t> data(rows * row_bytes);
   std::normal_distribution<float> normal(0.0f, 0.5f);
-  const bool k_type = type == GgmlType::kQ4_K || type == GgmlType::kQ6_K || type == GgmlType::kIQ4_XS;
+  const bool k_type = type == GgmlType::kQ4_K || type == GgmlType::kQ6_K || type == GgmlType::kIQ4_XS ||
+                      type == GgmlType::kQ2_K || type == GgmlType::kQ3_K;
   if (type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1 || type == GgmlType::kQ5_K ||
       ((type == GgmlType::kQ8_0 || k_type) && (rng() & 1))) {
     for (auto& b : data) b = static_cast<uint8_t>(rng());
@@ -34,8 +35,14 @@ std::vector<uint8_t> RandomWeights(GgmlType type, int64_t rows, int64_t cols, st
       const bool wide = type == GgmlType::kQ6_K || type == GgmlType::kIQ4_XS;  // |q * scale| up to ~4000
       const uint16_t d = F32ToF16(scale(rng) / (wide ? 64 : 1));
       const uint16_t m = F32ToF16(-scale(rng) * 8);
-      // Q6_K keeps d last; Q4_K and Q5_K have d, dmin first (dmin positive).
-      std::memcpy(&data[off + (type == GgmlType::kQ6_K ? 208 : 0)], &d, 2);
+      // Q6_K keeps d last (Q2_K d, dmin and Q3_K d too); Q4_K and Q5_K have d, dmin first
+      // (dmin positive).
+      const size_t d_at = type == GgmlType::kQ6_K ? 208 : type == GgmlType::kQ2_K ? 80 : type == GgmlType::kQ3_K ? 108 : 0;
+      std::memcpy(&data[off + d_at], &d, 2);
+      if (type == GgmlType::kQ2_K) {
+        const uint16_t dmin = F32ToF16(scale(rng));
+        std::memcpy(&data[off + 82], &dmin, 2);
+      }
       if (type == GgmlType::kQ5_1) std::memcpy(&data[off + 2], &m, 2);
       if (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K) {
         const uint16_t dmin = F32ToF16(scale(rng));
@@ -120,7 +127,8 @@ TEST_P(MatMulKernels, PanelLayoutMatchesReferencesAndIsBatchInvariant) {
   std::mt19937 rng(5);
   std::normal_distribution<float> act(0.0f, 1.0f);
   for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
-                        GgmlType::kIQ4_NL, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kIQ4_XS}) {
+                        GgmlType::kIQ4_NL, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kIQ4_XS,
+                        GgmlType::kQ2_K, GgmlType::kQ3_K}) {
     const bool k_quant = GgmlTraits(type).block_size == 256;
     for (int64_t cols : k_quant ? std::vector<int64_t>{256, 512, 1280} : std::vector<int64_t>{32, 96, 896}) {
       const int64_t rows = 19;  // two panels and three rows in GGUF layout
@@ -168,7 +176,8 @@ TEST_P(MatMulKernels, ThreadedMatchesSingleThreaded) {
   std::mt19937 rng(99);
   const int64_t rows = 301, cols = 256;
   for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ5_0, GgmlType::kIQ4_NL, GgmlType::kQ4_K, GgmlType::kQ5_K,
-                        GgmlType::kQ6_K, GgmlType::kIQ4_XS, GgmlType::kF16, GgmlType::kF32}) {
+                        GgmlType::kQ6_K, GgmlType::kIQ4_XS, GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kF16,
+                        GgmlType::kF32}) {
     auto wdata = RandomWeights(type, rows, cols, rng);
     WeightView w{type, wdata.data(), rows, cols, wdata.size() / rows};
     std::vector<uint8_t> packed(wdata.size());

@@ -33,6 +33,16 @@
 //               group: [4 nibble vectors] of codes into kIq4nlValues. Nibble k % 2 of
 //               scales_h byte k / 2 holds the two high scale bits of sub-blocks 2k and 2k + 1,
 //               so the 64 six-bit scales decode with a few vector ops.
+//   Q2_K:       [8 x f16 d] [8 x f16 dmin] [16 x 8 scale bytes: byte 8k + r = scales[k] of row
+//               r, the sub-block's scale in the low nibble and its minimum in the high one]
+//               then per group: [2 two-bit vectors]
+//   Q3_K:       [8 x f16 d] [12 x 8 scale bytes, transposed like Q4_K's] then per group:
+//               [1 vector of high bits] [2 two-bit vectors]
+//               Two-bit vector k (0, 1) holds the group's values 16k..16k+15: byte 4r + i
+//               has value 16k + 4s + i of row r at bits 2s (s = 0..3), so unpacked vector
+//               u = 4k + s (values 4u..4u+3) is (vector >> 2s) & 3. Q3_K's high-bit vector
+//               has the third bit of value 4u + i of row r at bit u of byte 4r + i; its
+//               values go in as q = low | high << 2 (0..7), the GGUF value being q - 4.
 // A panel takes exactly 8 rows' bytes, so the matrix keeps its size and a row that is not in
 // a full panel (the last n_rows % 8) stays in GGUF layout at its usual offset.
 #pragma once
@@ -105,6 +115,9 @@ struct KPanelFormat {
   bool has_mask = false;  // Q5_K: fifth bits
   bool six_bit = false;   // Q6_K: two high bits, int8 scales per 16 values, q - 32
   bool nonlinear = false; // IQ4_XS: codes into kIq4nlValues, 6-bit scales ls - 32, no minimum
+  bool two_bit = false;   // Q2_K, Q3_K: two-bit vectors (Q2_K's minimums are per 16 values,
+                          // in the scale bytes' high nibbles; dmin_off is its dmin)
+  bool hmask = false;     // Q3_K: a vector of third bits per group (at high_off)
   int scale_bytes = 0;    // packed scale bytes per row and super-block (12, 16, 6)
   size_t dmin_off = 0, scales_off = 0, groups_off = 0;
   size_t mask_off = 0, high_off = 0, values_off = 0;
@@ -147,6 +160,22 @@ constexpr KPanelFormat KPanelFormatOf(GgmlType t) {
       f.groups_off = 16 + 48;
       f.group_bytes = 128;
       break;
+    case GgmlType::kQ2_K:
+      f.ok = f.has_min = f.two_bit = true;
+      f.scale_bytes = 16;
+      f.dmin_off = 16;
+      f.scales_off = 32;
+      f.groups_off = 32 + 128;
+      f.group_bytes = 64;
+      break;
+    case GgmlType::kQ3_K:
+      f.ok = f.two_bit = f.hmask = true;
+      f.scale_bytes = 12;
+      f.scales_off = 16;
+      f.groups_off = 16 + 96;
+      f.values_off = 32;
+      f.group_bytes = 32 + 64;
+      break;
     default:
       break;
   }
@@ -157,7 +186,9 @@ constexpr KPanelFormat KPanelFormatOf(GgmlType t) {
 static_assert(KPanelFormatOf(GgmlType::kQ4_K).block_bytes == 8 * 144 &&
                   KPanelFormatOf(GgmlType::kQ5_K).block_bytes == 8 * 176 &&
                   KPanelFormatOf(GgmlType::kQ6_K).block_bytes == 8 * 210 &&
-                  KPanelFormatOf(GgmlType::kIQ4_XS).block_bytes == 8 * 136,
+                  KPanelFormatOf(GgmlType::kIQ4_XS).block_bytes == 8 * 136 &&
+                  KPanelFormatOf(GgmlType::kQ2_K).block_bytes == 8 * 84 &&
+                  KPanelFormatOf(GgmlType::kQ3_K).block_bytes == 8 * 110,
               "a K-quant panel block takes exactly 8 GGUF blocks");
 
 }  // namespace tlr

@@ -12,6 +12,7 @@
 #include "apps/tlr/commands.h"
 #include "apps/tlr/model_args.h"
 #include "model/model.h"
+#include "model/sampler.h"
 #include "ops/bandwidth.h"
 #include "ops/matmul.h"
 #include "ops/thread_pool.h"
@@ -131,7 +132,7 @@ Command AddBenchCommand(CLI::App& root) {
                   (void)conf;
                   router_s += Seconds(t1);
                 }
-                tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+                tok = ArgMax(logits.data(), static_cast<int64_t>(logits.size()));
               }
               *secs = model_s;
               if (router) router_us.push_back(1e6 * router_s / n);
