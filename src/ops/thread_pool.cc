@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 namespace tlr {
 namespace {
@@ -37,7 +38,21 @@ bool SpinUntil(Done done) {
 }
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+namespace {
+// TLR_MAX_THREADS=N caps every pool at N threads (the caller included): for shared machines,
+// and for emulators where creating a thread does not work (qemu-user 7.2 on the 6.18 kernel
+// here never returns from pthread_create; `make aarch64-test` runs with N = 1).
+int MaxThreads() {
+  static const int max = [] {
+    const char* v = std::getenv("TLR_MAX_THREADS");
+    const int n = v ? std::atoi(v) : 0;
+    return n >= 1 ? n : 1 << 20;
+  }();
+  return max;
+}
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(std::clamp(n_threads, 1, MaxThreads())) {
   for (int t = 1; t < n_threads_; ++t) workers_.emplace_back([this, t] { WorkerLoop(t); });
 }
 

@@ -21,7 +21,8 @@ namespace tlr {
 
 class ThreadPool {
  public:
-  // n_threads >= 1 counts the calling thread: ThreadPool(1) runs everything inline.
+  // n_threads >= 1 counts the calling thread: ThreadPool(1) runs everything inline. The
+  // environment variable TLR_MAX_THREADS caps it (n_threads() says what a pool got).
   explicit ThreadPool(int n_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;

@@ -216,7 +216,7 @@ Command AddBenchCommand(CLI::App& root) {
             const double step_us = 1e6 / tg.median;
             if (o->json) {
               nlohmann::json j = {
-                  {"model", o->model}, {"arch", c.arch_name}, {"threads", o->run.threads}, {"kv_type", o->run.kv_type},
+                  {"model", o->model}, {"arch", c.arch_name}, {"threads", pool.n_threads()}, {"kv_type", o->run.kv_type},
                   {"simd", ActiveSimdTarget()}, {"model_bytes", model.total_weight_bytes()},
                   {"bytes_per_token", bytes_per_token}, {"pp", o->pp}, {"tg", o->tg}, {"reps", o->reps},
                   {"pp_tok_s", pp.median}, {"pp_tok_s_min", pp.min}, {"pp_tok_s_max", pp.max},
@@ -248,7 +248,7 @@ Command AddBenchCommand(CLI::App& root) {
             }
             std::printf("model       %s (%s, %.1f MiB, %s)\n", o->model.c_str(), c.arch_name.c_str(),
                         model.total_weight_bytes() / 1048576.0, ActiveSimdTarget().c_str());
-            std::printf("threads     %d\n", o->run.threads);
+            std::printf("threads     %d\n", pool.n_threads());
             std::printf("kv cache    %s\n", o->run.kv_type.c_str());
             std::printf("bandwidth   %.1f GB/s (best of 7; median %.1f)\n", bw.best_gbps, bw.median_gbps);
             std::printf("pp%-4d      %8.1f tok/s  (range %.1f-%.1f)  %.1f GFLOP/s = %.0f%% of %.0f GFLOP/s FP32 FMA peak,"
