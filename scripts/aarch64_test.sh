@@ -16,10 +16,13 @@ cmake --build "$BUILD" -j "$JOBS"
 # Debian 12's qemu-user (7.2) on this machine's kernel (6.18) never returns from the guest's
 # first pthread_create (a five-line C program that starts one thread hangs the same way), so
 # every pool runs on the calling thread alone (TLR_MAX_THREADS=1, which qemu passes on to the
-# guest), and the tests of threading itself (the pool's, the kernels' threaded-vs-single) are
-# left to native runs (x86 here, TSan, native ARM). A test that still hangs fails at the timeout.
+# guest), and the tests that start threads of their own (the pool's and the kernels'
+# threaded-vs-single tests; the decoder, speculation, pipeline and eval tests, whose LLM calls
+# run on a worker thread, and the C API and CLI tests that drive it; the session store's
+# concurrency tests) are left to native runs (x86 here, TSan, native ARM). A test that still
+# hangs fails at the timeout.
 export TLR_MAX_THREADS=1
-QEMU_THREADED='^ThreadPool\.|ThreadedMatchesSingleThreaded'
+QEMU_THREADED='^ThreadPool\.|ThreadedMatchesSingleThreaded|^Decoder[A-Za-z0-9]*Test\.|^Speculation\.|^PipelineTest\.|^Eval\.|^SessionStore\.|^CapiTest\.|^cli_test$'
 ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" --timeout 1200 -L '^(unit|kernel|model)$' \
   -E "$QEMU_THREADED" ${CTEST_ARGS:-}
 
