@@ -43,6 +43,7 @@ int32_t ArgMax(const float* x, int64_t n) {
 Sampler::Sampler(const SamplerParams& params, int32_t n_vocab) : params_(params), n_vocab_(n_vocab) {
   cand_.reserve(n_vocab);
   probs_.reserve(n_vocab);
+  penalized_.reserve(n_vocab);
 }
 
 namespace {
@@ -59,40 +60,29 @@ double CounterUniform(uint64_t seed, uint64_t position) {
 }
 
 int32_t Sampler::SampleAt(const float* logits, std::span<const int32_t> history, uint64_t position) {
-  const bool penalize = params_.repeat_penalty != 1.0f && params_.repeat_last_n > 0 && !history.empty();
-  if (params_.temperature <= 0.0f) {
-    // Greedy: the first index of the largest (penalised) logit, without building candidates.
-    if (!penalize) return ArgMax(logits, n_vocab_);
-    probs_.assign(logits, logits + n_vocab_);
-    const size_t from = history.size() > static_cast<size_t>(params_.repeat_last_n)
-                            ? history.size() - params_.repeat_last_n : 0;
-    for (size_t j = from; j < history.size(); ++j) {
-      const int32_t t = history[j];
-      if (t < 0 || t >= n_vocab_ || probs_[t] != logits[t]) continue;  // out of range / done
-      probs_[t] = probs_[t] > 0 ? probs_[t] / params_.repeat_penalty : probs_[t] * params_.repeat_penalty;
-    }
-    return ArgMax(probs_.data(), n_vocab_);
-  }
-  cand_.clear();
-  for (int32_t i = 0; i < n_vocab_; ++i) cand_.emplace_back(logits[i], i);
-  // Repetition penalty (CTRL-style, as llama.cpp): divide positive logits, multiply negative.
-  if (params_.repeat_penalty != 1.0f && params_.repeat_last_n > 0) {
+  // Repetition penalty (CTRL-style, as llama.cpp) on a copy: divide positive logits, multiply
+  // negative; a token repeated in the window is penalised once.
+  const float* l = logits;
+  if (params_.repeat_penalty != 1.0f && params_.repeat_last_n > 0 && !history.empty()) {
+    penalized_.assign(logits, logits + n_vocab_);
     const size_t from = history.size() > static_cast<size_t>(params_.repeat_last_n)
                             ? history.size() - params_.repeat_last_n : 0;
     for (size_t j = from; j < history.size(); ++j) {
       const int32_t t = history[j];
       if (t < 0 || t >= n_vocab_) continue;
-      float& l = cand_[t].first;
-      if (logits[t] != l) continue;  // already penalised (token repeated in the window)
-      l = l > 0 ? l / params_.repeat_penalty : l * params_.repeat_penalty;
+      float& v = penalized_[t];
+      if (logits[t] != v) continue;  // already penalised (token repeated in the window)
+      v = v > 0 ? v / params_.repeat_penalty : v * params_.repeat_penalty;
     }
+    l = penalized_.data();
   }
+  // Greedy: the first index of the largest logit, without building candidates.
+  if (params_.temperature <= 0.0f) return ArgMax(l, n_vocab_);
+  cand_.clear();
+  for (int32_t i = 0; i < n_vocab_; ++i) cand_.emplace_back(l[i], i);
   auto greater = [](const auto& a, const auto& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
-  if (params_.temperature <= 0.0f) {
-    return std::min_element(cand_.begin(), cand_.end(), greater)->second;
-  }
   size_t n = cand_.size();
   if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
     std::partial_sort(cand_.begin(), cand_.begin() + params_.top_k, cand_.end(), greater);

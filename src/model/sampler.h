@@ -47,6 +47,7 @@ class Sampler {
   int32_t n_vocab_;
   std::vector<std::pair<float, int32_t>> cand_;
   std::vector<float> probs_;
+  std::vector<float> penalized_;  // the logits after the repetition penalty
 };
 
 // The uniform number in [0, 1) that a sampler with `seed` draws at `position`.

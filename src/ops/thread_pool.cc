@@ -36,9 +36,7 @@ bool SpinUntil(Done done) {
     if (std::chrono::steady_clock::now() >= until) return done();
   }
 }
-}  // namespace
 
-namespace {
 // TLR_MAX_THREADS=N caps every pool at N threads (the caller included): for shared machines,
 // and for emulators where creating a thread does not work (qemu-user 7.2 on the 6.18 kernel
 // here never returns from pthread_create; `make aarch64-test` runs with N = 1).
