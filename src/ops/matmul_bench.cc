@@ -6,7 +6,10 @@
 // percent), so a kernel's distance from the memory roofline shows without the rest of the
 // forward pass (norms, attention, the gaps between parallel loops).
 //
-//   matmul_bench [-t THREADS] [--shape ROWSxCOLS] [--seconds S] [TYPE...]
+//   matmul_bench [-t THREADS] [--shape ROWSxCOLS] [--seconds S] [--stream-mib N] [TYPE...]
+//
+// --stream-mib N cycles over N MiB instead of 512 (at least two copies of the matrix): with a
+// small N the weights stay in the caches and the kernel's compute ceiling shows instead.
 //
 // TYPE as llama.cpp names it (q8_0, q4_K, iq4_xs, f16, ...); default: every type MatMul runs.
 #include <algorithm>
@@ -27,9 +30,8 @@
 namespace tlr {
 namespace {
 
-constexpr size_t kStreamBytes = size_t{512} << 20;  // far beyond any cache
-
 struct Options {
+  size_t stream_bytes = size_t{512} << 20;  // far beyond any cache
   int threads = 2;
   int64_t rows = 4864, cols = 896;  // the 0.5B model's FFN gate / up
   double seconds = 2.0;
@@ -44,6 +46,8 @@ bool ParseArgs(int argc, char** argv, Options* o) {
       o->threads = std::atoi(argv[++i]);
     } else if (a == "--shape" && has_value) {
       if (std::sscanf(argv[++i], "%ldx%ld", &o->rows, &o->cols) != 2) return false;
+    } else if (a == "--stream-mib" && has_value) {
+      o->stream_bytes = static_cast<size_t>(std::max(0.0, std::atof(argv[++i])) * 1048576);
     } else if (a == "--seconds" && has_value) {
       o->seconds = std::atof(argv[++i]);
     } else if (a == "-h" || a == "--help") {
@@ -82,7 +86,7 @@ Result StreamType(GgmlType type, const Options& o, ThreadPool* pool) {
   if (o.cols % tr.block_size != 0 || !CanQuantize(type)) return {};
   const size_t row_bytes = static_cast<size_t>(o.cols / tr.block_size) * tr.type_size;
   const size_t matrix_bytes = row_bytes * static_cast<size_t>(o.rows);
-  const int copies = static_cast<int>(std::max<size_t>(2, kStreamBytes / matrix_bytes));
+  const int copies = static_cast<int>(std::max<size_t>(2, o.stream_bytes / matrix_bytes));
   // Rows drawn at random from a few quantized random rows: quantizing every row would take
   // long, and identical pages must not occur (the host may merge them, and then the "stream"
   // comes from a cache).
@@ -142,7 +146,7 @@ int main(int argc, char** argv) {
   using namespace tlr;
   Options o;
   if (!ParseArgs(argc, argv, &o)) {
-    std::fprintf(stderr, "usage: matmul_bench [-t THREADS] [--shape ROWSxCOLS] [--seconds S] [TYPE...]\n");
+    std::fprintf(stderr, "usage: matmul_bench [-t THREADS] [--shape ROWSxCOLS] [--seconds S] [--stream-mib N] [TYPE...]\n");
     return 2;
   }
   if (o.types.empty()) {
@@ -152,7 +156,7 @@ int main(int argc, char** argv) {
   }
   ThreadPool pool(o.threads);
   std::printf("matrix %ldx%ld, %d threads; medians over rounds of a read probe and a kernel pass over the same %zu MiB\n",
-              o.rows, o.cols, o.threads, kStreamBytes >> 20);
+              o.rows, o.cols, o.threads, o.stream_bytes >> 20);
   std::printf("%-8s %10s %10s %9s %7s\n", "type", "kernel GB/s", "probe GB/s", "of probe", "rounds");
   for (GgmlType t : o.types) {
     const Result r = StreamType(t, o, &pool);

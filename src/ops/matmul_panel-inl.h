@@ -101,25 +101,40 @@ HWY_INLINE __m256i Broadcast4(const int8_t* a) {
 // One vector of nibbles (unpacked vectors 2j, 2j + 1: values 8j..8j+3 and 8j+4..8j+7 of
 // each row, the bits above the nibbles OR-ed in from lo_bits / hi_bits) dotted with every
 // token's activations from column `col` (= 8j in its group): isum[t] += one sum per row.
+// The low halves go into isum_lo, the high ones into isum_hi (the same array, or a second
+// one so that one token's dot products form two dependency chains instead of one).
 template <int NT>
 HWY_INLINE void DotNibbleVector(__m256i raw, __m256i lo_bits, __m256i hi_bits, const ActView* a, int64_t col,
-                                __m256i* isum) {
+                                __m256i* isum_lo, __m256i* isum_hi) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const __m256i lo = _mm256_or_si256(_mm256_and_si256(raw, m4), lo_bits);
   const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4), hi_bits);
   for (int t = 0; t < NT; ++t) {
     const int8_t* q = a[t].qs + col;
-    isum[t] = DpU8(DpU8(isum[t], lo, Broadcast4(q)), hi, Broadcast4(q + 4));
+    isum_lo[t] = DpU8(isum_lo[t], lo, Broadcast4(q));
+    isum_hi[t] = DpU8(isum_hi[t], hi, Broadcast4(q + 4));
   }
 }
+template <int NT>
+HWY_INLINE void DotNibbleVector(__m256i raw, __m256i lo_bits, __m256i hi_bits, const ActView* a, int64_t col,
+                                __m256i* isum) {
+  DotNibbleVector<NT>(raw, lo_bits, hi_bits, a, col, isum, isum);
+}
 // A whole group of 4- or 5-bit values (4 nibble vectors, fifth-bit masks when kMask) for
-// group g of the row: isum[t] += one sum per row.
+// group g of the row: isum[t] += one sum per row. One or two tokens (decode) sum in two
+// chains: the 8 dot products of a group in one chain were latency-bound.
 template <int NT, bool kMask>
 HWY_INLINE void DotNibbleGroup(const uint8_t* vals, const uint8_t* masks, const ActView* a, int64_t g, __m256i* isum) {
+  constexpr bool kSplit = NT <= 2;
+  __m256i second[NT];
+  for (int t = 0; t < NT; ++t) second[t] = _mm256_setzero_si256();
   for (int j = 0; j < 4; ++j) {
     const __m256i zero = _mm256_setzero_si256();
     DotNibbleVector<NT>(Load32(vals + 32 * j), kMask ? FifthBits(masks + 8 * j) : zero,
-                        kMask ? FifthBits(masks + 8 * j + 4) : zero, a, 32 * g + 8 * j, isum);
+                        kMask ? FifthBits(masks + 8 * j + 4) : zero, a, 32 * g + 8 * j, isum, kSplit ? second : isum);
+  }
+  if constexpr (kSplit) {
+    for (int t = 0; t < NT; ++t) isum[t] = _mm256_add_epi32(isum[t], second[t]);
   }
 }
 #endif
@@ -296,6 +311,16 @@ HWY_NOINLINE void PanelDot(const uint8_t* panel, int64_t ng, const ActView* a, f
   }
 }
 
+}  // namespace HWY_NAMESPACE
+}  // namespace tlr
+HWY_AFTER_NAMESPACE();
+
+#include "ops/matmul_panel512-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace tlr {
+namespace HWY_NAMESPACE {
+
 // Calls fn(std::integral_constant<int, NT>()) with NT = nt (1..kPanelTokens): the panel
 // kernels take their token count as a template parameter.
 template <class Fn>
@@ -333,9 +358,15 @@ template <GgmlType kType>
 constexpr bool kTailsInLowBit = kType == GgmlType::kIQ4_NL || kType == GgmlType::kIQ4_XS ||
                                 kType == GgmlType::kQ2_K || kType == GgmlType::kQ3_K;
 
-template <GgmlType kType, class PanelDotFn>
+// The least distance between the two panels of a two-panel kernel call.
+constexpr size_t kPanelPairMinBytes = 32 << 10;
+
+// No two-panel kernel (PanelLayoutRows' default).
+struct NoPanelDot2 {};
+
+template <GgmlType kType, class PanelDotFn, class PanelDot2Fn = NoPanelDot2>
 void PanelLayoutRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0,
-                     int64_t r1, const PanelDotFn& dot) {
+                     int64_t r1, const PanelDotFn& dot, const PanelDot2Fn& dot2 = {}) {
   if constexpr (!kTailsInLowBit<kType>) {
     if (!w.repacked) return QuantRows<kType>(w, in, y, ldy, r0, r1);
   }
@@ -353,13 +384,32 @@ void PanelLayoutRows(const WeightView& w, const MatMulInput& in, float* y, int64
       const int64_t p_end = std::min(r1, panel_end) / kPanelRows;
       for (int64_t tb = 0; tb < in.n_tokens; tb += block) {
         const int64_t te = std::min(in.n_tokens, tb + block);
-        for (int64_t q = p; q < p_end; ++q) {
+        // With a two-panel kernel, panel p + i goes with p + half + i: two streams far
+        // enough apart to read at full speed (see PanelDot2); an odd last panel goes alone.
+        int64_t half = 0;
+        if constexpr (!std::is_same_v<PanelDot2Fn, NoPanelDot2>) {
+          half = (p_end - p) / 2;
+          if (static_cast<size_t>(half) * panel_bytes < kPanelPairMinBytes) half = 0;
+        }
+        for (int64_t q = p; q < p_end;) {
+          const bool two = q < p + half;
           for (int64_t t0 = tb; t0 < te; t0 += kPanelTokens) {
             const int nt = static_cast<int>(std::min<int64_t>(kPanelTokens, te - t0));
             ActView a[kPanelTokens];
             for (int t = 0; t < nt; ++t) a[t] = PanelAct(in, t0 + t);
-            WithTokenCount(nt, [&](auto n) { dot(n, w.data + q * panel_bytes, ng, a, y + t0 * ldy + q * kPanelRows, ldy); });
+            const uint8_t* panel = w.data + q * panel_bytes;
+            float* out = y + t0 * ldy + q * kPanelRows;
+            if constexpr (!std::is_same_v<PanelDot2Fn, NoPanelDot2>) {
+              if (two) {
+                WithTokenCount(nt, [&](auto n) {
+                  dot2(n, panel, panel + half * panel_bytes, ng, a, out, out + half * kPanelRows, ldy);
+                });
+                continue;
+              }
+            }
+            WithTokenCount(nt, [&](auto n) { dot(n, panel, ng, a, out, ldy); });
           }
+          q = two && q + 1 == p + half ? p + 2 * half : q + 1;
         }
       }
       r = p_end * kPanelRows;

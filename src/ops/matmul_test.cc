@@ -172,6 +172,38 @@ TEST_P(MatMulKernels, PanelLayoutMatchesReferencesAndIsBatchInvariant) {
   }
 }
 
+// Long row ranges go through the two-panel kernels where a target has them (AVX-512 VNNI:
+// panel p + i with p + half + i, far apart); short ranges through the one-panel kernels. A
+// row's result is the same bits either way, for one token (decode) and for a batch.
+TEST_P(MatMulKernels, TwoPanelKernelsMatchOnePanelBitForBit) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> act(0.0f, 1.0f);
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kIQ4_NL}) {
+    const int64_t rows = 8 * 75 + 3, cols = 896;  // 75 panels: half a range is >= 32 KiB apart
+    auto wdata = RandomWeights(type, rows, cols, rng);
+    WeightView w{type, wdata.data(), rows, cols, wdata.size() / rows};
+    std::vector<uint8_t> packed(wdata.size());
+    RepackMatrix(w, packed.data());
+    w.data = packed.data();
+    w.repacked = true;
+    for (int64_t n_tokens : {1, 3, 8, 11}) {
+      std::vector<float> x(n_tokens * cols);
+      for (auto& v : x) v = act(rng);
+      MatMulInput in;
+      in.Prepare(type, x.data(), n_tokens, cols, cols, nullptr);
+      std::vector<float> whole(n_tokens * rows), pieces(n_tokens * rows), ref(n_tokens * rows);
+      MatMulRows(w, in, whole.data(), rows, 0, rows);
+      for (int64_t r = 0; r < rows; r += 8) MatMulRows(w, in, pieces.data(), rows, r, std::min(rows, r + 8));
+      MatMulRowsRef(w, in, ref.data(), rows, 0, rows);
+      ASSERT_EQ(0, std::memcmp(whole.data(), pieces.data(), whole.size() * sizeof(float)))
+          << GgmlTraits(type).name << " tokens " << n_tokens;
+      for (size_t k = 0; k < whole.size(); ++k) {
+        ASSERT_NEAR(whole[k], ref[k], 2e-5 * (1 + std::fabs(ref[k])) * 4) << GgmlTraits(type).name << " k " << k;
+      }
+    }
+  }
+}
+
 TEST_P(MatMulKernels, ThreadedMatchesSingleThreaded) {
   std::mt19937 rng(99);
   const int64_t rows = 301, cols = 256;
