@@ -10,6 +10,7 @@
 #include "hwy/highway.h"
 
 #include "ops/matmul_kpanel-inl.h"
+#include "ops/matmul_kpanel512-inl.h"
 #include "ops/matmul_panel-inl.h"
 #include "ops/matmul_quant-inl.h"
 
@@ -22,7 +23,13 @@ void Rows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int
   if constexpr (KPanelFormatOf(kType).two_bit) {
     PanelLayoutRows<kType>(w, in, y, ldy, r0, r1, [](auto nt, auto... args) { KPanelDot23<kType, decltype(nt)::value>(args...); });
   } else {
-    PanelLayoutRows<kType>(w, in, y, ldy, r0, r1, [](auto nt, auto... args) { KPanelDot<kType, decltype(nt)::value>(args...); });
+    const auto dot = [](auto nt, auto... args) { KPanelDot<kType, decltype(nt)::value>(args...); };
+#ifdef TLR_PANEL512
+    const auto dot2 = [](auto nt, auto... args) { KPanelDot2<kType, decltype(nt)::value>(args...); };
+    PanelLayoutRows<kType>(w, in, y, ldy, r0, r1, dot, dot2);
+#else
+    PanelLayoutRows<kType>(w, in, y, ldy, r0, r1, dot);
+#endif
   }
 }
 

@@ -66,6 +66,40 @@ HWY_INLINE __mmask64 Masks2Panels(const uint8_t* m0, const uint8_t* m1) {
   return _cvtu64_mask64(static_cast<uint64_t>(a) | static_cast<uint64_t>(b) << 32);
 }
 
+// Two unpacked vectors (low and high nibbles of one nibble vector of each panel, values
+// col..col+3 and col+4..col+7) dotted with every token's activations: isum[t] += 16 row sums.
+template <int NT>
+HWY_INLINE void DotLoHi2(__m512i lo, __m512i hi, const ActView* a, int64_t col, __m512i* isum) {
+  for (int t = 0; t < NT; ++t) {
+    const int8_t* q = a[t].qs + col;
+    isum[t] = Dp512(Dp512(isum[t], lo, Bcast4x16(q)), hi, Bcast4x16(q + 4));
+  }
+}
+// Group g of two panels: 4 nibble vectors each at v0 / v1 (fifth-bit masks at k0 / k1 when
+// kMask; codes into kIq4nlValues, +128, when kNonlinear): isum[t] += 16 row sums.
+template <int NT, bool kMask, bool kNonlinear>
+HWY_INLINE void DotNibbleGroup2(const uint8_t* v0, const uint8_t* v1, const uint8_t* k0, const uint8_t* k1,
+                                const ActView* a, int64_t g, __m512i* isum) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int j = 0; j < 4; ++j) {
+    const __m512i raw = Load2Panels(v0 + 32 * j, v1 + 32 * j);
+    __m512i lo = _mm512_and_si512(raw, m4);
+    __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+    if constexpr (kNonlinear) {
+      static constexpr Iq4Table kTable = MakeIq4Table();
+      const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kTable.v)));
+      lo = _mm512_shuffle_epi8(table, lo);
+      hi = _mm512_shuffle_epi8(table, hi);
+    }
+    if constexpr (kMask) {
+      const __m512i fifth = _mm512_set1_epi8(0x10);
+      lo = _mm512_mask_add_epi8(lo, Masks2Panels(k0 + 8 * j, k1 + 8 * j), lo, fifth);
+      hi = _mm512_mask_add_epi8(hi, Masks2Panels(k0 + 8 * j + 4, k1 + 8 * j + 4), hi, fifth);
+    }
+    DotLoHi2<NT>(lo, hi, a, 32 * g + 8 * j, isum);
+  }
+}
+
 // Panels p0 and p1 x NT tokens: y0[t * ldy + r] (p0's rows) and y1[t * ldy + r] (p1's), r < 8.
 // The two panels should be far apart (PanelLayoutRows pairs the two halves of a range): two
 // streams a few KiB apart read at two thirds of the speed of one (measured here), while
@@ -77,10 +111,6 @@ HWY_NOINLINE void PanelDot2(const uint8_t* p0, const uint8_t* p1, int64_t ng, co
   constexpr PanelFormat f = PanelFormatOf(kType);
   __m512 acc[NT], off[NT];
   for (int t = 0; t < NT; ++t) acc[t] = off[t] = _mm512_setzero_ps();
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  const __m512i fifth = _mm512_set1_epi8(0x10);
-  static constexpr Iq4Table kTable = MakeIq4Table();
-  const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kTable.v)));
   for (int64_t g = 0; g < ng; ++g) {
     const uint8_t* g0 = p0 + g * f.group_bytes;
     const uint8_t* g1 = p1 + g * f.group_bytes;
@@ -88,25 +118,8 @@ HWY_NOINLINE void PanelDot2(const uint8_t* p0, const uint8_t* p1, int64_t ng, co
     hwy::Prefetch(g1 + kPanelPrefetchBytes);
     __m512i isum[NT];
     for (int t = 0; t < NT; ++t) isum[t] = _mm512_setzero_si512();
-    for (int j = 0; j < 4; ++j) {
-      const __m512i raw = Load2Panels(g0 + f.values_off + 32 * j, g1 + f.values_off + 32 * j);
-      __m512i lo = _mm512_and_si512(raw, m4);
-      __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-      if constexpr (f.nonlinear) {
-        lo = _mm512_shuffle_epi8(table, lo);
-        hi = _mm512_shuffle_epi8(table, hi);
-      }
-      if constexpr (f.has_mask) {
-        const uint8_t* k0 = g0 + f.mask_off + 8 * j;
-        const uint8_t* k1 = g1 + f.mask_off + 8 * j;
-        lo = _mm512_mask_add_epi8(lo, Masks2Panels(k0, k1), lo, fifth);
-        hi = _mm512_mask_add_epi8(hi, Masks2Panels(k0 + 4, k1 + 4), hi, fifth);
-      }
-      for (int t = 0; t < NT; ++t) {
-        const int8_t* q = a[t].qs + 32 * g + 8 * j;
-        isum[t] = Dp512(Dp512(isum[t], lo, Bcast4x16(q)), hi, Bcast4x16(q + 4));
-      }
-    }
+    DotNibbleGroup2<NT, f.has_mask, f.nonlinear>(g0 + f.values_off, g1 + f.values_off, g0 + f.mask_off,
+                                                 g1 + f.mask_off, a, g, isum);
     const __m512 wd = Scales2Panels(g0, g1);
     const __m512 wo = f.has_min ? Scales2Panels(g0 + f.min_off, g1 + f.min_off) : wd;
     for (int t = 0; t < NT; ++t) {
