@@ -1,11 +1,12 @@
 // Two-panel K-quant kernels for AVX-512 VNNI (ops layer; included by matmul_kquant.cc
 // after matmul_kpanel-inl.h; AVX3_DL target only): Q4_K, Q5_K, Q6_K and IQ4_XS weights of
-// two panels (16 rows) in 512-bit vectors, as matmul_panel512-inl.h does for the 32-element
-// types: panel p0's 8 rows in the low half of every vector, p1's in the high half, the
-// layout unchanged. Per lane the operations are KPanelDot's (exact integer sums, then the
-// same float multiply-adds in the same order), so a row's result is the same bits whichever
-// kernel computed it. matmul_bench 512x1024 in L2, 1 thread, alternated: Q4_K 34 -> 55 GB/s,
-// Q5_K 32 -> 49-53, Q6_K 49 -> 74-76, IQ4_XS 34 -> 55.
+// two panels (16 rows) in 512-bit vectors (Q2_K and Q3_K: KPanelDot23x2 at the end), as
+// matmul_panel512-inl.h does for the 32-element types: panel p0's 8 rows in the low half of
+// every vector, p1's in the high half, the layout unchanged. Per lane the operations are
+// the one-panel kernels' (exact integer sums, then the same float multiply-adds in the same
+// order), so a row's result is the same bits whichever kernel computed it. matmul_bench
+// 512x1024 in L2, 1 thread, alternated: Q4_K 34 -> 55 GB/s, Q5_K 32 -> 49-53, Q6_K 49 ->
+// 74-76, IQ4_XS 34 -> 55.
 
 #if defined(TLR_OPS_MATMUL_KPANEL512_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef TLR_OPS_MATMUL_KPANEL512_INL_H_
@@ -131,6 +132,103 @@ HWY_NOINLINE void KPanelDot2(const uint8_t* p0, const uint8_t* p1, int64_t ng, c
         for (int t = 0; t < NT; ++t) {
           acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(wd, _mm512_set1_ps(a[t].d[g])), acc[t]);
         }
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    _mm256_storeu_ps(y0 + t * ldy, _mm512_castps512_ps256(acc[t]));
+    _mm256_storeu_ps(y1 + t * ldy, _mm512_extractf32x8_ps(acc[t], 1));
+  }
+}
+
+// ---- Q2_K and Q3_K (see KPanelDot23) ----
+// Unpacked vector kU of a group of both panels (see Q23Vector).
+template <int NT, bool kQ3, int kU>
+HWY_INLINE void Q23Vector2(__m512i lows, __m512i high, const ActView* a, int64_t g, __m512i* isum) {
+  constexpr int kS = 2 * (kU % 4);
+  __m512i q = _mm512_and_si512(kS ? _mm512_srli_epi16(lows, kS) : lows, _mm512_set1_epi8(3));
+  if constexpr (kQ3) {
+    __m512i h;
+    if constexpr (kU < 2) h = _mm512_slli_epi16(high, 2 - kU);
+    else if constexpr (kU == 2) h = high;
+    else h = _mm512_srli_epi16(high, kU - 2);
+    q = _mm512_or_si512(q, _mm512_and_si512(h, _mm512_set1_epi8(4)));
+  }
+  for (int t = 0; t < NT; ++t) isum[t] = Dp512(isum[t], q, Bcast4x16(a[t].qs + 32 * g + 4 * kU));
+}
+// Sub-block kC (0, 1) of group g of both panels (see Q23HalfSums).
+template <int NT, bool kQ3, int kC>
+HWY_INLINE void Q23HalfSums2(const uint8_t* g0, const uint8_t* g1, const KPanelFormat& f, const ActView* a, int64_t g,
+                             __m512i* isum) {
+  const __m512i lows = Load2Panels(g0 + f.values_off + 32 * kC, g1 + f.values_off + 32 * kC);
+  const __m512i high = kQ3 ? Load2Panels(g0 + f.high_off, g1 + f.high_off) : _mm512_setzero_si512();
+  for (int t = 0; t < NT; ++t) {
+    isum[t] = kQ3 ? _mm512_set1_epi32(-4 * a[t].s16[2 * g + kC]) : _mm512_setzero_si512();
+  }
+  Q23Vector2<NT, kQ3, 4 * kC>(lows, high, a, g, isum);
+  Q23Vector2<NT, kQ3, 4 * kC + 1>(lows, high, a, g, isum);
+  Q23Vector2<NT, kQ3, 4 * kC + 2>(lows, high, a, g, isum);
+  Q23Vector2<NT, kQ3, 4 * kC + 3>(lows, high, a, g, isum);
+}
+
+// Panels p0 and p1 x NT tokens of Q2_K or Q3_K: y0[t * ldy + r] (p0's rows) and
+// y1[t * ldy + r] (p1's), r < 8.
+template <GgmlType kType, int NT>
+HWY_NOINLINE void KPanelDot23x2(const uint8_t* p0, const uint8_t* p1, int64_t ng, const ActView* a, float* y0,
+                                float* y1, int64_t ldy) {
+  constexpr KPanelFormat f = KPanelFormatOf(kType);
+  constexpr bool kQ3 = kType == GgmlType::kQ3_K;
+  static_assert(f.two_bit, "Q2_K and Q3_K only");
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < ng / 8; ++sb) {
+    const uint8_t* b0 = p0 + sb * f.block_bytes;
+    const uint8_t* b1 = p1 + sb * f.block_bytes;
+    const uint8_t* raw0 = b0 + f.scales_off;  // byte 8k + r: scale byte k of row r
+    const uint8_t* raw1 = b1 + f.scales_off;
+    HWY_ALIGN int8_t sc3[2][128];  // Q3_K: sc[8k + r] = scale k of row r, minus 32
+    if constexpr (kQ3) {
+      DecodeScalesQ3(raw0, sc3[0]);
+      DecodeScalesQ3(raw1, sc3[1]);
+    }
+    const __m512 wd = Scales2Panels(b0, b1);
+    for (int64_t j = 0; j < 8; ++j) {
+      const int64_t g = 8 * sb + j;
+      const uint8_t* g0 = b0 + f.groups_off + j * f.group_bytes;
+      const uint8_t* g1 = b1 + f.groups_off + j * f.group_bytes;
+      hwy::Prefetch(g0 + 8 * f.group_bytes);
+      hwy::Prefetch(g0 + 8 * f.group_bytes + 64);
+      hwy::Prefetch(g1 + 8 * f.group_bytes);
+      hwy::Prefetch(g1 + 8 * f.group_bytes + 64);
+      __m512i isum[NT], msum[NT], part[NT];
+      Q23HalfSums2<NT, kQ3, 0>(g0, g1, f, a, g, part);
+      Q23HalfSums2<NT, kQ3, 1>(g0, g1, f, a, g, isum);
+      if constexpr (kQ3) {
+        const __m512i s0 = _mm512_cvtepi8_epi32(Bytes8x2(sc3[0] + 16 * j, sc3[1] + 16 * j));
+        const __m512i s1 = _mm512_cvtepi8_epi32(Bytes8x2(sc3[0] + 16 * j + 8, sc3[1] + 16 * j + 8));
+        for (int t = 0; t < NT; ++t) {
+          isum[t] = _mm512_add_epi32(_mm512_mullo_epi32(part[t], s0), _mm512_mullo_epi32(isum[t], s1));
+        }
+      } else {
+        const __m512i bb0 = _mm512_cvtepu8_epi32(Bytes8x2(raw0 + 16 * j, raw1 + 16 * j));
+        const __m512i bb1 = _mm512_cvtepu8_epi32(Bytes8x2(raw0 + 16 * j + 8, raw1 + 16 * j + 8));
+        const __m512i m4 = _mm512_set1_epi32(0x0F);
+        const __m512i s0 = _mm512_and_si512(bb0, m4), s1 = _mm512_and_si512(bb1, m4);
+        const __m512i m0 = _mm512_srli_epi32(bb0, 4), m1 = _mm512_srli_epi32(bb1, 4);
+        for (int t = 0; t < NT; ++t) {
+          isum[t] = _mm512_add_epi32(_mm512_mullo_epi32(part[t], s0), _mm512_mullo_epi32(isum[t], s1));
+          msum[t] = _mm512_add_epi32(_mm512_mullo_epi32(m0, _mm512_set1_epi32(a[t].s16[2 * g])),
+                                     _mm512_mullo_epi32(m1, _mm512_set1_epi32(a[t].s16[2 * g + 1])));
+        }
+      }
+      for (int t = 0; t < NT; ++t) {
+        __m512 acc_t =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(wd, _mm512_set1_ps(a[t].d[g])), acc[t]);
+        if constexpr (!kQ3) {
+          const __m512 dmin = Scales2Panels(b0 + f.dmin_off, b1 + f.dmin_off);
+          acc_t = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[t]), _mm512_mul_ps(dmin, _mm512_set1_ps(a[t].d[g])), acc_t);
+        }
+        acc[t] = acc_t;
       }
     }
   }

@@ -21,7 +21,13 @@ namespace HWY_NAMESPACE {
 template <GgmlType kType>
 void Rows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0, int64_t r1) {
   if constexpr (KPanelFormatOf(kType).two_bit) {
-    PanelLayoutRows<kType>(w, in, y, ldy, r0, r1, [](auto nt, auto... args) { KPanelDot23<kType, decltype(nt)::value>(args...); });
+    const auto dot = [](auto nt, auto... args) { KPanelDot23<kType, decltype(nt)::value>(args...); };
+#ifdef TLR_PANEL512
+    const auto dot2 = [](auto nt, auto... args) { KPanelDot23x2<kType, decltype(nt)::value>(args...); };
+    PanelLayoutRows<kType>(w, in, y, ldy, r0, r1, dot, dot2);
+#else
+    PanelLayoutRows<kType>(w, in, y, ldy, r0, r1, dot);
+#endif
   } else {
     const auto dot = [](auto nt, auto... args) { KPanelDot<kType, decltype(nt)::value>(args...); };
 #ifdef TLR_PANEL512

@@ -179,7 +179,8 @@ TEST_P(MatMulKernels, TwoPanelKernelsMatchOnePanelBitForBit) {
   std::mt19937 rng(17);
   std::normal_distribution<float> act(0.0f, 1.0f);
   for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kIQ4_NL,
-                        GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kIQ4_XS}) {
+                        GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kIQ4_XS, GgmlType::kQ2_K,
+                        GgmlType::kQ3_K}) {
     const bool k_quant = GgmlTraits(type).block_size == 256;
     // 75 panels: half a range is >= 32 KiB apart
     const int64_t rows = 8 * 75 + 3, cols = k_quant ? 1024 : 896;
