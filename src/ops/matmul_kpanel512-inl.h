@@ -37,6 +37,14 @@ HWY_INLINE __m512 I8x2ToFloat(const int8_t* p0, const int8_t* p1) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Bytes8x2(p0, p1)));
 }
 
+// 128 bytes of each panel, `ahead` bytes on.
+HWY_INLINE void Prefetch2Panels(const uint8_t* g0, const uint8_t* g1, size_t ahead) {
+  hwy::Prefetch(g0 + ahead);
+  hwy::Prefetch(g0 + ahead + 64);
+  hwy::Prefetch(g1 + ahead);
+  hwy::Prefetch(g1 + ahead + 64);
+}
+
 // Q6_K's two high bits of unpacked vector kU (see Q6High), both panels.
 template <int kU>
 HWY_INLINE __m512i Q6High2(__m512i h) {
@@ -92,10 +100,7 @@ HWY_NOINLINE void KPanelDot2(const uint8_t* p0, const uint8_t* p1, int64_t ng, c
       const int64_t g = 8 * sb + j;
       const uint8_t* g0 = b0 + f.groups_off + j * f.group_bytes;
       const uint8_t* g1 = b1 + f.groups_off + j * f.group_bytes;
-      hwy::Prefetch(g0 + 4 * f.group_bytes);
-      hwy::Prefetch(g0 + 4 * f.group_bytes + 64);
-      hwy::Prefetch(g1 + 4 * f.group_bytes);
-      hwy::Prefetch(g1 + 4 * f.group_bytes + 64);
+      Prefetch2Panels(g0, g1, 4 * f.group_bytes);
       __m512i isum[NT];
       if constexpr (f.six_bit) {
         __m512i part[NT];
@@ -196,10 +201,7 @@ HWY_NOINLINE void KPanelDot23x2(const uint8_t* p0, const uint8_t* p1, int64_t ng
       const int64_t g = 8 * sb + j;
       const uint8_t* g0 = b0 + f.groups_off + j * f.group_bytes;
       const uint8_t* g1 = b1 + f.groups_off + j * f.group_bytes;
-      hwy::Prefetch(g0 + 8 * f.group_bytes);
-      hwy::Prefetch(g0 + 8 * f.group_bytes + 64);
-      hwy::Prefetch(g1 + 8 * f.group_bytes);
-      hwy::Prefetch(g1 + 8 * f.group_bytes + 64);
+      Prefetch2Panels(g0, g1, 8 * f.group_bytes);
       __m512i isum[NT], msum[NT], part[NT];
       Q23HalfSums2<NT, kQ3, 0>(g0, g1, f, a, g, part);
       Q23HalfSums2<NT, kQ3, 1>(g0, g1, f, a, g, isum);

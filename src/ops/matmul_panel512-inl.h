@@ -59,6 +59,7 @@ HWY_INLINE __m512 Scales2Panels(const uint8_t* p0, const uint8_t* p1) {
   return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(h0), h1, 1));
 }
 // Both panels' fifth-bit masks of one unpacked vector: bit 4r + i of each, panel 1's above.
+// Combined in general registers: two kmovd loads and a kunpckdq ran Q5_0 at 2/3 the speed.
 HWY_INLINE __mmask64 Masks2Panels(const uint8_t* m0, const uint8_t* m1) {
   uint32_t a, b;
   std::memcpy(&a, m0, 4);
