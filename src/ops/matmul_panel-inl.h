@@ -382,15 +382,15 @@ void PanelLayoutRows(const WeightView& w, const MatMulInput& in, float* y, int64
     const int64_t p = r / kPanelRows;
     if (r % kPanelRows == 0 && r + kPanelRows <= r1) {
       const int64_t p_end = std::min(r1, panel_end) / kPanelRows;
+      // With a two-panel kernel, panel p + i goes with p + half + i: two streams far enough
+      // apart to read at full speed (see PanelDot2); an odd last panel goes alone.
+      int64_t half = 0;
+      if constexpr (!std::is_same_v<PanelDot2Fn, NoPanelDot2>) {
+        half = (p_end - p) / 2;
+        if (static_cast<size_t>(half) * panel_bytes < kPanelPairMinBytes) half = 0;
+      }
       for (int64_t tb = 0; tb < in.n_tokens; tb += block) {
         const int64_t te = std::min(in.n_tokens, tb + block);
-        // With a two-panel kernel, panel p + i goes with p + half + i: two streams far
-        // enough apart to read at full speed (see PanelDot2); an odd last panel goes alone.
-        int64_t half = 0;
-        if constexpr (!std::is_same_v<PanelDot2Fn, NoPanelDot2>) {
-          half = (p_end - p) / 2;
-          if (static_cast<size_t>(half) * panel_bytes < kPanelPairMinBytes) half = 0;
-        }
         for (int64_t q = p; q < p_end;) {
           const bool two = q < p + half;
           for (int64_t t0 = tb; t0 < te; t0 += kPanelTokens) {
