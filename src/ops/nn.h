@@ -57,8 +57,25 @@ struct KvView {
 };
 
 // Whether attention reads keys and values of `type` with this head_dim: f32 and f16 any, q8_0
-// a multiple of 32 (its blocks must not straddle heads). The error says what to use instead.
+// a multiple of 32 (its blocks must not straddle heads) up to kMaxQ8HeadDim (the rounded
+// query lives on the stack). The error says what to use instead.
+inline constexpr int64_t kMaxQ8HeadDim = 512;
 Status CheckKvType(GgmlType type, int64_t head_dim);
+
+// Against q8_0 keys attention rounds the query to q8_0 too, per 32 dimensions (as llama.cpp
+// does), so each score is a sum of exact integer dot products times two scales, which int8
+// dot-product instructions compute directly. This is the rounding: q[i] = round-to-nearest-
+// even(x[i] * (127 / amax)), amax = max |x[i]|; returns the scale amax / 127 (0 for a zero
+// block; NaN, with q all 0, if x holds a NaN or an infinity).
+float QuantizeQueryQ8(const float* x, int8_t* q);
+// Against q8_0 values a kernel may round each softmax weight p (at most 1: exp of the score
+// minus the running maximum) times the value's block scale d to a multiple of 1/kQ8WeightSteps
+// of the largest d of that block in its kAttentionChunk (an int16, for integer dot products):
+// an error of at most half that step per weight.
+inline constexpr float kQ8WeightSteps = 32767.0f;
+// The query as attention over keys of `type` uses it: unchanged for f32 and f16, each block
+// rounded by QuantizeQueryQ8 (value = scale * integer) for q8_0. For references and tests.
+void AttentionQuery(GgmlType type, const float* q, int64_t head_dim, float* out);
 // Bytes of one position's head_dim values of `type` (type and head_dim pass CheckKvType).
 size_t KvRowBytes(GgmlType type, int64_t head_dim);
 

@@ -59,8 +59,9 @@ void AttentionRef(const float* q, int64_t n_q, const KvView& k, const KvView& v,
     LoadValue(v, hd, j, vf.data() + j * hd);
   }
   std::vector<double> s(n_kv), o(hd);
+  std::vector<float> qh(hd);
   for (int64_t h = 0; h < n_q; ++h) {
-    const float* qh = q + h * hd;
+    AttentionQuery(k.type, q + h * hd, hd, qh.data());
     double mx = -INFINITY;
     for (int64_t j = first; j < n_kv; ++j) {
       double dot = 0;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ops/matmul.h"
+#include "quant/blocks.h"
 #include "quant/quantize.h"
 
 namespace tlr {
@@ -144,7 +145,7 @@ TestKv MakeKv(bool keys, GgmlType type, const std::vector<float>& f, int64_t n, 
 // E the largest); exp(x_j) then errs relatively by <= 2E + (|x_j| + 8) eps; the weighted sum
 // of n_kv values and the normalisation add n_kv + 16 roundings:
 //   |out - ref| <= 2 sum_j w_j |v_ji| (2E + (|x_j| + n_kv + 24) eps).
-std::vector<double> AttentionBounds(const float* q, int64_t n_q, const KvView& k, const KvView& v, int64_t n_kv,
+std::vector<double> AttentionBounds(const float* in_q, int64_t n_q, const KvView& k, const KvView& v, int64_t n_kv,
                                     int64_t hd, float scale, int64_t first) {
   std::vector<float> kf(n_kv * hd), vf(n_kv * hd);
   for (int64_t j = 0; j < n_kv; ++j) {
@@ -152,6 +153,9 @@ std::vector<double> AttentionBounds(const float* q, int64_t n_q, const KvView& k
     LoadValue(v, hd, j, vf.data() + j * hd);
   }
   std::vector<double> bound(n_q * hd, 0.0), s(n_kv);
+  std::vector<float> qa(n_q * hd);  // the query as the kernel uses it
+  for (int64_t h = 0; h < n_q; ++h) AttentionQuery(k.type, in_q + h * hd, hd, qa.data() + h * hd);
+  const float* q = qa.data();
   for (int64_t h = 0; h < n_q; ++h) {
     double mx = -INFINITY, e = 0;
     for (int64_t j = first; j < n_kv; ++j) {
@@ -170,6 +174,30 @@ std::vector<double> AttentionBounds(const float* q, int64_t n_q, const KvView& k
       const double w = std::exp(s[j] - mx) / l;
       const double rel = 2 * e + (std::fabs(s[j] - mx) + n_kv + 24) * kEps;
       for (int64_t i = 0; i < hd; ++i) bound[h * hd + i] += 2 * w * std::fabs(vf[j * hd + i]) * rel;
+    }
+    if (v.type == GgmlType::kQ8_0) {
+      // Each weight times its block scale may be rounded to 1/kQ8WeightSteps of the chunk's
+      // largest block scale, relative to the running maximum score m_c after the chunk
+      // (nn.h): half a step times the value's integer, per position (twice, for the float
+      // roundings around it).
+      double m_c = -INFINITY;
+      for (int64_t c0 = first / kAttentionChunk * kAttentionChunk; c0 < n_kv; c0 += kAttentionChunk) {
+        const int64_t c1 = std::min(n_kv, c0 + kAttentionChunk);
+        for (int64_t j = std::max(c0, first); j < c1; ++j) m_c = std::max(m_c, s[j]);
+        for (int64_t b = 0; b < hd / 32; ++b) {
+          double top = 0;
+          for (int64_t j = std::max(c0, first); j < c1; ++j) {
+            const auto* block = reinterpret_cast<const BlockQ8_0*>(v.Row(j)) + b;
+            top = std::max(top, std::exp(m_c - mx) / l * std::fabs(F16ToF32(block->d)));
+          }
+          for (int64_t j = std::max(c0, first); j < c1; ++j) {
+            const auto* block = reinterpret_cast<const BlockQ8_0*>(v.Row(j)) + b;
+            for (int64_t i = 0; i < 32; ++i) {
+              bound[h * hd + b * 32 + i] += 2 * top / (2 * kQ8WeightSteps) * std::abs(block->qs[i]);
+            }
+          }
+        }
+      }
     }
   }
   return bound;
