@@ -2,7 +2,8 @@
 # Generation and prompt-processing speed of every weight type and llama.cpp mix TLR runs, on
 # random-weight models with real shapes (tlr make-random), as one Markdown table on stdout:
 # file type, file size, tg tok/s (median), tg as % of the memory roofline (against the best of
-# the probe at the start, and median of each run against short probes beside it), pp tok/s and
+# the probe at the start, median of each run against short probes beside it, and each step
+# against a read pass right after it: the stable one on a shared host), pp tok/s and
 # its share of the measured int8 dot-product peak.
 #
 # Single types are written with --pure (every weight matrix in that type, so q4_k is pure
@@ -52,8 +53,8 @@ trap 'rm -rf "$tmp"' EXIT
 
 echo "tlr bench --pp $pp --tg $tg -r $reps -t $threads ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores)"
 echo
-echo "| preset | file type | size MiB | tg tok/s | tg roofline % | tg roofline % (paired probes) | pp$pp tok/s | pp % of int8 peak |"
-echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+echo "| preset | file type | size MiB | tg tok/s | tg roofline % | tg roofline % (paired probes) | tg roofline % (interleaved) | pp$pp tok/s | pp % of int8 peak |"
+echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for preset in $presets; do
   for kind in single mix; do
     if [ $kind = single ]; then list=$types; flags=(--pure); else list=$mixes; flags=(); fi
@@ -62,15 +63,15 @@ for preset in $presets; do
       [ "$kind:$t" = single:q4_k ] && label="q4_k (pure)"
       file=$tmp/$preset-$t.gguf
       if ! "$tlr" make-random --preset "$preset" --type "$t" "${flags[@]}" -o "$file" > /dev/null; then
-        echo "| $preset | $label | make-random failed | | | | | |"
+        echo "| $preset | $label | make-random failed | | | | | | |"
         continue
       fi
       mib=$(awk -v b="$(stat -c %s "$file")" 'BEGIN { printf "%.1f", b / 1048576 }')
       if json=$("$tlr" bench -m "$file" --pp "$pp" --tg "$tg" -r "$reps" -t "$threads" --json); then
         echo "$json" | jq -r --arg p "$preset" --arg t "$label" --arg mib "$mib" \
-          '"| \($p) | \($t) | \($mib) | \(.tg_tok_s * 10 | round / 10) | \(.tg_roofline_pct * 10 | round / 10) | \(.tg_roofline_pct_paired * 10 | round / 10) | \(.pp_tok_s * 10 | round / 10) | \(.pp_int8_peak_pct | round) |"'
+          '"| \($p) | \($t) | \($mib) | \(.tg_tok_s * 10 | round / 10) | \(.tg_roofline_pct * 10 | round / 10) | \(.tg_roofline_pct_paired * 10 | round / 10) | \(.tg_roofline_pct_interleaved * 10 | round / 10) | \(.pp_tok_s * 10 | round / 10) | \(.pp_int8_peak_pct | round) |"'
       else
-        echo "| $preset | $label | $mib | bench failed | | | | |"
+        echo "| $preset | $label | $mib | bench failed | | | | | |"
       fi
       rm -f "$file"
     done

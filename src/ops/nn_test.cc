@@ -258,6 +258,37 @@ std::vector<std::string> Targets() { return CompiledSimdTargets(); }
 INSTANTIATE_TEST_SUITE_P(AllTargets, NnKernels, ::testing::ValuesIn(Targets()),
                          [](const auto& info) { return info.param; });
 
+// The query rounding of a q8_0 cache (nn.h): the GGUF q8_0 rule with round-half-even, and
+// the zero, NaN and infinity cases.
+TEST(KvQuery, QuantizeQueryQ8RoundsToNearestEven) {
+  float x[32] = {};
+  x[0] = 127.0f;  // amax: the scale is 1 and every value is its own integer
+  x[1] = 2.5f;
+  x[2] = -3.5f;
+  x[3] = 0.49f;
+  int8_t q[32];
+  EXPECT_EQ(QuantizeQueryQ8(x, q), 1.0f);
+  EXPECT_EQ(q[0], 127);
+  EXPECT_EQ(q[1], 2);
+  EXPECT_EQ(q[2], -4);
+  EXPECT_EQ(q[3], 0);
+  std::fill(x, x + 32, 0.0f);
+  EXPECT_EQ(QuantizeQueryQ8(x, q), 0.0f);
+  EXPECT_EQ(q[5], 0);
+  x[7] = INFINITY;
+  EXPECT_TRUE(std::isnan(QuantizeQueryQ8(x, q)));
+  EXPECT_EQ(q[7], 0);
+  float y[64], out[64];
+  for (int i = 0; i < 64; ++i) y[i] = 0.37f * (i - 20);
+  AttentionQuery(GgmlType::kF16, y, 64, out);
+  EXPECT_EQ(0, std::memcmp(y, out, sizeof(y)));
+  AttentionQuery(GgmlType::kQ8_0, y, 64, out);
+  for (int i = 0; i < 64; ++i) {
+    const double amax = i < 32 ? 0.37 * 20 : 0.37 * 43;  // each block's largest |y|
+    EXPECT_NEAR(out[i], y[i], amax / 254 * 1.0001) << i;
+  }
+}
+
 // Every stored position reads back as its row converted by the quant layer (Quantize, then
 // Dequantize): keys through the tile layout, values as rows.
 TEST(KvLayout, PositionsReadBackAsTheirQuantizedRows) {
@@ -288,6 +319,11 @@ TEST(KvType, SupportedTypesAndRowSizes) {
   const Status s = CheckKvType(GgmlType::kQ8_0, 24);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("multiple of 32"), std::string::npos) << s.message();
+  EXPECT_TRUE(CheckKvType(GgmlType::kQ8_0, kMaxQ8HeadDim).ok());
+  const Status wide = CheckKvType(GgmlType::kQ8_0, kMaxQ8HeadDim + 32);
+  ASSERT_FALSE(wide.ok());
+  EXPECT_NE(wide.message().find("at most 512"), std::string::npos) << wide.message();
+  EXPECT_TRUE(CheckKvType(GgmlType::kF16, kMaxQ8HeadDim + 32).ok());
   EXPECT_FALSE(CheckKvType(GgmlType::kQ4_0, 64).ok());
   EXPECT_EQ(KvRowBytes(GgmlType::kF32, 64), 256u);
   EXPECT_EQ(KvRowBytes(GgmlType::kF16, 64), 128u);

@@ -88,6 +88,7 @@ check run_vocab_only 1 "architecture 'gpt2' is not supported" -- "$tlr" run -m "
 check run_bad_temp 1 "temperature" -- "$tlr" run -m "$tmp/tiny.gguf" -p x --temp -1
 check run_missing 1 "cannot open" -- "$tlr" run -m "$tmp/none.gguf" -p x
 check bench_json 0 "\"tg_roofline_pct\"" -- "$tlr" bench -m "$tmp/tiny.gguf" --pp 8 --tg 4 -r 1 -t 1 --json
+check bench_interleaved 0 "each step against a read pass right after it: [0-9]+% \\(range" -- "$tlr" bench -m "$tmp/tiny.gguf" --pp 8 --tg 4 -r 1 -t 1
 check bad_preset 1 "unknown preset 'nope'" -- "$tlr" make-random --preset nope -o "$tmp/x.gguf"
 check bad_arch_preset 1 "is a qwen2 model, not llama" -- "$tlr" make-random --preset qwen2.5-0.5b --arch llama -o "$tmp/x.gguf"
 check bad_type 1 "unknown type 'q7_k' \(known: .*iq4_xs" -- "$tlr" make-random --type q7_k -o "$tmp/x.gguf"

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <memory>
 
@@ -67,7 +68,9 @@ Command AddBenchCommand(CLI::App& root) {
   app->footer(
       "Roofline: generation must read every weight once per token, so tok/s cannot exceed\n"
       "bandwidth / bytes per token. tg_roofline_pct is generation speed as a percentage of that;\n"
-      "tg_roofline_pct_paired takes each run against a short bandwidth probe taken beside it.");
+      "tg_roofline_pct_paired takes each run against a short bandwidth probe taken beside it;\n"
+      "tg_roofline_pct_interleaved follows every generation step with a read pass over 256 MiB and\n"
+      "takes the median step against the median pass (the stable figure on a shared host).");
   return {app, [o]() -> int {
             const char* cmd = "bench";
             auto loaded = Model::Load(o->model, ModelOptions(o->run.kv_type));
@@ -169,6 +172,36 @@ Command AddBenchCommand(CLI::App& root) {
               }
               probe_before = probe_after;
             }
+            // Interleaved: every generation step is followed by one read pass over a 256 MiB
+            // buffer, so that steps and probes sample the same moments, milliseconds apart; each
+            // repetition's share is bytes per token / its median step time against the median
+            // pass. On a shared host whose memory speed moves within seconds this is the stable
+            // figure (the run-beside-probe one takes the faster probe of two against a whole run).
+            std::vector<double> interleaved_pct;
+            {
+              std::unique_ptr<uint8_t[]> probe_buf(new uint8_t[kProbeBytes]);
+              std::memset(probe_buf.get(), 1, kProbeBytes);
+              for (int r = 0; r < o->reps; ++r) {
+                say(("generation interleaved with bandwidth probes, repetition " + std::to_string(r + 1) + "...")
+                        .c_str());
+                auto cache = model.NewCache(need_ctx);
+                if (!cache.ok()) return ReportError(cmd, cache.status().message());
+                std::vector<double> steps, probes;
+                int32_t tok = prompt[0];
+                for (int i = 0; i < o->tg; ++i) {
+                  SequenceInput in{&*cache, {&tok, 1}, OutputRows::kLast, logits.data(), nullptr};
+                  const auto t0 = std::chrono::steady_clock::now();
+                  TLR_CLI_CHECK(cmd, model.Forward({&in, 1}, &fctx));
+                  steps.push_back(Seconds(t0));
+                  tok = ArgMax(logits.data(), static_cast<int64_t>(logits.size()));
+                  probes.push_back(ReadPassGbps(&pool, probe_buf.get(), kProbeBytes));
+                }
+                std::nth_element(steps.begin(), steps.begin() + steps.size() / 2, steps.end());
+                std::nth_element(probes.begin(), probes.begin() + probes.size() / 2, probes.end());
+                const double rate = 1.0 / steps[steps.size() / 2];
+                interleaved_pct.push_back(100.0 * rate / (probes[probes.size() / 2] * 1e9 / bytes_per_token));
+              }
+            }
             // Long context: generation after `depth` tokens against generation from the start,
             // alternated repetition by repetition so that both see the same machine. Each run's
             // speed is 1 / its median step time (a step the OS interrupted does not move it), and
@@ -202,7 +235,8 @@ Command AddBenchCommand(CLI::App& root) {
               depth_ratio = Summarize(ratios);
             }
             if (tty) std::fprintf(stderr, "\r%-60s\r", "");
-            const Stat pp = Summarize(pp_rates), tg = Summarize(tg_rates), paired = Summarize(paired_pct);
+            const Stat pp = Summarize(pp_rates), tg = Summarize(tg_rates), paired = Summarize(paired_pct),
+                       interleaved = Summarize(interleaved_pct);
             const double roofline = bw.best_gbps * 1e9 / bytes_per_token;
             const double pct = 100.0 * tg.median / roofline;
             // Matrix FLOPs per token: 2 per weight of every matrix read for a token.
@@ -225,6 +259,9 @@ Command AddBenchCommand(CLI::App& root) {
                   {"tg_roofline_tok_s", roofline}, {"tg_roofline_pct", pct},
                   {"tg_roofline_pct_paired", paired.median}, {"tg_roofline_pct_paired_min", paired.min},
                   {"tg_roofline_pct_paired_max", paired.max},
+                  {"tg_roofline_pct_interleaved", interleaved.median},
+                  {"tg_roofline_pct_interleaved_min", interleaved.min},
+                  {"tg_roofline_pct_interleaved_max", interleaved.max},
                   {"pp_gflops", pp_gflops}, {"peak_fma_gflops", peak},
                   {"pp_peak_pct", 100.0 * pp_gflops / peak}, {"peak_int8_gops", peak_int8},
                   {"pp_int8_peak_pct", 100.0 * pp_gflops / peak_int8}};
@@ -260,6 +297,9 @@ Command AddBenchCommand(CLI::App& root) {
                         roofline, bytes_per_token / 1048576.0, pct);
             std::printf("            each run against a bandwidth probe beside it: %.0f%% (range %.0f-%.0f%%)\n",
                         paired.median, paired.min, paired.max);
+            std::printf("            each step against a read pass right after it: %.0f%% (range %.0f-%.0f%%; median"
+                        " step / median pass)\n",
+                        interleaved.median, interleaved.min, interleaved.max);
             if (router) {
               std::printf("router      %8.1f us/token (%s, %lld parameters, %s) = %.2f%% of a %.0f us generation step\n",
                           rt.median, std::string(RouterKindName(router->kind())).c_str(),
