@@ -166,8 +166,12 @@ HWY_NOINLINE void KPanelDot(const uint8_t* panel, int64_t ng, const ActView* a, 
     for (int64_t j = 0; j < 8; ++j) {
       const int64_t g = 8 * sb + j;  // group index in the row
       const uint8_t* grp = blk + f.groups_off + j * f.group_bytes;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
       hwy::Prefetch(grp + 4 * f.group_bytes);
       hwy::Prefetch(grp + 4 * f.group_bytes + 64);
+#else
+      PrefetchGroup(blk + j * (f.block_bytes / 8), f.block_bytes / 8, kPanelPrefetchBytes);
+#endif
 #ifdef TLR_X86_256
       __m256i isum[NT];
       if constexpr (f.six_bit) {
@@ -355,8 +359,12 @@ HWY_NOINLINE void KPanelDot23(const uint8_t* panel, int64_t ng, const ActView* a
     for (int64_t j = 0; j < 8; ++j) {
       const int64_t g = 8 * sb + j;
       const uint8_t* grp = blk + f.groups_off + j * f.group_bytes;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
       hwy::Prefetch(grp + 8 * f.group_bytes);
       hwy::Prefetch(grp + 8 * f.group_bytes + 64);
+#else
+      PrefetchGroup(blk + j * (f.block_bytes / 8), f.block_bytes / 8, kPanelPrefetchBytes);
+#endif
 #ifdef TLR_X86_256
       __m256i isum[NT], msum[NT], part[NT];
       Q23HalfSums<NT, kQ3, 0>(grp, f, a, g, part);
