@@ -14,15 +14,32 @@ namespace tlr {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Rows per register block: with 32 vector registers (AVX-512) 4 rows x 4 tokens of
-// accumulators fit beside the loaded weights; with 16, 2 rows x 4 tokens.
+// Rows per register block and accumulation chains per (row, token) pair. With one chain
+// a pair's multiply-adds wait on each other (4 cycles each): AVX-512's 16 lanes stay ahead
+// of memory that way (Zen 5: F16 decode 94% of the roofline; two chains measured no faster
+// there and halved prefill), AVX2's 8 lanes did not (Zen 3: F16 decode 74%, BF16 80%, from
+// L2 one thread read F16 at 14 GB/s). So below AVX-512 every pair sums in two chains, and
+// the register block is what leaves room for them: 32 registers (AVX-512: 4 rows x 4 tokens
+// x 1 chain; NEON/SVE: 2 x 4 x 2), 16 on AVX2 (1 x 4 x 2).
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 constexpr int kFloatRows = 4;
+constexpr int kFloatChains = 1;
+#elif HWY_ARCH_X86
+constexpr int kFloatRows = 1;
+constexpr int kFloatChains = 2;
 #else
 constexpr int kFloatRows = 2;
+constexpr int kFloatChains = 2;
 #endif
 
 constexpr int64_t kFloatPrefetchBytes = 2560;
+// Decode prefetches F16 and BF16 rows too below AVX-512 (Zen 3, qwen2.5-0.5b F16, tg at 73%
+// of the interleaved roofline without, 94-98% with); on Zen 5 it slowed F16 (106% -> 96%).
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr bool kFloatPrefetchF32Only = true;
+#else
+constexpr bool kFloatPrefetchF32Only = false;
+#endif
 
 template <GgmlType kType, class D>
 HWY_INLINE hn::Vec<D> LoadWeights(D df, const uint8_t* row, int64_t i) {
@@ -52,28 +69,39 @@ HWY_INLINE void DotRowsF(const uint8_t* const* rows, int64_t n, const float* con
   const hn::ScalableTag<float> df;
   const size_t L = hn::Lanes(df);
   using V = hn::Vec<decltype(df)>;
-  VecArray<decltype(df), NR * NT> acc;  // [r * NT + t]
-  for (int r = 0; r < NR; ++r) {
-    for (int t = 0; t < NT; ++t) acc.Set(r * NT + t, hn::Zero(df));
-  }
+  constexpr int C = kFloatChains;
+  VecArray<decltype(df), NR * NT * C> acc;  // [(r * NT + t) * C + chain]
+  for (int k = 0; k < NR * NT * C; ++k) acc.Set(k, hn::Zero(df));
   int64_t i = 0;
   constexpr size_t kBytes = kType == GgmlType::kF32 ? 4 : 2;
-  for (; i + static_cast<int64_t>(L) <= n; i += L) {
-    // F32 decode: software prefetch as in the quantized kernels (matmul_bench 4864x896, 2
-    // threads, alternated: 83% -> 100% of the read probe; F16 went 106% -> 96%, so not there).
-    if constexpr (NT == 1 && kType == GgmlType::kF32) {
+  // Vector j of the row goes to chain j % C; the chains are added at the end. The order
+  // depends only on n, so every (row, token) pair sums the same way in any block.
+  const auto step = [&](int c) HWY_ATTR {
+    // Decode: software prefetch as in the quantized kernels (F32, matmul_bench 4864x896, 2
+    // threads, alternated: 83% -> 100% of the read probe; F16/BF16 see kFloatPrefetchF32Only).
+    if constexpr (NT == 1 && (kType == GgmlType::kF32 || !kFloatPrefetchF32Only)) {
       for (int r = 0; r < NR; ++r) hwy::Prefetch(rows[r] + i * kBytes + kFloatPrefetchBytes);
     }
     VecArray<decltype(df), NR> wv;
     for (int r = 0; r < NR; ++r) wv.Set(r, LoadWeights<kType>(df, rows[r], i));
     for (int t = 0; t < NT; ++t) {
       const V xv = hn::LoadU(df, x[t] + i);
-      for (int r = 0; r < NR; ++r) acc.Set(r * NT + t, hn::MulAdd(wv.Get(r), xv, acc.Get(r * NT + t)));
+      for (int r = 0; r < NR; ++r) {
+        const int k = (r * NT + t) * C + c;
+        acc.Set(k, hn::MulAdd(wv.Get(r), xv, acc.Get(k)));
+      }
     }
+    i += static_cast<int64_t>(L);
+  };
+  while (i + static_cast<int64_t>(C * L) <= n) {
+    for (int c = 0; c < C; ++c) step(c);
   }
+  for (int c = 0; i + static_cast<int64_t>(L) <= n; ++c) step(c);
   for (int r = 0; r < NR; ++r) {
     for (int t = 0; t < NT; ++t) {
-      float sum = hn::GetLane(hn::SumOfLanes(df, acc.Get(r * NT + t)));
+      V total = acc.Get((r * NT + t) * C);
+      for (int c = 1; c < C; ++c) total = hn::Add(total, acc.Get((r * NT + t) * C + c));
+      float sum = hn::GetLane(hn::SumOfLanes(df, total));
       for (int64_t k = i; k < n; ++k) sum += WeightAt<kType>(rows[r], k) * x[t][k];  // tail
       out[t * NR + r] = sum;
     }
@@ -107,7 +135,7 @@ void Rows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int
         const int nr = nt == 1 ? 1 : static_cast<int>(std::min<int64_t>(kFloatRows, re - r));
         const uint8_t* rows[kFloatRows];
         for (int k = 0; k < nr; ++k) rows[k] = w.Row(r + k);
-        float out[4 * kFloatRows];
+        float out[4 * kFloatRows] = {};
         if (nr == kFloatRows && nr > 1) {
           DotRowsFTokens<kType, kFloatRows>(rows, in.n_cols, xs, nt, out);
         } else {
