@@ -8,6 +8,9 @@
 // take runs of whole panels (8 rows), so every row goes through the same kernel whatever
 // the thread count.
 #include <cmath>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <cstring>
 #include <string>
 
@@ -235,6 +238,33 @@ void MatMul(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, T
     for (int64_t k = b; k < e; ++k) MatMulRows(w, in, y, ldy, ranges[k].r0, ranges[k].r1);
   });
 }
+
+WeightPrefetch DetectedWeightPrefetch() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &a, &b, &c, &d) == 0) return WeightPrefetch::kEveryLine;
+  const bool amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "AuthenticAMD"
+  if (!amd || __get_cpuid(1, &a, &b, &c, &d) == 0) return WeightPrefetch::kEveryLine;
+  const unsigned base = (a >> 8) & 0xf;
+  const unsigned family = base == 0xf ? base + ((a >> 20) & 0xff) : base;
+  if (family == 0x1a) return WeightPrefetch::kFirstLine;  // Zen 5
+#endif
+  return WeightPrefetch::kEveryLine;
+}
+
+WeightPrefetch GetWeightPrefetch() {
+  return kernels::prefetch_every_line.load(std::memory_order_relaxed) ? WeightPrefetch::kEveryLine
+                                                                     : WeightPrefetch::kFirstLine;
+}
+
+void SetWeightPrefetch(WeightPrefetch mode) {
+  kernels::prefetch_every_line.store(mode == WeightPrefetch::kEveryLine, std::memory_order_relaxed);
+}
+
+namespace {
+// The detected setting, in place before main.
+const bool kWeightPrefetchSet = (SetWeightPrefetch(DetectedWeightPrefetch()), true);
+}  // namespace
 
 std::vector<std::string> CompiledSimdTargets() {
   std::vector<std::string> names;

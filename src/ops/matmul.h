@@ -102,6 +102,19 @@ void MatMulRowsRef(const WeightView& w, const MatMulInput& in, float* y, int64_t
 void MatMulRowsDequant(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy,
                        int64_t r0, int64_t r1);
 
+// How the decode kernels prefetch weights ahead of their stream: the first cache line of
+// each weight group, or every line of it. On Zen 5 the hardware prefetcher covers a group
+// from its first line (that setting measured best there); on Zen 3 (AVX2) and Zen 4 (AVX-512
+// VNNI) one line per group left decode at 51-79% of a read pass, every line at 82-97%
+// (matmul_bench 4864x896, Zen 4, alternated: Q4_0 79% -> 97%, Q5_0 57% -> 91%, IQ4_NL 56% ->
+// 90%; K-quants and Q8_0 equal). Detected from the CPU at start (AMD family 0x1A: first line;
+// anything else: every line); SetWeightPrefetch overrides it (benchmarks, A/B runs). Quantized
+// kernels only: float weights keep their per-target rule (matmul_float.cc).
+enum class WeightPrefetch { kFirstLine, kEveryLine };
+WeightPrefetch DetectedWeightPrefetch();
+WeightPrefetch GetWeightPrefetch();
+void SetWeightPrefetch(WeightPrefetch mode);
+
 // Names of the SIMD targets compiled in and the one dispatch picks on this CPU.
 std::vector<std::string> CompiledSimdTargets();
 std::string ActiveSimdTarget();

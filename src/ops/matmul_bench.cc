@@ -6,7 +6,11 @@
 // percent), so a kernel's distance from the memory roofline shows without the rest of the
 // forward pass (norms, attention, the gaps between parallel loops).
 //
-//   matmul_bench [-t THREADS] [--shape ROWSxCOLS] [--seconds S] [--stream-mib N] [TYPE...]
+//   matmul_bench [-t THREADS] [--shape ROWSxCOLS] [--seconds S] [--stream-mib N]
+//                [--prefetch auto|first|every|both] [TYPE...]
+//
+// --prefetch sets the kernels' WeightPrefetch (matmul.h; auto: what this CPU gets); both runs
+// each type with first-line and every-line prefetch in alternating rounds (an A/B in one run).
 //
 // --stream-mib N cycles over N MiB instead of 512 (at least two copies of the matrix): with a
 // small N the weights stay in the caches and the kernel's compute ceiling shows instead.
@@ -36,6 +40,7 @@ struct Options {
   int64_t rows = 4864, cols = 896;  // the 0.5B model's FFN gate / up
   double seconds = 2.0;
   std::vector<GgmlType> types;
+  std::string prefetch = "auto";
 };
 
 bool ParseArgs(int argc, char** argv, Options* o) {
@@ -46,6 +51,12 @@ bool ParseArgs(int argc, char** argv, Options* o) {
       o->threads = std::atoi(argv[++i]);
     } else if (a == "--shape" && has_value) {
       if (std::sscanf(argv[++i], "%ldx%ld", &o->rows, &o->cols) != 2) return false;
+    } else if (a == "--prefetch" && has_value) {
+      o->prefetch = argv[++i];
+      if (o->prefetch != "auto" && o->prefetch != "first" && o->prefetch != "every" && o->prefetch != "both") {
+        std::fprintf(stderr, "matmul_bench: --prefetch takes auto, first, every or both, not '%s'\n", o->prefetch.c_str());
+        return false;
+      }
     } else if (a == "--stream-mib" && has_value) {
       o->stream_bytes = static_cast<size_t>(std::max(0.0, std::atof(argv[++i])) * 1048576);
     } else if (a == "--seconds" && has_value) {
@@ -81,9 +92,12 @@ double Median(std::vector<double> v) {
 }
 
 // Weights streamed by single-token MatMuls of `type`, against paired read probes.
-Result StreamType(GgmlType type, const Options& o, ThreadPool* pool) {
+// With two modes the rounds alternate between them (a probe before each kernel pass); one
+// Result per mode.
+std::vector<Result> StreamType(GgmlType type, const Options& o, const std::vector<WeightPrefetch>& modes,
+                               ThreadPool* pool) {
   const GgmlTypeTraits& tr = GgmlTraits(type);
-  if (o.cols % tr.block_size != 0 || !CanQuantize(type)) return {};
+  if (o.cols % tr.block_size != 0 || !CanQuantize(type)) return std::vector<Result>(modes.size());
   const size_t row_bytes = static_cast<size_t>(o.cols / tr.block_size) * tr.type_size;
   const size_t matrix_bytes = row_bytes * static_cast<size_t>(o.rows);
   const int copies = static_cast<int>(std::max<size_t>(2, o.stream_bytes / matrix_bytes));
@@ -97,7 +111,7 @@ Result StreamType(GgmlType type, const Options& o, ThreadPool* pool) {
   std::vector<uint8_t> rows(kDistinct * row_bytes), gguf(matrix_bytes);
   for (int k = 0; k < kDistinct; ++k) {
     for (float& v : f) v = normal(rng);
-    if (!Quantize(type, f.data(), rows.data() + k * row_bytes, o.cols).ok()) return {};
+    if (!Quantize(type, f.data(), rows.data() + k * row_bytes, o.cols).ok()) return std::vector<Result>(modes.size());
   }
   std::vector<uint8_t> data(matrix_bytes * copies);
   WeightView w{type, gguf.data(), o.rows, o.cols, row_bytes};
@@ -114,28 +128,34 @@ Result StreamType(GgmlType type, const Options& o, ThreadPool* pool) {
   MatMulInput in;
   // Rounds of one probe pass over the same bytes, then one pass of the kernel over every copy:
   // the host's bandwidth drifts, so each kernel pass is judged against its neighbouring probe.
-  Result res;
-  std::vector<double> kernel, probe, ratio;
+  const size_t m = modes.size();
+  std::vector<std::vector<double>> kernel(m), probe(m), ratio(m);
   const auto start = std::chrono::steady_clock::now();
   while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < o.seconds ||
-         kernel.size() < 5) {
-    probe.push_back(ReadPassGbps(pool, data.data(), data.size()));
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int c = 0; c < copies; ++c) {
-      WeightView wc{type, data.data() + c * matrix_bytes, o.rows, o.cols, row_bytes};
-      wc.repacked = CanRepack(type);
-      in.Prepare(type, x.data(), 1, o.cols, o.cols, pool);
-      MatMul(wc, in, y.data(), o.rows, pool);
+         kernel[0].size() < 5) {
+    for (size_t k = 0; k < m; ++k) {
+      SetWeightPrefetch(modes[k]);
+      probe[k].push_back(ReadPassGbps(pool, data.data(), data.size()));
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int c = 0; c < copies; ++c) {
+        WeightView wc{type, data.data() + c * matrix_bytes, o.rows, o.cols, row_bytes};
+        wc.repacked = CanRepack(type);
+        in.Prepare(type, x.data(), 1, o.cols, o.cols, pool);
+        MatMul(wc, in, y.data(), o.rows, pool);
+      }
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      kernel[k].push_back(static_cast<double>(data.size()) / s / 1e9);
+      ratio[k].push_back(kernel[k].back() / probe[k].back());
     }
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    kernel.push_back(static_cast<double>(data.size()) / s / 1e9);
-    ratio.push_back(kernel.back() / probe.back());
   }
-  res.ok = true;
-  res.kernel_gbps = Median(kernel);
-  res.probe_gbps = Median(probe);
-  res.ratio = Median(ratio);
-  res.rounds = static_cast<int>(kernel.size());
+  std::vector<Result> res(m);
+  for (size_t k = 0; k < m; ++k) {
+    res[k].ok = true;
+    res[k].kernel_gbps = Median(kernel[k]);
+    res[k].probe_gbps = Median(probe[k]);
+    res[k].ratio = Median(ratio[k]);
+    res[k].rounds = static_cast<int>(kernel[k].size());
+  }
   return res;
 }
 
@@ -146,7 +166,8 @@ int main(int argc, char** argv) {
   using namespace tlr;
   Options o;
   if (!ParseArgs(argc, argv, &o)) {
-    std::fprintf(stderr, "usage: matmul_bench [-t THREADS] [--shape ROWSxCOLS] [--seconds S] [--stream-mib N] [TYPE...]\n");
+    std::fprintf(stderr, "usage: matmul_bench [-t THREADS] [--shape ROWSxCOLS] [--seconds S] [--stream-mib N]\n"
+                 "                    [--prefetch auto|first|every|both] [TYPE...]\n");
     return 2;
   }
   if (o.types.empty()) {
@@ -154,18 +175,27 @@ int main(int argc, char** argv) {
       if (MatMulSupports(t.type)) o.types.push_back(t.type);
     }
   }
+  std::vector<WeightPrefetch> modes{GetWeightPrefetch()};
+  if (o.prefetch == "first") modes = {WeightPrefetch::kFirstLine};
+  if (o.prefetch == "every") modes = {WeightPrefetch::kEveryLine};
+  if (o.prefetch == "both") modes = {WeightPrefetch::kFirstLine, WeightPrefetch::kEveryLine};
+  const auto mode_name = [](WeightPrefetch p) { return p == WeightPrefetch::kFirstLine ? "first" : "every"; };
   ThreadPool pool(o.threads);
   std::printf("matrix %ldx%ld, %d threads; medians over rounds of a read probe and a kernel pass over the same %zu MiB\n",
               o.rows, o.cols, o.threads, o.stream_bytes >> 20);
-  std::printf("%-8s %10s %10s %9s %7s\n", "type", "kernel GB/s", "probe GB/s", "of probe", "rounds");
+  std::printf("%-8s %-9s %10s %10s %9s %7s\n", "type", "prefetch", "kernel GB/s", "probe GB/s", "of probe", "rounds");
   for (GgmlType t : o.types) {
-    const Result r = StreamType(t, o, &pool);
+    const std::vector<Result> rs = StreamType(t, o, modes, &pool);
     const std::string name(GgmlTraits(t).name);
-    if (!r.ok) {
-      std::printf("%-8s %10s\n", name.c_str(), "n/a (shape)");
-      continue;
+    for (size_t k = 0; k < modes.size(); ++k) {
+      const Result& r = rs[k];
+      if (!r.ok) {
+        std::printf("%-8s %-9s %10s\n", name.c_str(), mode_name(modes[k]), "n/a (shape)");
+        continue;
+      }
+      std::printf("%-8s %-9s %10.1f %10.1f %8.0f%% %7d\n", name.c_str(), mode_name(modes[k]), r.kernel_gbps,
+                  r.probe_gbps, 100 * r.ratio, r.rounds);
     }
-    std::printf("%-8s %10.1f %10.1f %8.0f%% %7d\n", name.c_str(), r.kernel_gbps, r.probe_gbps, 100 * r.ratio, r.rounds);
     std::fflush(stdout);
   }
   return 0;

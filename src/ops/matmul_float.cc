@@ -34,7 +34,9 @@ constexpr int kFloatChains = 2;
 
 constexpr int64_t kFloatPrefetchBytes = 2560;
 // Decode prefetches F16 and BF16 rows too below AVX-512 (Zen 3, qwen2.5-0.5b F16, tg at 73%
-// of the interleaved roofline without, 94-98% with); on Zen 5 it slowed F16 (106% -> 96%).
+// of the interleaved roofline without, 94-98% with); on Zen 5 it slowed F16 (106% -> 96%), and
+// on Zen 4 too (matmul_bench 4864x896, alternated: F16 102% -> 94% of the read pass, BF16
+// 101% -> 86%). A property of the target's vector width here, not of WeightPrefetch.
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 constexpr bool kFloatPrefetchF32Only = true;
 #else

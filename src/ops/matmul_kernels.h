@@ -5,11 +5,15 @@
 // kernel dispatch picks for this CPU; matmul.cc routes by type. Same contract as MatMulRows.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "ops/matmul.h"
 
 namespace tlr::kernels {
+
+// WeightPrefetch (matmul.h) as the kernels read it, once per call: true = every line.
+inline std::atomic<bool> prefetch_every_line{true};
 
 // F32, F16, BF16 weights times float activations.
 void FloatRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0, int64_t r1);

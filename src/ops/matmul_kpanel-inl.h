@@ -156,6 +156,7 @@ HWY_NOINLINE void KPanelDot(const uint8_t* panel, int64_t ng, const ActView* a, 
   VecArray<DF, NT * 8> acc;  // [token * 8 + chunk of L lanes]
   ZeroPanelAcc<NT>(acc);
   const auto half = [&](const uint8_t* p, size_t k) { return HalfLanes(p, k); };
+  const bool every_line = PrefetchEveryLine();
   for (int64_t sb = 0; sb < ng / 8; ++sb) {
     const uint8_t* blk = panel + sb * f.block_bytes;
     HWY_ALIGN uint8_t sc[64], mn[64];
@@ -166,12 +167,12 @@ HWY_NOINLINE void KPanelDot(const uint8_t* panel, int64_t ng, const ActView* a, 
     for (int64_t j = 0; j < 8; ++j) {
       const int64_t g = 8 * sb + j;  // group index in the row
       const uint8_t* grp = blk + f.groups_off + j * f.group_bytes;
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-      hwy::Prefetch(grp + 4 * f.group_bytes);
-      hwy::Prefetch(grp + 4 * f.group_bytes + 64);
-#else
-      PrefetchGroup(blk + j * (f.block_bytes / 8), f.block_bytes / 8, kPanelPrefetchBytes);
-#endif
+      if (every_line) {
+        PrefetchGroup(blk + j * (f.block_bytes / 8), f.block_bytes / 8, kPanelPrefetchBytes, true);
+      } else {
+        hwy::Prefetch(grp + 4 * f.group_bytes);
+        hwy::Prefetch(grp + 4 * f.group_bytes + 64);
+      }
 #ifdef TLR_X86_256
       __m256i isum[NT];
       if constexpr (f.six_bit) {
@@ -341,6 +342,7 @@ HWY_NOINLINE void KPanelDot23(const uint8_t* panel, int64_t ng, const ActView* a
   VecArray<DF, NT * 8> acc;  // [token * 8 + chunk of L lanes]
   ZeroPanelAcc<NT>(acc);
   const auto half = [&](const uint8_t* p, size_t k) { return HalfLanes(p, k); };
+  const bool every_line = PrefetchEveryLine();
   for (int64_t sb = 0; sb < ng / 8; ++sb) {
     const uint8_t* blk = panel + sb * f.block_bytes;
     const uint8_t* raw = blk + f.scales_off;  // byte 8k + r: scale byte k of row r
@@ -359,12 +361,12 @@ HWY_NOINLINE void KPanelDot23(const uint8_t* panel, int64_t ng, const ActView* a
     for (int64_t j = 0; j < 8; ++j) {
       const int64_t g = 8 * sb + j;
       const uint8_t* grp = blk + f.groups_off + j * f.group_bytes;
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-      hwy::Prefetch(grp + 8 * f.group_bytes);
-      hwy::Prefetch(grp + 8 * f.group_bytes + 64);
-#else
-      PrefetchGroup(blk + j * (f.block_bytes / 8), f.block_bytes / 8, kPanelPrefetchBytes);
-#endif
+      if (every_line) {
+        PrefetchGroup(blk + j * (f.block_bytes / 8), f.block_bytes / 8, kPanelPrefetchBytes, true);
+      } else {
+        hwy::Prefetch(grp + 8 * f.group_bytes);
+        hwy::Prefetch(grp + 8 * f.group_bytes + 64);
+      }
 #ifdef TLR_X86_256
       __m256i isum[NT], msum[NT], part[NT];
       Q23HalfSums<NT, kQ3, 0>(grp, f, a, g, part);

@@ -37,8 +37,15 @@ HWY_INLINE __m512 I8x2ToFloat(const int8_t* p0, const int8_t* p1) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Bytes8x2(p0, p1)));
 }
 
-// 128 bytes of each panel, `ahead` bytes on.
-HWY_INLINE void Prefetch2Panels(const uint8_t* g0, const uint8_t* g1, size_t ahead) {
+// Prefetch for group j of super-blocks b0 and b1: every line (an eighth of each block, panel
+// kPanelPrefetchBytes on) or 128 bytes of each panel's group g0 / g1, `ahead` bytes on.
+HWY_INLINE void Prefetch2Panels(bool every_line, const uint8_t* b0, const uint8_t* b1, size_t block_bytes,
+                                int64_t j, const uint8_t* g0, const uint8_t* g1, size_t ahead) {
+  if (every_line) {
+    PrefetchGroup(b0 + j * (block_bytes / 8), block_bytes / 8, kPanelPrefetchBytes, true);
+    PrefetchGroup(b1 + j * (block_bytes / 8), block_bytes / 8, kPanelPrefetchBytes, true);
+    return;
+  }
   hwy::Prefetch(g0 + ahead);
   hwy::Prefetch(g0 + ahead + 64);
   hwy::Prefetch(g1 + ahead);
@@ -80,6 +87,7 @@ HWY_NOINLINE void KPanelDot2(const uint8_t* p0, const uint8_t* p1, int64_t ng, c
   static_assert(!f.two_bit, "Q2_K and Q3_K run on one panel");
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  const bool every_line = PrefetchEveryLine();
   for (int64_t sb = 0; sb < ng / 8; ++sb) {
     const uint8_t* b0 = p0 + sb * f.block_bytes;
     const uint8_t* b1 = p1 + sb * f.block_bytes;
@@ -100,7 +108,7 @@ HWY_NOINLINE void KPanelDot2(const uint8_t* p0, const uint8_t* p1, int64_t ng, c
       const int64_t g = 8 * sb + j;
       const uint8_t* g0 = b0 + f.groups_off + j * f.group_bytes;
       const uint8_t* g1 = b1 + f.groups_off + j * f.group_bytes;
-      Prefetch2Panels(g0, g1, 4 * f.group_bytes);
+      Prefetch2Panels(every_line, b0, b1, f.block_bytes, j, g0, g1, 4 * f.group_bytes);
       __m512i isum[NT];
       if constexpr (f.six_bit) {
         __m512i part[NT];
@@ -186,6 +194,7 @@ HWY_NOINLINE void KPanelDot23x2(const uint8_t* p0, const uint8_t* p1, int64_t ng
   static_assert(f.two_bit, "Q2_K and Q3_K only");
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  const bool every_line = PrefetchEveryLine();
   for (int64_t sb = 0; sb < ng / 8; ++sb) {
     const uint8_t* b0 = p0 + sb * f.block_bytes;
     const uint8_t* b1 = p1 + sb * f.block_bytes;
@@ -201,7 +210,7 @@ HWY_NOINLINE void KPanelDot23x2(const uint8_t* p0, const uint8_t* p1, int64_t ng
       const int64_t g = 8 * sb + j;
       const uint8_t* g0 = b0 + f.groups_off + j * f.group_bytes;
       const uint8_t* g1 = b1 + f.groups_off + j * f.group_bytes;
-      Prefetch2Panels(g0, g1, 8 * f.group_bytes);
+      Prefetch2Panels(every_line, b0, b1, f.block_bytes, j, g0, g1, 8 * f.group_bytes);
       __m512i isum[NT], msum[NT], part[NT];
       Q23HalfSums2<NT, kQ3, 0>(g0, g1, f, a, g, part);
       Q23HalfSums2<NT, kQ3, 1>(g0, g1, f, a, g, isum);

@@ -216,9 +216,10 @@ HWY_NOINLINE void PanelDot(const uint8_t* panel, int64_t ng, const ActView* a, f
     }
   }
 #endif
+  const bool every_line = PrefetchEveryLine();
   for (int64_t g = 0; g < ng; ++g) {
     const uint8_t* grp = panel + g * f.group_bytes;
-    PrefetchGroup(grp, f.group_bytes, kPanelPrefetchBytes);
+    PrefetchGroup(grp, f.group_bytes, kPanelPrefetchBytes, every_line);
     const uint8_t* vals = grp + f.values_off;
 #ifdef TLR_X86_256
     __m256i isum[NT];

@@ -112,11 +112,12 @@ HWY_NOINLINE void PanelDot2(const uint8_t* p0, const uint8_t* p1, int64_t ng, co
   constexpr PanelFormat f = PanelFormatOf(kType);
   __m512 acc[NT], off[NT];
   for (int t = 0; t < NT; ++t) acc[t] = off[t] = _mm512_setzero_ps();
+  const bool every_line = PrefetchEveryLine();
   for (int64_t g = 0; g < ng; ++g) {
     const uint8_t* g0 = p0 + g * f.group_bytes;
     const uint8_t* g1 = p1 + g * f.group_bytes;
-    hwy::Prefetch(g0 + kPanelPrefetchBytes);
-    hwy::Prefetch(g1 + kPanelPrefetchBytes);
+    PrefetchGroup(g0, f.group_bytes, kPanelPrefetchBytes, every_line);
+    PrefetchGroup(g1, f.group_bytes, kPanelPrefetchBytes, every_line);
     __m512i isum[NT];
     for (int t = 0; t < NT; ++t) isum[t] = _mm512_setzero_si512();
     DotNibbleGroup2<NT, f.has_mask, f.nonlinear>(g0 + f.values_off, g1 + f.values_off, g0 + f.mask_off,

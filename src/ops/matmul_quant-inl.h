@@ -18,6 +18,7 @@
 #include "hwy/highway.h"
 #include "quant/blocks.h"
 #include "ops/matmul.h"
+#include "ops/matmul_kernels.h"
 #include "quant/quantize.h"
 #include "ops/vec_array-inl.h"
 
@@ -51,19 +52,16 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // Software prefetch of the weight bytes [p, p + bytes) of a group that a decode kernel will
-// read `ahead` bytes on in its stream. Below AVX-512 every cache line of the group is
-// prefetched: on Zen 3 (AVX2) with one line per group the hardware prefetcher left the
-// kernels at 51-69% of a plain read pass (matmul_bench 4864x896, 1 and 2 threads), with every
-// line at 82-95%. AVX-512 targets keep the first line only: the setting measured on Zen 5,
-// where the hardware prefetcher covered the rest.
-HWY_INLINE void PrefetchGroup(const uint8_t* p, size_t bytes, size_t ahead) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  (void)bytes;
-  hwy::Prefetch(p + ahead);
-#else
+// read `ahead` bytes on in its stream: every cache line of it, or only the first when the CPU's
+// hardware prefetcher covers the rest (WeightPrefetch in matmul.h: measured per CPU).
+HWY_INLINE void PrefetchGroup(const uint8_t* p, size_t bytes, size_t ahead, bool every_line) {
+  if (!every_line) {
+    hwy::Prefetch(p + ahead);
+    return;
+  }
   for (size_t b = 0; b < bytes; b += 64) hwy::Prefetch(p + ahead + b);
-#endif
 }
+HWY_INLINE bool PrefetchEveryLine() { return kernels::prefetch_every_line.load(std::memory_order_relaxed); }
 
 using DF = hn::CappedTag<float, 8>;
 using DI = hn::RebindToSigned<DF>;

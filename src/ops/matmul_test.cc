@@ -203,6 +203,14 @@ TEST_P(MatMulKernels, TwoPanelKernelsMatchOnePanelBitForBit) {
       for (size_t k = 0; k < whole.size(); ++k) {
         ASSERT_EQ(whole[k], pieces[k]) << GgmlTraits(type).name << " tokens " << n_tokens << " k " << k;
       }
+      // Both prefetch settings (matmul.h WeightPrefetch) run the same arithmetic.
+      const WeightPrefetch detected = GetWeightPrefetch();
+      for (WeightPrefetch mode : {WeightPrefetch::kFirstLine, WeightPrefetch::kEveryLine}) {
+        SetWeightPrefetch(mode);
+        MatMulRows(w, in, pieces.data(), rows, 0, rows);
+        SetWeightPrefetch(detected);
+        ASSERT_EQ(whole, pieces) << GgmlTraits(type).name << " prefetch mode " << static_cast<int>(mode);
+      }
     }
   }
 }
