@@ -7,8 +7,10 @@
 // forward pass (norms, attention, the gaps between parallel loops).
 //
 //   matmul_bench [-t THREADS] [--shape ROWSxCOLS] [--seconds S] [--stream-mib N]
-//                [--prefetch auto|first|every|both] [TYPE...]
+//                [--prefetch auto|first|every|both] [--simd TARGET] [TYPE...]
 //
+// --simd runs the kernels of one compiled Highway target (AVX2, AVX3, AVX3_DL, ...; default the
+// best this CPU runs): e.g. the AVX2 kernels' compute ceiling on an AVX-512 host.
 // --prefetch sets the kernels' WeightPrefetch (matmul.h; auto: what this CPU gets); both runs
 // each type with first-line and every-line prefetch in alternating rounds (an A/B in one run).
 //
@@ -41,6 +43,7 @@ struct Options {
   double seconds = 2.0;
   std::vector<GgmlType> types;
   std::string prefetch = "auto";
+  std::string simd;
 };
 
 bool ParseArgs(int argc, char** argv, Options* o) {
@@ -57,6 +60,8 @@ bool ParseArgs(int argc, char** argv, Options* o) {
         std::fprintf(stderr, "matmul_bench: --prefetch takes auto, first, every or both, not '%s'\n", o->prefetch.c_str());
         return false;
       }
+    } else if (a == "--simd" && has_value) {
+      o->simd = argv[++i];
     } else if (a == "--stream-mib" && has_value) {
       o->stream_bytes = static_cast<size_t>(std::max(0.0, std::atof(argv[++i])) * 1048576);
     } else if (a == "--seconds" && has_value) {
@@ -167,7 +172,7 @@ int main(int argc, char** argv) {
   Options o;
   if (!ParseArgs(argc, argv, &o)) {
     std::fprintf(stderr, "usage: matmul_bench [-t THREADS] [--shape ROWSxCOLS] [--seconds S] [--stream-mib N]\n"
-                 "                    [--prefetch auto|first|every|both] [TYPE...]\n");
+                 "                    [--prefetch auto|first|every|both] [--simd TARGET] [TYPE...]\n");
     return 2;
   }
   if (o.types.empty()) {
@@ -175,14 +180,21 @@ int main(int argc, char** argv) {
       if (MatMulSupports(t.type)) o.types.push_back(t.type);
     }
   }
+  if (!o.simd.empty() && !ForceSimdTarget(o.simd)) {
+    std::string names;
+    for (const std::string& n : CompiledSimdTargets()) names += " " + n;
+    std::fprintf(stderr, "matmul_bench: --simd %s is not a target this build runs here (available:%s)\n", o.simd.c_str(),
+                 names.c_str());
+    return 2;
+  }
   std::vector<WeightPrefetch> modes{GetWeightPrefetch()};
   if (o.prefetch == "first") modes = {WeightPrefetch::kFirstLine};
   if (o.prefetch == "every") modes = {WeightPrefetch::kEveryLine};
   if (o.prefetch == "both") modes = {WeightPrefetch::kFirstLine, WeightPrefetch::kEveryLine};
   const auto mode_name = [](WeightPrefetch p) { return p == WeightPrefetch::kFirstLine ? "first" : "every"; };
   ThreadPool pool(o.threads);
-  std::printf("matrix %ldx%ld, %d threads; medians over rounds of a read probe and a kernel pass over the same %zu MiB\n",
-              o.rows, o.cols, o.threads, o.stream_bytes >> 20);
+  std::printf("matrix %ldx%ld, %d threads, %s kernels; medians over rounds of a read probe and a kernel pass over the same %zu MiB\n",
+              o.rows, o.cols, o.threads, ActiveSimdTarget().c_str(), o.stream_bytes >> 20);
   std::printf("%-8s %-9s %10s %10s %9s %7s\n", "type", "prefetch", "kernel GB/s", "probe GB/s", "of probe", "rounds");
   for (GgmlType t : o.types) {
     const std::vector<Result> rs = StreamType(t, o, modes, &pool);

