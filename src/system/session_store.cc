@@ -141,7 +141,7 @@ bool SessionStore::MakeRoom(EngineSession* self, int64_t need_positions, std::st
   if (grow == 0) return true;
   std::lock_guard<std::mutex> l(mu_);
   const uint64_t want = static_cast<uint64_t>(grow) * bytes_per_token_;
-  if (want > limits_.kv_budget_bytes) {
+  if (static_cast<uint64_t>(need_positions) * bytes_per_token_ > limits_.kv_budget_bytes) {
     *why = "the call needs more KV memory than the whole budget (--kv-budget)";
     return false;
   }
@@ -171,6 +171,9 @@ bool SessionStore::MakeRoom(EngineSession* self, int64_t need_positions, std::st
     if (metrics_) metrics_->Add("tlr_evictions_total", 1);
     now = KvBytesLocked();
   }
+  // Reserved before mu_ is let go: otherwise calls side by side each found the same free room
+  // and together went past the budget (the call's own writes raise high_water only later).
+  self->high_water = std::max(self->high_water.load(), need_positions);
   return true;
 }
 

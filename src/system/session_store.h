@@ -34,7 +34,7 @@ struct EngineSession {
   std::mutex mu;                       // held by the call using the session
   std::unique_ptr<KvCache> cache;      // null until used or after eviction
   std::vector<int32_t> tokens;         // what the cache holds
-  std::atomic<int64_t> high_water{0};  // positions ever written since (re)creation
+  std::atomic<int64_t> high_water{0};  // positions written or reserved (MakeRoom) since (re)creation
   Clock::time_point last_used = Clock::now();
   int64_t version = 0;                 // counts the calls that changed what the session holds
   std::deque<std::pair<std::string, EngineReply>> recent;  // request_id -> reply
@@ -59,6 +59,7 @@ class SessionStore {
 
   // Evicts idle caches (least recently used first) until `self` (locked by the caller) can
   // grow to need_positions within the KV budget. False, with the reason, when it cannot.
+  // On success the room is reserved: self->high_water is raised to need_positions.
   bool MakeRoom(EngineSession* self, int64_t need_positions, std::string* why);
   // Drops a locked session's cache (it stays; its next call gets a conflict).
   static void EvictCache(EngineSession* s);

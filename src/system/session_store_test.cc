@@ -40,6 +40,10 @@ TEST(SessionStore, MakeRoomEvictsTheLeastRecentlyUsedIdleSession) {
   ASSERT_TRUE(store.MakeRoom(self.get(), 50, &why)) << why;
   EXPECT_EQ(b->high_water.load(), 0);
   EXPECT_EQ(a->high_water.load(), 40);
+  // The room is reserved for self before the store's lock is let go: a call beside it that
+  // needs 20 more finds 90 of the 100 positions taken and must evict a.
+  EXPECT_EQ(self->high_water.load(), 50);
+  EXPECT_EQ(store.kv_bytes(), 90 * kBytesPerPosition);
   // More than the whole budget is refused without evicting anyone.
   EXPECT_FALSE(store.MakeRoom(self.get(), 101, &why));
   EXPECT_EQ(a->high_water.load(), 40);
@@ -72,6 +76,7 @@ TEST(SessionStore, EvictionWhileOtherSessionsAreInUse) {
   for (int i = 0; i < 200; ++i) {
     Use(a.get(), 40);
     Use(b.get(), 40);
+    Use(self.get(), 0);  // a fresh call each round (MakeRoom reserves its 50)
     for (auto& r : rounds) {
       const int64_t seen = r.load(std::memory_order_relaxed);
       while (r.load(std::memory_order_relaxed) < seen + 2) std::this_thread::yield();
