@@ -235,6 +235,12 @@ HWY_INLINE hn::Vec<D> ExpNonPositive(D d, hn::Vec<D> x) {
   return hn::Exp(d, x);
 }
 
+// Software prefetch of rows [j, j + n) of a cache view.
+HWY_INLINE void PrefetchRows(const KvView& v, int64_t j, int64_t n) {
+  const uint8_t* r = v.Row(j);
+  for (size_t b = 0; b < static_cast<size_t>(n) * v.row_bytes; b += 64) hwy::Prefetch(r + b);
+}
+
 // Online softmax over one chunk of scores (s[g * kChunk + t], t < len; lanes up to the next
 // whole tile hold finite garbage): updates the running max m and sum l, returns in alpha
 // the factor the output so far must be scaled by, and turns s into the weights p (0 past len).
@@ -280,7 +286,7 @@ HWY_INLINE __m512i DpWordsBroadcast(__m512i acc, __m512i v, const int16_t* w) {
 // position for 7 heads of 64 dimensions instead of 28 multiply-adds plus conversions.
 template <int kG>
 HWY_INLINE void ChunkValuesQ8Vnni(const float* p, const float* alpha, const KvView& v, int64_t j0, int64_t len,
-                                  int64_t hd, bool first, float* out) {
+                                  int64_t hd, bool first, int64_t next, float* out) {
   const hn::CappedTag<float, 16> d;
   const int64_t even = (len + 1) / 2 * 2;
   HWY_ALIGN float dv[kChunk];
@@ -320,6 +326,7 @@ HWY_INLINE void ChunkValuesQ8Vnni(const float* p, const float* alpha, const KvVi
     __m512i lo[kG], hi[kG];
     for (int g = 0; g < kG; ++g) lo[g] = hi[g] = _mm512_setzero_si512();
     for (int64_t t = 0; t < even; t += 2) {
+      if (b == 0 && t < next) PrefetchRows(v, j0 + kChunk + t, std::min<int64_t>(2, next - t));
       const int8_t* r0 = reinterpret_cast<const int8_t*>(v.Row(j0 + t) + off + 2);
       const int8_t* r1 = t + 1 < len ? reinterpret_cast<const int8_t*>(v.Row(j0 + t + 1) + off + 2) : r0;
       const __m512i a = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0)));
@@ -349,11 +356,11 @@ HWY_INLINE void ChunkValuesQ8Vnni(const float* p, const float* alpha, const KvVi
 // earlier chunk (it may be uninitialised).
 template <GgmlType kType, int kG, int kS, class D>
 HWY_INLINE void ChunkValues(D d, const float* p, const float* alpha, const KvView& v, int64_t j0, int64_t len,
-                            int64_t hd, bool first, float* out) {
+                            int64_t hd, bool first, int64_t next, float* out) {
   using V = hn::Vec<D>;
 #if TLR_ATTN_VNNI
   if constexpr (kType == GgmlType::kQ8_0 && hn::MaxLanes(d) == 16) {
-    return ChunkValuesQ8Vnni<kG>(p, alpha, v, j0, len, hd, first, out);
+    return ChunkValuesQ8Vnni<kG>(p, alpha, v, j0, len, hd, first, next, out);
   }
 #endif
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
@@ -365,6 +372,7 @@ HWY_INLINE void ChunkValues(D d, const float* p, const float* alpha, const KvVie
       }
     }
     for (int64_t t = 0; t < len; ++t) {
+      if (i == 0 && t < next) PrefetchRows(v, j0 + kChunk + t, 1);
       const uint8_t* row = v.Row(j0 + t);
       VecArray<D, kS> vv;
       for (int k = 0; k < kS; ++k) vv.Set(k, LoadRow<kType>(d, row, i + k * L));
@@ -444,13 +452,12 @@ void AttendGroup(D d, const float* q, const KvView& k, const KvView& v, int64_t 
   for (int64_t j0 = start; j0 < n_kv; j0 += kChunk) {
     const int64_t len = std::min(kChunk, n_kv - j0);
     for (int64_t t = 0; t < len; t += kKeyTile) {
-      // The next chunk's keys and values come from memory while this one computes (at long
-      // contexts the cache is far larger than the caches: each token streams all of it).
+      // The next chunk's keys come from memory while this one's are scored (at long contexts
+      // the cache is far larger than the caches: each token streams all of it); its values
+      // while this one's are added (ChunkValues).
       if (j0 + kChunk + t < n_kv) {
         const uint8_t* next_k = k.Tile(j0 + kChunk + t);
-        const uint8_t* next_v = v.Row(j0 + kChunk + t);
         for (size_t b = 0; b < kKeyTile * k.row_bytes; b += 64) hwy::Prefetch(next_k + b);
-        for (size_t b = 0; b < kKeyTile * v.row_bytes; b += 64) hwy::Prefetch(next_v + b);
       }
       TileScores<kType, kG>(d, q, qq, hd, k.Tile(j0 + t), scale, s + t);
     }
@@ -458,10 +465,13 @@ void AttendGroup(D d, const float* q, const KvView& k, const KvView& v, int64_t 
       for (int g = 0; g < kG; ++g) s[g * kChunk + t] = -std::numeric_limits<float>::infinity();
     }
     ChunkSoftmax<kG>(d, len, s, m, l, alpha);
+    // The next chunk's values are prefetched while this one's are added (its keys while
+    // this one's are scored), spread over the loop rather than in one burst.
+    const int64_t next = std::max<int64_t>(0, std::min(kChunk, n_kv - j0 - kChunk));
     if (wide) {
-      ChunkValues<kType, kG, 2>(d, s, alpha, v, j0, len, hd, j0 == start, out);
+      ChunkValues<kType, kG, 2>(d, s, alpha, v, j0, len, hd, j0 == start, next, out);
     } else {
-      ChunkValues<kType, kG, 1>(d, s, alpha, v, j0, len, hd, j0 == start, out);
+      ChunkValues<kType, kG, 1>(d, s, alpha, v, j0, len, hd, j0 == start, next, out);
     }
   }
   for (int g = 0; g < kG; ++g) {
