@@ -146,6 +146,16 @@ HWY_INLINE hn::Vec<DF> HalfLanes(const uint8_t* p, size_t k) {
   return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p) + k));
 }
 
+// Prefetch for group j (at grp) of the super-block at blk: every line (an eighth of the
+// block, kPanelPrefetchBytes on) or the group's first 128 bytes, `ahead` bytes on
+// (WeightPrefetch in matmul.h).
+HWY_INLINE void PrefetchKGroup(bool every_line, const uint8_t* blk, size_t block_bytes, int64_t j, const uint8_t* grp,
+                               size_t ahead) {
+  if (every_line) return PrefetchGroup(blk + j * (block_bytes / 8), block_bytes / 8, kPanelPrefetchBytes, true);
+  hwy::Prefetch(grp + ahead);
+  hwy::Prefetch(grp + ahead + 64);
+}
+
 // 8 rows (one panel) x NT tokens: y[t * ldy + r] for r < 8, t < NT. ng: groups of 32 columns.
 template <GgmlType kType, int NT>
 HWY_NOINLINE void KPanelDot(const uint8_t* panel, int64_t ng, const ActView* a, float* y, int64_t ldy) {
@@ -167,12 +177,7 @@ HWY_NOINLINE void KPanelDot(const uint8_t* panel, int64_t ng, const ActView* a, 
     for (int64_t j = 0; j < 8; ++j) {
       const int64_t g = 8 * sb + j;  // group index in the row
       const uint8_t* grp = blk + f.groups_off + j * f.group_bytes;
-      if (every_line) {
-        PrefetchGroup(blk + j * (f.block_bytes / 8), f.block_bytes / 8, kPanelPrefetchBytes, true);
-      } else {
-        hwy::Prefetch(grp + 4 * f.group_bytes);
-        hwy::Prefetch(grp + 4 * f.group_bytes + 64);
-      }
+      PrefetchKGroup(every_line, blk, f.block_bytes, j, grp, 4 * f.group_bytes);
 #ifdef TLR_X86_256
       __m256i isum[NT];
       if constexpr (f.six_bit) {
@@ -398,12 +403,7 @@ HWY_NOINLINE void KPanelDot23(const uint8_t* panel, int64_t ng, const ActView* a
     for (int64_t j = 0; j < 8; ++j) {
       const int64_t g = 8 * sb + j;
       const uint8_t* grp = blk + f.groups_off + j * f.group_bytes;
-      if (every_line) {
-        PrefetchGroup(blk + j * (f.block_bytes / 8), f.block_bytes / 8, kPanelPrefetchBytes, true);
-      } else {
-        hwy::Prefetch(grp + 8 * f.group_bytes);
-        hwy::Prefetch(grp + 8 * f.group_bytes + 64);
-      }
+      PrefetchKGroup(every_line, blk, f.block_bytes, j, grp, 8 * f.group_bytes);
 #ifdef TLR_X86_256
       __m256i isum[NT], msum[NT];
       if constexpr (kQ3) {

@@ -37,19 +37,11 @@ HWY_INLINE __m512 I8x2ToFloat(const int8_t* p0, const int8_t* p1) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Bytes8x2(p0, p1)));
 }
 
-// Prefetch for group j of super-blocks b0 and b1: every line (an eighth of each block, panel
-// kPanelPrefetchBytes on) or 128 bytes of each panel's group g0 / g1, `ahead` bytes on.
+// PrefetchKGroup for group j of both panels' super-blocks b0 and b1 (groups g0 and g1).
 HWY_INLINE void Prefetch2Panels(bool every_line, const uint8_t* b0, const uint8_t* b1, size_t block_bytes,
                                 int64_t j, const uint8_t* g0, const uint8_t* g1, size_t ahead) {
-  if (every_line) {
-    PrefetchGroup(b0 + j * (block_bytes / 8), block_bytes / 8, kPanelPrefetchBytes, true);
-    PrefetchGroup(b1 + j * (block_bytes / 8), block_bytes / 8, kPanelPrefetchBytes, true);
-    return;
-  }
-  hwy::Prefetch(g0 + ahead);
-  hwy::Prefetch(g0 + ahead + 64);
-  hwy::Prefetch(g1 + ahead);
-  hwy::Prefetch(g1 + ahead + 64);
+  PrefetchKGroup(every_line, b0, block_bytes, j, g0, ahead);
+  PrefetchKGroup(every_line, b1, block_bytes, j, g1, ahead);
 }
 
 // Q6_K's two high bits of unpacked vector kU (see Q6High), both panels.
