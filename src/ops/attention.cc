@@ -77,6 +77,17 @@ HWY_INLINE __m512i TransposeBytes4x16() {
 }
 #endif
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && (HWY_COMPILER_GCC_ACTUAL || HWY_COMPILER_CLANG)
+// acc + v * s[0] with s broadcast by the instruction itself ({1to16}). The compiler folds a
+// broadcast into the multiply-add only when it is used once; the value loop uses each weight
+// for two vectors, and a separate vbroadcastss costs Zen 4 a slot of the FMA pipes (14
+// multiply-adds with 7 broadcasts: 16.6 cycles, folded 14.0).
+HWY_INLINE __m512 FmaBroadcast(__m512 acc, __m512 v, const float* s) {
+  asm("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(v), "m"(*s));
+  return acc;
+}
+#endif
+
 // Values [i, i + Lanes(d)) of a stored value row as floats. For q8_0, Lanes(d) divides 32
 // and i is a multiple of it, so a vector never straddles two blocks.
 template <GgmlType kType, class D>
@@ -130,10 +141,14 @@ struct QueryQ8 {
 
 // s[g * kChunk + t] = scale * q_g . K_t for the tile's 16 positions t (positions past the
 // cache's size get finite garbage, masked later). q8_0 keys: q is unused and qq holds the
-// rounded query.
+// rounded query. pf (or null): pf_bytes to prefetch, one cache line per dimension of the
+// float loop (the rest, and all of a q8_0 tile, before it). Spread rather than in one burst
+// of 32 prefetches per f16 tile, which filled the miss buffers and stalled the scores:
+// attention_bench f16 (2000 positions, 2 threads, from memory), alternated x3 on Zen 4: min
+// 1.69-1.78 -> 1.40-1.55 ms per token.
 template <GgmlType kType, int kG, class D>
 HWY_INLINE void TileScores(D d, const float* q, const QueryQ8* qq, int64_t hd, const uint8_t* tile, float scale,
-                           float* s) {
+                           float* s, const uint8_t* pf, size_t pf_bytes) {
   using V = hn::Vec<D>;
 #if HWY_HAVE_SCALABLE
   // Scalable vectors (SVE): MaxLanes is only a bound; the tile goes Lanes(d) positions at a
@@ -154,6 +169,7 @@ HWY_INLINE void TileScores(D d, const float* q, const QueryQ8* qq, int64_t hd, c
   // Adds the dimensions [i0, i1) of the query qv into part.
   auto dims = [&](const float* qv, int64_t i0, int64_t i1, Acc& part) HWY_ATTR {
     for (int64_t i = i0; i < i1; ++i) {
+      if (kType != GgmlType::kQ8_0 && pf && static_cast<size_t>(i) * 64 < pf_bytes) hwy::Prefetch(pf + i * 64);
       VecArray<D, kMaxV> kv;
       for (int v = 0; v < kV; ++v) kv.Set(v, LoadKeyLanes<kType>(d, tile, hd, i, v * kL));
       for (int g = 0; g < kG; ++g) {
@@ -162,6 +178,10 @@ HWY_INLINE void TileScores(D d, const float* q, const QueryQ8* qq, int64_t hd, c
       }
     }
   };
+  if (pf) {
+    const size_t spread = kType == GgmlType::kQ8_0 ? 0 : static_cast<size_t>(hd) * 64;
+    for (size_t b = spread; b < pf_bytes; b += 64) hwy::Prefetch(pf + b);
+  }
   if constexpr (kType == GgmlType::kQ8_0) {
     // Per 32-dimension block the integer dot product (exact in float as in int32: at most
     // 32 * 127 * 127 < 2^24), then times the query's block scale and the 16 positions'.
@@ -377,6 +397,14 @@ HWY_INLINE void ChunkValues(D d, const float* p, const float* alpha, const KvVie
       VecArray<D, kS> vv;
       for (int k = 0; k < kS; ++k) vv.Set(k, LoadRow<kType>(d, row, i + k * L));
       for (int g = 0; g < kG; ++g) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && (HWY_COMPILER_GCC_ACTUAL || HWY_COMPILER_CLANG)
+        if constexpr (hn::MaxLanes(d) == 16) {
+          for (int k = 0; k < kS; ++k) {
+            o.Set(g * kS + k, V{FmaBroadcast(o.Get(g * kS + k).raw, vv.Get(k).raw, p + g * kChunk + t)});
+          }
+          continue;
+        }
+#endif
         const V pg = hn::Set(d, p[g * kChunk + t]);
         for (int k = 0; k < kS; ++k) o.Set(g * kS + k, hn::MulAdd(pg, vv.Get(k), o.Get(g * kS + k)));
       }
@@ -455,11 +483,8 @@ void AttendGroup(D d, const float* q, const KvView& k, const KvView& v, int64_t 
       // The next chunk's keys come from memory while this one's are scored (at long contexts
       // the cache is far larger than the caches: each token streams all of it); its values
       // while this one's are added (ChunkValues).
-      if (j0 + kChunk + t < n_kv) {
-        const uint8_t* next_k = k.Tile(j0 + kChunk + t);
-        for (size_t b = 0; b < kKeyTile * k.row_bytes; b += 64) hwy::Prefetch(next_k + b);
-      }
-      TileScores<kType, kG>(d, q, qq, hd, k.Tile(j0 + t), scale, s + t);
+      const uint8_t* next_k = j0 + kChunk + t < n_kv ? k.Tile(j0 + kChunk + t) : nullptr;
+      TileScores<kType, kG>(d, q, qq, hd, k.Tile(j0 + t), scale, s + t, next_k, kKeyTile * k.row_bytes);
     }
     for (int64_t t = 0; t < first - j0; ++t) {
       for (int g = 0; g < kG; ++g) s[g * kChunk + t] = -std::numeric_limits<float>::infinity();
