@@ -2,7 +2,8 @@
 // that owns the model's forward context. Every call waiting when the model is free joins one
 // Forward pass: first one decode step of every generating call, then prefill chunks in arrival
 // order up to max_batch_tokens, so a long prompt neither blocks the decodes nor starves behind
-// them. Calls still waiting for their first pass past their deadline are dropped unrun.
+// them. Calls past their deadline (the device's timeout) are dropped: unrun if still waiting
+// for their first pass, else between passes.
 //
 // Threads: Run is called by request threads, each holding the lock of the session it runs
 // on, and blocks until the call is done; the worker writes that session's cache and tokens
@@ -35,7 +36,7 @@ struct BatchCall {
   SamplerParams sampling;            // validated
   int top_logprobs = 0;
   const LlmEngine::TokenCallback* on_token = nullptr;  // may be null
-  double deadline_s = 0;             // drop if not started by then (0: never)
+  double deadline_s = 0;             // no pass starts after this (0: never); the device has gone
 };
 
 struct BatchOutcome {

@@ -61,6 +61,7 @@ LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& l
     metrics_->DeclareCounter("tlr_resyncs_total", "Next-token calls answered with a conflict (device resends)");
     metrics_->DeclareCounter("tlr_forward_passes_total", "Batched forward passes");
     metrics_->DeclareCounter("tlr_calls_expired_total", "Calls dropped unstarted after their timeout_ms (overload)");
+    metrics_->DeclareCounter("tlr_calls_abandoned_total", "Calls stopped between forward passes after their timeout_ms");
     metrics_->DeclareCounter("tlr_lookahead_tokens_total", "Lookahead tokens generated for devices' drafts (native protocol)");
     metrics_->DeclareCounter("tlr_rewound_tokens_total", "Tokens dropped from sessions by calls with a smaller base (pipelined or rewinding devices)");
     metrics_->DeclareGauge("tlr_sessions", "Open sessions");
@@ -73,7 +74,7 @@ LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& l
                                {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
     for (const char* c : {"tlr_prefill_tokens_total", "tlr_decode_tokens_total", "tlr_generated_tokens_total",
                           "tlr_evictions_total", "tlr_sessions_expired_total", "tlr_resyncs_total", "tlr_forward_passes_total", "tlr_calls_expired_total",
-                          "tlr_lookahead_tokens_total", "tlr_rewound_tokens_total"}) {
+                          "tlr_calls_abandoned_total", "tlr_lookahead_tokens_total", "tlr_rewound_tokens_total"}) {
       metrics_->Add(c, 0);  // present from the start
     }
     metrics_->Set("tlr_kv_budget_bytes", static_cast<double>(limits_.kv_budget_bytes));

@@ -328,5 +328,44 @@ TEST_F(EngineTest, CallsPastTheirTimeoutAreDroppedBeforeTheyRun) {
   EXPECT_EQ(again.reply.tokens, Reference({1, 2, 3}, 1));
 }
 
+TEST_F(EngineTest, StartedCallsPastTheirTimeoutStopBetweenPasses) {
+  // The device waits timeout_ms; a call still running then computes for nobody. It gets no
+  // further pass, its session's partly written cache is dropped (the next call resyncs),
+  // and the calls behind it run.
+  Metrics metrics;
+  EngineLimits lim;
+  lim.max_batch_tokens = 16;  // 3000 prompt tokens take ~190 passes
+  LlmEngine engine(*llm_, nullptr, lim, &metrics);
+  SessionInfo a, b;
+  ASSERT_TRUE(engine.CreateSession(&a).ok());
+  ASSERT_TRUE(engine.CreateSession(&b).ok());
+  // How long the whole call takes here, on the other session: the timeout is a quarter.
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(engine.Next(Call(b.id, {}, std::vector<int32_t>(3000, 7), 1, "full")).ok());
+  const double full_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int64_t before = engine.prefill_tokens();
+  NextRequest slow = Call(a.id, {}, std::vector<int32_t>(3000, 7), 1, "slow");
+  slow.timeout_s = full_s / 4;
+  EngineResult r = engine.Next(slow);
+  EXPECT_EQ(r.code, EngineCode::kOverloaded) << r.message;
+  EXPECT_NE(r.message.find("past its timeout"), std::string::npos) << r.message;
+  EXPECT_EQ(metrics.Value("tlr_calls_abandoned_total"), 1);
+  EXPECT_EQ(metrics.Value("tlr_calls_expired_total"), 0);
+  const int64_t computed = engine.prefill_tokens() - before;
+  EXPECT_GT(computed, 0);
+  EXPECT_LT(computed, 3000) << "the abandoned call ran to the end";
+  // The session lost its partial cache: a call building on it is told to resend...
+  EngineResult stale = engine.Next(Call(a.id, std::vector<int32_t>(16, 7), std::vector<int32_t>(20, 7), 1, "s"));
+  EXPECT_EQ(stale.code, EngineCode::kConflict) << stale.message;
+  EXPECT_EQ(stale.held, 0);
+  // ...and both sessions answer correctly afterwards.
+  EngineResult again = engine.Next(Call(a.id, {}, {4, 5, 6}, 2, "a2"));
+  ASSERT_TRUE(again.ok()) << again.message;
+  EXPECT_EQ(again.reply.tokens, Reference({4, 5, 6}, 2));
+  EngineResult other = engine.Next(Call(b.id, {}, {1, 2, 3}, 1, "b"));
+  ASSERT_TRUE(other.ok()) << other.message;
+  EXPECT_EQ(other.reply.tokens, Reference({1, 2, 3}, 1));
+}
+
 }  // namespace
 }  // namespace tlr

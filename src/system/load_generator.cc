@@ -147,7 +147,7 @@ namespace {
 
 struct DeviceResult {
   std::vector<float> latency_ms;  // of each successful call
-  int64_t calls = 0, errors = 0, conversations = 0;
+  int64_t calls = 0, errors = 0, conversations = 0, steady_calls = 0;
   std::string first_error;
   RemoteStats stats;
 };
@@ -163,8 +163,11 @@ float Percentile(const std::vector<float>& sorted, double p) {
 namespace {
 
 // One device: conversations of random tokens until `deadline`.
-void RunDevice(RemoteLlm* llm, const LoadOptions& o, int32_t n_vocab, uint64_t seed, Clock::time_point deadline,
-               std::atomic<int64_t>* calls, std::atomic<int64_t>* errors, DeviceResult* r) {
+// It starts at `start`; calls that end at or after `steady` count as steady-state ones.
+void RunDevice(RemoteLlm* llm, const LoadOptions& o, int32_t n_vocab, uint64_t seed, Clock::time_point start,
+               Clock::time_point steady, Clock::time_point deadline, std::atomic<int64_t>* calls,
+               std::atomic<int64_t>* errors, DeviceResult* r) {
+  std::this_thread::sleep_until(start);
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int32_t> id(0, n_vocab - 1);
   SamplerParams sampling;  // greedy, as a router's LLM token usually is
@@ -185,6 +188,7 @@ void RunDevice(RemoteLlm* llm, const LoadOptions& o, int32_t n_vocab, uint64_t s
     ++r->calls;
     if (reply.ok()) {
       r->latency_ms.push_back(static_cast<float>(ms));
+      if (Clock::now() >= steady) ++r->steady_calls;
       context.insert(context.end(), reply->tokens.begin(), reply->tokens.end());
       calls->fetch_add(1, std::memory_order_relaxed);
     } else {
@@ -237,10 +241,13 @@ Expected<LoadRun> RunLoad(const LoadOptions& o, const Tokenizer& vocab, int sess
   std::vector<DeviceResult> results(static_cast<size_t>(sessions));
   const Clock::time_point t0 = Clock::now();
   const Clock::time_point deadline = t0 + std::chrono::microseconds(static_cast<int64_t>(o.duration_s * 1e6));
+  run.ramp_s = std::clamp(o.ramp_s, 0.0, o.duration_s / 2);
+  const auto at = [&](double s) { return t0 + std::chrono::microseconds(static_cast<int64_t>(s * 1e6)); };
   std::vector<std::thread> threads;
   for (int d = 0; d < sessions; ++d) {
     threads.emplace_back(RunDevice, devices[d].get(), std::cref(o), vocab.n_vocab(),
-                         seed * 1000003ull + static_cast<uint64_t>(d), deadline, &calls, &errors, &results[d]);
+                         seed * 1000003ull + static_cast<uint64_t>(d), at(run.ramp_s * d / sessions), at(run.ramp_s),
+                         deadline, &calls, &errors, &results[d]);
   }
   // Progress every ~5 s; server memory sampled every 0.25 s.
   double next_report = 5;
@@ -293,6 +300,7 @@ Expected<LoadRun> RunLoad(const LoadOptions& o, const Tokenizer& vocab, int sess
 
   for (auto& r : results) {
     run.calls += r.calls - r.errors;
+    run.steady_calls += r.steady_calls;
     run.errors += r.errors;
     run.conversations += r.conversations;
     run.resyncs += r.stats.resyncs;
@@ -322,8 +330,10 @@ std::string FormatLoadRun(const LoadRun& r, const LoadOptions& o) {
   for (float v : l) mean += v;
   mean = l.empty() ? 0 : mean / l.size();
   Appendf(&out, "\n== %d session%s, %.2f s ==\n", r.sessions, r.sessions == 1 ? "" : "s", r.wall_s);
-  Appendf(&out, "routed calls     %lld  (%.1f calls/s, %.1f per session)\n", static_cast<long long>(r.calls),
+  Appendf(&out, "routed calls     %lld  (%.1f calls/s, %.1f per session", static_cast<long long>(r.calls),
               r.calls_per_s(), r.calls_per_s() / r.sessions);
+  if (r.ramp_s > 0) Appendf(&out, "; after the %.1f s ramp-up", r.ramp_s);
+  Appendf(&out, ")\n");
   Appendf(&out, "errors           %lld", static_cast<long long>(r.errors));
   for (const auto& e : r.error_samples) Appendf(&out, "\n  e.g. %s", e.c_str());
   Appendf(&out, "\nresyncs          %lld  (retries %lld, conversations %lld, tokens sent %lld, HTTP requests %lld)\n",
@@ -362,6 +372,8 @@ json LoadRunJson(const LoadRun& r) {
             {"wall_s", r.wall_s},
             {"calls", r.calls},
             {"calls_per_s", r.calls_per_s()},
+            {"ramp_up_s", r.ramp_s},
+            {"steady_calls", r.steady_calls},
             {"errors", r.errors},
             {"error_samples", r.error_samples},
             {"resyncs", r.resyncs},

@@ -28,6 +28,12 @@ struct LoadOptions {
   int prompt_tokens = 64, gen_tokens = 8;
   int64_t max_context = 1024;
   double duration_s = 60, timeout_s = 10, slm_ms = 0, sim_rtt_ms = 0;
+  // Devices start evenly spread over the first ramp_s seconds (at most half the run), and
+  // calls/s counts the calls that end after it: a fleet arriving at once is a prefill wave
+  // (32 x 64 prompt tokens took a 1.5B Q8_0 server on 2 cores ~15 s, past the devices'
+  // 10 s timeout: they all fell back, their contexts grew, and the run never reached the
+  // steady state it is meant to measure).
+  double ramp_s = 0;
   int server_pid = 0;  // > 0: sample this process's memory from /proc
   // Progress lines (every ~5 s) and warnings; null: silent.
   std::function<void(const std::string&)> log;
@@ -65,6 +71,8 @@ struct LoadRun {
   int sessions = 0;
   double wall_s = 0;
   int64_t calls = 0, errors = 0, conversations = 0, resyncs = 0, retries = 0, http_requests = 0, tokens_sent = 0;
+  double ramp_s = 0;         // the ramp-up used
+  int64_t steady_calls = 0;  // successful calls that ended after it
   std::vector<std::string> error_samples;
   std::vector<float> latency_ms;  // sorted
   bool have_metrics = false;
@@ -74,7 +82,8 @@ struct LoadRun {
          next_count = 0, kv_bytes = 0;
   ProcMemory mem_before, mem_after;
   int64_t rss_peak_kib = 0;  // sampled during the run
-  double calls_per_s() const { return wall_s > 0 ? calls / wall_s : 0; }
+  // Successful calls per second after the ramp-up.
+  double calls_per_s() const { return wall_s > ramp_s ? steady_calls / (wall_s - ramp_s) : 0; }
 };
 
 // Connects `sessions` devices (vocab must be the server model's), runs them for

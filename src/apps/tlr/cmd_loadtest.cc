@@ -54,6 +54,11 @@ Command AddLoadtestCommand(CLI::App& root) {
                 "First run 1 session for the same duration and report calls/s(N) / calls/s(1)");
   app->add_option("--server-pid", o->server_pid, "Report the server's memory (VmRSS, VmHWM) from /proc/PID")
       ->check(CLI::Range(1, 1 << 30));
+  app->add_option("--ramp-up", o->ramp_s,
+                  "Devices start spread over this many seconds (at most half of --duration) and calls/s counts the "
+                  "calls after it: all at once, their prompts arrive as one prefill wave that a slow server cannot "
+                  "finish within --timeout (0: all at once)")
+      ->default_val(10)->check(CLI::Range(0.0, 86400.0));
   app->add_option("--timeout", o->timeout_s, "Seconds per HTTP attempt")->default_val(10)->check(CLI::Range(0.001, 3600.0));
   app->add_option("--json", o->json_path, "Also write every number to this JSON file");
   app->add_option("--seed", o->seed, "Seed of the random tokens")->default_val(1);
@@ -92,6 +97,7 @@ Command AddLoadtestCommand(CLI::App& root) {
             }
             json out = {{"server", o->server},
                         {"duration_s", o->duration_s},
+                        {"ramp_up_s", o->ramp_s},
                         {"prompt_tokens", o->prompt_tokens},
                         {"gen_tokens", o->gen_tokens},
                         {"max_context", o->max_context},
