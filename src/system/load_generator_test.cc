@@ -92,6 +92,28 @@ TEST_F(LoadGeneratorServerTest, TwoDevicesMakeCallsWithoutErrors) {
   EXPECT_EQ(engine_->session_count(), 0);  // the devices closed their sessions
 }
 
+TEST_F(LoadGeneratorServerTest, RampUpStartsDevicesLateAndRatesOnlyTheCallsAfterIt) {
+  LoadOptions o;
+  o.server = "http://127.0.0.1:" + std::to_string(server_->port());
+  o.duration_s = 1.2;
+  o.ramp_s = 50;  // capped at half the run
+  o.prompt_tokens = 8;
+  o.gen_tokens = 2;
+  o.max_context = 24;
+  const int kDevices = 4;
+  auto r = RunLoad(o, llm_->tokenizer(), kDevices, 3);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_DOUBLE_EQ(r->ramp_s, 0.6);
+  EXPECT_EQ(r->errors, 0) << (r->error_samples.empty() ? "" : r->error_samples[0]);
+  EXPECT_GT(r->steady_calls, 0);
+  // Calls of the ramp-up are made (and in the latencies) but not in the rate.
+  EXPECT_LT(r->steady_calls, r->calls);
+  EXPECT_DOUBLE_EQ(r->calls_per_s(), r->steady_calls / (r->wall_s - 0.6));
+  EXPECT_GE(r->conversations, kDevices);  // every device ran, the late ones too
+  EXPECT_NE(FormatLoadRun(*r, o).find("after the 0.6 s ramp-up"), std::string::npos);
+  EXPECT_EQ(LoadRunJson(*r)["steady_calls"].get<int64_t>(), r->steady_calls);
+}
+
 TEST_F(LoadGeneratorServerTest, UnreachableServerIsAnError) {
   LoadOptions o;
   o.server = "http://127.0.0.1:1";
