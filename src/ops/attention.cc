@@ -77,16 +77,21 @@ HWY_INLINE __m512i TransposeBytes4x16() {
 }
 #endif
 
+// acc + v * w[0]. On 512-bit x86 the instruction broadcasts w itself ({1to16}): the compiler
+// folds a broadcast into the multiply-add only when it is used once, the value loop uses
+// each weight for two vectors, and a separate vbroadcastss costs Zen 4 a slot of the FMA
+// pipes (14 multiply-adds with 7 broadcasts: 16.6 cycles, folded 14.0).
+template <class D>
+HWY_INLINE hn::Vec<D> MulAddBroadcast(D d, const float* w, hn::Vec<D> v, hn::Vec<D> acc) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && (HWY_COMPILER_GCC_ACTUAL || HWY_COMPILER_CLANG)
-// acc + v * s[0] with s broadcast by the instruction itself ({1to16}). The compiler folds a
-// broadcast into the multiply-add only when it is used once; the value loop uses each weight
-// for two vectors, and a separate vbroadcastss costs Zen 4 a slot of the FMA pipes (14
-// multiply-adds with 7 broadcasts: 16.6 cycles, folded 14.0).
-HWY_INLINE __m512 FmaBroadcast(__m512 acc, __m512 v, const float* s) {
-  asm("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(v), "m"(*s));
-  return acc;
-}
+  if constexpr (hn::MaxLanes(d) == 16) {
+    __m512 r = acc.raw;
+    asm("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(r) : "v"(v.raw), "m"(*w));
+    return hn::Vec<D>{r};
+  }
 #endif
+  return hn::MulAdd(hn::Set(d, *w), v, acc);
+}
 
 // Values [i, i + Lanes(d)) of a stored value row as floats. For q8_0, Lanes(d) divides 32
 // and i is a multiple of it, so a vector never straddles two blocks.
@@ -143,9 +148,9 @@ struct QueryQ8 {
 // cache's size get finite garbage, masked later). q8_0 keys: q is unused and qq holds the
 // rounded query. pf (or null): pf_bytes to prefetch, one cache line per dimension of the
 // float loop (the rest, and all of a q8_0 tile, before it). Spread rather than in one burst
-// of 32 prefetches per f16 tile, which filled the miss buffers and stalled the scores:
-// attention_bench f16 (2000 positions, 2 threads, from memory), alternated x3 on Zen 4: min
-// 1.69-1.78 -> 1.40-1.55 ms per token.
+// of 32 prefetches per f16 tile before it (perf put 5% of the kernel's samples on the
+// burst); with the folded broadcasts of MulAddBroadcast, attention_bench f16 (2000
+// positions, 2 threads, from memory), alternated x3 on Zen 4: min 1.57-1.68 -> 1.30-1.43 ms.
 template <GgmlType kType, int kG, class D>
 HWY_INLINE void TileScores(D d, const float* q, const QueryQ8* qq, int64_t hd, const uint8_t* tile, float scale,
                            float* s, const uint8_t* pf, size_t pf_bytes) {
@@ -169,7 +174,9 @@ HWY_INLINE void TileScores(D d, const float* q, const QueryQ8* qq, int64_t hd, c
   // Adds the dimensions [i0, i1) of the query qv into part.
   auto dims = [&](const float* qv, int64_t i0, int64_t i1, Acc& part) HWY_ATTR {
     for (int64_t i = i0; i < i1; ++i) {
-      if (kType != GgmlType::kQ8_0 && pf && static_cast<size_t>(i) * 64 < pf_bytes) hwy::Prefetch(pf + i * 64);
+      if constexpr (kType != GgmlType::kQ8_0) {
+        if (pf && static_cast<size_t>(i) * 64 < pf_bytes) hwy::Prefetch(pf + i * 64);
+      }
       VecArray<D, kMaxV> kv;
       for (int v = 0; v < kV; ++v) kv.Set(v, LoadKeyLanes<kType>(d, tile, hd, i, v * kL));
       for (int g = 0; g < kG; ++g) {
@@ -397,16 +404,8 @@ HWY_INLINE void ChunkValues(D d, const float* p, const float* alpha, const KvVie
       VecArray<D, kS> vv;
       for (int k = 0; k < kS; ++k) vv.Set(k, LoadRow<kType>(d, row, i + k * L));
       for (int g = 0; g < kG; ++g) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && (HWY_COMPILER_GCC_ACTUAL || HWY_COMPILER_CLANG)
-        if constexpr (hn::MaxLanes(d) == 16) {
-          for (int k = 0; k < kS; ++k) {
-            o.Set(g * kS + k, V{FmaBroadcast(o.Get(g * kS + k).raw, vv.Get(k).raw, p + g * kChunk + t)});
-          }
-          continue;
-        }
-#endif
-        const V pg = hn::Set(d, p[g * kChunk + t]);
-        for (int k = 0; k < kS; ++k) o.Set(g * kS + k, hn::MulAdd(pg, vv.Get(k), o.Get(g * kS + k)));
+        const float* w = p + g * kChunk + t;
+        for (int k = 0; k < kS; ++k) o.Set(g * kS + k, MulAddBroadcast(d, w, vv.Get(k), o.Get(g * kS + k)));
       }
     }
     for (int g = 0; g < kG; ++g) {

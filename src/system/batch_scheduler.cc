@@ -147,10 +147,8 @@ void BatchScheduler::WorkerLoop() {
 void BatchScheduler::Step(std::vector<Job*>& active) {
   // Calls whose device has given up (their timeout_ms is how long it waits) get no more
   // passes: unstarted ones are dropped before anything is computed, started ones between
-  // passes (their session's cache is partly written: the engine evicts it). Computing on
-  // for nobody livelocked a server from a cold start: 32 devices x 64 prompt tokens took
-  // longer to prefill than their 10 s timeout, every device restarted, and the worker kept
-  // prefilling the abandoned calls (tlr loadtest: 48 tokens generated in 60 s).
+  // passes (their session's cache is partly written: the engine evicts it). An overloaded
+  // server otherwise spends its passes on answers nobody reads.
   const auto now = Clock::now();
   for (size_t i = 0; i < active.size();) {
     Job* j = active[i];
