@@ -7,6 +7,8 @@
 #include <new>
 #include <string>
 
+#include <sys/mman.h>
+
 namespace tlr {
 
 uint64_t AvailableMemoryBytes() {
@@ -25,13 +27,34 @@ uint64_t KvCache::BytesPerPosition(const ModelConfig& c, GgmlType type) {
   return 2ull * static_cast<uint64_t>(c.n_layers * c.n_kv_heads) * KvRowBytes(type, c.head_dim);
 }
 
-Expected<KvCache> KvCache::Create(const ModelConfig& c, int64_t n_ctx, GgmlType type) {
+void KvFree::operator()(uint8_t* p) const {
+  if (align > 0) {
+    ::operator delete[](p, std::align_val_t(align));
+  } else {
+    delete[] p;
+  }
+}
+
+KvCache::Storage KvCache::Allocate(uint64_t bytes, KvMemory memory) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  if (memory != KvMemory::kHugePages || bytes < kHuge) return Storage(new uint8_t[bytes], KvFree{0});
+  Storage s(new (std::align_val_t(kHuge)) uint8_t[bytes], KvFree{kHuge});
+#ifdef MADV_HUGEPAGE
+  // Before the first write: a page faulted in as 4 KiB stays 4 KiB. Only a hint (the OS may
+  // give small pages); nothing to report if it does not.
+  (void)madvise(s.get(), bytes, MADV_HUGEPAGE);
+#endif
+  return s;
+}
+
+Expected<KvCache> KvCache::Create(const ModelConfig& c, int64_t n_ctx, GgmlType type, KvMemory memory) {
   if (n_ctx < 1 || n_ctx > (int64_t{1} << 24)) {
     return Status::Error("context size " + std::to_string(n_ctx) + " is outside 1..16777216");
   }
   TLR_RETURN_IF_ERROR(CheckKvType(type, c.head_dim));
   KvCache kv;
   kv.type_ = type;
+  kv.memory_ = memory;
   kv.n_ctx_ = n_ctx;
   kv.n_layers_ = c.n_layers;
   kv.n_kv_heads_ = c.n_kv_heads;
@@ -47,7 +70,7 @@ Expected<KvCache> KvCache::Create(const ModelConfig& c, int64_t n_ctx, GgmlType 
   }
   try {
     // Default-initialised: the pages stay untouched until positions are stored.
-    kv.data_.reset(new uint8_t[need]);
+    kv.data_ = Allocate(need, memory);
   } catch (const std::bad_alloc&) {
     return Status::Error("cannot allocate " + std::to_string(need >> 20) + " MiB for the KV cache");
   }
@@ -57,12 +80,13 @@ Expected<KvCache> KvCache::Create(const ModelConfig& c, int64_t n_ctx, GgmlType 
 KvCache KvCache::EmptyLike() const {
   KvCache out;
   out.type_ = type_;
+  out.memory_ = memory_;
   out.n_ctx_ = n_ctx_;
   out.n_layers_ = n_layers_;
   out.n_kv_heads_ = n_kv_heads_;
   out.head_dim_ = head_dim_;
   out.row_bytes_ = row_bytes_;
-  if (data_) out.data_.reset(new uint8_t[capacity_bytes()]);
+  if (data_) out.data_ = Allocate(capacity_bytes(), memory_);
   return out;
 }
 

@@ -91,9 +91,13 @@ class Model {
   // Notes on load (converted tensors, tied output), for --verbose.
   const std::vector<std::string>& load_notes() const { return notes_; }
 
-  // A KV cache for n_ctx positions, in the type chosen at load (Options::kv_type) or `type`.
+  // A KV cache for n_ctx positions, in the type chosen at load (Options::kv_type) or `type`,
+  // in huge pages unless `memory` says otherwise (KvMemory).
   Expected<KvCache> NewCache(int64_t n_ctx) const { return KvCache::Create(config_, n_ctx, kv_type_); }
   Expected<KvCache> NewCache(int64_t n_ctx, GgmlType type) const { return KvCache::Create(config_, n_ctx, type); }
+  Expected<KvCache> NewCache(int64_t n_ctx, KvMemory memory) const {
+    return KvCache::Create(config_, n_ctx, kv_type_, memory);
+  }
   GgmlType kv_type() const { return kv_type_; }
 
   // Runs the tokens of every sequence through the model, appends them to the caches and

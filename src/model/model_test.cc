@@ -327,6 +327,28 @@ TEST_P(ModelCache, LongContextIsBatchAndThreadInvariant) {
   }
 }
 
+// Huge pages (the default: 2 MiB-aligned storage) and on-demand pages hold the same cache;
+// forks and copies keep the kind of memory they came from.
+TEST_P(ModelCache, HugePageAndOnDemandCachesAgree) {
+  const ModelConfig& c = model_->config();
+  // At least two huge pages' worth, so that the huge-page storage is really aligned for them.
+  const int64_t n_ctx = static_cast<int64_t>((uint64_t{4} << 20) / KvCache::BytesPerPosition(c, GetParam().kv)) + 16;
+  auto huge = KvCache::Create(c, n_ctx, GetParam().kv);
+  auto small = KvCache::Create(c, n_ctx, GetParam().kv, KvMemory::kOnDemand);
+  ASSERT_TRUE(huge.ok() && small.ok());
+  EXPECT_EQ(huge->memory(), KvMemory::kHugePages);
+  EXPECT_EQ(small->memory(), KvMemory::kOnDemand);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(huge->K(0, 0).data) % (uintptr_t{2} << 20), 0u);
+  const std::vector<int32_t> p = {3, 260, 300, 42, 99, 7, 311, 12, 400, 5, 17};
+  ExpectSame(Run(&*huge, p, OutputRows::kAll), Run(&*small, p, OutputRows::kAll));
+  KvCache fork = huge->Fork(7), small_fork = small->Fork(7), copy = *small;
+  EXPECT_EQ(fork.memory(), KvMemory::kHugePages);
+  EXPECT_EQ(small_fork.memory(), KvMemory::kOnDemand);
+  EXPECT_EQ(copy.memory(), KvMemory::kOnDemand);
+  ExpectSame(Run(&fork, {8, 9}), Run(&small_fork, {8, 9}));
+  ExpectSame(Run(&copy, {8}), Run(&*huge, {8}));
+}
+
 TEST_P(ModelCache, BatchedSequencesEqualSeparateRuns) {
   const std::vector<std::vector<int32_t>> prompts = {{3, 260, 300}, {42}, {99, 7, 311, 12, 400, 5}};
   const int64_t V = model_->config().n_vocab, E = model_->config().n_embd;

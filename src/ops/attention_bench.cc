@@ -5,11 +5,13 @@
 // second, so a change to the kernel shows without the matrix products around it.
 //
 //   attention_bench [-t THREADS] [--depth N] [--kv-type f32|f16|q8_0] [--heads H] [--kv-heads K]
-//                   [--head-dim D] [--layers L] [--seconds S] [--no-flush]
+//                   [--head-dim D] [--layers L] [--seconds S] [--no-flush] [--small-pages]
 //
 // Each timed step starts with the cache out of the CPU caches (a pass over 256 MiB before it,
 // untimed), as in a decode step where the weights stream through between layers; --no-flush
-// leaves it in (the kernel's compute ceiling).
+// leaves it in (the kernel's compute ceiling). The cache is in huge pages where the OS gives
+// them, as KvCache's is by default; --small-pages keeps it in 4 KiB pages (KvMemory::kOnDemand,
+// the server's sessions).
 //
 // Defaults: the qwen2.5-0.5b shape (14 heads, 2 KV heads, head_dim 64, 24 layers), depth 2000,
 // f16, 2 threads.
@@ -38,14 +40,14 @@ struct Options {
   GgmlType type = GgmlType::kF16;
   double seconds = 2.0;
   bool flush = true;
-  bool huge = false;
+  bool huge = true;
 };
 
 bool ParseArgs(int argc, char** argv, Options* o) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--no-flush" || a == "--huge") {
-      (a == "--huge" ? o->huge : o->flush) = a == "--huge";
+    if (a == "--no-flush" || a == "--small-pages") {
+      (a == "--small-pages" ? o->huge : o->flush) = false;
       continue;
     }
     if (a == "-h" || a == "--help" || i + 1 >= argc) return false;
@@ -81,7 +83,7 @@ int Run(const Options& o) {
   const int64_t tiles = (o.depth + kKeyTile - 1) / kKeyTile;
   const size_t head_bytes = static_cast<size_t>(tiles * kKeyTile) * row;
   const int64_t n_caches = o.layers * o.kv_heads;
-  // The caches in memory aligned to 2 MiB, in huge pages with --huge (as a KV cache may be).
+  // The caches in memory aligned to 2 MiB, in huge pages unless --small-pages.
   const size_t total = (head_bytes * n_caches + (size_t{2} << 20) - 1) / (size_t{2} << 20) * (size_t{2} << 20);
   auto* key_mem = static_cast<uint8_t*>(std::aligned_alloc(size_t{2} << 20, total));
   auto* value_mem = static_cast<uint8_t*>(std::aligned_alloc(size_t{2} << 20, total));
@@ -156,7 +158,7 @@ int main(int argc, char** argv) {
   if (!tlr::ParseArgs(argc, argv, &o)) {
     std::fprintf(stderr,
                  "usage: attention_bench [-t THREADS] [--depth N] [--kv-type f32|f16|q8_0] [--heads H] "
-                 "[--kv-heads K] [--head-dim D] [--layers L] [--seconds S] [--no-flush]\n");
+                 "[--kv-heads K] [--head-dim D] [--layers L] [--seconds S] [--no-flush] [--small-pages]\n");
     return 2;
   }
   return tlr::Run(o);

@@ -236,7 +236,8 @@ EngineResult LlmEngine::Run(EngineSession* s, std::vector<int32_t> feed, int n, 
   const int64_t need = static_cast<int64_t>(s->tokens.size() + feed.size()) + n - 1;
   if (!store_->MakeRoom(s, need, &why)) return Fail(EngineCode::kOverloaded, why);
   if (!s->cache) {
-    auto c = model_.NewCache(limits_.max_context);
+    // 4 KiB pages touched as positions are written: the KV budget counts positions in use.
+    auto c = model_.NewCache(limits_.max_context, KvMemory::kOnDemand);
     if (!c.ok()) return Fail(EngineCode::kOverloaded, c.status().message());
     s->cache = std::make_unique<KvCache>(std::move(c).value());
   }
