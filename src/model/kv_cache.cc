@@ -7,8 +7,6 @@
 #include <new>
 #include <string>
 
-#include <sys/mman.h>
-
 namespace tlr {
 
 uint64_t AvailableMemoryBytes() {
@@ -27,24 +25,9 @@ uint64_t KvCache::BytesPerPosition(const ModelConfig& c, GgmlType type) {
   return 2ull * static_cast<uint64_t>(c.n_layers * c.n_kv_heads) * KvRowBytes(type, c.head_dim);
 }
 
-void KvFree::operator()(uint8_t* p) const {
-  if (align > 0) {
-    ::operator delete[](p, std::align_val_t(align));
-  } else {
-    delete[] p;
-  }
-}
-
-KvCache::Storage KvCache::Allocate(uint64_t bytes, KvMemory memory) {
-  constexpr size_t kHuge = size_t{2} << 20;
-  if (memory != KvMemory::kHugePages || bytes < kHuge) return Storage(new uint8_t[bytes], KvFree{0});
-  Storage s(new (std::align_val_t(kHuge)) uint8_t[bytes], KvFree{kHuge});
-#ifdef MADV_HUGEPAGE
-  // Before the first write: a page faulted in as 4 KiB stays 4 KiB. Only a hint (the OS may
-  // give small pages); nothing to report if it does not.
-  (void)madvise(s.get(), bytes, MADV_HUGEPAGE);
-#endif
-  return s;
+PageBuffer KvCache::Allocate(uint64_t bytes, KvMemory memory) {
+  if (memory == KvMemory::kHugePages && bytes >= kHugePageBytes) return AllocateHugePages(bytes);
+  return AllocateSmallPages(bytes);
 }
 
 Expected<KvCache> KvCache::Create(const ModelConfig& c, int64_t n_ctx, GgmlType type, KvMemory memory) {

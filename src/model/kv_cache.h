@@ -28,25 +28,18 @@
 // a time, except that Store may be called concurrently for distinct positions.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
-#include <memory>
 
 #include "model/config.h"
 #include "ops/nn.h"
 #include "quant/ggml_type.h"
+#include "util/huge_pages.h"
 #include "util/status.h"
 
 namespace tlr {
 
 // How a KvCache's memory is paged (see above).
 enum class KvMemory { kHugePages, kOnDemand };
-
-// Frees a KvCache's storage: aligned (align > 0) or plain new[].
-struct KvFree {
-  size_t align = 0;
-  void operator()(uint8_t* p) const;
-};
 
 class KvCache {
  public:
@@ -104,17 +97,16 @@ class KvCache {
   // Copies positions [0, n) of every layer and head from `src` (same shape): whole key tiles.
   void CopyPrefix(const KvCache& src, int64_t n);
 
-  // Storage of `bytes`, uninitialised: aligned to 2 MiB and madvised for huge pages when
-  // memory is kHugePages and it spans at least one. Throws std::bad_alloc.
-  using Storage = std::unique_ptr<uint8_t[], KvFree>;
-  static Storage Allocate(uint64_t bytes, KvMemory memory);
+  // Storage of `bytes`, uninitialised: in huge pages when memory is kHugePages and it spans
+  // at least one. Throws std::bad_alloc.
+  static PageBuffer Allocate(uint64_t bytes, KvMemory memory);
 
   GgmlType type_ = GgmlType::kF16;
   KvMemory memory_ = KvMemory::kHugePages;
   int64_t n_ctx_ = 0, n_ = 0, n_layers_ = 0, n_kv_heads_ = 0, head_dim_ = 0;
   int64_t tiles_ready_ = 0;  // positions whose key tiles have been zeroed (whole tiles)
   size_t row_bytes_ = 0;
-  Storage data_;  // [n_layers][K, V][n_kv_heads][capacity][row_bytes]
+  PageBuffer data_;  // [n_layers][K, V][n_kv_heads][capacity][row_bytes]
 };
 
 // Bytes of physical memory available now (MemAvailable), or 0 if unknown.

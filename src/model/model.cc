@@ -230,12 +230,7 @@ void Model::Repack() {
     const bool copy_only = w.type == GgmlType::kF32 || w.type == GgmlType::kF16 || w.type == GgmlType::kBF16;
     if ((!CanRepack(w.type) && !copy_only) || w.repacked || w.data == nullptr) return;
     const size_t n = w.row_bytes * static_cast<size_t>(w.n_rows);
-    std::unique_ptr<uint8_t[], AlignedDelete> buf(new (std::align_val_t(kRepackAlign)) uint8_t[n]);
-#ifdef MADV_HUGEPAGE
-    // Ask for huge pages before the first write: with 4 KiB pages, faulting in hundreds of
-    // MB page by page costs more than the repacking itself (seconds for a 1B model in a VM).
-    madvise(buf.get(), n, MADV_HUGEPAGE);
-#endif
+    PageBuffer buf = AllocateHugePages(n);
     if (copy_only) {
       std::memcpy(buf.get(), w.data, n);
     } else {

@@ -23,6 +23,7 @@
 #include "model/kv_cache.h"
 #include "model/tokenizer/tokenizer.h"
 #include "ops/matmul.h"
+#include "util/huge_pages.h"
 #include "util/status.h"
 
 namespace tlr {
@@ -128,12 +129,7 @@ class Model {
   std::vector<float> inv_freq_;                   // [head_dim / 2]
   std::vector<float> inv_freq_local_;             // [head_dim / 2] sliding-window layers' (gemma3)
   std::vector<std::unique_ptr<float[]>> owned_;   // converted norm/bias vectors
-  // Repacked matrices start on 2 MiB boundaries (huge pages where the OS gives them).
-  static constexpr size_t kRepackAlign = size_t{2} << 20;
-  struct AlignedDelete {
-    void operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t(kRepackAlign)); }
-  };
-  std::vector<std::unique_ptr<uint8_t[], AlignedDelete>> repacked_;  // repacked matrices
+  std::vector<PageBuffer> repacked_;  // repacked matrices, in huge pages (util/huge_pages.h)
   std::vector<std::string> notes_;
   uint64_t fingerprint_ = 0;
   GgmlType kv_type_ = GgmlType::kF16;

@@ -25,11 +25,10 @@
 #include <string>
 #include <vector>
 
-#include <sys/mman.h>
-
 #include "ops/nn.h"
 #include "ops/thread_pool.h"
 #include "quant/ggml_type.h"
+#include "util/huge_pages.h"
 
 namespace tlr {
 namespace {
@@ -83,29 +82,21 @@ int Run(const Options& o) {
   const int64_t tiles = (o.depth + kKeyTile - 1) / kKeyTile;
   const size_t head_bytes = static_cast<size_t>(tiles * kKeyTile) * row;
   const int64_t n_caches = o.layers * o.kv_heads;
-  // The caches in memory aligned to 2 MiB, in huge pages unless --small-pages.
-  const size_t total = (head_bytes * n_caches + (size_t{2} << 20) - 1) / (size_t{2} << 20) * (size_t{2} << 20);
-  auto* key_mem = static_cast<uint8_t*>(std::aligned_alloc(size_t{2} << 20, total));
-  auto* value_mem = static_cast<uint8_t*>(std::aligned_alloc(size_t{2} << 20, total));
-  if (o.huge) {
-    madvise(key_mem, total, MADV_HUGEPAGE);
-    madvise(value_mem, total, MADV_HUGEPAGE);
-  }
-  std::memset(key_mem, 0, total);
-  std::memset(value_mem, 0, total);
-  struct Bytes {
-    uint8_t* p;
-    uint8_t* data() const { return p; }
-  } keys{key_mem}, values{value_mem};
+  // The caches in huge pages unless --small-pages, as KvCache allocates them.
+  const size_t total = head_bytes * n_caches;
+  PageBuffer keys = o.huge ? AllocateHugePages(total) : AllocateSmallPages(total);
+  PageBuffer values = o.huge ? AllocateHugePages(total) : AllocateSmallPages(total);
+  std::memset(keys.get(), 0, total);
+  std::memset(values.get(), 0, total);
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> x(hd);
   for (int64_t c = 0; c < n_caches; ++c) {
     for (int64_t j = 0; j < o.depth; ++j) {
       for (float& f : x) f = nd(rng);
-      StoreKey(o.type, keys.data() + c * head_bytes, row, hd, j, x.data());
+      StoreKey(o.type, keys.get() + c * head_bytes, row, hd, j, x.data());
       for (float& f : x) f = nd(rng);
-      StoreValue(o.type, values.data() + c * head_bytes, row, hd, j, x.data());
+      StoreValue(o.type, values.get() + c * head_bytes, row, hd, j, x.data());
     }
   }
   std::vector<float> q(o.heads * hd), out(o.heads * hd);
@@ -117,8 +108,8 @@ int Run(const Options& o) {
       pool.ParallelFor(o.kv_heads, 1, [&](int64_t b, int64_t e, int) {
         for (int64_t h = b; h < e; ++h) {
           const size_t off = static_cast<size_t>(l * o.kv_heads + h) * head_bytes;
-          Attention(q.data() + h * group * hd, group, KvView{o.type, keys.data() + off, row},
-                    KvView{o.type, values.data() + off, row}, o.depth, hd, scale, out.data() + h * group * hd);
+          Attention(q.data() + h * group * hd, group, KvView{o.type, keys.get() + off, row},
+                    KvView{o.type, values.get() + off, row}, o.depth, hd, scale, out.data() + h * group * hd);
         }
       });
     }
