@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "capi/device_session.h"
+#include "device/device_session.h"
 #include "ops/thread_pool.h"
 
 #ifndef TLR_VERSION_STRING

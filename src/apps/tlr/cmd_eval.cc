@@ -11,8 +11,8 @@
 #include "apps/tlr/progress.h"
 #include "model/model.h"
 #include "ops/thread_pool.h"
-#include "system/eval.h"
-#include "system/plots.h"
+#include "tools/eval.h"
+#include "tools/plots.h"
 #include "util/mapped_file.h"
 
 namespace tlr::cli {

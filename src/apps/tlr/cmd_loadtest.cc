@@ -1,5 +1,5 @@
 // `tlr loadtest`: load-tests a `tlr serve` server with many simulated devices (apps layer): parses
-// the flags and runs the load generator (system/load_generator.h), once or twice
+// the flags and runs the load generator (tools/load_generator.h), once or twice
 // (--compare-single), printing each run's report and optionally writing them all as JSON.
 #include <cstdio>
 #include <cstdlib>
@@ -11,7 +11,7 @@
 
 #include "apps/tlr/commands.h"
 #include "apps/tlr/model_args.h"
-#include "system/load_generator.h"
+#include "tools/load_generator.h"
 
 namespace tlr::cli {
 

@@ -13,8 +13,8 @@
 #include "apps/tlr/model_args.h"
 #include "model/model.h"
 #include "ops/thread_pool.h"
-#include "system/llm_engine.h"
-#include "system/llm_server.h"
+#include "server/llm_engine.h"
+#include "server/llm_server.h"
 #include "util/mapped_file.h"
 
 namespace tlr::cli {

@@ -12,12 +12,12 @@
 #include "apps/tlr/commands.h"
 #include "apps/tlr/model_args.h"
 #include "apps/tlr/ui_assets.h"
+#include "device/ui_server.h"
 #include "model/model.h"
+#include "net/http_front.h"
 #include "ops/thread_pool.h"
 #include "routing/qa.h"
 #include "routing/router.h"
-#include "system/llm_server.h"
-#include "system/ui_server.h"
 #include "util/mapped_file.h"
 
 namespace tlr::cli {

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "device/decoder.h"
+#include "device/llm_backend.h"
 #include "ops/thread_pool.h"
 #include "routing/router.h"
-#include "system/decoder.h"
-#include "system/llm_backend.h"
 
 namespace tlr {
 

@@ -21,9 +21,9 @@
 
 #include "apps/tlr/child_process.h"
 #include "apps/tlr/device_run.h"
+#include "device/remote_llm.h"
 #include "routing/qa.h"
-#include "system/load_generator.h"
-#include "system/remote_llm.h"
+#include "tools/load_generator.h"
 
 namespace tlr {
 namespace {

@@ -8,12 +8,12 @@
 #include <optional>
 #include <string>
 
+#include "device/decoder.h"
+#include "device/llm_backend.h"
+#include "device/llm_factory.h"
+#include "device/remote_llm.h"
 #include "model/sampler.h"
 #include "model/tokenizer/tokenizer.h"
-#include "system/llm_backend.h"
-#include "system/decoder.h"
-#include "system/llm_factory.h"
-#include "system/remote_llm.h"
 
 namespace tlr::cli {
 

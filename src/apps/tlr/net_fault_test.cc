@@ -27,8 +27,8 @@
 
 #include "apps/tlr/child_process.h"
 #include "apps/tlr/device_run.h"
+#include "device/remote_llm.h"
 #include "routing/qa.h"
-#include "system/remote_llm.h"
 
 namespace tlr {
 namespace {

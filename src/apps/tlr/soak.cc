@@ -25,9 +25,9 @@
 #include "apps/tlr/child_process.h"
 #include "apps/tlr/device_run.h"
 #include "apps/tlr/raw_http.h"
+#include "device/remote_llm.h"
 #include "routing/qa.h"
-#include "system/load_generator.h"
-#include "system/remote_llm.h"
+#include "tools/load_generator.h"
 
 namespace tlr {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <span>
 
-#include "system/ui_server.h"
+#include "device/ui_server.h"
 
 namespace tlr::cli {
 

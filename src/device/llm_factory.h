@@ -1,0 +1,44 @@
+// Where the decoder's LLM runs (device layer): one factory for `tlr generate`, `tlr eval` and
+// `tlr ui`. In this process (a model file, with an optional simulated network round trip), or
+// behind a server (the native `tlr serve` protocol or any OpenAI-compatible engine).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "device/llm_backend.h"
+#include "device/remote_llm.h"
+#include "model/model.h"
+
+namespace tlr {
+
+struct LlmSpec {
+  const Model* model = nullptr;   // in process: the LLM (when remote.http.url is empty)
+  int threads = 1;                // in process: the LLM's own thread pool
+  int64_t n_ctx = 4096;           // in process: its KV cache (prompt + generated must fit)
+  RemoteOptions remote;           // behind a server when remote.http.url is set
+  // Simulated network round trip per call (+- uniform jitter): in process it wraps the model
+  // (DelayedLlm); behind a server it is added to every HTTP request.
+  double sim_rtt_s = 0, sim_jitter_s = 0;
+  uint64_t seed = 1;              // for the jitter
+};
+
+// Owns the chain of backends one spec makes. Not copyable; the backends live as long as it.
+class LlmStack {
+ public:
+  static Expected<std::unique_ptr<LlmStack>> Create(const LlmSpec& spec, const Tokenizer& vocab);
+  LlmBackend* backend() const { return top_; }
+  RemoteLlm* remote() const { return remote_.get(); }  // null in process
+  InProcessLlm* local() const { return local_.get(); }  // null behind a server
+  std::string warning() const { return remote_ ? remote_->warning() : ""; }
+  // Simulated network time added so far (both kinds).
+  double sim_delay_s() const;
+
+ private:
+  std::unique_ptr<InProcessLlm> local_;
+  std::unique_ptr<DelayedLlm> delayed_;
+  std::unique_ptr<RemoteLlm> remote_;
+  LlmBackend* top_ = nullptr;
+};
+
+}  // namespace tlr

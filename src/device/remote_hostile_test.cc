@@ -1,0 +1,284 @@
+// The device's remote backends against a hostile LLM server: a real HTTP server on loopback
+// (cpp-httplib) answers with each malformed or abusive reply shape. Every one must be a failed
+// call with a message (the decoder then uses FALLBACK and generation goes on), never an abort;
+// replies naming ids outside the vocabulary are refused; a trickled, endless or huge reply
+// fails at the deadline or the size cap. Connect-time replies (model list, info) that are
+// malformed make Connect return an error.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include "device/decoder.h"
+#include "device/remote_llm.h"
+#include "net/protocol.h"
+#include "ops/thread_pool.h"
+#include "routing/router.h"
+
+namespace tlr {
+namespace {
+
+const std::string kDemo = std::string(TLR_SOURCE_DIR) + "/models/demo/";
+
+// The answer the fake server gives to one endpoint.
+struct Answer {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+};
+
+class FakeServer {
+ public:
+  FakeServer() {
+    http_.new_task_queue = [] { return new httplib::ThreadPool(8); };
+    auto route = [this](const httplib::Request& req, httplib::Response& res) {
+      std::function<void(httplib::Response&)> special;
+      Answer a;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        auto it = answers_.find(req.path);
+        if (it == answers_.end()) {
+          res.status = 404;
+          return;
+        }
+        a = it->second;
+        auto s = special_.find(req.path);
+        if (s != special_.end()) special = s->second;
+      }
+      if (special) return special(res);
+      res.status = a.status;
+      res.set_content(a.body, a.content_type);
+    };
+    http_.Get(".*", route);
+    http_.Post(".*", route);
+    http_.Delete(".*", [](const httplib::Request&, httplib::Response& res) { res.status = 204; });
+    port_ = http_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { http_.listen_after_bind(); });
+  }
+  ~FakeServer() {
+    stopping_ = true;
+    http_.stop();
+    thread_.join();
+  }
+  void Set(const std::string& path, Answer a) {
+    std::lock_guard<std::mutex> l(mu_);
+    answers_[path] = std::move(a);
+    special_.erase(path);
+  }
+  // A response written by `fn` (chunked providers, trickles).
+  void SetSpecial(const std::string& path, std::function<void(httplib::Response&)> fn) {
+    std::lock_guard<std::mutex> l(mu_);
+    answers_[path] = Answer{};
+    special_[path] = std::move(fn);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::atomic<bool> stopping_{false};
+
+ private:
+  httplib::Server http_;
+  std::mutex mu_;
+  std::map<std::string, Answer> answers_;
+  std::map<std::string, std::function<void(httplib::Response&)>> special_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+class RemoteHostileTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { slm_ = Model::Load(kDemo + "slm.gguf")->release(); }
+  static void TearDownTestSuite() { delete slm_; }
+  const Tokenizer& vocab() const { return slm_->tokenizer(); }
+  std::string Fp() const { return HashHex(vocab().Fingerprint()); }
+
+  // A server that is healthy at connect time for `protocol`.
+  void Healthy(const std::string& protocol) {
+    if (protocol == "tlr") {
+      server_.Set("/tlr/v1/info", {200, R"({"vocab_fingerprint":")" + Fp() + R"("})"});
+      server_.Set("/tlr/v1/sessions", {201, R"({"session":"s1","vocab_fingerprint":")" + Fp() + R"("})"});
+    } else {
+      server_.Set("/v1/models", {200, R"({"data":[{"id":"m","tlr_vocab_fingerprint":")" + Fp() + R"("}]})"});
+    }
+  }
+  Expected<std::unique_ptr<RemoteLlm>> Connect(const std::string& protocol, double timeout_s = 5) {
+    RemoteOptions o;
+    o.http.url = server_.url();
+    o.http.timeout_s = timeout_s;
+    o.http.retries = 0;
+    o.http.max_reply_bytes = 1 << 20;
+    o.retry_after_s = 0;  // every call reaches the server
+    o.protocol = *ParseRemoteProtocol(protocol);
+    return RemoteLlm::Connect(o, vocab());
+  }
+  // One call; its error message (empty when it succeeded).
+  std::string CallError(RemoteLlm* llm) {
+    LlmRequest req;
+    req.context = vocab().Encode("The capital of France is");
+    req.n = 1;
+    req.lookahead = 2;
+    auto call = llm->Submit(req, nullptr);
+    const Expected<LlmReply>& r = call->Wait();
+    return r.ok() ? "" : r.status().message();
+  }
+  // A routed generation over `llm`: every routed token must be FALLBACK, and it ends normally.
+  void GenerationFallsBack(RemoteLlm* llm) {
+    ThreadPool pool(1);
+    auto router = Router::LoadOrBuiltin("maxprob");
+    ASSERT_TRUE(router.ok());
+    CollabDecoder dec(*slm_, &*router, llm, &pool);
+    DecodeOptions d;
+    d.threshold = 2.0f;  // route every token
+    d.max_tokens = 4;
+    std::string first_error;
+    auto st = dec.Generate(vocab().Encode("Hello"), d, [&](const TokenEvent& ev) {
+      EXPECT_EQ(ev.source, TokenSource::kFallback);
+      if (first_error.empty()) first_error = ev.llm_error;
+      return true;
+    });
+    ASSERT_TRUE(st.ok()) << st.status().message();
+    EXPECT_EQ(st->fallbacks, st->generated);
+    EXPECT_FALSE(first_error.empty());
+  }
+
+  static Model* slm_;
+  FakeServer server_;
+};
+Model* RemoteHostileTest::slm_ = nullptr;
+
+TEST_F(RemoteHostileTest, NativeRepliesOfEveryBadShapeFailTheCall) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::vector<Answer> shapes = {
+      {200, R"({"tokens":null})"}, {200, R"({"tokens":"abc"})"}, {200, R"({"tokens":[1.5]})"},
+      {200, R"({"tokens":[99999999]})"}, {200, R"({"tokens":[-1]})"}, {200, R"({"tokens":[]})"},
+      {200, R"({"tokens":[1],"lookahead":"x"})"}, {200, R"({"tokens":[1],"lookahead":[1e9]})"},
+      {200, R"({"tokens":[1],"logprobs":[{}]})"}, {200, R"({"tokens":[1],"position":"x"})"},
+      {200, R"({"tokens":[1],"version":1.5})"}, {200, R"([])"}, {200, R"("tokens")"}, {200, "not json"},
+      {200, R"({"tokens":)" + deep + "}"}, {200, "{\"tokens\":[1],\"x\":\"\xff\"}\xff"},
+      {409, R"({"held":"x"})"}, {409, R"({"held":1,"held_hash":5})"}, {409, R"([1])"}, {409, R"({"version":"v"})"},
+      {500, R"({"error":"x"})"}, {400, R"({"error":{"message":5}})"}, {400, "\xff\xfe"},
+  };
+  Healthy("tlr");
+  auto llm = Connect("tlr");
+  ASSERT_TRUE(llm.ok()) << llm.status().message();
+  for (const Answer& a : shapes) {
+    server_.Set("/tlr/v1/next", a);
+    const std::string err = CallError(llm->get());
+    EXPECT_FALSE(err.empty()) << a.status << " " << a.body.substr(0, 80);
+  }
+  EXPECT_EQ((*llm)->stats().failed_calls, static_cast<int64_t>(shapes.size()));
+  server_.Set("/tlr/v1/next", {200, R"({"tokens":[99999999]})"});
+  EXPECT_NE(CallError(llm->get()).find("outside the vocabulary"), std::string::npos);
+  GenerationFallsBack(llm->get());
+  EXPECT_NE((*llm)->stats().FailureSummary().find("malformed replies: "), std::string::npos)
+      << (*llm)->stats().FailureSummary();
+}
+
+TEST_F(RemoteHostileTest, SessionAndInfoRepliesOfBadShapeAreErrors) {
+  Healthy("tlr");
+  for (const std::string& body : std::vector<std::string>{R"({"session":5})", R"({"session":"s"})", R"({"session":null})", R"([1])",
+                                  R"({"session":"","vocab_fingerprint":")" + Fp() + R"("})"}) {
+    server_.Set("/tlr/v1/sessions", {201, body});
+    auto llm = Connect("tlr");
+    ASSERT_TRUE(llm.ok()) << llm.status().message();  // the session is retried by the first call
+    EXPECT_FALSE(CallError(llm->get()).empty()) << body;
+  }
+  for (const std::string& body : std::vector<std::string>{R"({"vocab_fingerprint":5})", R"([1])", "nope", R"({"vocab_fingerprint":[]})"}) {
+    server_.Set("/tlr/v1/info", {200, body});
+    auto llm = Connect("tlr");
+    EXPECT_FALSE(llm.ok()) << body;
+  }
+}
+
+TEST_F(RemoteHostileTest, OpenAiRepliesOfEveryBadShapeFailTheCall) {
+  const std::vector<Answer> shapes = {
+      {200, R"({"choices":[{"text":null}]})"}, {200, R"({"choices":"x"})"}, {200, R"({"choices":[]})"},
+      {200, R"({"choices":[5]})"}, {200, R"({"choices":[{"text":5}]})"}, {200, R"({})"},
+      {200, R"({"choices":[{"text":"a","logprobs":{"tokens":"x"}}]})"},
+      {200, R"({"choices":[{"text":"a","logprobs":{"tokens":["token_id:abc"]}}]})"},
+      {200, R"({"choices":[{"text":"a","logprobs":{"tokens":["token_id:99999999"]}}]})"},
+      {200, R"({"choices":[{"text":"a","logprobs":{"tokens":["token_id:-3"]}}]})"},
+      {200, R"({"choices":[{"text":"a","logprobs":{"tokens":[7]}}]})"},
+      {200, R"({"choices":[{"text":"a","logprobs":{"token_logprobs":["x"]}}]})"},
+      {200, R"({"choices":[{"text":"a","logprobs":5}]})"},
+      {200, R"({"choices":[{"text":"a","finish_reason":5}]})"},
+      {200, R"({"choices":[{"text":"a"}],"tlr":{"token_ids":[-5]}})"},
+      {200, R"({"choices":[{"text":"a"}],"tlr":{"token_ids":"x"}})"}, {200, R"({"choices":[{"text":"a"}],"tlr":5})"},
+      {200, "data: {\"choices\":[{\"text\":null}]}\n\ndata: [DONE]\n\n", "text/event-stream"},
+      {200, "data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: {oops\n\n", "text/event-stream"},
+      {200, "data: {\"error\":{\"message\":\"overloaded\"}}\n\ndata: [DONE]\n\n", "text/event-stream"},
+      {200, "data: [DONE]\n\n", "text/event-stream"},
+      {500, R"({"error":null})"},
+  };
+  Healthy("openai");
+  auto llm = Connect("openai");
+  ASSERT_TRUE(llm.ok()) << llm.status().message();
+  for (const Answer& a : shapes) {
+    server_.Set("/v1/completions", a);
+    EXPECT_FALSE(CallError(llm->get()).empty()) << a.status << " " << a.body;
+  }
+  server_.Set("/v1/completions", {200, R"({"choices":[{"text":"a","logprobs":{"tokens":["token_id:abc"]}}]})"});
+  EXPECT_NE(CallError(llm->get()).find("is not a token id"), std::string::npos);
+  GenerationFallsBack(llm->get());
+
+  // Well-formed replies still work: ids, labels, text, and a stream.
+  server_.Set("/v1/completions", {200, R"({"choices":[{"text":"","logprobs":{"tokens":["token_id:5","token_id:6"]}}]})"});
+  EXPECT_EQ(CallError(llm->get()), "");
+  server_.Set("/v1/completions", {200, "data: {\"choices\":[{\"text\":\" Paris\"}]}\n\ndata: [DONE]\n\n",
+                                  "text/event-stream"});
+  EXPECT_EQ(CallError(llm->get()), "");
+}
+
+TEST_F(RemoteHostileTest, ModelListsOfBadShapeAreConnectErrors) {
+  for (const std::string& body : std::vector<std::string>{R"({"data":null})", R"({"data":[5]})", R"({"data":[{"id":5}]})", R"({"data":[{"id":"m","tlr_vocab_fingerprint":5}]})",
+        R"([])", R"({"data":"x"})", R"({"data":[]})", "\xff"}) {
+    server_.Set("/v1/models", {200, body});
+    auto llm = Connect("openai");
+    EXPECT_FALSE(llm.ok()) << body;
+  }
+}
+
+// --llm-timeout is a deadline for the whole call: a reply trickled a byte at a time, or a
+// chunked reply that never ends, fails when it passes; a huge reply fails at the size cap
+// without being held in memory.
+TEST_F(RemoteHostileTest, TrickledEndlessAndHugeRepliesFailAtTheDeadlineOrCap) {
+  Healthy("tlr");
+  auto llm = Connect("tlr", /*timeout_s=*/1.0);
+  ASSERT_TRUE(llm.ok()) << llm.status().message();
+  std::atomic<bool>* stopping = &server_.stopping_;
+  // One byte every 0.4 s: each read is quick, the whole reply never is.
+  server_.SetSpecial("/tlr/v1/next", [stopping](httplib::Response& res) {
+    res.set_chunked_content_provider("application/json", [stopping](size_t, httplib::DataSink& sink) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+      return !stopping->load() && sink.write(" ", 1);
+    });
+  });
+  std::string err = CallError(llm->get());
+  EXPECT_NE(err.find("no complete reply within"), std::string::npos) << err;
+  // An endless stream of chunks, fast.
+  server_.SetSpecial("/tlr/v1/next", [stopping](httplib::Response& res) {
+    res.set_chunked_content_provider("application/json", [stopping](size_t, httplib::DataSink& sink) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      return !stopping->load() && sink.write("[[[[", 4);
+    });
+  });
+  err = CallError(llm->get());
+  EXPECT_NE(err.find("no complete reply within"), std::string::npos) << err;
+  // 300 MB announced and sent as fast as possible: refused at the 1 MiB cap.
+  server_.SetSpecial("/tlr/v1/next", [stopping](httplib::Response& res) {
+    res.set_content_provider(size_t{300} << 20, "application/json",
+                             [stopping](size_t offset, size_t length, httplib::DataSink& sink) {
+                               static const std::string block(64 << 10, ' ');
+                               return !stopping->load() && sink.write(block.data(), std::min(length, block.size()));
+                             });
+  });
+  err = CallError(llm->get());
+  EXPECT_NE(err.find("larger than the 1024 KiB limit"), std::string::npos) << err;
+  const RemoteStats st = (*llm)->stats();
+  EXPECT_EQ(st.failures[static_cast<int>(CallFailure::kTimeout)], 2);
+  EXPECT_NE(st.FailureSummary().find("2 timeouts, 1 malformed reply: "), std::string::npos) << st.FailureSummary();
+}
+
+}  // namespace
+}  // namespace tlr

@@ -1,0 +1,179 @@
+// The remote backends' common part: connecting, the call workers, the fail-fast window and the
+// statistics (see remote_llm.h). The protocols are remote_tlr.cc and remote_openai.cc.
+#include "device/remote_llm.h"
+
+#include "device/remote_protocols.h"
+#include "device/remote_replies.h"
+
+namespace tlr {
+
+using Clock = std::chrono::steady_clock;
+
+Expected<RemoteProtocol> ParseRemoteProtocol(std::string_view name) {
+  if (name == "tlr") return RemoteProtocol::kTlr;
+  if (name == "openai") return RemoteProtocol::kOpenAi;
+  return Status::Error("unknown backend '" + std::string(name) + "' (tlr, openai)");
+}
+
+std::string_view RemoteProtocolName(RemoteProtocol p) { return p == RemoteProtocol::kTlr ? "tlr" : "openai"; }
+
+RemoteLlm::RemoteLlm(const RemoteOptions& opts, const Tokenizer& vocab)
+    : opts_(opts), vocab_(vocab), http_(opts.http), retry_after_s_(opts.retry_after_s) {}
+
+RemoteLlm::~RemoteLlm() { StopWorkers(); }
+
+void RemoteLlm::StartWorkers() {
+  exec_ = std::make_unique<CallExecutor>(
+      opts_.max_in_flight, [this](const LlmRequest& req, LlmCall& call) { return Run(req, call); });
+}
+
+void RemoteLlm::StopWorkers() { exec_.reset(); }
+
+std::string RemoteLlm::name() const {
+  return std::string(RemoteProtocolName(opts_.protocol)) + " server " + opts_.http.url;
+}
+
+std::string RemoteLlm::ErrorMessage(const std::string& body) { return remote::ErrorMessage(body); }
+
+std::string_view CallFailureName(CallFailure f, bool plural) {
+  switch (f) {
+    case CallFailure::kUnreachable: return "unreachable";
+    case CallFailure::kTimeout: return plural ? "timeouts" : "timeout";
+    case CallFailure::kServerError: return plural ? "server errors" : "server error";
+    case CallFailure::kMalformed: return plural ? "malformed replies" : "malformed reply";
+    case CallFailure::kFailFast: return "skipped while the server was down";
+  }
+  return "?";
+}
+
+std::string RemoteStats::FailureSummary() const {
+  std::string out;
+  for (int k = 0; k < kCallFailureKinds; ++k) {
+    if (failures[k] == 0) continue;
+    if (!out.empty()) out += ", ";
+    out += std::to_string(failures[k]) + " " + std::string(CallFailureName(static_cast<CallFailure>(k), failures[k] != 1));
+  }
+  if (!out.empty() && !first_failure.empty()) out += ": " + first_failure;
+  return out;
+}
+
+Status RemoteLlm::NoReply(const HttpResult& h, CallError* err) {
+  err->outage = !h.too_large;
+  err->kind = h.timed_out ? CallFailure::kTimeout : h.too_large ? CallFailure::kMalformed : CallFailure::kUnreachable;
+  if (h.timed_out || h.too_large) return Status::Error("LLM call failed: " + h.error);
+  return Status::Error("LLM server unreachable: " + h.error);
+}
+
+Status RemoteLlm::ErrorStatus(const HttpResult& h, const std::string& what, CallError* err) {
+  err->outage = h.status >= 500;
+  err->kind = CallFailure::kServerError;
+  return Status::Error(what + " (" + std::to_string(h.status) + "): " + ErrorMessage(h.body));
+}
+
+Status RemoteLlm::GetForCheck(const std::string& path, const std::string& not_200, bool* reachable,
+                              std::string* body) {
+  HttpResult h = http_.Request("GET", path, "");
+  *reachable = h.sent;
+  body->clear();
+  if (!h.sent && h.tls_failure) {
+    return Status::Error("TLS with " + opts_.http.url + " failed (" + h.error +
+                         "): the certificate is not trusted or not for this host; give its CA with --ca-file");
+  }
+  if (!h.sent) return Status::Ok();
+  if (h.status == 401 || h.status == 403) {
+    return Status::Error("the server at " + opts_.http.url + " refused the API key (" + ErrorMessage(h.body) + ")");
+  }
+  if (h.status != 200) {
+    return Status::Error("the server at " + opts_.http.url + " answered " + std::to_string(h.status) + " to " + path +
+                         " (" + not_200 + ")");
+  }
+  *body = std::move(h.body);
+  return Status::Ok();
+}
+
+void RemoteLlm::CountStat(int64_t RemoteStats::*field, int64_t by) {
+  std::lock_guard<std::mutex> l(stats_mu_);
+  stats_.*field += by;
+}
+
+RemoteStats RemoteLlm::stats() const {
+  std::lock_guard<std::mutex> l(stats_mu_);
+  RemoteStats s = stats_;
+  s.http_requests = http_.http_requests();
+  s.retries = http_.retries();
+  s.sim_delay_s = http_.sim_delay_s();
+  return s;
+}
+
+Expected<std::unique_ptr<RemoteLlm>> RemoteLlm::Connect(const RemoteOptions& opts, const Tokenizer& vocab) {
+  TLR_RETURN_IF_ERROR(HttpTransport::Validate(opts.http));
+  if (opts.max_in_flight < 1 || opts.max_in_flight > 64) {
+    return Status::Error("calls in flight must be in 1..64");
+  }
+  std::unique_ptr<RemoteLlm> r;
+  if (opts.protocol == RemoteProtocol::kTlr) {
+    r.reset(new TlrServerLlm(opts, vocab));
+  } else {
+    r.reset(new OpenAiLlm(opts, vocab));
+  }
+  bool reachable = false;
+  TLR_RETURN_IF_ERROR(r->CheckServer(&reachable));
+  if (!reachable) {
+    r->warning_ = "the LLM server at " + opts.http.url + " is not reachable now; answering with the SLM "
+                  "(FALLBACK) until it is";
+  } else {
+    r->Prepare();
+  }
+  r->StartWorkers();
+  return r;
+}
+
+std::shared_ptr<LlmCall> RemoteLlm::Submit(LlmRequest request, std::function<void()> on_done) {
+  CountStat(&RemoteStats::calls);
+  return exec_->Submit(std::move(request), std::move(on_done));
+}
+
+Expected<LlmReply> RemoteLlm::Run(const LlmRequest& req, LlmCall& call) {
+  if (req.context.empty()) return Status::Error("the LLM needs at least one context token");
+  if (req.n < 1) return Status::Error("ask the LLM for at least one token");
+  if (req.lookahead < 0) return Status::Error("lookahead must not be negative");
+  bool probe = false;  // the first call after a fail-fast window: it tests the server again
+  {
+    std::lock_guard<std::mutex> l(stats_mu_);
+    if (down_ && Clock::now() < retry_at_) {
+      Status s = Status::Error("LLM server unavailable (retrying soon)");
+      ++stats_.failed_calls;
+      ++stats_.failures[static_cast<int>(CallFailure::kFailFast)];
+      if (stats_.first_failure.empty()) stats_.first_failure = s.message();
+      return s;
+    }
+    probe = down_;
+  }
+  CallError err;
+  auto r = Execute(req, call, &err);
+  const bool outage = err.outage;
+  std::lock_guard<std::mutex> l(stats_mu_);
+  if (r.ok()) {
+    down_ = false;
+    retry_after_s_ = opts_.retry_after_s;
+    stats_.lookahead_tokens += static_cast<int64_t>(r->lookahead.size());
+  } else if (call.cancelled()) {
+    ++stats_.cancelled_calls;
+  } else {
+    ++stats_.failed_calls;
+    ++stats_.failures[static_cast<int>(err.kind)];
+    if (stats_.first_failure.empty()) stats_.first_failure = r.status().message();
+    // Only an outage (no answer, 5xx) makes the next calls fail fast; a refused call does not.
+    // A failed probe doubles the window; calls that were already on their way when the server
+    // went down fail together and open it once.
+    if (outage && (!down_ || probe)) {
+      if (down_) retry_after_s_ = std::min(retry_after_s_ * 2, 30.0);
+      down_ = true;
+      retry_at_ = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(retry_after_s_ * 1e6));
+    }
+  }
+  if (r.ok() && call.cancelled()) ++stats_.cancelled_calls;
+  return r;
+}
+
+}  // namespace tlr

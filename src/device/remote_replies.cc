@@ -1,0 +1,230 @@
+// Parsing the LLM server's replies on the device (see remote_replies.h).
+#include "device/remote_replies.h"
+
+#include <charconv>
+#include <nlohmann/json.hpp>
+
+#include "net/protocol.h"
+#include "util/json_fields.h"
+#include "util/utf8.h"
+
+namespace tlr::remote {
+
+using nlohmann::json;
+
+std::string ErrorMessage(std::string_view body) {
+  auto j = ParseJson(body);
+  if (j.ok() && j->is_object()) {
+    const json* error = nullptr;
+    std::string message;
+    JsonFields f(*j);
+    f.Object("error", &error, kRequired);
+    if (error) JsonFields(*error).String("message", &message, kRequired);
+    if (!message.empty()) return SanitizeUtf8(message.substr(0, 500));
+  }
+  return SanitizeUtf8(body.substr(0, 200));
+}
+
+namespace {
+
+Expected<json> ParseReply(std::string_view body, const char* what) {
+  auto j = ParseJson(body);
+  if (!j.ok()) return Status::Error(std::string(what) + " is " + j.status().message());
+  if (!j->is_object()) return Status::Error(std::string(what) + " is not a JSON object");
+  return j;
+}
+
+Expected<SessionReply> ParseSessionOrInfo(std::string_view body, bool session) {
+  const char* what = session ? "the server's session reply" : "the server's info reply";
+  TLR_ASSIGN_OR_RETURN(json j, ParseReply(body, what));
+  SessionReply r;
+  JsonFields f(j, what);
+  f.String("vocab_fingerprint", &r.vocab_fingerprint);
+  if (session) f.String("session", &r.session, kRequired);
+  TLR_RETURN_IF_ERROR(f.status());
+  if (session && r.session.empty()) return Status::Error(std::string(what) + ": 'session' is empty");
+  return r;
+}
+
+// "token_id:N" (vLLM's return_tokens_as_token_ids); false for anything else.
+bool ParseTokenIdLabel(const std::string& s, int64_t* id) {
+  constexpr std::string_view kPrefix = "token_id:";
+  if (s.size() <= kPrefix.size() || s.compare(0, kPrefix.size(), kPrefix) != 0) return false;
+  const char* first = s.data() + kPrefix.size();
+  const char* last = s.data() + s.size();
+  auto [end, ec] = std::from_chars(first, last, *id);
+  return ec == std::errc() && end == last;
+}
+
+// One completion choice (a whole reply's, or one streamed event's): appends its token ids (when
+// the engine labels tokens with ids), text and logprobs. *labelled: every token had an id label.
+Status ReadChoice(const json& choice, int64_t n_vocab, std::vector<int32_t>* ids, bool* labelled, std::string* text,
+                  std::vector<float>* logprobs, std::string* finish) {
+  const json* lp = nullptr;
+  std::string t;
+  JsonFields f(choice, "the completion's choice");
+  f.String("text", &t, kRequired).String("finish_reason", finish).Object("logprobs", &lp);
+  TLR_RETURN_IF_ERROR(f.status());
+  *text += t;
+  if (!lp) return Status::Ok();
+  const json* tokens = nullptr;
+  std::vector<float> lps;
+  JsonFields lf(*lp, "the completion's logprobs");
+  lf.Array("tokens", &tokens).Numbers("token_logprobs", &lps);
+  TLR_RETURN_IF_ERROR(lf.status());
+  logprobs->insert(logprobs->end(), lps.begin(), lps.end());
+  if (!tokens) return Status::Ok();
+  for (const json& e : *tokens) {
+    if (!e.is_string()) return Status::Error("the completion's logprobs: 'tokens' must hold strings");
+    int64_t id = 0;
+    if (!ParseTokenIdLabel(e.get<std::string>(), &id)) {
+      // Text labels (an engine without return_tokens_as_token_ids): only the text counts; a
+      // label that starts like an id but is not one is an error, not token 0.
+      if (e.get<std::string>().rfind("token_id:", 0) == 0) {
+        return Status::Error("the completion's token label '" + SanitizeUtf8(e.get<std::string>().substr(0, 40)) +
+                             "' is not a token id");
+      }
+      *labelled = false;
+      continue;
+    }
+    if (id < 0 || id >= n_vocab) {
+      return Status::Error("the LLM server returned token id " + std::to_string(id) + " outside the vocabulary");
+    }
+    ids->push_back(static_cast<int32_t>(id));
+  }
+  return Status::Ok();
+}
+
+struct RawCompletion {
+  std::vector<int32_t> tlr_ids;  // tlr serve's token ids
+  std::vector<int32_t> labels;   // vLLM's "token_id:N" labels
+  bool all_labelled = true;      // every token had an id label
+  std::string text;
+  std::vector<float> logprobs;
+  std::string finish;
+};
+
+Status ReadCompletionObject(const json& j, int64_t n_vocab, RawCompletion* out) {
+  const json* choices = nullptr;
+  const json* tlr = nullptr;
+  const json* error = nullptr;
+  JsonFields f(j, "the completion reply");
+  f.Object("error", &error);
+  if (error) return Status::Error("the LLM server reported an error: " + ErrorMessage(DumpJson(j)));
+  f.Array("choices", &choices, kRequired).Object("tlr", &tlr);
+  TLR_RETURN_IF_ERROR(f.status());
+  if (choices->empty()) return Status::Error("the completion reply has no choices");
+  TLR_RETURN_IF_ERROR(ReadChoice((*choices)[0], n_vocab, &out->labels, &out->all_labelled, &out->text,
+                                 &out->logprobs, &out->finish));
+  if (tlr) {
+    std::vector<int32_t> ids;
+    JsonFields tf(*tlr, "the completion reply's 'tlr'");
+    tf.TokenIds("token_ids", n_vocab, &ids);
+    TLR_RETURN_IF_ERROR(tf.status());
+    out->tlr_ids.insert(out->tlr_ids.end(), ids.begin(), ids.end());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Expected<SessionReply> ParseInfoReply(std::string_view body) { return ParseSessionOrInfo(body, false); }
+Expected<SessionReply> ParseSessionReply(std::string_view body) { return ParseSessionOrInfo(body, true); }
+
+Expected<ResyncReply> ParseResyncReply(std::string_view body) {
+  TLR_ASSIGN_OR_RETURN(json j, ParseReply(body, "the server's 409 reply"));
+  ResyncReply r;
+  std::string hash;
+  JsonFields f(j, "the server's 409 reply");
+  f.Int("held", 0, int64_t{1} << 40, &r.held).String("held_hash", &hash).Int("version", -1, INT64_MAX, &r.version);
+  TLR_RETURN_IF_ERROR(f.status());
+  r.hash_ok = ParseHashHex(hash, &r.held_hash);
+  return r;
+}
+
+Expected<NextReply> ParseNextReply(std::string_view body, int64_t n_vocab) {
+  TLR_ASSIGN_OR_RETURN(json j, ParseReply(body, "the LLM server's reply"));
+  NextReply r;
+  JsonFields f(j, "the LLM server's reply");
+  f.TokenIds("tokens", n_vocab, &r.tokens, kRequired).TokenIds("lookahead", n_vocab, &r.lookahead);
+  f.Numbers("logprobs", &r.logprobs).Int("position", -1, int64_t{1} << 40, &r.position);
+  f.Int("version", -1, INT64_MAX, &r.version);
+  TLR_RETURN_IF_ERROR(f.status());
+  if (r.tokens.empty()) return Status::Error("the LLM server returned no tokens");
+  return r;
+}
+
+Expected<ModelsReply> ParseModelsReply(std::string_view body, const std::string& model) {
+  TLR_ASSIGN_OR_RETURN(json j, ParseReply(body, "the server's model list"));
+  const json* data = nullptr;
+  JsonFields f(j, "the server's model list");
+  f.Array("data", &data, kRequired);
+  TLR_RETURN_IF_ERROR(f.status());
+  if (data->empty()) return Status::Error("the server lists no models");
+  ModelsReply r;
+  r.model = model;
+  for (size_t i = 0; i < data->size(); ++i) {
+    std::string id, fp;
+    JsonFields m((*data)[i], "the server's model list: model " + std::to_string(i));
+    m.String("id", &id, kRequired).String("tlr_vocab_fingerprint", &fp);
+    TLR_RETURN_IF_ERROR(m.status());
+    if (r.model.empty()) r.model = id;
+    if (id == r.model && r.vocab_fingerprint.empty()) r.vocab_fingerprint = fp;
+  }
+  return r;
+}
+
+Expected<CompletionReply> ParseCompletionReply(std::string_view body, const Tokenizer& vocab, int want) {
+  if (want < 1) return Status::Error("a completion must ask for at least one token");
+  RawCompletion raw;
+  const size_t start = body.find_first_not_of(" \t\r\n");
+  if (start != std::string_view::npos && body.compare(start, 5, "data:") == 0) {
+    // Server-Sent Events: one completion object per `data:` line, until [DONE].
+    bool first = true, done = false;
+    size_t pos = 0;
+    while (pos < body.size() && !done) {
+      size_t eol = body.find('\n', pos);
+      if (eol == std::string_view::npos) eol = body.size();
+      std::string_view line = body.substr(pos, eol - pos);
+      pos = eol + 1;
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line.rfind("data:", 0) != 0) continue;  // comments, event names, blank separators
+      std::string_view data = line.substr(5);
+      while (!data.empty() && data.front() == ' ') data.remove_prefix(1);
+      if (data == "[DONE]") {
+        done = true;
+        break;
+      }
+      auto j = ParseJson(data);
+      if (!j.ok()) return Status::Error("a streamed completion event is " + j.status().message());
+      TLR_RETURN_IF_ERROR(ReadCompletionObject(*j, vocab.n_vocab(), &raw));
+      first = false;
+    }
+    if (first) return Status::Error("the completion stream has no events");
+  } else {
+    auto j = ParseJson(body);
+    if (!j.ok()) return Status::Error("the completion reply is " + j.status().message());
+    TLR_RETURN_IF_ERROR(ReadCompletionObject(*j, vocab.n_vocab(), &raw));
+  }
+  CompletionReply r;
+  if (!raw.tlr_ids.empty()) {
+    r.tokens = std::move(raw.tlr_ids);
+  } else if (raw.all_labelled && !raw.labels.empty()) {
+    r.tokens = std::move(raw.labels);
+  } else if (raw.text.empty()) {
+    r.tokens.push_back(vocab.eos());  // an empty completion: the engine stopped at its end token
+  } else {
+    r.tokens = vocab.Encode(raw.text);
+    if (r.tokens.empty()) r.tokens.push_back(vocab.eos());
+  }
+  if (static_cast<int>(r.tokens.size()) > want) r.tokens.resize(static_cast<size_t>(want));
+  // Our server reports the end token in token_ids; engines that stop silently ("stop" with
+  // fewer tokens than asked) ended at theirs.
+  if (static_cast<int>(r.tokens.size()) < want && raw.finish == "stop" && !vocab.IsEndOfGeneration(r.tokens.back())) {
+    r.tokens.push_back(vocab.eos());
+  }
+  r.logprobs = std::move(raw.logprobs);
+  return r;
+}
+
+}  // namespace tlr::remote

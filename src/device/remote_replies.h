@@ -1,0 +1,66 @@
+// What the device reads from an LLM server (device layer, internal to the remote backends):
+// each reply body of the native protocol and of OpenAI-compatible engines parsed into a plain
+// struct, or an error saying what was wrong with it. Nothing here throws or aborts whatever the
+// bytes; token ids outside the vocabulary are refused. Pure functions (no network), so the
+// reply fuzzer (remote_reply_fuzz.cc) drives them directly. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "device/llm_backend.h"
+#include "model/tokenizer/tokenizer.h"
+#include "util/status.h"
+
+namespace tlr::remote {
+
+// The message of an error body ({"error": {"message": ...}}), else the body's start (at most
+// 200 bytes, made valid UTF-8).
+std::string ErrorMessage(std::string_view body);
+
+// GET /tlr/v1/info and POST /tlr/v1/sessions (201): the session id (sessions only) and the
+// vocabulary fingerprint (empty when the server does not report one).
+struct SessionReply {
+  std::string session;
+  std::string vocab_fingerprint;
+};
+Expected<SessionReply> ParseInfoReply(std::string_view body);
+Expected<SessionReply> ParseSessionReply(std::string_view body);
+
+// 409 from /tlr/v1/next: what the session holds (held < 0: unknown).
+struct ResyncReply {
+  int64_t held = -1;
+  uint64_t held_hash = 0;
+  bool hash_ok = false;
+  int64_t version = -1;
+};
+Expected<ResyncReply> ParseResyncReply(std::string_view body);
+
+// 200 from /tlr/v1/next.
+struct NextReply {
+  std::vector<int32_t> tokens, lookahead;
+  std::vector<float> logprobs;
+  int64_t position = -1, version = -1;
+};
+Expected<NextReply> ParseNextReply(std::string_view body, int64_t n_vocab);
+
+// GET /v1/models: the first model's id, and the vocabulary fingerprint of `model` (the first
+// when empty) when the engine reports it.
+struct ModelsReply {
+  std::string model;
+  std::string vocab_fingerprint;
+};
+Expected<ModelsReply> ParseModelsReply(std::string_view body, const std::string& model);
+
+// 200 from /v1/completions: the tokens (tlr serve's ids, vLLM's "token_id:N" strings, or the
+// text tokenized with `vocab`), an end token added when the engine stopped early, cut to `want`.
+// A `text/event-stream` body (an engine that streams although not asked to) is read too.
+struct CompletionReply {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+};
+Expected<CompletionReply> ParseCompletionReply(std::string_view body, const Tokenizer& vocab, int want);
+
+}  // namespace tlr::remote

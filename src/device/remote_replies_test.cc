@@ -1,0 +1,88 @@
+// The device's reply parsers on well-formed replies (device layer, label unit): what the
+// native protocol and OpenAI-compatible engines send is read exactly; the hostile shapes are
+// in remote_hostile_test.cc and the fuzzer.
+#include "device/remote_replies.h"
+
+#include <gtest/gtest.h>
+
+#include "model/model.h"
+
+namespace tlr::remote {
+namespace {
+
+const std::string kDemo = std::string(TLR_SOURCE_DIR) + "/models/demo/";
+
+TEST(RemoteReplies, NativeReplies) {
+  auto next = ParseNextReply(R"({"tokens":[5,6],"logprobs":[-0.5,null],"position":14,"version":4,"lookahead":[7]})", 10);
+  ASSERT_TRUE(next.ok()) << next.status().message();
+  EXPECT_EQ(next->tokens, (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(next->lookahead, (std::vector<int32_t>{7}));
+  EXPECT_EQ(next->logprobs, (std::vector<float>{-0.5f, 0.0f}));
+  EXPECT_EQ(next->position, 14);
+  EXPECT_EQ(next->version, 4);
+  EXPECT_FALSE(ParseNextReply(R"({"tokens":[10]})", 10).ok());
+
+  auto resync = ParseResyncReply(R"({"held":12,"held_hash":"0123456789abcdef","version":3})");
+  ASSERT_TRUE(resync.ok());
+  EXPECT_EQ(resync->held, 12);
+  EXPECT_TRUE(resync->hash_ok);
+  EXPECT_EQ(resync->held_hash, 0x0123456789abcdefull);
+
+  auto session = ParseSessionReply(R"({"session":"a1","vocab_fingerprint":"ff"})");
+  ASSERT_TRUE(session.ok());
+  EXPECT_EQ(session->session, "a1");
+  EXPECT_EQ(session->vocab_fingerprint, "ff");
+  EXPECT_EQ(ParseSessionReply(R"({"session":5})").status().message(),
+            "the server's session reply: 'session' must be a string");
+}
+
+TEST(RemoteReplies, ErrorMessages) {
+  EXPECT_EQ(ErrorMessage(R"({"error":{"message":"full"}})"), "full");
+  EXPECT_EQ(ErrorMessage(R"({"error":{"message":5}})"), R"({"error":{"message":5}})");
+  EXPECT_EQ(ErrorMessage("\xff"), "\xEF\xBF\xBD");
+  EXPECT_EQ(ErrorMessage(std::string(1000, 'x')).size(), 200u);
+}
+
+TEST(RemoteReplies, ModelLists) {
+  auto m = ParseModelsReply(R"({"data":[{"id":"a"},{"id":"b","tlr_vocab_fingerprint":"fp"}]})", "");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->model, "a");
+  EXPECT_EQ(m->vocab_fingerprint, "");
+  m = ParseModelsReply(R"({"data":[{"id":"a"},{"id":"b","tlr_vocab_fingerprint":"fp"}]})", "b");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->vocab_fingerprint, "fp");
+}
+
+TEST(RemoteReplies, CompletionsByIdsLabelsTextAndStream) {
+  auto slm = Model::Load(kDemo + "slm.gguf");
+  ASSERT_TRUE(slm.ok());
+  const Tokenizer& tok = (*slm)->tokenizer();
+  // tlr serve's ids win over labels and text.
+  auto r = ParseCompletionReply(R"({"choices":[{"text":"x","logprobs":{"tokens":["token_id:1"]}}],"tlr":{"token_ids":[3,4]}})",
+                                tok, 4);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->tokens, (std::vector<int32_t>{3, 4}));
+  // vLLM's labels, with an end token added when it stopped early.
+  r = ParseCompletionReply(R"({"choices":[{"text":"","finish_reason":"stop","logprobs":{"tokens":["token_id:3"],"token_logprobs":[-1]}}]})",
+                           tok, 4);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->tokens, (std::vector<int32_t>{3, tok.eos()}));
+  EXPECT_EQ(r->logprobs, (std::vector<float>{-1.0f}));
+  // Text only: tokenized, cut to what was asked.
+  r = ParseCompletionReply(R"({"choices":[{"text":" the capital of France is Paris"}]})", tok, 2);
+  ASSERT_TRUE(r.ok());
+  const std::vector<int32_t> text_ids = tok.Encode(" the capital of France is Paris");
+  ASSERT_GE(text_ids.size(), 2u);
+  EXPECT_EQ(r->tokens, std::vector<int32_t>(text_ids.begin(), text_ids.begin() + 2));
+  // A stream: the events' labels in order.
+  r = ParseCompletionReply(
+      "data: {\"choices\":[{\"text\":\"a\",\"logprobs\":{\"tokens\":[\"token_id:3\"]}}]}\r\n\r\n: ping\n\n"
+      "data: {\"choices\":[{\"text\":\"b\",\"logprobs\":{\"tokens\":[\"token_id:4\"]},\"finish_reason\":\"length\"}]}\n\n"
+      "data: [DONE]\n\n",
+      tok, 2);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->tokens, (std::vector<int32_t>{3, 4}));
+}
+
+}  // namespace
+}  // namespace tlr::remote

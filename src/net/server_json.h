@@ -1,0 +1,84 @@
+// JSON request helpers shared by the server's handlers and `tlr ui` (net layer): error and
+// JSON responses that never throw, the request body parsed with a depth limit, and the
+// sampling fields. Fields are read with util/json_fields.h.
+#pragma once
+
+#include <httplib.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "model/sampler.h"
+#include "util/json_fields.h"
+#include "util/status.h"
+
+namespace tlr::server {
+
+using nlohmann::json;
+
+inline void SendJson(httplib::Response& res, int status, const json& j) {
+  res.status = status;
+  res.set_content(DumpJson(j), "application/json");
+}
+
+// Error bodies may quote what the client sent (a path, a name): DumpJson replaces bytes that
+// are not UTF-8 instead of throwing.
+inline void SendError(httplib::Response& res, int status, const std::string& code, const std::string& message) {
+  SendJson(res, status, {{"error", {{"code", code}, {"message", message}, {"type", code}}}});
+}
+
+// A POST/PUT/PATCH must say how long its body is (Content-Length, or chunked); otherwise
+// httplib would read until the client closes the connection. For such a request fills `res`
+// with a 400 (and asks to close the connection) and returns true. For pre-routing handlers,
+// which run before the body is read.
+inline bool RefuseBodyWithoutLength(const httplib::Request& req, httplib::Response& res) {
+  if (req.method != "POST" && req.method != "PUT" && req.method != "PATCH") return false;
+  if (req.has_header("Content-Length") || req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos) {
+    return false;
+  }
+  res.set_header("Connection", "close");
+  SendError(res, 400, "bad_http_request", "a " + req.method + " needs a Content-Length (send {} for an empty body)");
+  return true;
+}
+
+// Parses the body as a JSON object (nesting refused past kMaxJsonDepth); on failure fills res
+// with a 400 and returns nullopt.
+inline std::optional<json> ParseBody(const httplib::Request& req, httplib::Response& res) {
+  auto j = ParseJson(req.body);
+  if (!j.ok()) {
+    SendError(res, 400, "invalid_json", "the request body is " + j.status().message());
+    return std::nullopt;
+  }
+  if (!j->is_object()) {
+    SendError(res, 400, "invalid_request", "the request body must be a JSON object");
+    return std::nullopt;
+  }
+  return std::move(j).value();
+}
+
+// Sampling fields (temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed) from
+// the object `j` on top of `*p`; checked with SamplerParams::Validate.
+inline Status GetSampling(const json& j, SamplerParams* p) {
+  double t = p->temperature, tp = p->top_p, mp = p->min_p, rp = p->repeat_penalty;
+  int64_t tk = p->top_k, seed = static_cast<int64_t>(p->seed & 0x7fffffffffffffffull), last_n = p->repeat_last_n;
+  JsonFields f(j);
+  f.Number("temperature", 0, 100, &t).Number("top_p", 0, 1, &tp).Number("min_p", 0, 1, &mp);
+  f.Number("repeat_penalty", 0, 100, &rp).Int("top_k", -1, 1 << 20, &tk).Int("repeat_last_n", 0, 1 << 20, &last_n);
+  f.Int("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &seed);
+  TLR_RETURN_IF_ERROR(f.status());
+  p->temperature = static_cast<float>(t);
+  p->top_p = static_cast<float>(tp);
+  p->min_p = static_cast<float>(mp);
+  p->repeat_penalty = static_cast<float>(rp);
+  p->top_k = static_cast<int32_t>(tk);
+  p->repeat_last_n = static_cast<int32_t>(last_n);
+  p->seed = static_cast<uint64_t>(seed);
+  return p->Validate();
+}
+
+}  // namespace tlr::server

@@ -1,0 +1,84 @@
+// BatchScheduler (server layer, part of LlmEngine): continuous batching on one worker thread
+// that owns the model's forward context. Every call waiting when the model is free joins one
+// Forward pass: first one decode step of every generating call, then prefill chunks in arrival
+// order up to max_batch_tokens, so a long prompt neither blocks the decodes nor starves behind
+// them. Calls past their deadline (the device's timeout) are dropped: unrun if still waiting
+// for their first pass, else between passes.
+//
+// Threads: Run is called by request threads, each holding the lock of the session it runs
+// on, and blocks until the call is done; the worker writes that session's cache and tokens
+// while its caller waits (the hand-over goes through the queue's and the call's mutexes).
+// Between calls the worker runs `housekeeping` about every 5 s (the engine's TTL sweep).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/llm_engine.h"
+#include "server/session_store.h"
+
+namespace tlr {
+
+// One call for the scheduler: ingest `feed` into a session whose cache exists, then generate.
+struct BatchCall {
+  EngineSession* session = nullptr;  // locked by the caller for the whole call
+  std::vector<int32_t> feed;         // tokens to ingest (at least one)
+  int n = 1;                         // tokens to generate
+  SamplerParams sampling;            // validated
+  int top_logprobs = 0;
+  const LlmEngine::TokenCallback* on_token = nullptr;  // may be null
+  double deadline_s = 0;             // no pass starts after this (0: never); the device has gone
+};
+
+struct BatchOutcome {
+  EngineReply reply;
+  std::string error;     // empty on success
+  bool overload = false; // failed because the server stops or the call timed out (503)
+  bool started = false;  // took part in a forward pass (the cache may be partly written)
+};
+
+class BatchScheduler {
+ public:
+  // `pool` runs the forward passes (may be null); `metrics` may be null (the engine declares
+  // the metrics it adds to).
+  BatchScheduler(const Model& model, ThreadPool* pool, int64_t max_batch_tokens, Metrics* metrics,
+                 std::function<void()> housekeeping);
+  ~BatchScheduler();  // fails the calls still queued or running (overload) and joins the worker
+  BatchScheduler(const BatchScheduler&) = delete;
+  BatchScheduler& operator=(const BatchScheduler&) = delete;
+
+  BatchOutcome Run(BatchCall call);
+
+  int64_t prefill_tokens() const { return prefill_tokens_.load(); }
+  int64_t decode_tokens() const { return decode_tokens_.load(); }
+
+ private:
+  struct Job;
+  void WorkerLoop();
+  void Step(std::vector<Job*>& active);
+
+  const Model& model_;
+  ThreadPool* pool_;
+  const int64_t max_batch_tokens_;
+  Metrics* metrics_;
+  std::function<void()> housekeeping_;
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<Job*> queue_;
+  bool stop_ = false;
+  std::atomic<int64_t> prefill_tokens_{0}, decode_tokens_{0};
+  std::unique_ptr<ForwardContext> ctx_;  // the worker's
+  std::thread worker_;
+};
+
+}  // namespace tlr

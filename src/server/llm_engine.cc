@@ -1,0 +1,265 @@
+// LlmEngine: checks each call and prepares its session; the session store and the batch
+// scheduler do the rest (see llm_engine.h).
+#include "server/llm_engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "net/protocol.h"
+#include "server/batch_scheduler.h"
+#include "server/session_store.h"
+
+namespace tlr {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+EngineResult Fail(EngineCode code, std::string message) {
+  EngineResult r;
+  r.code = code;
+  r.message = std::move(message);
+  return r;
+}
+
+}  // namespace
+
+int HttpStatusOf(EngineCode code) {
+  switch (code) {
+    case EngineCode::kOk: return 200;
+    case EngineCode::kBadRequest: return 400;
+    case EngineCode::kNotFound: return 404;
+    case EngineCode::kConflict: return 409;
+    case EngineCode::kOverloaded: return 503;
+    case EngineCode::kInternal: return 500;
+  }
+  return 500;
+}
+
+std::string_view EngineCodeName(EngineCode code) {
+  switch (code) {
+    case EngineCode::kOk: return "ok";
+    case EngineCode::kBadRequest: return "invalid_request";
+    case EngineCode::kNotFound: return "unknown_session";
+    case EngineCode::kConflict: return "resync";
+    case EngineCode::kOverloaded: return "overloaded";
+    case EngineCode::kInternal: return "internal";
+  }
+  return "internal";
+}
+
+LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& limits, Metrics* metrics)
+    : model_(model), limits_(limits), metrics_(metrics) {
+  bytes_per_token_ = KvCache::BytesPerPosition(model.config(), model.kv_type());
+  if (metrics_) {
+    metrics_->DeclareCounter("tlr_prefill_tokens_total", "Tokens ingested from requests (delta prefill)");
+    metrics_->DeclareCounter("tlr_decode_tokens_total", "Generated tokens fed back into a KV cache");
+    metrics_->DeclareCounter("tlr_generated_tokens_total", "Tokens generated");
+    metrics_->DeclareCounter("tlr_evictions_total", "Session KV caches evicted under the KV budget");
+    metrics_->DeclareCounter("tlr_sessions_expired_total", "Sessions deleted after the idle TTL");
+    metrics_->DeclareCounter("tlr_resyncs_total", "Next-token calls answered with a conflict (device resends)");
+    metrics_->DeclareCounter("tlr_forward_passes_total", "Batched forward passes");
+    metrics_->DeclareCounter("tlr_calls_expired_total", "Calls dropped unstarted after their timeout_ms (overload)");
+    metrics_->DeclareCounter("tlr_calls_abandoned_total", "Calls stopped between forward passes after their timeout_ms");
+    metrics_->DeclareCounter("tlr_lookahead_tokens_total", "Lookahead tokens generated for devices' drafts (native protocol)");
+    metrics_->DeclareCounter("tlr_rewound_tokens_total", "Tokens dropped from sessions by calls with a smaller base (pipelined or rewinding devices)");
+    metrics_->DeclareGauge("tlr_sessions", "Open sessions");
+    metrics_->DeclareGauge("tlr_kv_bytes", "KV cache bytes in use (sessions and prompt cache)");
+    metrics_->DeclareGauge("tlr_kv_budget_bytes", "KV cache budget");
+    metrics_->DeclareHistogram("tlr_batch_sequences", "Sequences per forward pass",
+                               {1, 2, 4, 8, 16, 32, 64, 128});
+    metrics_->DeclareHistogram("tlr_batch_tokens", "Tokens per forward pass", {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024});
+    metrics_->DeclareHistogram("tlr_queue_seconds", "Time a call waited before its first pass",
+                               {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
+    for (const char* c : {"tlr_prefill_tokens_total", "tlr_decode_tokens_total", "tlr_generated_tokens_total",
+                          "tlr_evictions_total", "tlr_sessions_expired_total", "tlr_resyncs_total", "tlr_forward_passes_total", "tlr_calls_expired_total",
+                          "tlr_calls_abandoned_total", "tlr_lookahead_tokens_total", "tlr_rewound_tokens_total"}) {
+      metrics_->Add(c, 0);  // present from the start
+    }
+    metrics_->Set("tlr_kv_budget_bytes", static_cast<double>(limits_.kv_budget_bytes));
+    metrics_->Set("tlr_sessions", 0);
+    metrics_->Set("tlr_kv_bytes", 0);
+  }
+  store_ = std::make_unique<SessionStore>(limits_, bytes_per_token_, metrics_);
+  scheduler_ = std::make_unique<BatchScheduler>(model_, pool, limits_.max_batch_tokens, metrics_, [this] {
+    if (store_->SweepExpired() > 0) PublishGauges();
+  });
+}
+
+LlmEngine::~LlmEngine() = default;
+
+int64_t LlmEngine::session_count() const { return store_->count(); }
+uint64_t LlmEngine::kv_bytes() const { return store_->kv_bytes(); }
+int64_t LlmEngine::prefill_tokens() const { return scheduler_->prefill_tokens(); }
+int64_t LlmEngine::decode_tokens() const { return scheduler_->decode_tokens(); }
+bool LlmEngine::HasSession(const std::string& id) const { return store_->Find(id) != nullptr; }
+
+void LlmEngine::PublishGauges() {
+  if (!metrics_) return;
+  metrics_->Set("tlr_sessions", static_cast<double>(session_count()));
+  metrics_->Set("tlr_kv_bytes", static_cast<double>(kv_bytes()));
+}
+
+EngineResult LlmEngine::CreateSession(SessionInfo* info) {
+  if (store_->SweepExpired() > 0) PublishGauges();
+  std::shared_ptr<EngineSession> s = store_->Create();
+  if (!s) {
+    return Fail(EngineCode::kOverloaded, "the server holds its maximum of " + std::to_string(limits_.max_sessions) +
+                                             " sessions; delete unused ones or retry later");
+  }
+  info->id = s->id;
+  info->max_context = limits_.max_context;
+  info->max_tokens_per_call = limits_.max_tokens_per_call;
+  info->ttl_s = limits_.session_ttl_s;
+  PublishGauges();
+  return {};
+}
+
+bool LlmEngine::DeleteSession(const std::string& id) {
+  if (!store_->Delete(id)) return false;
+  PublishGauges();
+  return true;
+}
+
+EngineResult LlmEngine::Next(const NextRequest& req) {
+  const auto arrived = Clock::now();
+  std::shared_ptr<EngineSession> sp = store_->Find(req.session);
+  if (!sp) return Fail(EngineCode::kNotFound, "unknown session '" + req.session + "' (expired, deleted or the server restarted): create a new one");
+  EngineSession* s = sp.get();
+  std::lock_guard<std::mutex> sl(s->mu);
+  s->last_used = Clock::now();
+  if (!req.request_id.empty()) {
+    for (const auto& [rid, reply] : s->recent) {
+      if (rid == req.request_id) {
+        EngineResult r;
+        r.reply = reply;
+        r.reply.replayed = true;
+        return r;
+      }
+    }
+  }
+  if (req.append.empty()) return Fail(EngineCode::kBadRequest, "'append' must hold at least one token");
+  if (req.n < 1 || req.n > limits_.max_tokens_per_call) {
+    return Fail(EngineCode::kBadRequest, "'n' must be in 1.." + std::to_string(limits_.max_tokens_per_call));
+  }
+  const int64_t V = model_.config().n_vocab;
+  for (int32_t t : req.append) {
+    if (t < 0 || t >= V) return Fail(EngineCode::kBadRequest, "token id " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(V - 1) + ")");
+  }
+  if (req.top_logprobs < 0 || req.top_logprobs > 20) return Fail(EngineCode::kBadRequest, "'top_logprobs' must be in 0..20");
+  const int64_t held = static_cast<int64_t>(s->tokens.size());
+  if (req.base < 0 || req.base > held ||
+      TokenPrefixHash(std::span<const int32_t>(s->tokens.data(), static_cast<size_t>(req.base))) != req.prefix_hash) {
+    if (metrics_) metrics_->Add("tlr_resyncs_total", 1);
+    EngineResult r = Fail(EngineCode::kConflict, "the session holds " + std::to_string(held) +
+                                                     " tokens that do not match base " + std::to_string(req.base) +
+                                                     " and its prefix hash; resend from what it holds");
+    r.held = held;
+    r.held_hash = TokenPrefixHash(s->tokens);
+    r.version = s->version;
+    return r;
+  }
+  if (req.lookahead < 0) return Fail(EngineCode::kBadRequest, "'lookahead' must not be negative");
+  // The session ends up holding base + append + n - 1 tokens (the last one is not fed back).
+  const int64_t need = req.base + static_cast<int64_t>(req.append.size()) + req.n - 1;
+  if (need > limits_.max_context) {
+    return Fail(EngineCode::kBadRequest, "context of " + std::to_string(need + 1) + " tokens (base + append + n) exceeds the server's limit of " + std::to_string(limits_.max_context) + " + 1");
+  }
+  // Lookahead is a hint: as much as the per-call and context limits leave.
+  const int lookahead = static_cast<int>(std::max<int64_t>(
+      0, std::min<int64_t>({req.lookahead, limits_.max_tokens_per_call - req.n, limits_.max_context - need})));
+  if (metrics_ && held > req.base) metrics_->Add("tlr_rewound_tokens_total", static_cast<double>(held - req.base));
+  if (s->cache) s->cache->Truncate(req.base);
+  s->tokens.resize(static_cast<size_t>(req.base));
+  ++s->version;
+  // Time already spent waiting for the session (an earlier call of the same device) counts.
+  const double left = req.timeout_s > 0 ? std::max(1e-6, req.timeout_s - Since(arrived)) : 0;
+  EngineResult r = Run(s, req.append, req.n + lookahead, req.sampling, req.top_logprobs, nullptr, left);
+  s->last_used = Clock::now();
+  if (r.ok()) {
+    // The first n tokens answer the call; the rest is the lookahead draft.
+    EngineReply& rep = r.reply;
+    if (static_cast<int>(rep.tokens.size()) > req.n) {
+      rep.lookahead.assign(rep.tokens.begin() + req.n, rep.tokens.end());
+      rep.tokens.resize(static_cast<size_t>(req.n));
+      rep.logprobs.resize(std::min(rep.logprobs.size(), static_cast<size_t>(req.n)));
+      if (rep.top.size() > static_cast<size_t>(req.n)) rep.top.resize(static_cast<size_t>(req.n));
+      if (metrics_) metrics_->Add("tlr_lookahead_tokens_total", static_cast<double>(rep.lookahead.size()));
+    }
+    rep.version = s->version;
+  }
+  if (r.ok() && !req.request_id.empty()) {
+    s->recent.emplace_back(req.request_id, r.reply);
+    while (static_cast<int>(s->recent.size()) > limits_.recent_replies) s->recent.pop_front();
+  }
+  return r;
+}
+
+EngineResult LlmEngine::Complete(std::span<const int32_t> prompt, int max_tokens, const SamplerParams& sampling,
+                                 int top_logprobs, const TokenCallback& on_token) {
+  if (prompt.empty()) return Fail(EngineCode::kBadRequest, "the prompt is empty");
+  if (max_tokens < 1 || max_tokens > limits_.max_tokens_per_call) {
+    return Fail(EngineCode::kBadRequest, "'max_tokens' must be in 1.." + std::to_string(limits_.max_tokens_per_call));
+  }
+  const int64_t V = model_.config().n_vocab;
+  for (int32_t t : prompt) {
+    if (t < 0 || t >= V) return Fail(EngineCode::kBadRequest, "token id " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(V - 1) + ")");
+  }
+  if (static_cast<int64_t>(prompt.size()) + max_tokens - 1 > limits_.max_context) {
+    return Fail(EngineCode::kBadRequest, "prompt of " + std::to_string(prompt.size()) + " tokens + max_tokens " + std::to_string(max_tokens) + " exceeds the server's context limit of " + std::to_string(limits_.max_context));
+  }
+  // The free slot with the longest common prefix (else a temporary cache).
+  std::shared_ptr<EngineSession> best;
+  std::unique_lock<std::mutex> lock;  // best's (declared after it: unlocked before it may go)
+  size_t best_common = 0;
+  bool temporary = false;
+  best = store_->AcquireSlot(prompt, &lock, &best_common, &temporary);
+  EngineSession* s = best.get();
+  s->last_used = Clock::now();
+  const size_t common = std::min(best_common, prompt.size() - 1);
+  if (s->cache) s->cache->Truncate(static_cast<int64_t>(common));
+  s->tokens.resize(common);
+  std::vector<int32_t> feed(prompt.begin() + static_cast<std::ptrdiff_t>(common), prompt.end());
+  EngineResult r = Run(s, std::move(feed), max_tokens, sampling, top_logprobs, on_token);
+  s->last_used = Clock::now();
+  if (temporary) store_->ReleaseTemporary(best);
+  return r;
+}
+
+// Runs one call on a locked session through the batch scheduler and waits for it.
+EngineResult LlmEngine::Run(EngineSession* s, std::vector<int32_t> feed, int n, const SamplerParams& sampling,
+                            int top_logprobs, const TokenCallback& on_token, double deadline_s) {
+  Status valid = sampling.Validate();
+  if (!valid.ok()) return Fail(EngineCode::kBadRequest, valid.message());
+  std::string why;
+  const int64_t need = static_cast<int64_t>(s->tokens.size() + feed.size()) + n - 1;
+  if (!store_->MakeRoom(s, need, &why)) return Fail(EngineCode::kOverloaded, why);
+  if (!s->cache) {
+    // 4 KiB pages touched as positions are written: the KV budget counts positions in use.
+    auto c = model_.NewCache(limits_.max_context, KvMemory::kOnDemand);
+    if (!c.ok()) return Fail(EngineCode::kOverloaded, c.status().message());
+    s->cache = std::make_unique<KvCache>(std::move(c).value());
+  }
+  BatchCall call;
+  call.session = s;
+  call.feed = std::move(feed);
+  call.n = n;
+  call.sampling = sampling;
+  call.top_logprobs = top_logprobs;
+  call.on_token = on_token ? &on_token : nullptr;
+  call.deadline_s = deadline_s;
+  BatchOutcome out = scheduler_->Run(std::move(call));
+  PublishGauges();
+  if (!out.error.empty()) {
+    // A started call may have partly written the cache: forget it (the device resyncs).
+    if (out.started) SessionStore::EvictCache(s);
+    return Fail(out.overload ? EngineCode::kOverloaded : EngineCode::kInternal, out.error);
+  }
+  EngineResult r;
+  r.reply = std::move(out.reply);
+  r.reply.position = static_cast<int64_t>(s->tokens.size());
+  return r;
+}
+
+}  // namespace tlr

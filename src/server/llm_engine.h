@@ -1,0 +1,156 @@
+// LlmEngine (server layer): the server's model runner. Sessions with their own KV cache,
+// ingesting only the tokens they have not seen, and continuous batching: every call waiting
+// when the model is free joins one Forward pass (delta prefills and decode steps mixed), so
+// many devices share each pass over the weights.
+//
+// The parts: the session store (session_store.h: who holds which KV cache, the budget, the
+// TTL) and the batch scheduler (batch_scheduler.h: the worker thread and its passes); this
+// class checks each call, prepares its session and hands it to the scheduler.
+//
+// Threads: HTTP handlers call CreateSession / Next / Complete and block until their answer;
+// one worker thread owns the model and runs the batches. A session serves one call at a time
+// (later calls for it wait their turn); different sessions proceed together.
+//
+// Scheduling: each pass first takes one decode step of every generating call, then fills the
+// rest of the token budget (max_batch_tokens) with prefill chunks in arrival order, so a long
+// prompt neither blocks the decodes nor starves behind them.
+//
+// Memory: KV bytes are counted per session (positions ever written x bytes per position). A
+// call that would pass the budget first evicts idle sessions' caches, least recently used
+// first (the session stays; its next call gets a conflict saying it holds 0 tokens and the
+// device resends). Idle sessions expire after the TTL.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/model.h"
+#include "model/sampler.h"
+#include "net/metrics.h"
+
+namespace tlr {
+
+class ThreadPool;
+class SessionStore;
+class BatchScheduler;
+struct EngineSession;
+
+struct EngineLimits {
+  int64_t max_sessions = 1024;
+  int64_t max_context = 4096;         // tokens a session can hold (its KV cache size)
+  uint64_t kv_budget_bytes = 4ull << 30;
+  int max_tokens_per_call = 256;      // n of one next-token call / max_tokens of a completion
+  double session_ttl_s = 600;         // idle sessions are deleted after this
+  int64_t max_batch_tokens = 512;     // tokens per forward pass
+  int prompt_cache_slots = 4;         // KV caches reused by the OpenAI endpoints (by prefix)
+  int recent_replies = 16;            // per session, for request_id idempotency
+};
+
+enum class EngineCode { kOk, kBadRequest, kNotFound, kConflict, kOverloaded, kInternal };
+
+struct TopLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+};
+
+struct EngineReply {
+  std::vector<int32_t> tokens;                 // the n asked for
+  std::vector<int32_t> lookahead;              // generated after them when asked (Next only)
+  int64_t version = 0;                         // the session's state counter after the call
+  std::vector<float> logprobs;                 // of each returned token
+  std::vector<std::vector<TopLogprob>> top;    // per token, when asked for
+  int64_t position = 0;                        // tokens the session holds after the call
+  int64_t prefilled = 0;                       // tokens the server ingested for this call
+  double queue_s = 0, compute_s = 0;
+  std::string finish = "length";               // "length", "eos" or "stop" (callback said so)
+  bool replayed = false;                       // a repeated request_id: the stored answer
+};
+
+struct EngineResult {
+  EngineCode code = EngineCode::kOk;
+  std::string message;
+  EngineReply reply;
+  // On kConflict: what the session holds.
+  int64_t held = 0;
+  uint64_t held_hash = 0;
+  int64_t version = 0;
+  bool ok() const { return code == EngineCode::kOk; }
+};
+
+struct NextRequest {
+  std::string session, request_id;
+  int64_t base = 0;              // tokens the device believes the session holds
+  uint64_t prefix_hash = 0;      // TokenPrefixHash of those tokens
+  std::vector<int32_t> append;   // new tokens (at least one)
+  int n = 1;
+  // Extra tokens of the LLM's continuation after the n, in the same passes (the device keeps
+  // them as a draft). A hint: the server gives what fits its limits.
+  int lookahead = 0;
+  SamplerParams sampling;
+  int top_logprobs = 0;
+  // The device gives up after this long (0: never). A call still waiting for its first
+  // forward pass when it passes is dropped (503): no work for an answer nobody reads.
+  double timeout_s = 0;
+};
+
+struct SessionInfo {
+  std::string id;
+  int64_t max_context = 0;
+  int max_tokens_per_call = 0;
+  double ttl_s = 0;
+};
+
+class LlmEngine {
+ public:
+  // `pool` runs the forward passes (may be null); `metrics` may be null.
+  LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& limits, Metrics* metrics);
+  ~LlmEngine();
+  LlmEngine(const LlmEngine&) = delete;
+  LlmEngine& operator=(const LlmEngine&) = delete;
+
+  EngineResult CreateSession(SessionInfo* info);
+  bool DeleteSession(const std::string& id);
+  // Whether a session is open (not deleted, not expired by the last sweep).
+  bool HasSession(const std::string& id) const;
+  EngineResult Next(const NextRequest& req);
+
+  // Generation from a whole prompt (the OpenAI endpoints): uses the prompt-cache slot sharing
+  // the longest prefix with it, so a device resending a growing context is cheap.
+  // on_token(id, logprob, top) returns false to stop (stop string found, client gone).
+  using TokenCallback = std::function<bool(int32_t, float, const std::vector<TopLogprob>&)>;
+  EngineResult Complete(std::span<const int32_t> prompt, int max_tokens, const SamplerParams& sampling,
+                        int top_logprobs, const TokenCallback& on_token);
+
+  const Model& model() const { return model_; }
+  const EngineLimits& limits() const { return limits_; }
+  int64_t session_count() const;
+  uint64_t kv_bytes() const;
+  uint64_t kv_bytes_per_token() const { return bytes_per_token_; }
+  // Tokens ingested into KV caches since start: from requests, and generated tokens fed back.
+  int64_t prefill_tokens() const;
+  int64_t decode_tokens() const;
+
+ private:
+  EngineResult Run(EngineSession* s, std::vector<int32_t> feed, int n, const SamplerParams& sampling,
+                   int top_logprobs, const TokenCallback& on_token, double deadline_s = 0);
+  void PublishGauges();
+
+  const Model& model_;
+  EngineLimits limits_;
+  Metrics* metrics_;
+  uint64_t bytes_per_token_ = 0;
+  // The store outlives the scheduler, whose worker sweeps it.
+  std::unique_ptr<SessionStore> store_;
+  std::unique_ptr<BatchScheduler> scheduler_;
+};
+
+// Status code for an engine result (200, 400, 404, 409, 503, 500).
+int HttpStatusOf(EngineCode code);
+std::string_view EngineCodeName(EngineCode code);  // "ok", "bad_request", ...
+
+}  // namespace tlr

@@ -1,0 +1,371 @@
+// LlmEngine: sessions, delta ingest, conflicts, idempotency, eviction, expiry and batching,
+// against the in-process LLM backend as the reference (demo LLM, greedy).
+#include "server/llm_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "device/llm_backend.h"
+#include "net/protocol.h"
+#include "ops/thread_pool.h"
+
+namespace tlr {
+namespace {
+
+const std::string kLlm = std::string(TLR_SOURCE_DIR) + "/models/demo/llm.gguf";
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { llm_ = Model::Load(kLlm)->release(); }
+  static void TearDownTestSuite() { delete llm_; }
+
+  std::vector<int32_t> Prompt(const std::string& text) const { return llm_->tokenizer().Encode(text, true); }
+  // Greedy next tokens from scratch (a fresh in-process backend).
+  std::vector<int32_t> Reference(const std::vector<int32_t>& ctx, int n) const {
+    InProcessLlm ref(*llm_, 1, 1024);
+    return ref.Next(ctx, n, SamplerParams{})->tokens;
+  }
+  static NextRequest Call(const std::string& session, const std::vector<int32_t>& held, const std::vector<int32_t>& ctx,
+                          int n, const std::string& rid) {
+    NextRequest r;
+    r.session = session;
+    r.request_id = rid;
+    r.base = static_cast<int64_t>(held.size());
+    r.prefix_hash = TokenPrefixHash(held);
+    r.append.assign(ctx.begin() + static_cast<std::ptrdiff_t>(held.size()), ctx.end());
+    r.n = n;
+    return r;
+  }
+  // One thread per prompt, each with its own session, making n_calls one-token calls and
+  // keeping each answer (the device takes every LLM token). With `retry`, as a device under a
+  // tight KV budget: a conflict (evicted) resends everything, an overload waits 1 ms and
+  // retries. Returns the answers; a failed device leaves its message in (*errors)[d].
+  std::vector<std::vector<int32_t>> RunDevices(LlmEngine& engine, const std::vector<std::vector<int32_t>>& prompts,
+                                               int n_calls, bool retry, std::vector<std::string>* errors) const {
+    const size_t n = prompts.size();
+    std::vector<std::vector<int32_t>> answers(n);
+    errors->assign(n, "");
+    std::vector<std::thread> devices;
+    for (size_t d = 0; d < n; ++d) {
+      devices.emplace_back([&, d] {
+        SessionInfo info;
+        if (!engine.CreateSession(&info).ok()) {
+          (*errors)[d] = "no session";
+          return;
+        }
+        std::vector<int32_t> ctx = prompts[d], held;
+        for (int k = 0, tries = 0; k < n_calls; ++tries) {
+          EngineResult r = engine.Next(Call(info.id, held, ctx, 1, std::to_string(k)));
+          if (retry && tries < 100000 && r.code == EngineCode::kConflict) {
+            held.clear();
+            continue;
+          }
+          if (retry && tries < 100000 && r.code == EngineCode::kOverloaded) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            continue;
+          }
+          if (!r.ok()) {
+            (*errors)[d] = r.message;
+            return;
+          }
+          held = ctx;
+          ctx.push_back(r.reply.tokens[0]);
+          answers[d].push_back(r.reply.tokens[0]);
+          ++k;
+        }
+      });
+    }
+    for (auto& t : devices) t.join();
+    return answers;
+  }
+  static Model* llm_;
+};
+Model* EngineTest::llm_ = nullptr;
+
+TEST_F(EngineTest, DeltaCallsMatchFromScratchGreedy) {
+  Metrics metrics;
+  LlmEngine engine(*llm_, nullptr, EngineLimits{}, &metrics);
+  SessionInfo info;
+  ASSERT_TRUE(engine.CreateSession(&info).ok());
+  std::vector<int32_t> ctx = Prompt("Question: Where would you find a zinthar?\nA. marsh");
+  std::vector<int32_t> held;
+  int64_t sent = 0;
+  for (int step = 0; step < 5; ++step) {
+    EngineResult r = engine.Next(Call(info.id, held, ctx, 2, std::to_string(step)));
+    ASSERT_TRUE(r.ok()) << r.message;
+    sent += static_cast<int64_t>(ctx.size() - held.size());
+    EXPECT_EQ(r.reply.tokens, Reference(ctx, 2)) << "step " << step;
+    // The session holds the context and the first generated token (fed back for the second).
+    EXPECT_EQ(r.reply.position, static_cast<int64_t>(ctx.size()) + 1);
+    held = ctx;
+    held.push_back(r.reply.tokens[0]);
+    // The device keeps the first token, then its SLM adds two of its own.
+    ctx.push_back(r.reply.tokens[0]);
+    ctx.push_back(11);
+    ctx.push_back(12);
+  }
+  EXPECT_EQ(engine.prefill_tokens(), sent);
+  EXPECT_EQ(engine.decode_tokens(), 5);
+  EXPECT_EQ(metrics.Value("tlr_prefill_tokens_total"), static_cast<double>(sent));
+}
+
+TEST_F(EngineTest, ConflictReportsWhatTheSessionHolds) {
+  LlmEngine engine(*llm_, nullptr, EngineLimits{}, nullptr);
+  SessionInfo info;
+  ASSERT_TRUE(engine.CreateSession(&info).ok());
+  const std::vector<int32_t> ctx = Prompt("Question: What is a bolrin made of?");
+  ASSERT_TRUE(engine.Next(Call(info.id, {}, ctx, 1, "a")).ok());
+  // The device claims more than the session holds.
+  std::vector<int32_t> longer = ctx;
+  longer.push_back(5);
+  longer.push_back(6);
+  NextRequest bad = Call(info.id, longer, longer, 1, "b");
+  bad.append = {7};
+  EngineResult r = engine.Next(bad);
+  EXPECT_EQ(r.code, EngineCode::kConflict);
+  EXPECT_EQ(r.held, static_cast<int64_t>(ctx.size()));
+  EXPECT_EQ(r.held_hash, TokenPrefixHash(ctx));
+  // A wrong hash for a valid length is a conflict too.
+  NextRequest wrong = Call(info.id, ctx, longer, 1, "c");
+  wrong.prefix_hash ^= 1;
+  EXPECT_EQ(engine.Next(wrong).code, EngineCode::kConflict);
+  // Resending from what it holds works and equals the reference.
+  EngineResult ok = engine.Next(Call(info.id, ctx, longer, 1, "d"));
+  ASSERT_TRUE(ok.ok()) << ok.message;
+  EXPECT_EQ(ok.reply.tokens, Reference(longer, 1));
+  // A shorter base (the device went back) truncates and still matches.
+  std::vector<int32_t> edited(ctx.begin(), ctx.begin() + 4);
+  edited.push_back(9);
+  EngineResult back = engine.Next(Call(info.id, std::vector<int32_t>(ctx.begin(), ctx.begin() + 4), edited, 1, "e"));
+  ASSERT_TRUE(back.ok()) << back.message;
+  EXPECT_EQ(back.reply.tokens, Reference(edited, 1));
+  EXPECT_EQ(back.reply.position, 5);
+}
+
+TEST_F(EngineTest, RepeatedRequestIdIsAnsweredOnceAndNotAppendedTwice) {
+  LlmEngine engine(*llm_, nullptr, EngineLimits{}, nullptr);
+  SessionInfo info;
+  ASSERT_TRUE(engine.CreateSession(&info).ok());
+  const std::vector<int32_t> ctx = Prompt("Question: What is a drelk used for?");
+  EngineResult a = engine.Next(Call(info.id, {}, ctx, 3, "same"));
+  ASSERT_TRUE(a.ok());
+  const int64_t ingested = engine.prefill_tokens() + engine.decode_tokens();
+  EngineResult b = engine.Next(Call(info.id, {}, ctx, 3, "same"));
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE(b.reply.replayed);
+  EXPECT_EQ(b.reply.tokens, a.reply.tokens);
+  EXPECT_EQ(b.reply.position, a.reply.position);
+  EXPECT_EQ(engine.prefill_tokens() + engine.decode_tokens(), ingested);
+}
+
+TEST_F(EngineTest, BadCallsAreRejected) {
+  EngineLimits lim;
+  lim.max_context = 64;
+  LlmEngine engine(*llm_, nullptr, lim, nullptr);
+  SessionInfo info;
+  ASSERT_TRUE(engine.CreateSession(&info).ok());
+  EXPECT_EQ(engine.Next(Call("nope", {}, {1, 2}, 1, "")).code, EngineCode::kNotFound);
+  EXPECT_EQ(engine.Next(Call(info.id, {}, {}, 1, "")).code, EngineCode::kBadRequest);
+  EXPECT_EQ(engine.Next(Call(info.id, {}, {1, -3}, 1, "")).code, EngineCode::kBadRequest);
+  EXPECT_EQ(engine.Next(Call(info.id, {}, {1, 1 << 30}, 1, "")).code, EngineCode::kBadRequest);
+  EXPECT_EQ(engine.Next(Call(info.id, {}, {1, 2}, 0, "")).code, EngineCode::kBadRequest);
+  EXPECT_EQ(engine.Next(Call(info.id, {}, std::vector<int32_t>(65, 3), 1, "")).code, EngineCode::kBadRequest);
+  EXPECT_TRUE(engine.Next(Call(info.id, {}, std::vector<int32_t>(64, 3), 1, "")).ok());  // fills the context exactly
+  EXPECT_TRUE(engine.DeleteSession(info.id));
+  EXPECT_FALSE(engine.DeleteSession(info.id));
+  EXPECT_EQ(engine.Next(Call(info.id, {}, {1, 2}, 1, "")).code, EngineCode::kNotFound);
+}
+
+TEST_F(EngineTest, KvBudgetEvictsTheLeastRecentlyUsedIdleSession) {
+  Metrics metrics;
+  EngineLimits lim;
+  LlmEngine probe(*llm_, nullptr, lim, nullptr);
+  lim.kv_budget_bytes = probe.kv_bytes_per_token() * 100;  // room for 100 positions
+  lim.prompt_cache_slots = 0;
+  LlmEngine engine(*llm_, nullptr, lim, &metrics);
+  SessionInfo a, b;
+  ASSERT_TRUE(engine.CreateSession(&a).ok());
+  ASSERT_TRUE(engine.CreateSession(&b).ok());
+  std::vector<int32_t> ca(60, 40), cb(60, 41);
+  ASSERT_TRUE(engine.Next(Call(a.id, {}, ca, 1, "1")).ok());
+  EXPECT_LE(engine.kv_bytes(), lim.kv_budget_bytes);
+  ASSERT_TRUE(engine.Next(Call(b.id, {}, cb, 1, "2")).ok());  // evicts a
+  EXPECT_LE(engine.kv_bytes(), lim.kv_budget_bytes);
+  EXPECT_EQ(metrics.Value("tlr_evictions_total"), 1);
+  ca.push_back(42);
+  EngineResult r = engine.Next(Call(a.id, std::vector<int32_t>(60, 40), ca, 1, "3"));
+  EXPECT_EQ(r.code, EngineCode::kConflict);
+  EXPECT_EQ(r.held, 0);
+  // Resent from zero it works (evicting b in turn) and matches the reference.
+  r = engine.Next(Call(a.id, {}, ca, 1, "4"));
+  ASSERT_TRUE(r.ok()) << r.message;
+  EXPECT_EQ(r.reply.tokens, Reference(ca, 1));
+  // One call larger than the whole budget is refused, not served by evicting everyone.
+  EXPECT_EQ(engine.Next(Call(b.id, {}, std::vector<int32_t>(120, 3), 1, "5")).code, EngineCode::kOverloaded);
+}
+
+// Devices calling side by side under a budget too small for all of them: every call may evict
+// another session's cache while that session's own call is starting or finishing. Under
+// ThreadSanitizer (make tsan-test) this exercises MakeRoom's reads of other sessions.
+TEST_F(EngineTest, EvictionBetweenConcurrentSessionsKeepsEveryAnswerRight) {
+  Metrics metrics;
+  EngineLimits lim;
+  LlmEngine probe(*llm_, nullptr, lim, nullptr);
+  lim.kv_budget_bytes = probe.kv_bytes_per_token() * 80;  // about two of the four contexts
+  lim.prompt_cache_slots = 0;
+  LlmEngine engine(*llm_, nullptr, lim, &metrics);
+  constexpr int kDevices = 4, kCalls = 6;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int d = 0; d < kDevices; ++d) prompts.emplace_back(24, 30 + d);
+  std::vector<std::string> errors;
+  const auto answers = RunDevices(engine, prompts, kCalls, /*retry=*/true, &errors);
+  for (int d = 0; d < kDevices; ++d) {
+    ASSERT_TRUE(errors[d].empty()) << "device " << d << ": " << errors[d];
+    EXPECT_EQ(Reference(prompts[d], kCalls), answers[d]) << "device " << d;
+  }
+  EXPECT_GT(metrics.Value("tlr_evictions_total"), 0);
+  EXPECT_LE(engine.kv_bytes(), lim.kv_budget_bytes);
+}
+
+// Regression for the unlocked read in eviction (MakeRoom read another session's last_used
+// before taking its lock). Two devices each make a call on their own session from their own
+// threads and then stay idle, their threads alive: nothing orders their last writes (the end of
+// their calls touches last_used) before what this thread does next, except the sessions' own
+// locks. A third call needs room and looks at both idle sessions; each may be read only under
+// its lock. Under ThreadSanitizer (make tsan-test) the old code is a reported race on every run
+// (the second session looked at was read before its try_lock).
+TEST_F(EngineTest, EvictionLooksAtIdleSessionsOnlyUnderTheirLocks) {
+  EngineLimits lim;
+  LlmEngine probe(*llm_, nullptr, lim, nullptr);
+  lim.kv_budget_bytes = probe.kv_bytes_per_token() * 60;  // two contexts of 24, not three
+  lim.prompt_cache_slots = 0;
+  LlmEngine engine(*llm_, nullptr, lim, nullptr);
+  SessionInfo a, b, c;
+  ASSERT_TRUE(engine.CreateSession(&a).ok() && engine.CreateSession(&b).ok() && engine.CreateSession(&c).ok());
+  // Relaxed: they tell this thread the calls are over without ordering anything (only the
+  // sessions' locks may do that, as between the calls of a real server).
+  std::atomic<int> done{0};
+  std::atomic<bool> release{false};
+  std::vector<std::thread> devices;
+  for (const std::string& id : {a.id, b.id}) {
+    devices.emplace_back([&, id] {
+      EXPECT_TRUE(engine.Next(Call(id, {}, std::vector<int32_t>(24, 9), 1, "")).ok());
+      done.fetch_add(1, std::memory_order_relaxed);
+      while (!release.load(std::memory_order_relaxed)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+  }
+  while (done.load(std::memory_order_relaxed) < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const std::vector<int32_t> ctx(30, 11);
+  EngineResult r = engine.Next(Call(c.id, {}, ctx, 1, ""));
+  release.store(true, std::memory_order_relaxed);
+  for (auto& t : devices) t.join();
+  ASSERT_TRUE(r.ok()) << r.message;
+  EXPECT_EQ(r.reply.tokens, Reference(ctx, 1));
+  EXPECT_LE(engine.kv_bytes(), lim.kv_budget_bytes);  // one of the idle two was evicted
+}
+
+TEST_F(EngineTest, IdleSessionsExpireAndTheSessionLimitHolds) {
+  EngineLimits lim;
+  lim.session_ttl_s = 0.2;
+  lim.max_sessions = 2;
+  LlmEngine engine(*llm_, nullptr, lim, nullptr);
+  SessionInfo a, b, c;
+  ASSERT_TRUE(engine.CreateSession(&a).ok());
+  ASSERT_TRUE(engine.CreateSession(&b).ok());
+  EXPECT_EQ(engine.CreateSession(&c).code, EngineCode::kOverloaded);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(engine.CreateSession(&c).ok());  // the expired two are swept first
+  EXPECT_EQ(engine.session_count(), 1);
+  EXPECT_EQ(engine.Next(Call(a.id, {}, {1, 2}, 1, "")).code, EngineCode::kNotFound);
+}
+
+TEST_F(EngineTest, ConcurrentSessionsShareForwardPassesAndGetTheirOwnAnswers) {
+  Metrics metrics;
+  ThreadPool pool(1);
+  LlmEngine engine(*llm_, &pool, EngineLimits{}, &metrics);
+  constexpr int kDevices = 8, kCalls = 6;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int d = 0; d < kDevices; ++d) {
+    prompts.push_back(Prompt("Question: Where would you find a thing number " + std::to_string(d) + "?"));
+  }
+  std::vector<std::string> errors;
+  const auto answers = RunDevices(engine, prompts, kCalls, /*retry=*/false, &errors);
+  for (int d = 0; d < kDevices; ++d) {
+    ASSERT_TRUE(errors[d].empty()) << errors[d];
+    // Greedy from scratch over the same context gives the same continuation.
+    EXPECT_EQ(Reference(prompts[d], kCalls), answers[d]) << "device " << d;
+  }
+  const Metrics::HistogramSnapshot h = metrics.Histogram("tlr_batch_sequences");
+  uint64_t multi = 0;
+  for (size_t b = 1; b < h.counts.size(); ++b) multi += h.counts[b];  // passes with > 1 sequence
+  EXPECT_GT(multi, 0u) << "no forward pass ever served two sessions";
+  EXPECT_LT(h.count, static_cast<uint64_t>(kDevices * kCalls));
+}
+
+TEST_F(EngineTest, CallsPastTheirTimeoutAreDroppedBeforeTheyRun) {
+  Metrics metrics;
+  EngineLimits lim;
+  lim.max_batch_tokens = 16;  // a long prefill takes many passes and goes first (FIFO)
+  LlmEngine engine(*llm_, nullptr, lim, &metrics);
+  SessionInfo a, b;
+  ASSERT_TRUE(engine.CreateSession(&a).ok());
+  ASSERT_TRUE(engine.CreateSession(&b).ok());
+  std::thread long_call([&] { EXPECT_TRUE(engine.Next(Call(a.id, {}, std::vector<int32_t>(3000, 7), 1, "")).ok()); });
+  while (engine.prefill_tokens() == 0) std::this_thread::yield();
+  NextRequest quick = Call(b.id, {}, {1, 2, 3}, 1, "q");
+  quick.timeout_s = 0.001;
+  EngineResult r = engine.Next(quick);
+  long_call.join();
+  EXPECT_EQ(r.code, EngineCode::kOverloaded) << r.message;
+  EXPECT_EQ(metrics.Value("tlr_calls_expired_total"), 1);
+  // Nothing was computed for it, and the session is fine afterwards.
+  EXPECT_EQ(engine.prefill_tokens(), 3000);
+  EngineResult again = engine.Next(Call(b.id, {}, {1, 2, 3}, 1, "q2"));
+  ASSERT_TRUE(again.ok()) << again.message;
+  EXPECT_EQ(again.reply.tokens, Reference({1, 2, 3}, 1));
+}
+
+TEST_F(EngineTest, StartedCallsPastTheirTimeoutStopBetweenPasses) {
+  // The device waits timeout_ms; a call still running then computes for nobody. It gets no
+  // further pass, its session's partly written cache is dropped (the next call resyncs),
+  // and the calls behind it run.
+  Metrics metrics;
+  EngineLimits lim;
+  lim.max_batch_tokens = 16;  // 3000 prompt tokens take ~190 passes
+  LlmEngine engine(*llm_, nullptr, lim, &metrics);
+  SessionInfo a, b;
+  ASSERT_TRUE(engine.CreateSession(&a).ok());
+  ASSERT_TRUE(engine.CreateSession(&b).ok());
+  // How long the whole call takes here, on the other session: the timeout is a quarter.
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(engine.Next(Call(b.id, {}, std::vector<int32_t>(3000, 7), 1, "full")).ok());
+  const double full_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int64_t before = engine.prefill_tokens();
+  NextRequest slow = Call(a.id, {}, std::vector<int32_t>(3000, 7), 1, "slow");
+  slow.timeout_s = full_s / 4;
+  EngineResult r = engine.Next(slow);
+  EXPECT_EQ(r.code, EngineCode::kOverloaded) << r.message;
+  EXPECT_NE(r.message.find("past its timeout"), std::string::npos) << r.message;
+  EXPECT_EQ(metrics.Value("tlr_calls_abandoned_total"), 1);
+  EXPECT_EQ(metrics.Value("tlr_calls_expired_total"), 0);
+  const int64_t computed = engine.prefill_tokens() - before;
+  EXPECT_GT(computed, 0);
+  EXPECT_LT(computed, 3000) << "the abandoned call ran to the end";
+  // The session lost its partial cache: a call building on it is told to resend...
+  EngineResult stale = engine.Next(Call(a.id, std::vector<int32_t>(16, 7), std::vector<int32_t>(20, 7), 1, "s"));
+  EXPECT_EQ(stale.code, EngineCode::kConflict) << stale.message;
+  EXPECT_EQ(stale.held, 0);
+  // ...and both sessions answer correctly afterwards.
+  EngineResult again = engine.Next(Call(a.id, {}, {4, 5, 6}, 2, "a2"));
+  ASSERT_TRUE(again.ok()) << again.message;
+  EXPECT_EQ(again.reply.tokens, Reference({4, 5, 6}, 2));
+  EngineResult other = engine.Next(Call(b.id, {}, {1, 2, 3}, 1, "b"));
+  ASSERT_TRUE(other.ok()) << other.message;
+  EXPECT_EQ(other.reply.tokens, Reference({1, 2, 3}, 1));
+}
+
+}  // namespace
+}  // namespace tlr

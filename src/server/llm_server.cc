@@ -1,0 +1,269 @@
+// LlmServer: HTTP plumbing, auth, the native session protocol, /health and /metrics
+// (the OpenAI endpoints are in openai_api.cc). See llm_server.h and docs/protocol.md.
+#include "server/llm_server.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include "net/http_front.h"
+#include "net/protocol.h"
+#include "net/server_json.h"
+#include "server/server_requests.h"
+#include "server/session_quota.h"
+
+namespace tlr {
+
+using server::json;
+using server::SendError;
+using server::SendJson;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Route label for metrics (ids out of paths, unknown paths in one bucket).
+std::string EndpointLabel(const std::string& path) {
+  static const char* kKnown[] = {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions",
+                                 "/tlr/v1/info", "/tlr/v1/sessions", "/tlr/v1/next"};
+  for (const char* k : kKnown) {
+    if (path == k) return k;
+  }
+  if (path.rfind("/tlr/v1/sessions/", 0) == 0) return "/tlr/v1/sessions/{id}";
+  return "other";
+}
+
+// The index of the key an Authorization header carries, or -1.
+int KeyIndex(const std::string& header, const std::vector<std::string>& keys) {
+  const std::string prefix = "Bearer ";
+  if (header.size() <= prefix.size() || header.compare(0, prefix.size(), prefix) != 0) return -1;
+  const std::string given = header.substr(prefix.size());
+  int index = -1;
+  for (size_t j = 0; j < keys.size(); ++j) {
+    const std::string& k = keys[j];
+    // Constant-time over the key's length.
+    unsigned diff = given.size() != k.size();
+    for (size_t i = 0; i < k.size(); ++i) diff |= static_cast<unsigned>(k[i] ^ (i < given.size() ? given[i] : 0));
+    if (diff == 0) index = static_cast<int>(j);
+  }
+  return index;
+}
+
+}  // namespace
+
+LlmServer::LlmServer(LlmEngine* engine, Metrics* metrics, ServerOptions opts)
+    : engine_(engine), metrics_(metrics), opts_(std::move(opts)) {
+  if (opts_.model_name.empty()) opts_.model_name = "tlr-llm";
+}
+
+LlmServer::~LlmServer() { Stop(); }
+
+Status LlmServer::Start() {
+  if (opts_.tls_cert.empty() != opts_.tls_key.empty()) {
+    return Status::Error("TLS needs both --tls-cert and --tls-key");
+  }
+  if (!IsLoopbackHost(opts_.host) && opts_.api_keys.empty() && !opts_.insecure) {
+    return Status::Error("refusing to listen on " + opts_.host +
+                         " (not loopback) without an API key: give --api-key, or --insecure to allow anyone");
+  }
+  for (const std::string& k : opts_.api_keys) {
+    if (k.empty()) return Status::Error("an API key must not be empty");
+  }
+  if (!opts_.tls_cert.empty()) {
+    for (const std::string& f : {opts_.tls_cert, opts_.tls_key}) {
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(f, ec)) return Status::Error("TLS file " + f + " does not exist");
+    }
+    auto ssl = std::make_unique<httplib::SSLServer>(opts_.tls_cert.c_str(), opts_.tls_key.c_str());
+    if (!ssl->is_valid()) {
+      return Status::Error("cannot use the TLS certificate/key (" + opts_.tls_cert + ", " + opts_.tls_key +
+                           "): not PEM, or the key does not match the certificate");
+    }
+    http_ = std::move(ssl);
+    const int threads = std::max(4, opts_.http_threads);
+    http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    http_->set_keep_alive_max_count(100000);
+    http_->set_keep_alive_timeout(static_cast<time_t>(std::clamp(opts_.idle_timeout_s, 1.0, 5.0)));
+    http_->set_read_timeout(static_cast<time_t>(std::max(1.0, opts_.request_timeout_s)), 0);
+    http_->set_write_timeout(30, 0);
+    http_->set_payload_max_length(opts_.max_body_bytes);
+  } else {
+    FrontLimits lim;
+    lim.max_connections = opts_.max_connections;
+    lim.workers = std::max(4, opts_.http_threads);
+    lim.request_timeout_s = opts_.request_timeout_s;
+    lim.idle_timeout_s = opts_.idle_timeout_s;
+    lim.max_body_bytes = opts_.max_body_bytes;
+    auto front = std::make_unique<HttpFront>(lim, metrics_);
+    front_ = front.get();
+    http_ = std::move(front);
+  }
+  http_->set_tcp_nodelay(true);
+  const int64_t quota = opts_.session_quota > 0 ? opts_.session_quota
+                                                : std::max<int64_t>(1, engine_->limits().max_sessions / 4);
+  quota_ = std::make_unique<SessionQuota>(quota);
+  if (metrics_) {
+    metrics_->DeclareCounter("tlr_http_requests_total", "HTTP requests by endpoint and status");
+    metrics_->DeclareHistogram("tlr_http_request_seconds", "HTTP request latency by endpoint",
+                               {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10});
+  }
+  // Auth first (everything but /health needs a key when keys are set).
+  http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (server::RefuseBodyWithoutLength(req, res)) return httplib::Server::HandlerResponse::Handled;
+    // httplib's own model (TLS) would read a chunked body whatever its size; HttpFront bounds it.
+    if (!front_ && req.has_header("Transfer-Encoding")) {
+      SendError(res, 411, "length_required", "with TLS, send the request body with a Content-Length, not chunked");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (opts_.api_keys.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    if (KeyIndex(req.get_header_value("Authorization"), opts_.api_keys) >= 0) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    res.set_header("WWW-Authenticate", "Bearer");
+    SendError(res, 401, "unauthorized", "missing or wrong API key (send 'Authorization: Bearer <key>')");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // Errors httplib produces itself (unknown path, body too large, bad request line) get a
+  // JSON body too.
+  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 404) {
+      SendError(res, 404, "not_found", "no endpoint " + req.method + " " + req.path);
+    } else if (res.status == 413) {
+      SendError(res, 413, "body_too_large", "the request body exceeds the server's limit (--max-body)");
+    } else if (res.status == 400) {
+      SendError(res, 400, "bad_http_request", "malformed HTTP request (a POST needs a body with a Content-Length, e.g. {})");
+    } else {
+      SendError(res, res.status, "http_error", "HTTP error " + std::to_string(res.status));
+    }
+  });
+  http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+    SendError(res, 500, "internal", "internal error while handling the request");
+  });
+  http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    if (metrics_) {
+      metrics_->Add("tlr_http_requests_total", 1,
+                    {{"endpoint", EndpointLabel(req.path)}, {"status", std::to_string(res.status)}});
+    }
+  });
+  Routes();
+  RoutesOpenAi();
+  return BindAndListen(http_.get(), opts_.host, opts_.port, opts_.listen_backlog, &port_, &thread_);
+}
+
+void LlmServer::Stop() {
+  if (http_) http_->stop();
+  if (thread_.joinable()) thread_.join();
+  if (front_) front_->Close();
+}
+
+void LlmServer::Routes() {
+  const Model& model = engine_->model();
+  auto timed = [this](const char* endpoint, auto fn) {
+    return [this, endpoint, fn](const httplib::Request& req, httplib::Response& res) {
+      const auto t0 = Clock::now();
+      fn(req, res);
+      if (metrics_) {
+        metrics_->Observe("tlr_http_request_seconds",
+                          std::chrono::duration<double>(Clock::now() - t0).count(), {{"endpoint", endpoint}});
+      }
+    };
+  };
+  auto model_json = [this, &model] {
+    return json{{"name", opts_.model_name},
+                {"architecture", model.config().arch_name},
+                {"fingerprint", model.fingerprint_hex()},
+                {"vocab_fingerprint", HashHex(model.tokenizer().Fingerprint())},
+                {"n_vocab", model.config().n_vocab},
+                {"limits",
+                 {{"max_context", engine_->limits().max_context},
+                  {"max_tokens_per_call", engine_->limits().max_tokens_per_call},
+                  {"session_ttl_s", engine_->limits().session_ttl_s},
+                  {"max_body_bytes", opts_.max_body_bytes}}}};
+  };
+
+  http_->Get("/health", timed("/health", [this](const httplib::Request&, httplib::Response& res) {
+               SendJson(res, 200, {{"status", "ok"}, {"model", opts_.model_name}, {"sessions", engine_->session_count()}});
+             }));
+  http_->Get("/metrics", timed("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+               res.set_content(metrics_ ? metrics_->RenderPrometheus() : "", "text/plain; version=0.0.4");
+             }));
+  http_->Get("/tlr/v1/info", timed("/tlr/v1/info", [model_json](const httplib::Request&, httplib::Response& res) {
+               SendJson(res, 200, model_json());
+             }));
+  http_->Post("/tlr/v1/sessions", timed("/tlr/v1/sessions", [this, model_json](const httplib::Request& req, httplib::Response& res) {
+                // Who the session counts against: its API key, else the client's address.
+                const std::string client =
+                    opts_.api_keys.empty()
+                        ? "address " + req.remote_addr
+                        : "API key #" + std::to_string(KeyIndex(req.get_header_value("Authorization"), opts_.api_keys) + 1);
+                if (!quota_->Reserve(client, [this](const std::string& id) { return engine_->HasSession(id); })) {
+                  res.set_header("Retry-After", "10");
+                  return SendError(res, 429, "session_quota",
+                                   "this client (" + client + ") already holds " + std::to_string(quota_->per_client()) +
+                                       " open sessions, its quota (--session-quota); delete sessions it no longer "
+                                       "uses (DELETE /tlr/v1/sessions/ID) or wait for them to expire");
+                }
+                SessionInfo info;
+                EngineResult r = engine_->CreateSession(&info);
+                if (!r.ok()) {
+                  quota_->Cancel(client);
+                  return SendError(res, HttpStatusOf(r.code), std::string(EngineCodeName(r.code)), r.message);
+                }
+                quota_->Commit(client, info.id);
+                json j = model_json();
+                j["session"] = info.id;
+                // Also in a header: a load balancer can learn the session's replica from it
+                // without reading the body (tools/deploy/haproxy.cfg).
+                res.set_header("Location", "/tlr/v1/sessions/" + info.id);
+                SendJson(res, 201, j);
+              }));
+  http_->Delete(R"(/tlr/v1/sessions/([A-Za-z0-9-]{1,64}))",
+                timed("/tlr/v1/sessions/{id}", [this](const httplib::Request& req, httplib::Response& res) {
+                  quota_->Remove(req.matches[1]);
+                  if (!engine_->DeleteSession(req.matches[1])) {
+                    return SendError(res, 404, "unknown_session", "unknown session '" + std::string(req.matches[1]) + "'");
+                  }
+                  res.status = 204;
+                }));
+  http_->Post("/tlr/v1/next", timed("/tlr/v1/next", [this, &model](const httplib::Request& req, httplib::Response& res) {
+                auto body = server::ParseBody(req, res);
+                if (!body) return;
+                auto parsed = server::ParseNextRequest(*body, engine_->limits(), model.config().n_vocab);
+                if (!parsed.ok()) return SendError(res, 400, "invalid_request", parsed.status().message());
+                const NextRequest& nr = *parsed;
+                const int top = nr.top_logprobs, lookahead = nr.lookahead;
+                EngineResult r = engine_->Next(nr);
+                if (r.code == EngineCode::kConflict) {
+                  json e = {{"error", {{"code", "resync"}, {"message", r.message}, {"type", "resync"}}},
+                            {"held", r.held},
+                            {"held_hash", HashHex(r.held_hash)},
+                            {"version", r.version}};
+                  return SendJson(res, 409, e);
+                }
+                if (!r.ok()) return SendError(res, HttpStatusOf(r.code), std::string(EngineCodeName(r.code)), r.message);
+                json out = {{"tokens", r.reply.tokens},
+                            {"logprobs", r.reply.logprobs},
+                            {"position", r.reply.position},
+                            {"version", r.reply.version},
+                            {"finish_reason", r.reply.finish},
+                            {"replayed", r.reply.replayed},
+                            {"timing",
+                             {{"queue_ms", r.reply.queue_s * 1e3},
+                              {"compute_ms", r.reply.compute_s * 1e3},
+                              {"prefilled", r.reply.prefilled}}}};
+                if (top > 0) {
+                  json tl = json::array();
+                  for (const auto& per : r.reply.top) {
+                    json a = json::array();
+                    for (const TopLogprob& t : per) a.push_back({{"id", t.id}, {"logprob", t.logprob}});
+                    tl.push_back(a);
+                  }
+                  out["top_logprobs"] = tl;
+                }
+                if (lookahead > 0) out["lookahead"] = r.reply.lookahead;
+                SendJson(res, 200, out);
+              }));
+}
+
+}  // namespace tlr

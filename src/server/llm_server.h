@@ -1,0 +1,77 @@
+// LlmServer (server layer): the LLM side over HTTP/1.1 (keep-alive, optional TLS) — the
+// native session protocol (docs/protocol.md), an OpenAI-compatible API, /health and /metrics.
+// Every handler answers: malformed or oversized requests get a 4xx with a JSON error body
+// ({"error": {"code", "message"}}), and nothing a client sends can take the server down.
+// Over plain HTTP, connections are held by HttpFront (http_front.h): idle or slow clients hold
+// no thread, and connections, request times, headers and bodies are bounded. With TLS, httplib's
+// own model serves (one thread per connection, up to http_threads; timeouts bounded).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "net/metrics.h"
+#include "server/llm_engine.h"
+#include "util/status.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace tlr {
+
+class HttpFront;
+class SessionQuota;
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                      // 0: any free port (see LlmServer::port)
+  std::vector<std::string> api_keys;    // Bearer keys; empty: no auth (loopback only)
+  bool insecure = false;                // allow a non-loopback address without a key
+  std::string tls_cert, tls_key;        // PEM files; both or neither
+  uint64_t max_body_bytes = 4ull << 20; // Content-Length or chunked (413 past it)
+  int http_threads = 64;                // requests handled at once (an idle connection holds none)
+  int max_connections = 1024;           // open connections; the next gets 503
+  double request_timeout_s = 10;        // a request's header and body must arrive within this (408)
+  double idle_timeout_s = 30;           // an idle keep-alive connection is closed after this
+  int listen_backlog = 1024;            // connects queued by the kernel before accept
+  int64_t session_quota = 0;            // open sessions per API key (per client address without
+                                        // keys), 429 past it; 0: a quarter of max_sessions
+  std::string model_name;               // reported by /v1/models (default: the file's name)
+};
+
+class LlmServer {
+ public:
+  LlmServer(LlmEngine* engine, Metrics* metrics, ServerOptions opts);
+  ~LlmServer();
+  LlmServer(const LlmServer&) = delete;
+  LlmServer& operator=(const LlmServer&) = delete;
+
+  // Checks the options, binds and starts serving on a background thread.
+  Status Start();
+  // The bound port (after Start).
+  int port() const { return port_; }
+  bool tls() const { return !opts_.tls_cert.empty(); }
+  // Stops accepting and waits for the serving thread.
+  void Stop();
+
+ private:
+  void Routes();
+  void RoutesOpenAi();
+
+  LlmEngine* engine_;
+  Metrics* metrics_;
+  ServerOptions opts_;
+  std::unique_ptr<httplib::Server> http_;
+  HttpFront* front_ = nullptr;  // http_, over plain HTTP
+  std::unique_ptr<SessionQuota> quota_;
+  std::thread thread_;
+  int port_ = 0;
+  std::atomic<uint64_t> next_id_{1};
+};
+
+}  // namespace tlr

@@ -1,0 +1,255 @@
+// The server's OpenAI-compatible endpoints: /v1/models, /v1/completions and
+// /v1/chat/completions, with Server-Sent Events streaming (see llm_server.h). The prompt
+// cache (LlmEngine::Complete) keeps a device that resends a growing context cheap.
+#include <chrono>
+#include <ctime>
+#include <mutex>
+#include <thread>
+
+#include "model/chat_template.h"
+#include "net/protocol.h"
+#include "net/server_json.h"
+#include "net/sse_stream.h"
+#include "server/llm_server.h"
+#include "server/server_requests.h"
+
+namespace tlr {
+
+using server::json;
+using server::SendError;
+using server::SendJson;
+
+namespace {
+
+// Everything a generation produced, with the stop-string logic applied.
+class CompletionText {
+ public:
+  CompletionText(const Tokenizer& tok, std::vector<std::string> stop) : dec_(tok), stop_(std::move(stop)) {
+    for (const std::string& s : stop_) max_stop_ = std::max(max_stop_, s.size());
+  }
+  // Adds a token; returns false when a stop string has appeared (text is cut before it).
+  bool Push(int32_t id, bool end) {
+    if (end) {
+      text_ += dec_.Flush();
+      return true;
+    }
+    const size_t before = text_.size();
+    text_ += dec_.Push(id);
+    for (const std::string& s : stop_) {
+      const size_t from = before >= s.size() ? before - s.size() + 1 : 0;
+      const size_t at = text_.find(s, from);
+      if (at != std::string::npos) {
+        text_.resize(at);
+        stopped_ = true;
+        return false;
+      }
+    }
+    return true;
+  }
+  void Finish() {
+    if (!stopped_) text_ += dec_.Flush();
+  }
+  // Text that can be sent now (a possible stop-string prefix is held back).
+  std::string TakeReady(bool final) {
+    size_t ready = text_.size();
+    if (!final && max_stop_ > 1) ready = ready > max_stop_ - 1 ? ready - (max_stop_ - 1) : 0;
+    if (ready <= sent_) return "";
+    std::string out = text_.substr(sent_, ready - sent_);
+    sent_ = ready;
+    return out;
+  }
+  const std::string& text() const { return text_; }
+  bool stopped() const { return stopped_; }
+
+ private:
+  StreamDecoder dec_;
+  std::vector<std::string> stop_;
+  size_t max_stop_ = 0;
+  std::string text_;
+  size_t sent_ = 0;
+  bool stopped_ = false;
+};
+
+std::string TokenLabel(const Tokenizer& tok, int32_t id, bool as_id) {
+  return as_id ? "token_id:" + std::to_string(id) : tok.Piece(id, true);
+}
+
+std::string Sse(const json& j) { return "data: " + DumpJson(j) + "\n\n"; }
+
+}  // namespace
+
+void LlmServer::RoutesOpenAi() {
+  const Model& model = engine_->model();
+  const Tokenizer& tok = model.tokenizer();
+  http_->Get("/v1/models", [this, &model](const httplib::Request&, httplib::Response& res) {
+    const auto t0 = std::chrono::steady_clock::now();
+    SendJson(res, 200, {{"object", "list"},
+                        {"data", json::array({{{"id", opts_.model_name},
+                                               {"object", "model"},
+                                               {"created", 0},
+                                               {"owned_by", "tlr"},
+                                               {"max_model_len", engine_->limits().max_context},
+                                               {"tlr_vocab_fingerprint", HashHex(model.tokenizer().Fingerprint())}}})}});
+    if (metrics_) {
+      metrics_->Observe("tlr_http_request_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                        {{"endpoint", "/v1/models"}});
+    }
+  });
+
+  // The model's chat template, parsed once; a file whose template cannot be parsed serves
+  // /v1/completions and answers chat requests with that error.
+  const Expected<ChatTemplate> chat_template = ChatTemplate::ForModel(model);
+  auto handle = [this, &tok, chat_template](bool chat, const httplib::Request& req, httplib::Response& res) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto body = server::ParseBody(req, res);
+    if (!body) return;
+    if (chat && !chat_template.ok()) return SendError(res, 500, "server_error", chat_template.status().message());
+    auto parsed = server::ParseCompletionRequest(*body, chat, tok,
+                                                 chat_template.ok() ? &*chat_template : nullptr);
+    if (!parsed.ok()) return SendError(res, 400, "invalid_request_error", parsed.status().message());
+    server::CompletionParams& p = *parsed;
+    if (p.prompt.empty()) return SendError(res, 400, "invalid_request_error", "the prompt is empty");
+    const int limit = engine_->limits().max_tokens_per_call;
+    const int64_t room = engine_->limits().max_context - static_cast<int64_t>(p.prompt.size());
+    if (p.max_tokens < 0) p.max_tokens = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(limit, room)));
+    if (p.max_tokens > limit) {
+      return SendError(res, 400, "invalid_request_error", "'max_tokens' is above the server's limit of " + std::to_string(limit));
+    }
+    if (p.max_tokens > room) {
+      return SendError(res, 400, "invalid_request_error",
+                       "prompt of " + std::to_string(p.prompt.size()) + " tokens + max_tokens " + std::to_string(p.max_tokens) +
+                           " exceeds the server's context of " + std::to_string(engine_->limits().max_context) + " tokens");
+    }
+    const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
+    const int64_t created = static_cast<int64_t>(std::time(nullptr));
+    const std::string object = chat ? "chat.completion" : "text_completion";
+    const int64_t n_prompt = static_cast<int64_t>(p.prompt.size());
+    auto usage = [n_prompt](int64_t completion) {
+      return json{{"prompt_tokens", n_prompt}, {"completion_tokens", completion},
+                  {"total_tokens", n_prompt + completion}};
+    };
+    if (p.max_tokens == 0) {
+      json choice = {{"index", 0}, {"finish_reason", "length"}, {"logprobs", nullptr}};
+      if (chat) choice["message"] = {{"role", "assistant"}, {"content", ""}};
+      else choice["text"] = "";
+      return SendJson(res, 200, {{"id", id}, {"object", object}, {"created", created}, {"model", opts_.model_name},
+                                 {"choices", json::array({choice})}, {"usage", usage(0)}});
+    }
+    // Per token: logprob entries for the response.
+    const bool as_ids = p.ids_as_tokens;
+    auto token_logprob = [&tok, chat, as_ids](int32_t t, float lp, const std::vector<TopLogprob>& top) {
+      json e;
+      if (chat) {
+        json alts = json::array();
+        for (const TopLogprob& a : top) alts.push_back({{"token", TokenLabel(tok, a.id, as_ids)}, {"logprob", a.logprob}});
+        e = {{"token", TokenLabel(tok, t, as_ids)}, {"logprob", lp}, {"top_logprobs", alts}};
+      } else {
+        json alts = json::object();
+        for (const TopLogprob& a : top) alts[TokenLabel(tok, a.id, as_ids)] = a.logprob;
+        e = {{"token", TokenLabel(tok, t, as_ids)}, {"logprob", lp}, {"top", alts}};
+      }
+      return e;
+    };
+    if (!p.stream) {
+      CompletionText text(tok, p.stop);
+      std::vector<json> lps;
+      std::vector<int32_t> ids;
+      EngineResult r = engine_->Complete(p.prompt, p.max_tokens, p.sampling, std::max(0, p.logprobs),
+                                         [&](int32_t t, float lp, const std::vector<TopLogprob>& top) {
+                                           ids.push_back(t);
+                                           if (p.logprobs >= 0) lps.push_back(token_logprob(t, lp, top));
+                                           return text.Push(t, tok.IsEndOfGeneration(t));
+                                         });
+      if (!r.ok()) {
+        return SendError(res, HttpStatusOf(r.code),
+                         r.code == EngineCode::kBadRequest ? "invalid_request_error" : std::string(EngineCodeName(r.code)), r.message);
+      }
+      text.Finish();
+      const std::string finish = r.reply.finish == "length" ? "length" : "stop";
+      json logprobs = nullptr;
+      if (p.logprobs >= 0) {
+        if (chat) {
+          json content = json::array();
+          for (const json& e : lps) content.push_back(e);
+          logprobs = {{"content", content}};
+        } else {
+          json toks = json::array(), tlp = json::array(), tops = json::array(), offs = json::array();
+          size_t off = 0;
+          for (size_t i = 0; i < lps.size(); ++i) {
+            toks.push_back(lps[i]["token"]);
+            tlp.push_back(lps[i]["logprob"]);
+            tops.push_back(lps[i]["top"]);
+            offs.push_back(off);
+            off += tok.Piece(ids[i]).size();
+          }
+          logprobs = {{"tokens", toks}, {"token_logprobs", tlp}, {"top_logprobs", tops}, {"text_offset", offs}};
+        }
+      }
+      json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", logprobs}};
+      if (chat) choice["message"] = {{"role", "assistant"}, {"content", text.text()}};
+      else choice["text"] = text.text();
+      json out = {{"id", id}, {"object", object}, {"created", created}, {"model", opts_.model_name},
+                  {"choices", json::array({choice})}, {"usage", usage(static_cast<int64_t>(ids.size()))},
+                  {"tlr", {{"token_ids", ids}, {"queue_ms", r.reply.queue_s * 1e3}, {"compute_ms", r.reply.compute_s * 1e3},
+                           {"prefilled", r.reply.prefilled}}}};
+      SendJson(res, 200, out);
+      if (metrics_) {
+        metrics_->Observe("tlr_http_request_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                          {{"endpoint", chat ? "/v1/chat/completions" : "/v1/completions"}});
+      }
+      return;
+    }
+    // Streaming: generation on its own thread; httplib's thread sends chunks as they come.
+    auto st = std::make_shared<SseStream>();
+    const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
+    auto chunk = [=, this](const std::string& delta, const json& lp, const json& finish) {
+      json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", lp}};
+      if (chat) choice["delta"] = delta.empty() && finish.is_null() ? json{{"role", "assistant"}, {"content", ""}} : json{{"content", delta}};
+      else choice["text"] = delta;
+      return json{{"id", id}, {"object", chunk_object}, {"created", created}, {"model", opts_.model_name},
+                  {"choices", json::array({choice})}};
+    };
+    st->worker = std::thread([this, st, p, chunk, token_logprob, &tok, usage, chat, t0] {
+      CompletionText text(tok, p.stop);
+      if (chat) st->Push(Sse(chunk("", nullptr, nullptr)));
+      int64_t n_tokens = 0;
+      EngineResult r = engine_->Complete(p.prompt, p.max_tokens, p.sampling, std::max(0, p.logprobs),
+                                         [&](int32_t t, float lp, const std::vector<TopLogprob>& top) {
+                                           ++n_tokens;
+                                           const bool go = text.Push(t, tok.IsEndOfGeneration(t));
+                                           std::string delta = text.TakeReady(false);
+                                           json lpj = nullptr;
+                                           if (p.logprobs >= 0) {
+                                             json e = token_logprob(t, lp, top);
+                                             lpj = chat ? json{{"content", json::array({e})}}
+                                                        : json{{"tokens", {e["token"]}}, {"token_logprobs", {e["logprob"]}}, {"top_logprobs", {e["top"]}}};
+                                           }
+                                           if (!delta.empty() || !lpj.is_null()) st->Push(Sse(chunk(delta, lpj, nullptr)));
+                                           return go && !st->cancelled.load();
+                                         });
+      if (r.ok()) {
+        text.Finish();
+        std::string rest = text.TakeReady(true);
+        const std::string finish = r.reply.finish == "length" ? "length" : "stop";
+        json last = chunk(rest, nullptr, finish);
+        if (chat && rest.empty()) last["choices"][0]["delta"] = json::object();
+        last["usage"] = usage(n_tokens);
+        st->Push(Sse(last));
+      } else {
+        st->Push(Sse({{"error", {{"code", std::string(EngineCodeName(r.code))}, {"message", r.message},
+                                  {"type", std::string(EngineCodeName(r.code))}}}}));
+      }
+      st->Push("data: [DONE]\n\n");
+      if (metrics_) {
+        metrics_->Observe("tlr_http_request_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                          {{"endpoint", chat ? "/v1/chat/completions" : "/v1/completions"}});
+      }
+      st->Finish();
+    });
+    SseStream::Serve(res, st);
+  };
+  http_->Post("/v1/completions", [handle](const httplib::Request& req, httplib::Response& res) { handle(false, req, res); });
+  http_->Post("/v1/chat/completions", [handle](const httplib::Request& req, httplib::Response& res) { handle(true, req, res); });
+}
+
+}  // namespace tlr

@@ -1,0 +1,346 @@
+// The server over real HTTP on an ephemeral loopback port: joint generation through both
+// remote backends equals in-process generation token for token, delta sync proven by the
+// server's counters, bad requests get the right 4xx while the server keeps serving, API keys,
+// the OpenAI endpoints (streaming, stop strings) and TLS with certificate verification.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "device/decoder.h"
+#include "device/remote_llm.h"
+#include "net/protocol.h"
+#include "ops/thread_pool.h"
+#include "routing/qa.h"
+#include "routing/router.h"
+#include "server/llm_server.h"
+#include "util/temp_dir.h"
+
+namespace tlr {
+namespace {
+
+using nlohmann::json;
+const std::string kDemo = std::string(TLR_SOURCE_DIR) + "/models/demo/";
+
+class ServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    slm_ = Model::Load(kDemo + "slm.gguf")->release();
+    llm_ = Model::Load(kDemo + "llm.gguf")->release();
+    router_ = new Router(std::move(Router::Load(kDemo + "router.gguf")).value());
+    rows_ = new std::vector<QaRow>(std::move(LoadQaJsonl(kDemo + "test.jsonl")).value());
+  }
+  static void TearDownTestSuite() {
+    delete slm_;
+    delete llm_;
+    delete router_;
+    delete rows_;
+  }
+  // Starts a server on a free loopback port.
+  void Start(ServerOptions so = {}, EngineLimits lim = {}) {
+    engine_ = std::make_unique<LlmEngine>(*llm_, nullptr, lim, &metrics_);
+    so.port = 0;
+    server_ = std::make_unique<LlmServer>(engine_.get(), &metrics_, so);
+    Status s = server_->Start();
+    ASSERT_TRUE(s.ok()) << s.message();
+    url_ = "http://127.0.0.1:" + std::to_string(server_->port());
+  }
+  std::unique_ptr<RemoteLlm> Connect(const std::string& backend, double sim_rtt_s = 0, double sim_jitter_s = 0) {
+    RemoteOptions o;
+    o.http.url = url_;
+    o.protocol = *ParseRemoteProtocol(backend);
+    o.http.timeout_s = 5;
+    o.http.sim_rtt_s = sim_rtt_s;
+    o.http.sim_jitter_s = sim_jitter_s;
+    auto r = RemoteLlm::Connect(o, slm_->tokenizer());
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? std::move(r).value() : nullptr;
+  }
+  struct Run {
+    std::vector<int32_t> ids;
+    std::vector<TokenSource> src;
+    DecodeStats st;
+  };
+  Run Generate(LlmBackend* llm, const QaRow& row, float threshold, bool pipeline = true) {
+    CollabDecoder dec(*slm_, router_, llm, &pool_);
+    DecodeOptions d;
+    d.threshold = threshold;
+    d.max_tokens = 40;
+    d.pipeline.enabled = pipeline;
+    Run out;
+    auto st = dec.Generate(slm_->tokenizer().Encode(QaPrompt(row)), d, [&](const TokenEvent& ev) {
+      out.ids.push_back(ev.id);
+      out.src.push_back(ev.source);
+      return true;
+    });
+    EXPECT_TRUE(st.ok()) << st.status().message();
+    if (st.ok()) out.st = *st;
+    return out;
+  }
+  httplib::Client Client() {
+    httplib::Client c(url_);
+    c.set_read_timeout(std::chrono::seconds(10));
+    return c;
+  }
+
+  static Model* slm_;
+  static Model* llm_;
+  static Router* router_;
+  static std::vector<QaRow>* rows_;
+  ThreadPool pool_{1};
+  Metrics metrics_;
+  std::unique_ptr<LlmEngine> engine_;
+  std::unique_ptr<LlmServer> server_;
+  std::string url_;
+};
+Model* ServerTest::slm_ = nullptr;
+Model* ServerTest::llm_ = nullptr;
+Router* ServerTest::router_ = nullptr;
+std::vector<QaRow>* ServerTest::rows_ = nullptr;
+
+TEST_F(ServerTest, JointGenerationThroughEitherBackendEqualsInProcess) {
+  Start();
+  for (const std::string backend : {"tlr", "openai"}) {
+    // Jittered round trips: pipelined calls on one session arrive in any order.
+    auto remote = Connect(backend, 0.01, 0.008);
+    ASSERT_TRUE(remote);
+    int64_t most_in_flight = 0;
+    for (int q = 0; q < 4; ++q) {
+      InProcessLlm local(*llm_, 1, 1024);
+      const Run want = Generate(&local, (*rows_)[q], 0.95f, /*pipeline=*/false);
+      for (bool pipeline : {false, true}) {
+        const Run got = Generate(remote.get(), (*rows_)[q], 0.95f, pipeline);
+        EXPECT_EQ(got.ids, want.ids) << backend << " question " << q << " pipeline " << pipeline;
+        EXPECT_EQ(got.src, want.src) << backend << " question " << q << " pipeline " << pipeline;
+        EXPECT_EQ(got.st.fallbacks, 0);
+        if (pipeline) most_in_flight = std::max(most_in_flight, got.st.max_in_flight);
+      }
+      EXPECT_GT(want.st.routed, 0);
+    }
+    EXPECT_GT(most_in_flight, 1) << backend << ": calls were pipelined";
+    const RemoteStats rs = remote->stats();
+    EXPECT_EQ(rs.failed_calls, 0) << backend;
+    if (backend == "tlr") {
+      EXPECT_GT(rs.lookahead_tokens, 0);
+    }
+  }
+  // The server generated lookahead drafts, and pipelined calls rewound the session.
+  const std::string m = Client().Get("/metrics")->body;
+  EXPECT_NE(m.find("tlr_lookahead_tokens_total"), std::string::npos);
+  EXPECT_NE(m.find("tlr_rewound_tokens_total"), std::string::npos);
+}
+
+TEST_F(ServerTest, DeltaSyncIngestsEachTokenOnce) {
+  Start();
+  auto remote = Connect("tlr");
+  ASSERT_TRUE(remote);
+  for (int q = 0; q < 3; ++q) {
+    const int64_t before = engine_->prefill_tokens() + engine_->decode_tokens();
+    const Run run = Generate(remote.get(), (*rows_)[q], 0.99f, /*pipeline=*/false);
+    const int64_t ingested = engine_->prefill_tokens() + engine_->decode_tokens() - before;
+    // The last routed call's context: the prompt and every token before the last LLM token.
+    int64_t last = -1;
+    for (size_t i = 0; i < run.src.size(); ++i) {
+      if (run.src[i] == TokenSource::kLlm) last = static_cast<int64_t>(i);
+    }
+    ASSERT_GE(run.st.llm_calls, 3) << "question " << q;
+    const int64_t context = run.st.prompt_tokens + last;
+    if (q == 0) {
+      EXPECT_EQ(ingested, context);
+    } else {
+      // Later questions reuse the session: the server keeps the common prefix ("Question:").
+      EXPECT_LE(ingested, context);
+      EXPECT_GE(ingested, context - run.st.prompt_tokens);
+    }
+    EXPECT_LT(ingested, run.st.llm_calls * context / 2) << "re-sent context";
+  }
+}
+
+TEST_F(ServerTest, BadRequestsGetTheRight4xxAndTheServerKeepsServing) {
+  ServerOptions so;
+  so.max_body_bytes = 64 << 10;
+  Start(so);
+  httplib::Client c = Client();
+  auto post = [&](const std::string& path, const std::string& body) {
+    auto r = c.Post(path.c_str(), body, "application/json");
+    EXPECT_TRUE(r) << path;
+    json j = r ? json::parse(r->body, nullptr, false) : json();
+    return std::make_pair(r ? r->status : 0, j);
+  };
+  auto created = post("/tlr/v1/sessions", "{}");
+  ASSERT_EQ(created.first, 201);
+  const std::string sid = created.second["session"];
+  const std::string h0 = HashHex(TokenPrefixHash({}));
+  auto next = [&](const std::string& append, const std::string& extra = "") {
+    return post("/tlr/v1/next", R"({"session":")" + sid + R"(","base":0,"prefix_hash":")" + h0 +
+                                    R"(","append":)" + append + extra + "}");
+  };
+  struct Case {
+    std::pair<int, json> got;
+    int status;
+    std::string code;
+  };
+  std::vector<Case> cases = {
+      {post("/tlr/v1/next", "{not json"), 400, "invalid_json"},
+      {post("/tlr/v1/next", "[1,2]"), 400, "invalid_request"},
+      {post("/tlr/v1/next", std::string(100 << 10, ' ')), 413, "body_too_large"},
+      {next("[1,-5]"), 400, "invalid_request"},
+      {next("[1,99999999999]"), 400, "invalid_request"},
+      {next("[1,1e300]"), 400, "invalid_request"},
+      {next("[]"), 400, "invalid_request"},
+      {next("\"abc\""), 400, "invalid_request"},
+      {next("[1,2]", R"(,"base":"zero")"), 400, "invalid_request"},
+      {next("[1,2]", R"(,"n":100000)"), 400, "invalid_request"},
+      {next("[1,2]", R"(,"sampling":{"temperature":-1})"), 400, "invalid_request"},
+      {post("/tlr/v1/next", R"({"session":"s-unknown","base":0,"prefix_hash":")" + h0 + R"(","append":[1]})"), 404, "unknown_session"},
+      {post("/v1/completions", R"({"prompt":[1,2],"max_tokens":-5})"), 400, "invalid_request_error"},
+      {post("/v1/completions", R"({"prompt":{"a":1}})"), 400, "invalid_request_error"},
+      {post("/v1/chat/completions", R"({"messages":[{"role":"robot","content":"hi"}]})"), 400, "invalid_request_error"},
+      {post("/nowhere", "{}"), 404, "not_found"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(cases[i].got.first, cases[i].status) << "case " << i;
+    ASSERT_TRUE(cases[i].got.second.is_object() && cases[i].got.second.contains("error")) << "case " << i;
+    EXPECT_EQ(cases[i].got.second["error"]["code"], cases[i].code) << "case " << i;
+  }
+  // Still serving, and the session still works.
+  auto ok = next("[1,2,3]");
+  EXPECT_EQ(ok.first, 200);
+  EXPECT_EQ(Client().Get("/health")->status, 200);
+  const std::string m = Client().Get("/metrics")->body;
+  for (const char* family : {"tlr_http_requests_total{endpoint=\"/tlr/v1/next\",status=\"400\"}", "tlr_prefill_tokens_total",
+                             "tlr_decode_tokens_total", "tlr_batch_sequences_bucket", "tlr_sessions", "tlr_kv_bytes",
+                             "tlr_evictions_total", "tlr_http_request_seconds_bucket"}) {
+    EXPECT_NE(m.find(family), std::string::npos) << family;
+  }
+}
+
+TEST_F(ServerTest, ApiKeysAreRequiredExceptForHealth) {
+  ServerOptions so;
+  so.api_keys = {"alpha-key", "beta-key"};
+  Start(so);
+  httplib::Client c = Client();
+  EXPECT_EQ(c.Get("/health")->status, 200);
+  EXPECT_EQ(c.Get("/v1/models")->status, 401);
+  c.set_bearer_token_auth("wrong");
+  EXPECT_EQ(c.Get("/v1/models")->status, 401);
+  c.set_bearer_token_auth("beta-key");
+  EXPECT_EQ(c.Get("/v1/models")->status, 200);
+  RemoteOptions o;
+  o.http.url = url_;
+  EXPECT_FALSE(RemoteLlm::Connect(o, slm_->tokenizer()).ok());
+  o.http.api_key = "alpha-key";
+  EXPECT_TRUE(RemoteLlm::Connect(o, slm_->tokenizer()).ok());
+  // Non-loopback without a key is refused.
+  ServerOptions wide;
+  wide.host = "0.0.0.0";
+  wide.port = 0;
+  LlmServer open(engine_.get(), nullptr, wide);
+  EXPECT_FALSE(open.Start().ok());
+}
+
+TEST_F(ServerTest, OpenAiCompletionsStreamAndStop) {
+  Start();
+  httplib::Client c = Client();
+  const std::vector<int32_t> prompt = slm_->tokenizer().Encode(QaPrompt((*rows_)[0]));
+  const std::string ids = json(prompt).dump();
+  auto r = c.Post("/v1/completions", R"({"prompt":)" + ids + R"(,"max_tokens":12,"temperature":0,"logprobs":2})", "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json full = json::parse(r->body);
+  InProcessLlm ref(*llm_, 1, 1024);
+  const std::vector<int32_t> want = ref.Next(prompt, 12, SamplerParams{})->tokens;
+  EXPECT_EQ(full["tlr"]["token_ids"].get<std::vector<int32_t>>(), want);
+  const std::string text = full["choices"][0]["text"];
+  EXPECT_EQ(text, llm_->tokenizer().Decode(want));
+  EXPECT_EQ(full["choices"][0]["logprobs"]["tokens"].size(), want.size());
+  EXPECT_EQ(full["usage"]["completion_tokens"], 12);
+  // Streaming gives the same text in SSE events, then [DONE].
+  auto s = c.Post("/v1/completions", R"({"prompt":)" + ids + R"(,"max_tokens":12,"temperature":0,"stream":true})", "application/json");
+  ASSERT_TRUE(s);
+  ASSERT_EQ(s->status, 200);
+  EXPECT_NE(s->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  std::string streamed, line;
+  bool done = false;
+  std::istringstream in(s->body);
+  while (std::getline(in, line)) {
+    if (line.rfind("data: ", 0) != 0) continue;
+    if (line == "data: [DONE]") {
+      done = true;
+      continue;
+    }
+    streamed += json::parse(line.substr(6))["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_TRUE(done);
+  EXPECT_EQ(streamed, text);
+  // A stop string cuts the text before it.
+  ASSERT_GT(text.size(), 4u);
+  const std::string stop = text.substr(text.size() / 2, 3);
+  auto t = c.Post("/v1/completions", R"({"prompt":)" + ids + R"(,"max_tokens":12,"temperature":0,"stop":)" + json(stop).dump() + "}", "application/json");
+  ASSERT_TRUE(t);
+  const json cut = json::parse(t->body);
+  EXPECT_EQ(cut["choices"][0]["text"], text.substr(0, text.find(stop)));
+  EXPECT_EQ(cut["choices"][0]["finish_reason"], "stop");
+}
+
+TEST_F(ServerTest, TlsWithVerifiedCertificate) {
+  if (std::system("command -v openssl >/dev/null 2>&1") != 0) GTEST_SKIP() << "openssl command not installed";
+  TempDir dir("tlr_tls_test");
+  const std::string cert = dir.File("cert.pem"), key = dir.File("key.pem");
+  const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 "
+                          "-addext subjectAltName=IP:127.0.0.1 -keyout " + key + " -out " + cert + " 2>/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  ServerOptions so;
+  so.tls_cert = cert;
+  so.tls_key = key;
+  Start(so);
+  RemoteOptions o;
+  o.http.url = "https://127.0.0.1:" + std::to_string(server_->port());
+  o.http.ca_file = cert;
+  auto remote = RemoteLlm::Connect(o, slm_->tokenizer());
+  ASSERT_TRUE(remote.ok()) << remote.status().message();
+  EXPECT_TRUE((*remote)->warning().empty()) << (*remote)->warning();
+  InProcessLlm local(*llm_, 1, 1024);
+  EXPECT_EQ(Generate(remote->get(), (*rows_)[1], 0.95f).ids, Generate(&local, (*rows_)[1], 0.95f).ids);
+  // With TLS a chunked body (which httplib's own model would read without --max-body) is refused.
+  httplib::SSLClient tls("127.0.0.1", server_->port());
+  tls.set_ca_cert_path(cert.c_str());
+  auto chunked = tls.Post("/tlr/v1/next",
+                          [](size_t, httplib::DataSink& sink) {
+                            sink.write("{}", 2);
+                            sink.done();
+                            return true;
+                          },
+                          "application/json");
+  // The server answers 411 as soon as it has the headers and drops the rest, so the client may
+  // still be writing the 2-byte body when the connection goes: a write error means the same
+  // refusal (a server that read chunked bodies would have taken those 2 bytes and answered).
+  if (chunked || chunked.error() != httplib::Error::Write) {
+    ASSERT_TRUE(chunked) << httplib::to_string(chunked.error());
+    EXPECT_EQ(chunked->status, 411) << chunked->body;
+  }
+  auto health = tls.Get("/health");
+  ASSERT_TRUE(health) << httplib::to_string(health.error());
+  EXPECT_EQ(health->status, 200);
+  // Without the CA the certificate is not trusted: a clear error, not a silent fallback.
+  o.http.ca_file.clear();
+  auto untrusted = RemoteLlm::Connect(o, slm_->tokenizer());
+  ASSERT_FALSE(untrusted.ok());
+  EXPECT_NE(untrusted.status().message().find("--ca-file"), std::string::npos) << untrusted.status().message();
+  // Plain HTTP to the TLS port fails too, and so does https to a plain server.
+  o.http.url = "http://127.0.0.1:" + std::to_string(server_->port());
+  auto plain = RemoteLlm::Connect(o, slm_->tokenizer());
+  EXPECT_TRUE(!plain.ok() || !(*plain)->Next(std::vector<int32_t>{1, 2}, 1, SamplerParams{}).ok());
+  // A key that does not match is refused at start.
+  ServerOptions mismatched;
+  mismatched.port = 0;
+  mismatched.tls_cert = cert;
+  mismatched.tls_key = cert;
+  LlmServer bad(engine_.get(), nullptr, mismatched);
+  EXPECT_FALSE(bad.Start().ok());
+}
+
+}  // namespace
+}  // namespace tlr

@@ -1,0 +1,180 @@
+// SessionStore: sessions, prompt-cache slots, the KV budget and the TTL (see session_store.h).
+#include "server/session_store.h"
+
+#include <algorithm>
+#include <random>
+
+#include "net/protocol.h"
+
+namespace tlr {
+
+namespace {
+
+std::string NewSessionId() {
+  static std::mutex mu;
+  static std::random_device rd;
+  std::lock_guard<std::mutex> l(mu);
+  const uint64_t a = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  const uint64_t b = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  return "s-" + HashHex(a) + HashHex(b);
+}
+
+}  // namespace
+
+SessionStore::SessionStore(const EngineLimits& limits, uint64_t bytes_per_token, Metrics* metrics)
+    : limits_(limits), bytes_per_token_(bytes_per_token), metrics_(metrics) {
+  for (int i = 0; i < limits_.prompt_cache_slots; ++i) {
+    auto s = std::make_shared<EngineSession>();
+    s->id = "slot-" + std::to_string(i);
+    slots_.push_back(std::move(s));
+  }
+}
+
+int64_t SessionStore::count() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return static_cast<int64_t>(sessions_.size());
+}
+
+uint64_t SessionStore::kv_bytes() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return KvBytesLocked();
+}
+
+uint64_t SessionStore::KvBytesLocked() const {
+  uint64_t n = 0;
+  for (const auto& [id, s] : sessions_) n += s->high_water.load();
+  for (const auto& s : slots_) n += s->high_water.load();
+  for (const auto& s : temps_) n += s->high_water.load();
+  return n * bytes_per_token_;
+}
+
+std::shared_ptr<EngineSession> SessionStore::Create() {
+  auto s = std::make_shared<EngineSession>();
+  s->id = NewSessionId();
+  std::lock_guard<std::mutex> l(mu_);
+  if (static_cast<int64_t>(sessions_.size()) >= limits_.max_sessions) return nullptr;
+  sessions_[s->id] = s;
+  return s;
+}
+
+std::shared_ptr<EngineSession> SessionStore::Find(const std::string& id) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = sessions_.find(id);
+  return it == sessions_.end() ? nullptr : it->second;
+}
+
+bool SessionStore::Delete(const std::string& id) {
+  std::shared_ptr<EngineSession> s;  // freed after the store's lock
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return false;
+  // A call in flight keeps its shared_ptr; the memory goes when it finishes.
+  s = std::move(it->second);
+  sessions_.erase(it);
+  return true;
+}
+
+std::shared_ptr<EngineSession> SessionStore::AcquireSlot(std::span<const int32_t> prompt,
+                                                         std::unique_lock<std::mutex>* lock, size_t* common,
+                                                         bool* temporary) {
+  std::shared_ptr<EngineSession> best;
+  std::unique_lock<std::mutex> best_lock;
+  size_t best_common = 0;
+  std::lock_guard<std::mutex> l(mu_);
+  for (const auto& s : slots_) {
+    std::unique_lock<std::mutex> sl(s->mu, std::try_to_lock);
+    if (!sl.owns_lock()) continue;
+    size_t c = 0;
+    while (c < s->tokens.size() && c < prompt.size() && s->tokens[c] == prompt[c]) ++c;
+    if (!best || c > best_common || (c == best_common && s->last_used < best->last_used)) {
+      best = s;
+      best_lock = std::move(sl);
+      best_common = c;
+    }
+  }
+  *temporary = !best;
+  if (!best) {
+    // Every slot is busy: a cache for this call only, counted in the budget while it lives.
+    best = std::make_shared<EngineSession>();
+    best_lock = std::unique_lock<std::mutex>(best->mu);
+    temps_.push_back(best);
+  }
+  *lock = std::move(best_lock);
+  *common = best_common;
+  return best;
+}
+
+void SessionStore::ReleaseTemporary(const std::shared_ptr<EngineSession>& s) {
+  std::lock_guard<std::mutex> l(mu_);
+  temps_.erase(std::find(temps_.begin(), temps_.end(), s));
+}
+
+void SessionStore::EvictCache(EngineSession* s) {
+  s->cache.reset();
+  s->tokens.clear();
+  s->high_water = 0;
+}
+
+size_t SessionStore::SweepExpired() {
+  std::vector<std::shared_ptr<EngineSession>> gone;  // freed after the store's lock
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    const auto now = EngineSession::Clock::now();
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      EngineSession* s = it->second.get();
+      std::unique_lock<std::mutex> sl(s->mu, std::try_to_lock);
+      if (sl.owns_lock() && std::chrono::duration<double>(now - s->last_used).count() > limits_.session_ttl_s) {
+        sl.unlock();
+        gone.push_back(it->second);
+        it = sessions_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  if (metrics_ && !gone.empty()) metrics_->Add("tlr_sessions_expired_total", static_cast<double>(gone.size()));
+  return gone.size();
+}
+
+bool SessionStore::MakeRoom(EngineSession* self, int64_t need_positions, std::string* why) {
+  const int64_t grow = std::max<int64_t>(0, need_positions - self->high_water.load());
+  if (grow == 0) return true;
+  std::lock_guard<std::mutex> l(mu_);
+  const uint64_t want = static_cast<uint64_t>(grow) * bytes_per_token_;
+  if (static_cast<uint64_t>(need_positions) * bytes_per_token_ > limits_.kv_budget_bytes) {
+    *why = "the call needs more KV memory than the whole budget (--kv-budget)";
+    return false;
+  }
+  uint64_t now = KvBytesLocked();
+  while (now + want > limits_.kv_budget_bytes) {
+    // Least recently used idle session or slot holding memory.
+    std::vector<EngineSession*> all;
+    for (const auto& [id, s] : sessions_) all.push_back(s.get());
+    for (const auto& s : slots_) all.push_back(s.get());
+    EngineSession* victim = nullptr;
+    std::unique_lock<std::mutex> victim_lock;
+    for (EngineSession* s : all) {
+      if (s == self || s->high_water.load() == 0) continue;
+      // last_used belongs to the call holding the session: read it only under the session's
+      // lock (a session in use is no candidate anyway).
+      std::unique_lock<std::mutex> sl(s->mu, std::try_to_lock);
+      if (!sl.owns_lock()) continue;
+      if (victim && s->last_used >= victim->last_used) continue;
+      victim = s;
+      victim_lock = std::move(sl);
+    }
+    if (!victim) {
+      *why = "the KV budget is in use by calls in progress; retry shortly";
+      return false;
+    }
+    EvictCache(victim);
+    if (metrics_) metrics_->Add("tlr_evictions_total", 1);
+    now = KvBytesLocked();
+  }
+  // Reserved before mu_ is let go: otherwise calls side by side each found the same free room
+  // and together went past the budget (the call's own writes raise high_water only later).
+  self->high_water = std::max(self->high_water.load(), need_positions);
+  return true;
+}
+
+}  // namespace tlr

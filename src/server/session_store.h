@@ -1,0 +1,84 @@
+// SessionStore (server layer, part of LlmEngine): who holds which KV cache. The engine's
+// sessions by id, the prompt-cache slots of the OpenAI endpoints and the temporary caches of
+// calls that found every slot busy; the KV budget over all of them (least-recently-used
+// eviction of idle caches) and the idle TTL. It computes nothing: the batch scheduler
+// (batch_scheduler.h) runs the forward passes that fill the caches.
+//
+// Threads: every method is safe to call from any thread. The store's own mutex guards the
+// maps; each EngineSession's `mu` is held by the one call using it, and the store only
+// touches another session's cache, tokens or last_used while holding that session's `mu`
+// (taken with try_lock: a session in use is never waited for, never evicted).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "server/llm_engine.h"
+
+namespace tlr {
+
+// One KV cache and what it holds: a session of the native protocol, a prompt-cache slot or a
+// temporary cache. Fields other than `id` and `high_water` are guarded by `mu`.
+struct EngineSession {
+  using Clock = std::chrono::steady_clock;
+  std::string id;
+  std::mutex mu;                       // held by the call using the session
+  std::unique_ptr<KvCache> cache;      // null until used or after eviction
+  std::vector<int32_t> tokens;         // what the cache holds
+  std::atomic<int64_t> high_water{0};  // positions written or reserved (MakeRoom) since (re)creation
+  Clock::time_point last_used = Clock::now();
+  int64_t version = 0;                 // counts the calls that changed what the session holds
+  std::deque<std::pair<std::string, EngineReply>> recent;  // request_id -> reply
+};
+
+class SessionStore {
+ public:
+  // `metrics` may be null; it counts evictions and expiries (the engine declares them).
+  SessionStore(const EngineLimits& limits, uint64_t bytes_per_token, Metrics* metrics);
+
+  // A new session, or null when the store holds limits.max_sessions already.
+  std::shared_ptr<EngineSession> Create();
+  std::shared_ptr<EngineSession> Find(const std::string& id) const;
+  bool Delete(const std::string& id);
+
+  // The free prompt-cache slot sharing the longest prefix with `prompt` (ties: least recently
+  // used), returned locked in *lock with the shared length in *common; when every slot is
+  // busy, a new temporary cache (counted in the budget until ReleaseTemporary) and *common 0.
+  std::shared_ptr<EngineSession> AcquireSlot(std::span<const int32_t> prompt, std::unique_lock<std::mutex>* lock,
+                                             size_t* common, bool* temporary);
+  void ReleaseTemporary(const std::shared_ptr<EngineSession>& s);
+
+  // Evicts idle caches (least recently used first) until `self` (locked by the caller) can
+  // grow to need_positions within the KV budget. False, with the reason, when it cannot.
+  // On success the room is reserved: self->high_water is raised to need_positions.
+  bool MakeRoom(EngineSession* self, int64_t need_positions, std::string* why);
+  // Drops a locked session's cache (it stays; its next call gets a conflict).
+  static void EvictCache(EngineSession* s);
+  // Deletes sessions idle past the TTL; returns how many.
+  size_t SweepExpired();
+
+  int64_t count() const;
+  uint64_t kv_bytes() const;
+
+ private:
+  uint64_t KvBytesLocked() const;  // kv_bytes() with mu_ held
+
+  const EngineLimits limits_;
+  const uint64_t bytes_per_token_;
+  Metrics* metrics_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<EngineSession>> sessions_;
+  std::vector<std::shared_ptr<EngineSession>> slots_;   // prompt cache
+  std::vector<std::shared_ptr<EngineSession>> temps_;   // caches of calls that found every slot busy
+};
+
+}  // namespace tlr

@@ -1,0 +1,180 @@
+// Evaluation runs and their tables (see eval.h).
+#include "tools/eval.h"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "model/chat_template.h"
+
+namespace tlr {
+
+Expected<std::vector<EvalRow>> RunEval(const Model& slm, Router* router, LlmBackend* llm,
+                                       const std::vector<QaRow>& rows, const EvalOptions& opts,
+                                       ThreadPool* pool, std::vector<std::vector<EvalAnswer>>* answers) {
+  std::vector<EvalRow> out;
+  if (opts.small_only) out.push_back({DecodeMode::kSmallOnly, std::nullopt});
+  if (opts.large_only) out.push_back({DecodeMode::kLargeOnly, std::nullopt});
+  for (float t : opts.thresholds) out.push_back({DecodeMode::kJoint, t});
+  if (out.empty()) return Status::Error("nothing to evaluate: no thresholds and no baselines");
+  if (rows.empty()) return Status::Error("no questions");
+  const Tokenizer& tok = slm.tokenizer();
+  std::vector<std::vector<int32_t>> prompts;
+  auto tmpl = ChatTemplate::ForModel(slm);
+  if (opts.chat && !tmpl.ok()) return tmpl.status();
+  for (const QaRow& r : rows) {
+    ChatTemplateOptions co;
+    co.enable_thinking = opts.enable_thinking;
+    auto text = opts.chat ? tmpl->Apply({{"user", QaInstructPrompt(r)}}, co) : Expected<std::string>(QaPrompt(r));
+    if (!text.ok()) return text.status().WithPrefix("question '" + r.id + "'");
+    prompts.push_back(opts.chat ? tok.Encode(*text, false, true) : tok.Encode(*text));
+    if (prompts.back().empty()) return Status::Error("question '" + r.id + "' has an empty prompt");
+  }
+  if (answers) answers->assign(out.size(), {});
+  const int64_t total = static_cast<int64_t>(out.size() * rows.size());
+  int64_t done = 0;
+  CollabDecoder dec(slm, router, llm, pool);
+  for (size_t k = 0; k < out.size(); ++k) {
+    EvalRow& row = out[k];
+    DecodeOptions d;
+    d.mode = row.mode;
+    d.threshold = row.threshold.value_or(0.0f);
+    d.max_tokens = opts.max_tokens;
+    d.route_span = opts.route_span;
+    d.sampling = opts.sampling;
+    d.pipeline = opts.pipeline;
+    d.sim_slm_s = opts.sim_slm_s;
+    for (size_t q = 0; q < rows.size(); ++q) {
+      if (llm) llm->Reset();
+      std::vector<int32_t> ids, all;
+      std::vector<TokenSource> sources;
+      auto st = dec.Generate(prompts[q], d, [&](const TokenEvent& ev) {
+        if (!ev.end) ids.push_back(ev.id);
+        all.push_back(ev.id);
+        sources.push_back(ev.source);
+        return true;
+      });
+      if (!st.ok()) {
+        return st.status().WithPrefix(std::string(DecodeModeName(d.mode)) + " on question '" + rows[q].id + "'");
+      }
+      const std::string text = tok.Decode(ids);
+      const auto choice = ExtractChoice(text, rows[q]);
+      const bool right = choice && *choice == rows[q].answer_key;
+      ++row.n;
+      row.correct += right;
+      row.well_formed += choice.has_value();
+      row.generated += st->generated;
+      row.routed += st->routed;
+      row.fallbacks += st->fallbacks;
+      row.llm_calls += st->llm_calls;
+      row.slm_steps += st->slm_steps;
+      row.slm_rows += st->slm_rows;
+      row.ttft_s += st->ttft_s;
+      row.slm_s += st->slm_prefill_s + st->slm_decode_s;
+      row.slm_decode_s += st->slm_decode_s;
+      row.router_s += st->router_s;
+      row.llm_s += st->llm_s;
+      row.total_s += st->total_s;
+      row.stall_s += st->stall_s;
+      row.spec_resolved += st->spec_resolved;
+      row.spec_kept += st->spec_hits + st->spec_branch_hits;
+      row.lookahead_used += st->lookahead_used;
+      row.wasted_slm_steps += st->wasted_slm_steps;
+      row.cancelled_calls += st->cancelled_calls;
+      if (answers) (*answers)[k].push_back({rows[q].id, text, choice.value_or(""), right, std::move(all), std::move(sources)});
+      if (opts.on_progress) opts.on_progress(++done, total);
+    }
+  }
+  return out;
+}
+
+namespace {
+std::string ModeLabel(const EvalRow& r) {
+  if (r.mode != DecodeMode::kJoint) return std::string(DecodeModeName(r.mode));
+  char b[32];
+  std::snprintf(b, sizeof b, "joint @ %.2f", *r.threshold);
+  return b;
+}
+}  // namespace
+
+std::string EvalMarkdown(const std::vector<EvalRow>& rows) {
+  std::string s =
+      "| mode | n | accuracy | well formed | routed tokens | routed % | SLM time (s) | TTFT (ms) | "
+      "TBT SLM (ms) | comm + LLM (s) | router (ms) | overall (s) | fallbacks | stall (s) | stall / routed (ms) | "
+      "spec hit % | lookahead used | wasted SLM steps |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const EvalRow& r : rows) {
+    char b[768];
+    std::snprintf(b, sizeof b,
+                  "| %s | %lld | %.1f%% | %.1f%% | %lld / %lld | %.1f%% | %.4f | %.2f | %.3f | %.4f | %.3f | "
+                  "%.4f | %lld | %.4f | %.1f | %.1f | %lld | %lld |\n",
+                  ModeLabel(r).c_str(), static_cast<long long>(r.n), 100 * r.accuracy(), r.well_formed_pct(),
+                  static_cast<long long>(r.routed), static_cast<long long>(r.generated), r.routed_pct(),
+                  r.mean(r.slm_s), 1e3 * r.mean(r.ttft_s), 1e3 * r.tbt_slm_s(), r.mean(r.llm_s),
+                  1e3 * r.mean(r.router_s), r.mean(r.total_s), static_cast<long long>(r.fallbacks),
+                  r.mean(r.stall_s), 1e3 * r.stall_per_routed_s(), r.spec_hit_pct(),
+                  static_cast<long long>(r.lookahead_used), static_cast<long long>(r.wasted_slm_steps));
+    s += b;
+  }
+  s += "\nTimes are per question (means); TBT SLM is SLM decode time per SLM step. comm + LLM sums the "
+       "round trips of the LLM calls used (with the pipeline they overlap SLM work); stall is the time the "
+       "device had nothing to do but wait for the LLM. spec hit %: routed tokens answered by a call whose "
+       "speculation stood (the LLM chose a speculated candidate).\n";
+  return s;
+}
+
+static nlohmann::ordered_json RowJson(const EvalRow& r) {
+  return {{"mode", DecodeModeName(r.mode)},
+          {"threshold", r.threshold ? nlohmann::ordered_json(*r.threshold) : nlohmann::ordered_json(nullptr)},
+          {"n", r.n},
+          {"accuracy", r.accuracy()},
+          {"well_formed_pct", r.well_formed_pct()},
+          {"generated_tokens", r.generated},
+          {"routed_tokens", r.routed},
+          {"routed_pct", r.routed_pct()},
+          {"llm_calls", r.llm_calls},
+          {"ttft_s", r.mean(r.ttft_s)},
+          {"tbt_slm_s", r.tbt_slm_s()},
+          {"slm_steps", r.slm_steps},
+          {"slm_rows", r.slm_rows},
+          {"slm_row_s", r.slm_row_s()},
+          {"slm_time_s", r.mean(r.slm_s)},
+          {"router_time_s", r.mean(r.router_s)},
+          {"comm_llm_time_s", r.mean(r.llm_s)},
+          {"overall_s", r.mean(r.total_s)},
+          {"fallbacks", r.fallbacks},
+          {"stall_s", r.mean(r.stall_s)},
+          {"stall_per_routed_s", r.stall_per_routed_s()},
+          {"spec_hit_pct", r.spec_hit_pct()},
+          {"lookahead_used", r.lookahead_used},
+          {"wasted_slm_steps", r.wasted_slm_steps},
+          {"cancelled_calls", r.cancelled_calls}};
+}
+
+std::string EvalJson(const std::vector<EvalRow>& rows, const std::string& meta_json) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(meta_json.empty() ? "{}" : meta_json, nullptr, false);
+  if (!j.is_object()) j = nlohmann::ordered_json::object();
+  j["rows"] = nlohmann::ordered_json::array();
+  for (const EvalRow& r : rows) j["rows"].push_back(RowJson(r));
+  return j.dump(1) + "\n";
+}
+
+std::string EvalCsv(const std::vector<EvalRow>& rows) {
+  std::string s;
+  bool header = true;
+  for (const EvalRow& r : rows) {
+    const nlohmann::ordered_json j = RowJson(r);
+    if (header) {
+      for (auto it = j.begin(); it != j.end(); ++it) s += (it == j.begin() ? "" : ",") + it.key();
+      s += "\n";
+      header = false;
+    }
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      s += it == j.begin() ? "" : ",";
+      s += it->is_string() ? it->get<std::string>() : it->dump();
+    }
+    s += "\n";
+  }
+  return s;
+}
+
+}  // namespace tlr

@@ -1,0 +1,125 @@
+// The evaluation harness on two random models: row bookkeeping, determinism, the output
+// formats' required keys.
+#include "tools/eval.h"
+#include "tools/plots.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "model/random_model.h"
+#include "ops/thread_pool.h"
+#include "util/temp_dir.h"
+
+namespace tlr {
+namespace {
+
+TEST(Eval, RowsFormatsAndDeterminism) {
+  TempDir dir;
+  RandomModelOptions o;
+  o.preset = "tiny";
+  o.type = "f32";
+  o.seed = 31;
+  ASSERT_TRUE(WriteRandomModel(o, dir.File("slm.gguf")).ok());
+  o.seed = 32;
+  ASSERT_TRUE(WriteRandomModel(o, dir.File("llm.gguf")).ok());
+  auto slm = Model::Load(dir.File("slm.gguf"));
+  auto llm = Model::Load(dir.File("llm.gguf"));
+  ASSERT_TRUE(slm.ok() && llm.ok());
+  std::vector<QaRow> rows;
+  for (int i = 0; i < 6; ++i) {
+    auto r = ParseQaRow(R"({"id": "q)" + std::to_string(i) + R"(", "question": "Where is thing )" + std::to_string(i) +
+                        R"(?", "choices": {"label": ["A", "B", "C"], "text": ["here", "there", "away"]}, "answerKey": "B"})");
+    ASSERT_TRUE(r.ok());
+    rows.push_back(*r);
+  }
+  ThreadPool pool(2);
+  auto router = Router::Builtin(RouterKind::kEntropy);
+  InProcessLlm backend(**llm, 1, 512);
+  EvalOptions e;
+  e.thresholds = {0.0f, 0.5f, 1.01f};
+  e.max_tokens = 10;
+  int64_t last = 0;
+  e.on_progress = [&](int64_t done, int64_t total) {
+    EXPECT_EQ(done, last + 1);
+    EXPECT_EQ(total, 5 * 6);
+    last = done;
+  };
+  std::vector<std::vector<EvalAnswer>> answers;
+  auto res = RunEval(**slm, &*router, &backend, rows, e, &pool, &answers);
+  ASSERT_TRUE(res.ok()) << res.status().message();
+  ASSERT_EQ(res->size(), 5u);
+  const EvalRow &small = (*res)[0], &large = (*res)[1], &never = (*res)[2], &always = (*res)[4];
+  EXPECT_EQ(small.mode, DecodeMode::kSmallOnly);
+  EXPECT_EQ(large.mode, DecodeMode::kLargeOnly);
+  EXPECT_EQ(small.routed, 0);
+  EXPECT_EQ(large.routed, large.generated);
+  EXPECT_EQ(never.routed, 0);
+  EXPECT_EQ(never.correct, small.correct);  // threshold 0 never routes: the SLM alone
+  EXPECT_EQ(always.routed, always.generated);
+  EXPECT_EQ(always.correct, large.correct);  // always routing: the LLM alone
+  for (const EvalRow& r : *res) {
+    EXPECT_EQ(r.n, 6);
+    EXPECT_LE(r.correct, r.well_formed);
+    EXPECT_GT(r.generated, 0);
+  }
+  ASSERT_EQ(answers.size(), 5u);
+  EXPECT_EQ(answers[0].size(), 6u);
+
+  // The same run again gives the same table (timings aside).
+  e.on_progress = nullptr;
+  auto again = RunEval(**slm, &*router, &backend, rows, e, &pool);
+  ASSERT_TRUE(again.ok());
+  for (size_t i = 0; i < res->size(); ++i) {
+    EXPECT_EQ((*again)[i].correct, (*res)[i].correct);
+    EXPECT_EQ((*again)[i].routed, (*res)[i].routed);
+    EXPECT_EQ((*again)[i].generated, (*res)[i].generated);
+  }
+
+  const auto j = nlohmann::json::parse(EvalJson(*res, R"({"data": "x"})"));
+  EXPECT_EQ(j["data"], "x");
+  ASSERT_EQ(j["rows"].size(), 5u);
+  for (const char* key : {"mode", "threshold", "n", "accuracy", "well_formed_pct", "generated_tokens",
+                          "routed_tokens", "routed_pct", "ttft_s", "tbt_slm_s", "slm_time_s",
+                          "comm_llm_time_s", "overall_s", "fallbacks"}) {
+    EXPECT_TRUE(j["rows"][0].contains(key)) << key;
+  }
+  EXPECT_TRUE(j["rows"][0]["threshold"].is_null());
+  EXPECT_EQ(j["rows"][3]["threshold"], 0.5);
+  const std::string md = EvalMarkdown(*res);
+  EXPECT_NE(md.find("| joint @ 0.50 | 6 |"), std::string::npos) << md;
+  const std::string csv = EvalCsv(*res);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 6);
+
+  // The charts: one SVG document each, a point per threshold, reference lines for baselines.
+  auto charts = EvalCharts(*res);
+  ASSERT_TRUE(charts.ok());
+  ASSERT_EQ(charts->size(), 4u);
+  for (const auto& [name, svg] : *charts) {
+    EXPECT_EQ(svg.rfind("<?xml", 0), 0u) << name;
+    EXPECT_NE(svg.find("</svg>"), std::string::npos) << name;
+    EXPECT_EQ(svg.find("nan"), std::string::npos) << name;
+    size_t opens = 0, closes = 0;
+    for (size_t p = svg.find('<'); p != std::string::npos; p = svg.find('<', p + 1)) {
+      if (svg.compare(p, 2, "</") == 0) ++closes;
+      else if (svg.compare(p, 2, "<?") != 0) {
+        const size_t end = svg.find('>', p);
+        if (svg[end - 1] != '/') ++opens;
+      }
+    }
+    EXPECT_EQ(opens, closes) << name << ": unbalanced tags";
+  }
+  const std::string& acc = (*charts)[0].second;
+  size_t circles = 0;
+  for (size_t p = acc.find("<circle"); p != std::string::npos; p = acc.find("<circle", p + 1)) ++circles;
+  EXPECT_EQ(circles, 3u);  // one per threshold
+  EXPECT_NE(acc.find("SLM alone"), std::string::npos);
+  EXPECT_NE(acc.find("LLM alone"), std::string::npos);
+
+  e.thresholds.clear();
+  e.small_only = e.large_only = false;
+  EXPECT_FALSE(RunEval(**slm, &*router, &backend, rows, e, &pool).ok());
+}
+
+}  // namespace
+}  // namespace tlr

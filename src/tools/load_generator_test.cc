@@ -1,0 +1,128 @@
+// The load generator: its metrics arithmetic on fixed Prometheus text, and a short run of two
+// simulated devices against a real server on a loopback port (label server).
+#include "tools/load_generator.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+
+#include "net/metrics.h"
+#include "server/llm_engine.h"
+#include "server/llm_server.h"
+
+namespace tlr {
+namespace {
+
+const std::string kDemo = std::string(TLR_SOURCE_DIR) + "/models/demo/";
+
+TEST(LoadGeneratorTest, ParsesMetricsAndDiffsHistograms) {
+  const MetricsScrape before = ParseMetricsText(
+      "# HELP x y\n# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"4\"} 3\nh_bucket{le=\"+Inf\"} 3\n"
+      "garbage\nc_total 5\n");
+  const MetricsScrape after = ParseMetricsText(
+      "h_bucket{le=\"1\"} 4\nh_bucket{le=\"4\"} 8\nh_bucket{le=\"+Inf\"} 9\nc_total 7.5\n");
+  EXPECT_EQ(before.size(), 4u);  // comments and the line without a value skipped
+  EXPECT_DOUBLE_EQ(after.at("c_total"), 7.5);
+  const std::vector<LoadBucket> b = HistogramDelta(before, after, "h");
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_DOUBLE_EQ(b[0].count, 2);  // (0, 1]
+  EXPECT_DOUBLE_EQ(b[1].count, 3);  // (1, 4]: 8-3 minus the 2 below
+  EXPECT_DOUBLE_EQ(b[2].count, 1);  // (4, inf)
+  EXPECT_TRUE(std::isinf(b[2].hi));
+  EXPECT_EQ(BucketLabel(b[0]), "1");
+  EXPECT_EQ(BucketLabel(b[1]), "2-4");
+  EXPECT_EQ(BucketLabel(b[2]), "5+");
+}
+
+TEST(LoadGeneratorTest, PercentileIsNearestRank) {
+  EXPECT_EQ(Percentile({}, 50), 0.0f);
+  const std::vector<float> v = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  EXPECT_EQ(Percentile(v, 50), 5.0f);
+  EXPECT_EQ(Percentile(v, 90), 9.0f);
+  EXPECT_EQ(Percentile(v, 99), 10.0f);
+  EXPECT_EQ(Percentile(v, 0), 1.0f);
+}
+
+TEST(LoadGeneratorTest, MissingVocabularyIsAnError) {
+  EXPECT_FALSE(LoadVocabulary("/nonexistent/model.gguf").ok());
+}
+
+class LoadGeneratorServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto m = Model::Load(kDemo + "llm.gguf");
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    llm_ = std::move(m).value();
+    engine_ = std::make_unique<LlmEngine>(*llm_, nullptr, EngineLimits{}, &metrics_);
+    ServerOptions so;
+    so.port = 0;
+    server_ = std::make_unique<LlmServer>(engine_.get(), &metrics_, so);
+    Status s = server_->Start();
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+  std::unique_ptr<Model> llm_;
+  Metrics metrics_;
+  std::unique_ptr<LlmEngine> engine_;
+  std::unique_ptr<LlmServer> server_;
+};
+
+TEST_F(LoadGeneratorServerTest, TwoDevicesMakeCallsWithoutErrors) {
+  LoadOptions o;
+  o.server = "http://127.0.0.1:" + std::to_string(server_->port());
+  o.duration_s = 0.5;
+  o.prompt_tokens = 8;
+  o.gen_tokens = 2;
+  o.max_context = 24;  // several conversations per device
+  auto r = RunLoad(o, llm_->tokenizer(), 2, 7);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->sessions, 2);
+  EXPECT_GT(r->calls, 0);
+  EXPECT_EQ(r->errors, 0) << (r->error_samples.empty() ? "" : r->error_samples[0]);
+  EXPECT_EQ(static_cast<int64_t>(r->latency_ms.size()), r->calls);
+  EXPECT_TRUE(std::is_sorted(r->latency_ms.begin(), r->latency_ms.end()));
+  EXPECT_GE(r->conversations, 2);
+  ASSERT_TRUE(r->have_metrics);
+  EXPECT_GT(r->passes, 0);
+  EXPECT_GT(r->generated, 0);
+  EXPECT_NE(FormatLoadRun(*r, o).find("routed calls"), std::string::npos);
+  const nlohmann::json j = LoadRunJson(*r);
+  EXPECT_EQ(j["calls"].get<int64_t>(), r->calls);
+  EXPECT_TRUE(j.contains("server"));
+  EXPECT_EQ(engine_->session_count(), 0);  // the devices closed their sessions
+}
+
+TEST_F(LoadGeneratorServerTest, RampUpStartsDevicesLateAndRatesOnlyTheCallsAfterIt) {
+  LoadOptions o;
+  o.server = "http://127.0.0.1:" + std::to_string(server_->port());
+  o.duration_s = 1.2;
+  o.ramp_s = 50;  // capped at half the run
+  o.prompt_tokens = 8;
+  o.gen_tokens = 2;
+  o.max_context = 24;
+  const int kDevices = 4;
+  auto r = RunLoad(o, llm_->tokenizer(), kDevices, 3);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_DOUBLE_EQ(r->ramp_s, 0.6);
+  EXPECT_EQ(r->errors, 0) << (r->error_samples.empty() ? "" : r->error_samples[0]);
+  EXPECT_GT(r->steady_calls, 0);
+  // Calls of the ramp-up are made (and in the latencies) but not in the rate.
+  EXPECT_LT(r->steady_calls, r->calls);
+  EXPECT_DOUBLE_EQ(r->calls_per_s(), r->steady_calls / (r->wall_s - 0.6));
+  EXPECT_GE(r->conversations, kDevices);  // every device ran, the late ones too
+  EXPECT_NE(FormatLoadRun(*r, o).find("after the 0.6 s ramp-up"), std::string::npos);
+  EXPECT_EQ(LoadRunJson(*r)["steady_calls"].get<int64_t>(), r->steady_calls);
+}
+
+TEST_F(LoadGeneratorServerTest, UnreachableServerIsAnError) {
+  LoadOptions o;
+  o.server = "http://127.0.0.1:1";
+  o.duration_s = 0.1;
+  o.timeout_s = 1;
+  auto r = RunLoad(o, llm_->tokenizer(), 1, 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not reachable"), std::string::npos) << r.status().message();
+}
+
+}  // namespace
+}  // namespace tlr
