@@ -28,16 +28,19 @@ help:
 	@echo "make pipeline-check  --pipeline on vs off give identical tokens (607 questions x 3 thresholds, ~12 min)"
 	@echo "make interop-check  the demo models under llama.cpp give TLR's greedy answers"
 
+# Configures a build folder from its preset (CMakePresets.json: Ninja) when it has none, or
+# when it was configured by another generator (an older checkout used Makefiles).
+# $(call configure,DIR,PRESET)
+configure = @grep -qs 'CMAKE_GENERATOR:INTERNAL=Ninja' $(1)/CMakeCache.txt || { rm -rf $(1); cmake --preset $(2) >/dev/null; }
+
 deps:
 	@scripts/deps.sh build
 
 deps-test:
 	@scripts/deps.sh build test
 
-build/CMakeCache.txt: | deps
-	cmake --preset release
-
-build: deps build/CMakeCache.txt
+build: deps
+	$(call configure,build,release)
 	cmake --build build -j $(JOBS)
 
 demo: build
@@ -66,20 +69,22 @@ pipeline-check: build
 interop-check: build
 	tools/interop/llamacpp_check.sh 20
 
+# The fuzzers side by side (each is one process for TLR_FUZZ_SECONDS; libFuzzer's own output
+# only when one fails).
 fuzz-test: deps-test
-	@[ -f build-fuzz/CMakeCache.txt ] || cmake --preset fuzz
+	$(call configure,build-fuzz,fuzz)
 	cmake --build build-fuzz -j $(JOBS) --target $(FUZZERS)
-	ctest --test-dir build-fuzz -L fuzz -V
+	ctest --test-dir build-fuzz -L fuzz --output-on-failure -j $(JOBS)
 
 fuzz: deps-test
-	@[ -f build-fuzz/CMakeCache.txt ] || cmake --preset fuzz
+	$(call configure,build-fuzz,fuzz)
 	cmake --build build-fuzz -j $(JOBS) --target $(FUZZERS)
 	cmake -DTLR_FUZZ_SECONDS=$(FUZZ_SECONDS) build-fuzz >/dev/null
 	ctest --test-dir build-fuzz -L fuzz -V --timeout $$(( $(FUZZ_SECONDS) + 120 ))
 	cmake -DTLR_FUZZ_SECONDS=20 build-fuzz >/dev/null
 
 asan-test: deps-test
-	@[ -f build-asan/CMakeCache.txt ] || cmake --preset asan
+	$(call configure,build-asan,asan)
 	cmake --build build-asan -j $(JOBS)
 	ctest --test-dir build-asan --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
@@ -90,7 +95,8 @@ TSAN_LABELS := ^(server|browser)$$
 TSAN_TESTS := ^(DecoderTest|PipelineTest|Speculation|SessionStore|CapiTest)\.
 TSAN_ENV := TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/scripts/tsan.supp"
 tsan-test: deps-test
-	@grep -qs 'CMAKE_CXX_COMPILER:[A-Z]*=.*clang' build-tsan/CMakeCache.txt || { rm -rf build-tsan; cmake --preset tsan; }
+	@grep -qs 'CMAKE_CXX_COMPILER:[A-Z]*=.*clang' build-tsan/CMakeCache.txt || rm -rf build-tsan
+	$(call configure,build-tsan,tsan)
 	cmake --build build-tsan -j $(JOBS)
 	$(TSAN_ENV) ctest --test-dir build-tsan --output-on-failure -j $(JOBS) -L '$(TSAN_LABELS)' $(CTEST_ARGS)
 	$(TSAN_ENV) ctest --test-dir build-tsan --output-on-failure -j $(JOBS) -R '$(TSAN_TESTS)' $(CTEST_ARGS)

@@ -10,7 +10,7 @@ JOBS=${JOBS:-$(nproc)}
 BUILD=build-aarch64
 start=$(date +%s)
 
-[ -f "$BUILD/CMakeCache.txt" ] || cmake --preset aarch64
+grep -qs "CMAKE_GENERATOR:INTERNAL=Ninja" "$BUILD/CMakeCache.txt" || { rm -rf "$BUILD"; cmake --preset aarch64; }
 cmake --build "$BUILD" -j "$JOBS"
 
 # Debian 12's qemu-user (7.2) on this machine's kernel (6.18) never returns from the guest's

@@ -31,9 +31,6 @@ Stat Summarize(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return {v[v.size() / 2], v.front(), v.back()};
 }
-double Seconds(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 }  // namespace
 
@@ -126,14 +123,14 @@ Command AddBenchCommand(CLI::App& root) {
                 SequenceInput in{&cache, {&tok, 1}, OutputRows::kLast, logits.data(), router ? hidden.data() : nullptr};
                 const auto t0 = std::chrono::steady_clock::now();
                 TLR_RETURN_IF_ERROR(model.Forward({&in, 1}, &fctx));
-                const double step = Seconds(t0);
+                const double step = SecondsSince(t0);
                 model_s += step;
                 if (steps) steps->push_back(step);
                 if (router) {
                   const auto t1 = std::chrono::steady_clock::now();
                   volatile float conf = router->Confidence(hidden.data(), logits.data(), model.config().n_vocab, &pool);
                   (void)conf;
-                  router_s += Seconds(t1);
+                  router_s += SecondsSince(t1);
                 }
                 tok = ArgMax(logits.data(), static_cast<int64_t>(logits.size()));
               }
@@ -150,7 +147,7 @@ Command AddBenchCommand(CLI::App& root) {
                                logits.data(), nullptr};
               const auto t0 = std::chrono::steady_clock::now();
               TLR_CLI_CHECK(cmd, model.Forward({&in, 1}, &fctx));
-              if (r > 0) pp_rates.push_back(o->pp / Seconds(t0));
+              if (r > 0) pp_rates.push_back(o->pp / SecondsSince(t0));
             }
             // Each generation run sits between two short bandwidth probes, and its share of the
             // roofline is taken against the faster of the two: on a machine whose speed drifts
@@ -192,7 +189,7 @@ Command AddBenchCommand(CLI::App& root) {
                   SequenceInput in{&*cache, {&tok, 1}, OutputRows::kLast, logits.data(), nullptr};
                   const auto t0 = std::chrono::steady_clock::now();
                   TLR_CLI_CHECK(cmd, model.Forward({&in, 1}, &fctx));
-                  steps.push_back(Seconds(t0));
+                  steps.push_back(SecondsSince(t0));
                   tok = ArgMax(logits.data(), static_cast<int64_t>(logits.size()));
                   probes.push_back(ReadPassGbps(&pool, probe_buf.get(), kProbeBytes));
                 }

@@ -17,11 +17,6 @@
 #include "util/mapped_file.h"
 
 namespace tlr::cli {
-namespace {
-double Seconds(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace
 
 Command AddRunCommand(CLI::App& root) {
   struct Opts {
@@ -67,7 +62,7 @@ Command AddRunCommand(CLI::App& root) {
             if (o->verbose) {
               std::fprintf(stderr, "model: %s\n", model.config().Summary().c_str());
               std::fprintf(stderr, "weights: %.1f MiB mapped, load %.2f s, SIMD %s, %d threads\n",
-                           model.total_weight_bytes() / 1048576.0, Seconds(t_load),
+                           model.total_weight_bytes() / 1048576.0, SecondsSince(t_load),
                            ActiveSimdTarget().c_str(), o->run.threads);
               for (const auto& note : model.load_notes()) std::fprintf(stderr, "note: %s\n", note.c_str());
             }
@@ -114,7 +109,7 @@ Command AddRunCommand(CLI::App& root) {
                                                  {reinterpret_cast<const uint8_t*>(all_logits.data()),
                                                   all_logits.size() * sizeof(float)}));
             }
-            const double pp_s = Seconds(t_pp);
+            const double pp_s = SecondsSince(t_pp);
             StreamDecoder dec(tok);
             std::vector<int32_t> history = ids;
             int generated = 0;
@@ -143,7 +138,7 @@ Command AddRunCommand(CLI::App& root) {
               TLR_CLI_CHECK(cmd, WriteFileAtomic(o->logits_out + ".json",
                                                  {reinterpret_cast<const uint8_t*>(j.data()), j.size()}));
             }
-            const double tg_s = Seconds(t_tg);
+            const double tg_s = SecondsSince(t_tg);
             std::fprintf(stderr, "\nprompt: %zu tokens, %.1f tok/s; generated: %d tokens, %.1f tok/s\n",
                          ids.size(), ids.size() / pp_s, generated,
                          generated > 0 ? generated / tg_s : 0.0);

@@ -1,8 +1,6 @@
 // `tlr serve`: the LLM server (apps layer) — sessions with delta sync, continuous batching,
 // the native token protocol and an OpenAI-compatible API, /health and /metrics.
-#include <unistd.h>
 
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -20,9 +18,6 @@
 namespace tlr::cli {
 
 namespace {
-
-volatile std::sig_atomic_t g_stop = 0;
-void OnSignal(int) { g_stop = 1; }
 
 // "512M", "4G", "1048576" -> bytes.
 bool ParseBytes(const std::string& s, uint64_t* out) {
@@ -159,15 +154,13 @@ Command AddServeCommand(CLI::App& root) {
             LlmEngine engine(**model, &pool, lim, &metrics);
             LlmServer server(&engine, &metrics, so);
             TLR_CLI_CHECK(cmd, server.Start());
-            std::signal(SIGINT, OnSignal);
-            std::signal(SIGTERM, OnSignal);
-            std::signal(SIGPIPE, SIG_IGN);
+            InstallStopSignals();
             std::printf("tlr serve: %s (%s, %lld-token sessions, KV budget %llu MiB, %d threads)\n", so.model_name.c_str(),
                         (*model)->config().arch_name.c_str(), static_cast<long long>(lim.max_context),
                         static_cast<unsigned long long>(lim.kv_budget_bytes >> 20), o->threads);
             std::printf("listening on %s://%s:%d\n", server.tls() ? "https" : "http", so.host.c_str(), server.port());
             std::fflush(stdout);
-            while (!g_stop) ::usleep(100 * 1000);
+            WaitForStopSignal();
             std::fprintf(stderr, "tlr serve: stopping\n");
             server.Stop();
             return 0;

@@ -1,9 +1,7 @@
 // `tlr ui`: a web page for interactive token routing (apps layer) — loads the SLM, the routers
 // and the LLM (in process or behind --server), then serves the embedded single-page app and its
 // API (ui_server.h) on loopback until SIGINT/SIGTERM.
-#include <unistd.h>
 
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -23,9 +21,6 @@
 namespace tlr::cli {
 
 namespace {
-
-volatile std::sig_atomic_t g_stop = 0;
-void OnSignal(int) { g_stop = 1; }
 
 std::string FileName(const std::string& path) { return std::filesystem::path(path).filename().string(); }
 
@@ -188,15 +183,13 @@ Command AddUiCommand(CLI::App& root) {
             uo.assets = UiAssets();
             UiServer ui(std::move(models), std::move(uo));
             TLR_CLI_CHECK(cmd, ui.Start());
-            std::signal(SIGINT, OnSignal);
-            std::signal(SIGTERM, OnSignal);
-            std::signal(SIGPIPE, SIG_IGN);
+            InstallStopSignals();
             std::printf("tlr ui: SLM %s, LLM %s, router %s\n", FileName(o->slm).c_str(),
                         remote ? o->net.server.c_str() : FileName(o->llm).c_str(), std::string(RouterKindName(routers[0]->kind())).c_str());
             const bool v6 = o->host.find(':') != std::string::npos;
             std::printf("listening on http://%s%s%s:%d\n", v6 ? "[" : "", o->host.c_str(), v6 ? "]" : "", ui.port());
             std::fflush(stdout);
-            while (!g_stop) ::usleep(100 * 1000);
+            WaitForStopSignal();
             std::fprintf(stderr, "tlr ui: stopping\n");
             ui.Stop();
             return 0;

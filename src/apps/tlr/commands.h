@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <functional>
 #include <string>
 
@@ -33,6 +34,15 @@ Command AddUiCommand(CLI::App& root);
 
 // Prints "tlr <cmd>: error: <message>" to stderr and returns the exit code for errors (1).
 int ReportError(const std::string& command, const std::string& message);
+
+// Seconds elapsed on the steady clock since t0.
+double SecondsSince(std::chrono::steady_clock::time_point t0);
+
+// For the commands that serve until stopped (serve, ui): SIGINT and SIGTERM ask to stop and
+// SIGPIPE is ignored (a client that hangs up must not end the server). Install before saying
+// "listening", so a signal sent right after that line is never lost; then wait.
+void InstallStopSignals();
+void WaitForStopSignal();
 
 }  // namespace tlr::cli
 
