@@ -223,6 +223,11 @@ Status BindAndListen(httplib::Server* http, const std::string& host, int port, i
     return Status::Error(std::string("cannot set the listen backlog: ") + std::strerror(errno));
   }
   *thread = std::thread([http] { http->listen_after_bind(); });
+  // httplib's stop() does nothing until the listening thread has marked the server running, so a
+  // Stop() right after Start() would leave that thread in accept() for good (seen: a test whose
+  // server was stopped at once hung its teardown). Return only once it runs.
+  for (int i = 0; i < 10000 && !http->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!http->is_running()) return Status::Error("the HTTP listener on " + host + " did not start");
   return Status::Ok();
 }
 
