@@ -81,8 +81,13 @@ Expected<DecodeStats> CollabDecoder::Generate(std::span<const int32_t> prompt, c
   for (int32_t t : prompt) {
     if (t < 0 || t >= slm_.config().n_vocab) return Status::Error("prompt token " + std::to_string(t) + " is out of range");
   }
-  if (joint && opts.pipeline.enabled) return GeneratePipelined(prompt, opts, on_token);
-  return GenerateBlocking(prompt, opts, on_token);
+  const LlmWork before = llm_ ? llm_->work() : LlmWork{};
+  Expected<DecodeStats> st = joint && opts.pipeline.enabled ? GeneratePipelined(prompt, opts, on_token)
+                                                            : GenerateBlocking(prompt, opts, on_token);
+  // What this generation cost the LLM (calls it cancelled included, as far as the backend
+  // knows by now: see LlmBackend::work).
+  if (st.ok() && llm_) st->llm_work = llm_->work() - before;
+  return st;
 }
 
 Expected<DecodeStats> CollabDecoder::GenerateBlocking(std::span<const int32_t> prompt, const DecodeOptions& opts,

@@ -128,8 +128,13 @@ struct DecodeStats {
   double tbt_s = 0;          // mean time between tokens after the first
   double slm_prefill_s = 0, slm_decode_s = 0, router_s = 0, llm_s = 0, total_s = 0;
   double stall_s = 0;        // time spent waiting for the LLM with nothing else to do
+  // The LLM's work for this generation: tokens it prefilled and generated (routed ones,
+  // lookahead, and calls cancelled or missed) and its forward time (-1: not reported).
+  LlmWork llm_work;
   std::string stop;          // "eos", "max_tokens", "stopped"
   double routed_pct() const { return generated ? 100.0 * routed / generated : 0.0; }
+  // LLM tokens generated per routed token (0 when none was routed).
+  double llm_generated_per_routed() const { return routed ? static_cast<double>(llm_work.generated) / routed : 0.0; }
   double tbt_slm_s() const { return slm_steps ? slm_decode_s / slm_steps : 0.0; }
   // Routed positions whose speculation stood, of those answered by a call (0 when none).
   double spec_hit_pct() const {

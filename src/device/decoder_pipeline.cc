@@ -266,6 +266,34 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
   };
 
   double stall_since_emit = 0;
+  // Emits the tokens no pending call precedes; returns whether generation goes on.
+  auto emit_confirmed = [&]() {
+    for (auto& [id, t] : state.TakeConfirmed()) {
+      TokenEvent ev;
+      ev.id = id;
+      ev.source = t.source;
+      ev.confidence = t.confidence;
+      ev.spec = t.outcome;
+      ev.slm_s = t.slm_s;
+      ev.router_s = t.router_s;
+      ev.llm_s = t.llm_s;
+      ev.llm_error = t.llm_error;
+      ev.stall_s = stall_since_emit;
+      ev.wasted = wasted_since_emit;
+      stall_since_emit = 0;
+      st.wasted_slm_steps += wasted_since_emit;
+      wasted_since_emit = 0;
+      st.llm_s += t.llm_s;
+      if (t.outcome == SpecOutcome::kHit || t.outcome == SpecOutcome::kBranch || t.outcome == SpecOutcome::kMiss) {
+        ++st.spec_resolved;
+        st.spec_hits += t.outcome == SpecOutcome::kHit;
+        st.spec_branch_hits += t.outcome == SpecOutcome::kBranch;
+      }
+      st.lookahead_used += t.from_draft;
+      if (!out.Emit(std::move(ev))) return false;
+    }
+    return true;
+  };
   std::vector<int32_t> shown;  // the provisional tail last reported
   Status failure = Status::Ok();
   for (bool more = true; more;) {
@@ -289,31 +317,7 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
     }
     if (new_draft) resolve_from_drafts();
     // 2. Emit what is confirmed.
-    for (auto& [id, t] : state.TakeConfirmed()) {
-      TokenEvent ev;
-      ev.id = id;
-      ev.source = t.source;
-      ev.confidence = t.confidence;
-      ev.spec = t.outcome;
-      ev.slm_s = t.slm_s;
-      ev.router_s = t.router_s;
-      ev.llm_s = t.llm_s;
-      ev.llm_error = t.llm_error;
-      ev.stall_s = stall_since_emit;
-      ev.wasted = wasted_since_emit;
-      stall_since_emit = 0;
-      st.wasted_slm_steps += wasted_since_emit;
-      wasted_since_emit = 0;
-      st.llm_s += t.llm_s;
-      if (t.outcome == SpecOutcome::kHit || t.outcome == SpecOutcome::kBranch || t.outcome == SpecOutcome::kMiss) {
-        ++st.spec_resolved;
-        st.spec_hits += t.outcome == SpecOutcome::kHit;
-        st.spec_branch_hits += t.outcome == SpecOutcome::kBranch;
-      }
-      st.lookahead_used += t.from_draft;
-      if (!(more = out.Emit(std::move(ev)))) break;
-    }
-    if (!more) break;
+    if (!(more = emit_confirmed())) break;
     // 3. Branches at the oldest unanswered position; caches follow the lines.
     if (po.branches > 1) state.Branch(po.branches);
     if (failure = reconcile(); !failure.ok()) break;
@@ -342,6 +346,9 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
         worked = true;
       }
     }
+    // What step 4 decided with no call before it is final now: out before the SLM pass, so the
+    // first token (and every unrouted one) leaves when the blocking loop would send it.
+    if (worked && !(more = emit_confirmed())) break;
     // 5. One SLM pass over every line with tokens to ingest.
     std::vector<SequenceInput> ins;
     std::vector<LineModel*> fed;

@@ -69,6 +69,7 @@ class DownLlm : public LlmBackend {
   }
   void Reset() override {}
   uint64_t vocab_fingerprint() const override { return fp_; }
+  LlmWork work() const override { return {}; }  // a server that is down does no work
   std::string name() const override { return "down"; }
   int calls = 0;
 

@@ -179,6 +179,11 @@ void InProcessLlm::Reset() {
   if (cache_) cache_->Truncate(0);
 }
 
+LlmWork InProcessLlm::work() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return work_;
+}
+
 int64_t InProcessLlm::total_ingested() const {
   std::lock_guard<std::mutex> l(mu_);
   return total_ingested_;
@@ -226,7 +231,13 @@ Expected<LlmReply> InProcessLlm::Execute(const LlmRequest& req) {
   LlmReply reply;
   reply.ingested = static_cast<int64_t>(context.size() - common);
   SequenceInput in{cache_.get(), context.subspan(common), OutputRows::kLast, logits_.data(), nullptr};
-  Status s = llm_.Forward({&in, 1}, &ctx);
+  auto forward = [&](std::span<SequenceInput> ins) {
+    const auto t = std::chrono::steady_clock::now();
+    Status st = llm_.Forward(ins, &ctx);
+    work_.forward_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    return st;
+  };
+  Status s = forward({&in, 1});
   if (!s.ok()) {
     held_.clear();
     cache_->Truncate(0);
@@ -234,11 +245,13 @@ Expected<LlmReply> InProcessLlm::Execute(const LlmRequest& req) {
   }
   held_.assign(context.begin(), context.end());
   total_ingested_ += reply.ingested;
+  work_.prefilled += reply.ingested;
   std::vector<int32_t> history(context.begin(), context.end());
   const int64_t total = req.n + lookahead;
   for (int64_t k = 0; k < total; ++k) {
     const int32_t tok = req.sampling.temperature <= 0 ? ArgMax(logits_.data(), V)
                                                       : sampler_->Sample(logits_.data(), history);
+    ++work_.generated;
     if (k < req.n) {
       reply.tokens.push_back(tok);
       reply.logprobs.push_back(LogProb(logits_.data(), V, tok));
@@ -248,7 +261,7 @@ Expected<LlmReply> InProcessLlm::Execute(const LlmRequest& req) {
     history.push_back(tok);
     if (k + 1 == total || llm_.tokenizer().IsEndOfGeneration(tok)) break;
     SequenceInput step{cache_.get(), {&history.back(), 1}, OutputRows::kLast, logits_.data(), nullptr};
-    s = llm_.Forward({&step, 1}, &ctx);
+    s = forward({&step, 1});
     if (!s.ok()) {
       held_.clear();
       cache_->Truncate(0);

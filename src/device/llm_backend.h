@@ -46,6 +46,18 @@ struct LlmReply {
   int64_t ingested = 0;            // context tokens the LLM had to read for this call
 };
 
+// The LLM's work for a backend's calls, summed over the backend's life: tokens it prefilled
+// (read from contexts), tokens it generated (answers, lookahead, and calls whose answers were
+// never read: cancelled in flight, or missed), and its forward-pass time where known (-1 when
+// the LLM does not report it). Differences of two readings give one generation's work.
+struct LlmWork {
+  int64_t prefilled = 0, generated = 0;
+  double forward_s = 0;
+  LlmWork operator-(const LlmWork& o) const {
+    return {prefilled - o.prefilled, generated - o.generated, forward_s < 0 || o.forward_s < 0 ? -1 : forward_s - o.forward_s};
+  }
+};
+
 // One submitted call. Thread-safe: the backend completes it from its threads while the caller
 // polls, waits or cancels from its own.
 class LlmCall {
@@ -110,6 +122,9 @@ class LlmBackend {
   virtual void Reset() = 0;
   // The tokenizer's fingerprint (the device refuses an LLM whose vocabulary differs).
   virtual uint64_t vocab_fingerprint() const = 0;
+  // The LLM's work so far, as far as the backend can know it: exact in process; over the
+  // network what the server reports (a call still running when this is read counts later).
+  virtual LlmWork work() const = 0;
   virtual std::string name() const = 0;
 };
 
@@ -147,6 +162,7 @@ class InProcessLlm : public LlmBackend {
   void Reset() override;
   uint64_t vocab_fingerprint() const override { return llm_.tokenizer().Fingerprint(); }
   std::string name() const override { return "in-process"; }
+  LlmWork work() const override;
   // Tokens ingested over the backend's life (for tests of the delta behaviour).
   int64_t total_ingested() const;
 
@@ -161,6 +177,7 @@ class InProcessLlm : public LlmBackend {
   std::vector<float> logits_;
   std::unique_ptr<Sampler> sampler_;
   int64_t total_ingested_ = 0;
+  LlmWork work_;                // under mu_
   std::unique_ptr<CallExecutor> exec_;  // last: its worker stops before the rest goes
 };
 
@@ -175,6 +192,7 @@ class DelayedLlm : public LlmBackend {
   std::shared_ptr<LlmCall> Submit(LlmRequest request, std::function<void()> on_done) override;
   void Reset() override { inner_->Reset(); }
   uint64_t vocab_fingerprint() const override { return inner_->vocab_fingerprint(); }
+  LlmWork work() const override { return inner_->work(); }
   std::string name() const override { return inner_->name() + " (simulated network)"; }
   // Simulated network time added so far.
   double sim_delay_s() const;

@@ -89,6 +89,11 @@ class RemoteLlm : public LlmBackend {
   void Reset() override {}  // the session stays: the next call's prefix match decides what the server keeps
   uint64_t vocab_fingerprint() const override { return vocab_.Fingerprint(); }
   std::string name() const override;
+  // Native protocol: the server's own count for this device's sessions (every reply carries its
+  // session's totals, so calls cancelled in flight count once a later reply arrives); OpenAI
+  // engines: the usage each reply reports (forward time unknown: -1). A call still in flight
+  // when this is read counts later.
+  LlmWork work() const override;
 
   RemoteStats stats() const;
   // Set when Connect could not verify something (server down, engine without a vocabulary
@@ -117,6 +122,11 @@ class RemoteLlm : public LlmBackend {
   // answer; an error for TLS, key or status problems (`not_200` explains the last).
   Status GetForCheck(const std::string& path, const std::string& not_200, bool* reachable, std::string* body);
   void CountStat(int64_t RemoteStats::*field, int64_t by = 1);
+  // One call's work (engines that report per call).
+  void AddCallWork(const LlmWork& w);
+  // A session's totals as one of its replies reports them (replies may arrive out of order: the
+  // largest count wins); a new `generation` (a new session) keeps the old one's totals.
+  void NoteSessionWork(uint64_t generation, const LlmWork& totals);
 
   RemoteOptions opts_;
   const Tokenizer& vocab_;
@@ -127,6 +137,9 @@ class RemoteLlm : public LlmBackend {
   Expected<LlmReply> Run(const LlmRequest& req, LlmCall& call);
   mutable std::mutex stats_mu_;
   RemoteStats stats_;
+  LlmWork work_;                  // finished sessions and per-call work (under stats_mu_)
+  LlmWork session_work_;          // the current session's totals (under stats_mu_)
+  uint64_t work_generation_ = 0;  // the session session_work_ belongs to
   bool down_ = false;  // under stats_mu_
   std::chrono::steady_clock::time_point retry_at_;
   double retry_after_s_ = 1.0;

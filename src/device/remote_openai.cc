@@ -49,6 +49,12 @@ Expected<LlmReply> OpenAiLlm::Execute(const LlmRequest& req, LlmCall& call, Call
   if (h.status != 200) return ErrorStatus(h, "LLM server error", err);
   auto parsed = remote::ParseCompletionReply(h.body, vocab_, want);
   if (!parsed.ok()) return parsed.status();
+  // The engine's own count where it reports one; else what was sent and received.
+  LlmWork w;
+  w.prefilled = parsed->prefilled >= 0 ? parsed->prefilled : static_cast<int64_t>(req.context.size());
+  w.generated = parsed->generated >= 0 ? parsed->generated : static_cast<int64_t>(parsed->tokens.size());
+  w.forward_s = -1;
+  AddCallWork(w);
   std::vector<int32_t>& tokens = parsed->tokens;
   std::vector<float>& logprobs = parsed->logprobs;
   // The first n are the call's answer; the rest is the LLM's continuation (lookahead).

@@ -102,6 +102,7 @@ struct RawCompletion {
   std::string text;
   std::vector<float> logprobs;
   std::string finish;
+  int64_t tlr_prefilled = -1, prompt_tokens = -1, cached_tokens = -1, completion_tokens = -1;
 };
 
 Status ReadCompletionObject(const json& j, int64_t n_vocab, RawCompletion* out) {
@@ -111,15 +112,29 @@ Status ReadCompletionObject(const json& j, int64_t n_vocab, RawCompletion* out) 
   JsonFields f(j, "the completion reply");
   f.Object("error", &error);
   if (error) return Status::Error("the LLM server reported an error: " + ErrorMessage(DumpJson(j)));
-  f.Array("choices", &choices, kRequired).Object("tlr", &tlr);
+  const json* usage = nullptr;
+  f.Array("choices", &choices, kRequired).Object("tlr", &tlr).Object("usage", &usage);
   TLR_RETURN_IF_ERROR(f.status());
+  if (usage) {
+    const json* details = nullptr;
+    JsonFields uf(*usage, "the completion reply's 'usage'");
+    uf.Int("prompt_tokens", 0, int64_t{1} << 40, &out->prompt_tokens)
+        .Int("completion_tokens", 0, int64_t{1} << 40, &out->completion_tokens)
+        .Object("prompt_tokens_details", &details);
+    TLR_RETURN_IF_ERROR(uf.status());
+    if (details) {
+      JsonFields df(*details, "the completion reply's 'usage.prompt_tokens_details'");
+      df.Int("cached_tokens", 0, int64_t{1} << 40, &out->cached_tokens);
+      TLR_RETURN_IF_ERROR(df.status());
+    }
+  }
   if (choices->empty()) return Status::Error("the completion reply has no choices");
   TLR_RETURN_IF_ERROR(ReadChoice((*choices)[0], n_vocab, &out->labels, &out->all_labelled, &out->text,
                                  &out->logprobs, &out->finish));
   if (tlr) {
     std::vector<int32_t> ids;
     JsonFields tf(*tlr, "the completion reply's 'tlr'");
-    tf.TokenIds("token_ids", n_vocab, &ids);
+    tf.TokenIds("token_ids", n_vocab, &ids).Int("prefilled", 0, int64_t{1} << 40, &out->tlr_prefilled);
     TLR_RETURN_IF_ERROR(tf.status());
     out->tlr_ids.insert(out->tlr_ids.end(), ids.begin(), ids.end());
   }
@@ -149,8 +164,20 @@ Expected<NextReply> ParseNextReply(std::string_view body, int64_t n_vocab) {
   f.TokenIds("tokens", n_vocab, &r.tokens, kRequired).TokenIds("lookahead", n_vocab, &r.lookahead);
   f.Numbers("logprobs", &r.logprobs).Int("position", -1, int64_t{1} << 40, &r.position);
   f.Int("version", -1, INT64_MAX, &r.version);
+  const json* work = nullptr;
+  f.Object("session_work", &work);
   TLR_RETURN_IF_ERROR(f.status());
   if (r.tokens.empty()) return Status::Error("the LLM server returned no tokens");
+  if (work) {
+    double forward_ms = -1;
+    JsonFields wf(*work, "the LLM server's reply: 'session_work'");
+    wf.Int("prefilled", 0, int64_t{1} << 50, &r.session_work.prefilled, kRequired)
+        .Int("generated", 0, int64_t{1} << 50, &r.session_work.generated, kRequired)
+        .Number("forward_ms", 0, 1e15, &forward_ms);
+    TLR_RETURN_IF_ERROR(wf.status());
+    r.session_work.forward_s = forward_ms < 0 ? -1 : forward_ms * 1e-3;
+    r.has_work = true;
+  }
   return r;
 }
 
@@ -224,6 +251,12 @@ Expected<CompletionReply> ParseCompletionReply(std::string_view body, const Toke
     r.tokens.push_back(vocab.eos());
   }
   r.logprobs = std::move(raw.logprobs);
+  if (raw.tlr_prefilled >= 0) {
+    r.prefilled = raw.tlr_prefilled;
+  } else if (raw.prompt_tokens >= 0) {
+    r.prefilled = std::max<int64_t>(0, raw.prompt_tokens - std::max<int64_t>(0, raw.cached_tokens));
+  }
+  r.generated = raw.completion_tokens;
   return r;
 }
 

@@ -43,6 +43,9 @@ struct NextReply {
   std::vector<int32_t> tokens, lookahead;
   std::vector<float> logprobs;
   int64_t position = -1, version = -1;
+  // The session's work since it was created ("session_work"; has_work false when absent).
+  bool has_work = false;
+  LlmWork session_work;
 };
 Expected<NextReply> ParseNextReply(std::string_view body, int64_t n_vocab);
 
@@ -60,6 +63,11 @@ Expected<ModelsReply> ParseModelsReply(std::string_view body, const std::string&
 struct CompletionReply {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
+  // The call's work: tokens the engine prefilled (tlr serve's tlr.prefilled; else usage's
+  // prompt_tokens less prompt_tokens_details.cached_tokens; -1 when the reply says neither) and
+  // tokens it generated (usage.completion_tokens; -1 when absent). Streamed replies: the last
+  // event that reports them.
+  int64_t prefilled = -1, generated = -1;
 };
 Expected<CompletionReply> ParseCompletionReply(std::string_view body, const Tokenizer& vocab, int want);
 

@@ -21,6 +21,16 @@ TEST(RemoteReplies, NativeReplies) {
   EXPECT_EQ(next->position, 14);
   EXPECT_EQ(next->version, 4);
   EXPECT_FALSE(ParseNextReply(R"({"tokens":[10]})", 10).ok());
+  EXPECT_FALSE(next->has_work);
+  // The session's work so far (the server's own count, calls nobody read included).
+  next = ParseNextReply(R"({"tokens":[5],"session_work":{"prefilled":40,"generated":9,"forward_ms":12.5}})", 10);
+  ASSERT_TRUE(next.ok()) << next.status().message();
+  EXPECT_TRUE(next->has_work);
+  EXPECT_EQ(next->session_work.prefilled, 40);
+  EXPECT_EQ(next->session_work.generated, 9);
+  EXPECT_DOUBLE_EQ(next->session_work.forward_s, 0.0125);
+  EXPECT_EQ(ParseNextReply(R"({"tokens":[5],"session_work":{"prefilled":-1,"generated":9}})", 10).status().message(),
+            "the LLM server's reply: 'session_work': 'prefilled' must be in 0..1125899906842624");
 
   auto resync = ParseResyncReply(R"({"held":12,"held_hash":"0123456789abcdef","version":3})");
   ASSERT_TRUE(resync.ok());
@@ -82,6 +92,31 @@ TEST(RemoteReplies, CompletionsByIdsLabelsTextAndStream) {
       tok, 2);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->tokens, (std::vector<int32_t>{3, 4}));
+  EXPECT_EQ(r->prefilled, -1);  // no usage reported
+  EXPECT_EQ(r->generated, -1);
+}
+
+// What a completion cost the engine: tlr serve's own count, else OpenAI's usage less vLLM's or
+// OpenAI's cached prompt tokens.
+TEST(RemoteReplies, CompletionUsage) {
+  auto slm = Model::Load(kDemo + "slm.gguf");
+  ASSERT_TRUE(slm.ok());
+  const Tokenizer& tok = (*slm)->tokenizer();
+  auto r = ParseCompletionReply(
+      R"({"choices":[{"text":"x"}],"tlr":{"token_ids":[3],"prefilled":2},"usage":{"prompt_tokens":50,"completion_tokens":1}})", tok, 1);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->prefilled, 2);
+  EXPECT_EQ(r->generated, 1);
+  r = ParseCompletionReply(
+      R"({"choices":[{"text":"","logprobs":{"tokens":["token_id:3","token_id:4"]}}],"usage":{"prompt_tokens":50,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":48}}})",
+      tok, 2);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->prefilled, 2);
+  EXPECT_EQ(r->generated, 2);
+  r = ParseCompletionReply(R"({"choices":[{"text":"a"}],"usage":{"prompt_tokens":50,"completion_tokens":1}})", tok, 1);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->prefilled, 50);
+  EXPECT_FALSE(ParseCompletionReply(R"({"choices":[{"text":"a"}],"usage":{"prompt_tokens":"x"}})", tok, 1).ok());
 }
 
 }  // namespace

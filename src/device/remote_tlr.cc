@@ -156,6 +156,7 @@ Expected<LlmReply> TlrServerLlm::Execute(const LlmRequest& req, LlmCall& call, C
     if (h.status != 200) return ErrorStatus(h, "LLM server error", err);
     auto parsed = remote::ParseNextReply(h.body, vocab_.n_vocab());
     if (!parsed.ok()) return parsed.status();
+    if (parsed->has_work) NoteSessionWork(generation, parsed->session_work);
     LlmReply reply;
     reply.tokens = std::move(parsed->tokens);
     reply.lookahead = std::move(parsed->lookahead);

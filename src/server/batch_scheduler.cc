@@ -194,9 +194,12 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
       }
     }
   }
+  const auto pass_start = Clock::now();
   Status st = model_.Forward(ins, ctx_.get());
+  const double pass_s = Since(pass_start);
   if (metrics_) {
     metrics_->Add("tlr_forward_passes_total", 1);
+    metrics_->Add("tlr_forward_seconds_total", pass_s);
     metrics_->Observe("tlr_batch_sequences", static_cast<double>(batch.size()));
     metrics_->Observe("tlr_batch_tokens", static_cast<double>(tokens));
   }
@@ -208,6 +211,8 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
       continue;
     }
     EngineSession* s = j->s;
+    s->work.forward_s += tokens > 0 ? pass_s * static_cast<double>(j->take) / static_cast<double>(tokens) : 0;
+    if (!j->decoding) s->work.prefilled += static_cast<int64_t>(j->take);
     s->tokens.insert(s->tokens.end(), j->feed.begin() + static_cast<std::ptrdiff_t>(j->fed),
                      j->feed.begin() + static_cast<std::ptrdiff_t>(j->fed + j->take));
     s->high_water = std::max<int64_t>(s->high_water.load(), static_cast<int64_t>(s->tokens.size()));
@@ -225,6 +230,7 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
     j->reply.logprobs.push_back(lp);
     if (j->top_logprobs > 0) j->reply.top.push_back(top);
     --j->remaining;
+    ++s->work.generated;
     if (metrics_) metrics_->Add("tlr_generated_tokens_total", 1);
     bool go_on = true;
     if (j->on_token && !(*j->on_token)(tok, lp, top)) {

@@ -60,10 +60,12 @@ LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& l
     metrics_->DeclareCounter("tlr_sessions_expired_total", "Sessions deleted after the idle TTL");
     metrics_->DeclareCounter("tlr_resyncs_total", "Next-token calls answered with a conflict (device resends)");
     metrics_->DeclareCounter("tlr_forward_passes_total", "Batched forward passes");
+    metrics_->DeclareCounter("tlr_forward_seconds_total", "Time spent in batched forward passes (the LLM's compute)");
     metrics_->DeclareCounter("tlr_calls_expired_total", "Calls dropped unstarted after their timeout_ms (overload)");
     metrics_->DeclareCounter("tlr_calls_abandoned_total", "Calls stopped between forward passes after their timeout_ms");
     metrics_->DeclareCounter("tlr_lookahead_tokens_total", "Lookahead tokens generated for devices' drafts (native protocol)");
-    metrics_->DeclareCounter("tlr_rewound_tokens_total", "Tokens dropped from sessions by calls with a smaller base (pipelined or rewinding devices)");
+    metrics_->DeclareCounter("tlr_rewound_tokens_total", "Tokens dropped from sessions by calls whose context parts from what the session held");
+    metrics_->DeclareCounter("tlr_kept_tokens_total", "Tokens a call resent that the session already held past its base (kept, not prefilled again)");
     metrics_->DeclareGauge("tlr_sessions", "Open sessions");
     metrics_->DeclareGauge("tlr_kv_bytes", "KV cache bytes in use (sessions and prompt cache)");
     metrics_->DeclareGauge("tlr_kv_budget_bytes", "KV cache budget");
@@ -73,8 +75,9 @@ LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& l
     metrics_->DeclareHistogram("tlr_queue_seconds", "Time a call waited before its first pass",
                                {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
     for (const char* c : {"tlr_prefill_tokens_total", "tlr_decode_tokens_total", "tlr_generated_tokens_total",
-                          "tlr_evictions_total", "tlr_sessions_expired_total", "tlr_resyncs_total", "tlr_forward_passes_total", "tlr_calls_expired_total",
-                          "tlr_calls_abandoned_total", "tlr_lookahead_tokens_total", "tlr_rewound_tokens_total"}) {
+                          "tlr_evictions_total", "tlr_sessions_expired_total", "tlr_resyncs_total", "tlr_forward_passes_total", "tlr_forward_seconds_total", "tlr_calls_expired_total",
+                          "tlr_calls_abandoned_total", "tlr_lookahead_tokens_total", "tlr_rewound_tokens_total",
+                          "tlr_kept_tokens_total"}) {
       metrics_->Add(c, 0);  // present from the start
     }
     metrics_->Set("tlr_kv_budget_bytes", static_cast<double>(limits_.kv_budget_bytes));
@@ -135,6 +138,7 @@ EngineResult LlmEngine::Next(const NextRequest& req) {
         EngineResult r;
         r.reply = reply;
         r.reply.replayed = true;
+        r.reply.session_work = s->work;
         return r;
       }
     }
@@ -169,13 +173,24 @@ EngineResult LlmEngine::Next(const NextRequest& req) {
   // Lookahead is a hint: as much as the per-call and context limits leave.
   const int lookahead = static_cast<int>(std::max<int64_t>(
       0, std::min<int64_t>({req.lookahead, limits_.max_tokens_per_call - req.n, limits_.max_context - need})));
-  if (metrics_ && held > req.base) metrics_->Add("tlr_rewound_tokens_total", static_cast<double>(held - req.base));
-  if (s->cache) s->cache->Truncate(req.base);
-  s->tokens.resize(static_cast<size_t>(req.base));
+  // What the session holds past `base` and the call appends again stays in the cache: a device
+  // pipelining calls sends a base that is safe whatever order they run in, so it often resends
+  // what an earlier call already left here (its context, the reply and the lookahead the device
+  // then confirmed). The last appended token is always fed: its outputs answer the call.
+  int64_t keep = req.base;
+  const int64_t last = req.base + static_cast<int64_t>(req.append.size()) - 1;
+  while (keep < held && keep < last && s->tokens[static_cast<size_t>(keep)] == req.append[static_cast<size_t>(keep - req.base)]) {
+    ++keep;
+  }
+  if (metrics_ && held > keep) metrics_->Add("tlr_rewound_tokens_total", static_cast<double>(held - keep));
+  if (metrics_ && keep > req.base) metrics_->Add("tlr_kept_tokens_total", static_cast<double>(keep - req.base));
+  if (s->cache) s->cache->Truncate(keep);
+  s->tokens.resize(static_cast<size_t>(keep));
   ++s->version;
   // Time already spent waiting for the session (an earlier call of the same device) counts.
   const double left = req.timeout_s > 0 ? std::max(1e-6, req.timeout_s - Since(arrived)) : 0;
-  EngineResult r = Run(s, req.append, req.n + lookahead, req.sampling, req.top_logprobs, nullptr, left);
+  std::vector<int32_t> feed(req.append.begin() + (keep - req.base), req.append.end());
+  EngineResult r = Run(s, std::move(feed), req.n + lookahead, req.sampling, req.top_logprobs, nullptr, left);
   s->last_used = Clock::now();
   if (r.ok()) {
     // The first n tokens answer the call; the rest is the lookahead draft.
@@ -189,6 +204,9 @@ EngineResult LlmEngine::Next(const NextRequest& req) {
     }
     rep.version = s->version;
   }
+  // Replies (a replayed one too) report the session's work so far, so the device also counts
+  // the work of calls whose answers it never read.
+  r.reply.session_work = s->work;
   if (r.ok() && !req.request_id.empty()) {
     s->recent.emplace_back(req.request_id, r.reply);
     while (static_cast<int>(s->recent.size()) > limits_.recent_replies) s->recent.pop_front();

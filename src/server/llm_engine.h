@@ -58,6 +58,14 @@ struct TopLogprob {
   float logprob = 0;
 };
 
+// The LLM's work for one session since it was created: tokens prefilled from requests, tokens
+// generated (answers, lookahead, and calls whose answer nobody read), and its share of
+// forward-pass time (each pass's time split by the tokens each session had in it).
+struct SessionWork {
+  int64_t prefilled = 0, generated = 0;
+  double forward_s = 0;
+};
+
 struct EngineReply {
   std::vector<int32_t> tokens;                 // the n asked for
   std::vector<int32_t> lookahead;              // generated after them when asked (Next only)
@@ -69,6 +77,7 @@ struct EngineReply {
   double queue_s = 0, compute_s = 0;
   std::string finish = "length";               // "length", "eos" or "stop" (callback said so)
   bool replayed = false;                       // a repeated request_id: the stored answer
+  SessionWork session_work;                    // Next only: the session's, this call included
 };
 
 struct EngineResult {

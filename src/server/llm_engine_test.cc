@@ -145,6 +145,57 @@ TEST_F(EngineTest, ConflictReportsWhatTheSessionHolds) {
   EXPECT_EQ(back.reply.position, 5);
 }
 
+// A pipelining device sends a base that is safe whatever order its calls run in, so it often
+// resends what an earlier call left in the session (the reply and the lookahead it confirmed):
+// the session keeps those tokens instead of rewinding and prefilling them again, and every
+// reply reports the session's work so far.
+TEST_F(EngineTest, ResentTokensPastTheBaseAreKeptNotPrefilledAgain) {
+  Metrics metrics;
+  LlmEngine engine(*llm_, nullptr, EngineLimits{}, &metrics);
+  SessionInfo info;
+  ASSERT_TRUE(engine.CreateSession(&info).ok());
+  const std::vector<int32_t> ctx = Prompt("Question: What is a bolrin made of?");
+  NextRequest first = Call(info.id, {}, ctx, 1, "a");
+  first.lookahead = 3;
+  EngineResult a = engine.Next(first);
+  ASSERT_TRUE(a.ok()) << a.message;
+  ASSERT_EQ(a.reply.lookahead.size(), 3u);
+  EXPECT_EQ(a.reply.session_work.prefilled, static_cast<int64_t>(ctx.size()));
+  EXPECT_EQ(a.reply.session_work.generated, 4);
+  EXPECT_GT(a.reply.session_work.forward_s, 0);
+  // The device confirmed the answer and two lookahead tokens, then its SLM wrote one token of
+  // its own; it sends from base ctx.size() (what it was sure of when it sent).
+  std::vector<int32_t> next = ctx;
+  next.push_back(a.reply.tokens[0]);
+  next.push_back(a.reply.lookahead[0]);
+  next.push_back(a.reply.lookahead[1]);
+  next.push_back(17);
+  EngineResult b = engine.Next(Call(info.id, ctx, next, 1, "b"));
+  ASSERT_TRUE(b.ok()) << b.message;
+  EXPECT_EQ(b.reply.tokens, Reference(next, 1));
+  EXPECT_EQ(b.reply.prefilled, 1);  // only the SLM's own token
+  EXPECT_EQ(metrics.Value("tlr_kept_tokens_total"), 3);
+  EXPECT_EQ(metrics.Value("tlr_rewound_tokens_total"), 0);  // the session held ctx + 3 tokens
+  EXPECT_EQ(b.reply.session_work.prefilled, static_cast<int64_t>(ctx.size()) + 1);
+  EXPECT_EQ(b.reply.session_work.generated, 5);
+  EXPECT_GE(b.reply.session_work.forward_s, a.reply.session_work.forward_s);
+  // Everything appended matches what the session holds: the last token is read again (its
+  // outputs answer the call) and the answer is still the reference's.
+  std::vector<int32_t> same(next.begin(), next.end() - 1);
+  EngineResult c = engine.Next(Call(info.id, ctx, same, 1, "c"));
+  ASSERT_TRUE(c.ok()) << c.message;
+  EXPECT_EQ(c.reply.tokens, Reference(same, 1));
+  EXPECT_EQ(c.reply.prefilled, 1);
+  // A context that parts from the session's after the base rewinds only from there.
+  std::vector<int32_t> other = ctx;
+  other.push_back(a.reply.tokens[0]);
+  other.push_back(a.reply.lookahead[0] == 21 ? 22 : 21);
+  EngineResult d = engine.Next(Call(info.id, ctx, other, 1, "d"));
+  ASSERT_TRUE(d.ok()) << d.message;
+  EXPECT_EQ(d.reply.tokens, Reference(other, 1));
+  EXPECT_EQ(d.reply.prefilled, 1);
+}
+
 TEST_F(EngineTest, RepeatedRequestIdIsAnsweredOnceAndNotAppendedTwice) {
   LlmEngine engine(*llm_, nullptr, EngineLimits{}, nullptr);
   SessionInfo info;

@@ -251,7 +251,11 @@ void LlmServer::Routes() {
                             {"timing",
                              {{"queue_ms", r.reply.queue_s * 1e3},
                               {"compute_ms", r.reply.compute_s * 1e3},
-                              {"prefilled", r.reply.prefilled}}}};
+                              {"prefilled", r.reply.prefilled}}},
+                            {"session_work",
+                             {{"prefilled", r.reply.session_work.prefilled},
+                              {"generated", r.reply.session_work.generated},
+                              {"forward_ms", r.reply.session_work.forward_s * 1e3}}}};
                 if (top > 0) {
                   json tl = json::array();
                   for (const auto& per : r.reply.top) {

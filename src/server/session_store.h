@@ -38,6 +38,7 @@ struct EngineSession {
   Clock::time_point last_used = Clock::now();
   int64_t version = 0;                 // counts the calls that changed what the session holds
   std::deque<std::pair<std::string, EngineReply>> recent;  // request_id -> reply
+  SessionWork work;  // written by the scheduler's worker while the calling handler holds `mu`
 };
 
 class SessionStore {

@@ -43,6 +43,7 @@ Expected<std::vector<EvalRow>> RunEval(const Model& slm, Router* router, LlmBack
     d.sampling = opts.sampling;
     d.pipeline = opts.pipeline;
     d.sim_slm_s = opts.sim_slm_s;
+    row.price_ratio = opts.price_ratio;
     for (size_t q = 0; q < rows.size(); ++q) {
       if (llm) llm->Reset();
       std::vector<int32_t> ids, all;
@@ -80,6 +81,10 @@ Expected<std::vector<EvalRow>> RunEval(const Model& slm, Router* router, LlmBack
       row.lookahead_used += st->lookahead_used;
       row.wasted_slm_steps += st->wasted_slm_steps;
       row.cancelled_calls += st->cancelled_calls;
+      row.prompt_tokens += st->prompt_tokens;
+      row.llm_prefilled += st->llm_work.prefilled;
+      row.llm_generated += st->llm_work.generated;
+      row.llm_forward_s = row.llm_forward_s < 0 || st->llm_work.forward_s < 0 ? -1 : row.llm_forward_s + st->llm_work.forward_s;
       if (answers) (*answers)[k].push_back({rows[q].id, text, choice.value_or(""), right, std::move(all), std::move(sources)});
       if (opts.on_progress) opts.on_progress(++done, total);
     }
@@ -96,19 +101,32 @@ std::string ModeLabel(const EvalRow& r) {
 }
 }  // namespace
 
+std::optional<double> CostVsLlmAlone(const EvalRow& row, const std::vector<EvalRow>& rows) {
+  for (const EvalRow& r : rows) {
+    if (r.mode == DecodeMode::kLargeOnly && r.n == row.n && r.llm_cost() > 0) return row.llm_cost() / r.llm_cost();
+  }
+  return std::nullopt;
+}
+
 std::string EvalMarkdown(const std::vector<EvalRow>& rows) {
   std::string s =
-      "| mode | n | accuracy | well formed | routed tokens | routed % | SLM time (s) | TTFT (ms) | "
+      "| mode | n | accuracy | well formed | routed tokens | routed % | LLM prefilled / q | LLM generated / q | "
+      "LLM generated / routed | LLM cost vs alone | SLM time (s) | TTFT (ms) | "
       "TBT SLM (ms) | comm + LLM (s) | router (ms) | overall (s) | fallbacks | stall (s) | stall / routed (ms) | "
       "spec hit % | lookahead used | wasted SLM steps |\n"
-      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const EvalRow& r : rows) {
-    char b[768];
+    const std::optional<double> cost = CostVsLlmAlone(r, rows);
+    char c[32] = "-";
+    if (cost) std::snprintf(c, sizeof c, "%.1f%%", 100 * *cost);
+    char b[1024];
     std::snprintf(b, sizeof b,
-                  "| %s | %lld | %.1f%% | %.1f%% | %lld / %lld | %.1f%% | %.4f | %.2f | %.3f | %.4f | %.3f | "
+                  "| %s | %lld | %.1f%% | %.1f%% | %lld / %lld | %.1f%% | %.1f | %.1f | %.2f | %s | %.4f | %.2f | %.3f | %.4f | %.3f | "
                   "%.4f | %lld | %.4f | %.1f | %.1f | %lld | %lld |\n",
                   ModeLabel(r).c_str(), static_cast<long long>(r.n), 100 * r.accuracy(), r.well_formed_pct(),
                   static_cast<long long>(r.routed), static_cast<long long>(r.generated), r.routed_pct(),
+                  r.mean(static_cast<double>(r.llm_prefilled)), r.mean(static_cast<double>(r.llm_generated)),
+                  r.llm_generated_per_routed(), c,
                   r.mean(r.slm_s), 1e3 * r.mean(r.ttft_s), 1e3 * r.tbt_slm_s(), r.mean(r.llm_s),
                   1e3 * r.mean(r.router_s), r.mean(r.total_s), static_cast<long long>(r.fallbacks),
                   r.mean(r.stall_s), 1e3 * r.stall_per_routed_s(), r.spec_hit_pct(),
@@ -118,7 +136,14 @@ std::string EvalMarkdown(const std::vector<EvalRow>& rows) {
   s += "\nTimes are per question (means); TBT SLM is SLM decode time per SLM step. comm + LLM sums the "
        "round trips of the LLM calls used (with the pipeline they overlap SLM work); stall is the time the "
        "device had nothing to do but wait for the LLM. spec hit %: routed tokens answered by a call whose "
-       "speculation stood (the LLM chose a speculated candidate).\n";
+       "speculation stood (the LLM chose a speculated candidate). LLM prefilled and generated: the tokens the "
+       "LLM read and wrote per question (generated includes lookahead and the work of calls whose answers "
+       "were cancelled or missed); LLM cost vs alone: (prefilled + R x generated) against the same for the "
+       "LLM alone on the same questions, with output tokens priced at R = ";
+  char r[32];
+  std::snprintf(r, sizeof r, "%g", rows.empty() ? 4.0 : rows[0].price_ratio);
+  s += r;
+  s += " input tokens.\n";
   return s;
 }
 
@@ -147,14 +172,26 @@ static nlohmann::ordered_json RowJson(const EvalRow& r) {
           {"spec_hit_pct", r.spec_hit_pct()},
           {"lookahead_used", r.lookahead_used},
           {"wasted_slm_steps", r.wasted_slm_steps},
-          {"cancelled_calls", r.cancelled_calls}};
+          {"cancelled_calls", r.cancelled_calls},
+          {"prompt_tokens", r.prompt_tokens},
+          {"llm_prefilled_tokens", r.llm_prefilled},
+          {"llm_generated_tokens", r.llm_generated},
+          {"llm_generated_per_routed", r.llm_generated_per_routed()},
+          {"llm_forward_s", r.llm_forward_s < 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.mean(r.llm_forward_s))},
+          {"price_ratio", r.price_ratio},
+          {"llm_cost", r.mean(r.llm_cost())}};
 }
 
 std::string EvalJson(const std::vector<EvalRow>& rows, const std::string& meta_json) {
   nlohmann::ordered_json j = nlohmann::ordered_json::parse(meta_json.empty() ? "{}" : meta_json, nullptr, false);
   if (!j.is_object()) j = nlohmann::ordered_json::object();
   j["rows"] = nlohmann::ordered_json::array();
-  for (const EvalRow& r : rows) j["rows"].push_back(RowJson(r));
+  for (const EvalRow& r : rows) {
+    nlohmann::ordered_json row = RowJson(r);
+    const std::optional<double> cost = CostVsLlmAlone(r, rows);
+    row["llm_cost_vs_llm_alone"] = cost ? nlohmann::ordered_json(*cost) : nlohmann::ordered_json(nullptr);
+    j["rows"].push_back(std::move(row));
+  }
   return j.dump(1) + "\n";
 }
 
@@ -162,7 +199,9 @@ std::string EvalCsv(const std::vector<EvalRow>& rows) {
   std::string s;
   bool header = true;
   for (const EvalRow& r : rows) {
-    const nlohmann::ordered_json j = RowJson(r);
+    nlohmann::ordered_json j = RowJson(r);
+    const std::optional<double> cost = CostVsLlmAlone(r, rows);
+    j["llm_cost_vs_llm_alone"] = cost ? nlohmann::ordered_json(*cost) : nlohmann::ordered_json(nullptr);
     if (header) {
       for (auto it = j.begin(); it != j.end(); ++it) s += (it == j.begin() ? "" : ",") + it.key();
       s += "\n";

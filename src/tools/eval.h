@@ -34,6 +34,9 @@ struct EvalOptions {
   bool chat = false;
   // With chat: the template's enable_thinking (unset: the template's default).
   std::optional<bool> enable_thinking;
+  // The price model of the cost columns: an LLM output token costs this many input tokens (API
+  // price lists charge output 3-5x input).
+  double price_ratio = 4;
   // Progress: runs done, runs total (a run = one question in one mode/threshold).
   std::function<void(int64_t, int64_t)> on_progress;
 };
@@ -45,6 +48,13 @@ struct EvalRow {
   int64_t generated = 0, routed = 0, fallbacks = 0, llm_calls = 0, slm_steps = 0, slm_rows = 0;
   int64_t spec_resolved = 0, spec_kept = 0, lookahead_used = 0, wasted_slm_steps = 0, cancelled_calls = 0;
   double ttft_s = 0, slm_s = 0, slm_decode_s = 0, router_s = 0, llm_s = 0, total_s = 0, stall_s = 0;  // sums
+  // The LLM's work (LlmWork summed over the questions; llm_forward_s < 0: not reported).
+  int64_t prompt_tokens = 0, llm_prefilled = 0, llm_generated = 0;
+  double llm_forward_s = 0;
+  double price_ratio = 4;  // EvalOptions::price_ratio
+  // The LLM's cost in input-token units: prefilled + price_ratio x generated.
+  double llm_cost() const { return static_cast<double>(llm_prefilled) + price_ratio * static_cast<double>(llm_generated); }
+  double llm_generated_per_routed() const { return routed ? static_cast<double>(llm_generated) / routed : 0; }
   double accuracy() const { return n ? static_cast<double>(correct) / n : 0; }
   double well_formed_pct() const { return n ? 100.0 * well_formed / n : 0; }
   double routed_pct() const { return generated ? 100.0 * routed / generated : 0; }
@@ -69,8 +79,13 @@ Expected<std::vector<EvalRow>> RunEval(const Model& slm, Router* router, LlmBack
                                        const std::vector<QaRow>& rows, const EvalOptions& opts,
                                        ThreadPool* pool, std::vector<std::vector<EvalAnswer>>* answers = nullptr);
 
+// The LLM's cost of `row` relative to the LLM alone on the same questions (the large_only row of
+// `rows`); nullopt without that row or when it cost nothing.
+std::optional<double> CostVsLlmAlone(const EvalRow& row, const std::vector<EvalRow>& rows);
+
 // The Markdown table (the paper's Table 1 columns plus router time and fallbacks; the
-// pipeline's stall, speculation and lookahead columns when a joint row used it).
+// pipeline's stall, speculation and lookahead columns when a joint row used it; the LLM's
+// work: tokens prefilled and generated, and the cost against the LLM alone).
 std::string EvalMarkdown(const std::vector<EvalRow>& rows);
 // results.json text: {"rows": [...]} with the documented keys; `meta` is merged in at the top.
 std::string EvalJson(const std::vector<EvalRow>& rows, const std::string& meta_json);

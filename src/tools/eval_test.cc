@@ -65,6 +65,19 @@ TEST(Eval, RowsFormatsAndDeterminism) {
   }
   ASSERT_EQ(answers.size(), 5u);
   EXPECT_EQ(answers[0].size(), 6u);
+  // The LLM's work: none for the SLM alone; the LLM alone generates every token; the run that
+  // always routes costs what the LLM alone costs (the same calls, blocking: no lookahead).
+  EXPECT_EQ(small.llm_generated, 0);
+  EXPECT_EQ(small.llm_prefilled, 0);
+  EXPECT_EQ(large.llm_generated, large.generated);
+  EXPECT_GE(large.llm_prefilled, large.prompt_tokens);
+  EXPECT_EQ(never.llm_generated, 0);
+  EXPECT_GE(always.llm_generated, always.routed);
+  ASSERT_TRUE(CostVsLlmAlone(large, *res).has_value());
+  EXPECT_DOUBLE_EQ(*CostVsLlmAlone(large, *res), 1.0);
+  EXPECT_DOUBLE_EQ(*CostVsLlmAlone(never, *res), 0.0);
+  EXPECT_GT(*CostVsLlmAlone(always, *res), 0.0);
+  EXPECT_DOUBLE_EQ(large.llm_cost(), static_cast<double>(large.llm_prefilled) + 4.0 * large.llm_generated);
 
   // The same run again gives the same table (timings aside).
   e.on_progress = nullptr;
@@ -81,11 +94,15 @@ TEST(Eval, RowsFormatsAndDeterminism) {
   ASSERT_EQ(j["rows"].size(), 5u);
   for (const char* key : {"mode", "threshold", "n", "accuracy", "well_formed_pct", "generated_tokens",
                           "routed_tokens", "routed_pct", "ttft_s", "tbt_slm_s", "slm_time_s",
-                          "comm_llm_time_s", "overall_s", "fallbacks"}) {
+                          "comm_llm_time_s", "overall_s", "fallbacks", "llm_prefilled_tokens",
+                          "llm_generated_tokens", "llm_generated_per_routed", "llm_forward_s", "price_ratio",
+                          "llm_cost", "llm_cost_vs_llm_alone"}) {
     EXPECT_TRUE(j["rows"][0].contains(key)) << key;
   }
   EXPECT_TRUE(j["rows"][0]["threshold"].is_null());
   EXPECT_EQ(j["rows"][3]["threshold"], 0.5);
+  EXPECT_EQ(j["rows"][1]["llm_cost_vs_llm_alone"], 1.0);  // the LLM alone
+  EXPECT_EQ(j["rows"][0]["llm_generated_tokens"], 0);
   const std::string md = EvalMarkdown(*res);
   EXPECT_NE(md.find("| joint @ 0.50 | 6 |"), std::string::npos) << md;
   const std::string csv = EvalCsv(*res);

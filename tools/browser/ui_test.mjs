@@ -115,6 +115,9 @@ try {
     check('statistics count every token', await text(page, '#st-tokens') === String(all), await text(page, '#st-tokens'));
     check('statistics count the routed ones', (await text(page, '#st-routed')).startsWith(`${llm} (`),
           await text(page, '#st-routed'));
+    // Blocking, no lookahead: the LLM generated exactly the routed tokens.
+    check('LLM work: one token generated per routed token',
+          (await text(page, '#st-llmwork')).startsWith(`${llm} generated (1.00 per routed)`), await text(page, '#st-llmwork'));
     check('one strip bar per token', await count(page, '#strip-bars rect') === all);
     const color = await page.locator('#text .tok-llm').first().evaluate((e) => getComputedStyle(e).color);
     check('LLM tokens are red', color === 'rgb(200, 16, 46)', color);
@@ -173,6 +176,8 @@ try {
     check('tokens generated', all > 0, `${all}`);
     check('no LLM tokens', await count(page, '#text .tok-llm') === 0);
     check('0 routed in the statistics', (await text(page, '#st-routed')).startsWith('0 ('), await text(page, '#st-routed'));
+    check('no LLM work', (await text(page, '#st-llmwork')).startsWith('0 generated (none routed), 0 prefilled'),
+          await text(page, '#st-llmwork'));
   });
 
   await scenario('slider moves the threshold line', async () => {

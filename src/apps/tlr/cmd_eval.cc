@@ -45,6 +45,7 @@ Command AddEvalCommand(CLI::App& root) {
   struct Opts {
     std::string slm, llm, router, data, out, answers, thresholds = "0.4,0.5,0.6,0.7,0.72,0.76,0.8,0.9";
     int limit = 100, max_tokens = 100, span = 1;
+    double price_ratio = 4;
     bool no_baselines = false, chat = false;
     std::optional<bool> think;
     RunArgs run;
@@ -67,6 +68,10 @@ Command AddEvalCommand(CLI::App& root) {
       ->check(CLI::Range(1, 1 << 20));
   app->add_option("--span", o->span, "Tokens per LLM call")->default_val(1)->check(CLI::Range(1, 64));
   app->add_flag("--no-baselines", o->no_baselines, "Skip the small_only and large_only rows");
+  app->add_option("--price-ratio", o->price_ratio,
+                  "Price model of the LLM cost columns: an output token costs this many input tokens "
+                  "(API price lists: 3-5)")
+      ->default_val(4)->check(CLI::Range(0.0, 1000.0));
   auto* chat = app->add_flag("--chat", o->chat,
                 "Instruct models: ask in the SLM's chat template (question, choices, \"Answer with the "
                 "letter of the correct choice, then explain briefly.\"); default: the plain "
@@ -127,6 +132,7 @@ Command AddEvalCommand(CLI::App& root) {
             e.sampling = o->run.sampling;
             e.chat = o->chat;
             e.enable_thinking = o->think;
+            e.price_ratio = o->price_ratio;
             DecodeOptions pipe_opts;
             TLR_CLI_CHECK(cmd, o->pipe.Apply(&pipe_opts));
             e.pipeline = pipe_opts.pipeline;
@@ -166,6 +172,7 @@ Command AddEvalCommand(CLI::App& root) {
                                      {"lookahead", e.pipeline.lookahead}, {"sim_slm_ms", o->pipe.sim_slm_ms},
                                      {"data", o->data}, {"questions", rows->size()},
                                      {"max_tokens", o->max_tokens}, {"threads", o->run.threads},
+                                     {"price_ratio", o->price_ratio},
                                      {"prompt", o->chat ? "chat" : "plain"},
                                      {"enable_thinking", o->think ? nlohmann::json(*o->think) : nlohmann::json()}};
               TLR_CLI_CHECK(cmd, WriteText(o->out + "/results.json", EvalJson(*result, meta.dump())));

@@ -38,10 +38,11 @@ std::string FormatNumber(double v) {
 }  // namespace
 
 std::string FormatDecodeSummary(const DecodeStats& st) {
-  char b[1280];
+  char b[1536];
   std::snprintf(b, sizeof b,
                 "tokens: %lld generated, %lld routed to the LLM (%.1f%%) in %lld calls, %lld fallbacks; "
                 "prompt %lld tokens; stop: %s\n"
+                "LLM work: %lld tokens prefilled, %lld generated (%.2f per routed token), forward %s\n"
                 "time: TTFT %s, TBT %s (SLM part %s/step); SLM %s (prefill %s), router %s, LLM %s; "
                 "total %s; waiting for the LLM (stall) %s\n"
                 "pipeline: speculation stood at %lld of %lld answered routed tokens (%.1f%%: %lld own guess, "
@@ -49,7 +50,10 @@ std::string FormatDecodeSummary(const DecodeStats& st) {
                 "cancelled, up to %lld in flight\n",
                 static_cast<long long>(st.generated), static_cast<long long>(st.routed), st.routed_pct(),
                 static_cast<long long>(st.llm_calls), static_cast<long long>(st.fallbacks),
-                static_cast<long long>(st.prompt_tokens), st.stop.c_str(), Ms(st.ttft_s).c_str(),
+                static_cast<long long>(st.prompt_tokens), st.stop.c_str(),
+                static_cast<long long>(st.llm_work.prefilled), static_cast<long long>(st.llm_work.generated),
+                st.llm_generated_per_routed(), st.llm_work.forward_s < 0 ? "not reported" : Ms(st.llm_work.forward_s).c_str(),
+                Ms(st.ttft_s).c_str(),
                 Ms(st.tbt_s).c_str(), Ms(st.tbt_slm_s()).c_str(),
                 Ms(st.slm_prefill_s + st.slm_decode_s).c_str(), Ms(st.slm_prefill_s).c_str(),
                 Ms(st.router_s).c_str(), Ms(st.llm_s).c_str(), Ms(st.total_s).c_str(), Ms(st.stall_s).c_str(),

@@ -40,6 +40,7 @@ class FailingPositions : public LlmBackend {
   }
   void Reset() override { inner_->Reset(); }
   uint64_t vocab_fingerprint() const override { return inner_->vocab_fingerprint(); }
+  LlmWork work() const override { return inner_->work(); }
   std::string name() const override { return "failing"; }
 
  private:

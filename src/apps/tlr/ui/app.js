@@ -119,7 +119,7 @@ function resetOutput(promptText) {
   text.appendChild(prov);
   $('strip-bars').textContent = '';
   sizeStrip();
-  for (const id of ['st-tokens', 'st-routed', 'st-fallbacks', 'st-ttft', 'st-tbt', 'st-slm', 'st-router',
+  for (const id of ['st-tokens', 'st-routed', 'st-llmwork', 'st-fallbacks', 'st-ttft', 'st-tbt', 'st-slm', 'st-router',
                     'st-llm', 'st-network', 'st-stall', 'st-spec', 'st-total', 'st-stop']) {
     $(id).textContent = '–';
   }
@@ -206,6 +206,9 @@ function finalStats(s) {
   ui.gotFinal = true;
   $('st-tokens').textContent = String(s.tokens);
   $('st-routed').textContent = s.routed + ' (' + Number(s.routed_pct).toFixed(1) + '%)';
+  $('st-llmwork').textContent = s.llm_generated + ' generated (' +
+    (s.routed ? Number(s.llm_generated_per_routed).toFixed(2) + ' per routed' : 'none routed') + '), ' +
+    s.llm_prefilled + ' prefilled';
   $('st-fallbacks').textContent = String(s.fallbacks) + (s.fallback_reason ? ' (' + s.fallback_reason + ')' : '');
   $('st-ttft').textContent = s.tokens ? fmtMs(s.ttft_ms) : '–';
   $('st-tbt').textContent = s.tokens > 1 ? fmtMs(s.tbt_ms) : '–';
