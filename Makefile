@@ -8,7 +8,7 @@ FUZZERS := gguf_fuzz tokenizer_fuzz server_request_fuzz remote_reply_fuzz jinja_
 
 PREFIX ?= /usr/local
 
-.PHONY: install results pipeline-check interop-check all build demo test unit-test fuzz-test fuzz asan-test tsan-test aarch64-test net-test soak deps deps-test clean help
+.PHONY: install results llm-cost pipeline-check interop-check all build demo test unit-test fuzz-test fuzz asan-test tsan-test aarch64-test net-test soak deps deps-test clean help
 
 all: build
 
@@ -25,6 +25,7 @@ help:
 	@echo "make soak     64 devices + bad requests against tlr serve for SOAK_SECONDS (default 600); RSS curve"
 	@echo "make fuzz     run each libFuzzer target for FUZZ_SECONDS (default 300)"
 	@echo "make results  evaluate the bundled pair: docs/RESULTS.md and its plots"
+	@echo "make llm-cost  time per question against the LLM's real work per pipeline setting [BASELINE=old/bin/tlr]"
 	@echo "make pipeline-check  --pipeline on vs off give identical tokens (607 questions x 3 thresholds, ~12 min)"
 	@echo "make interop-check  the demo models under llama.cpp give TLR's greedy answers"
 
@@ -60,6 +61,13 @@ test: deps-test build
 # (in process on all test questions; over a local tlr serve with a simulated 170 ms round trip).
 results: build
 	scripts/results.sh
+
+# What the pipeline costs the LLM: time per question against the LLM's tokens generated and
+# prefilled (the server's counters), per pipeline setting; BASELINE=other/bin/tlr adds another
+# build in the same run (~6 min per build; not in `test`).
+BASELINE ?=
+llm-cost: build
+	scripts/llm_cost.py $(if $(BASELINE),--baseline $(BASELINE))
 
 # The asynchronous pipeline gives the blocking loop's tokens, token for token (long; not in `test`).
 pipeline-check: build
