@@ -39,8 +39,11 @@ COUNTERS = ["tlr_generated_tokens_total", "tlr_prefill_tokens_total", "tlr_rewou
             "tlr_lookahead_tokens_total", "tlr_forward_seconds_total"]
 
 
+_LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
+
+
 def scrape(url):
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+    with _LOCAL.open(url + "/metrics", timeout=10) as r:
         text = r.read().decode()
     out = {}
     for name in COUNTERS:
