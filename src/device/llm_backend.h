@@ -56,6 +56,9 @@ struct LlmWork {
   LlmWork operator-(const LlmWork& o) const {
     return {prefilled - o.prefilled, generated - o.generated, forward_s < 0 || o.forward_s < 0 ? -1 : forward_s - o.forward_s};
   }
+  LlmWork operator+(const LlmWork& o) const {
+    return {prefilled + o.prefilled, generated + o.generated, forward_s < 0 || o.forward_s < 0 ? -1 : forward_s + o.forward_s};
+  }
 };
 
 // One submitted call. Thread-safe: the backend completes it from its threads while the caller

@@ -98,32 +98,24 @@ void RemoteLlm::CountStat(int64_t RemoteStats::*field, int64_t by) {
 
 void RemoteLlm::AddCallWork(const LlmWork& w) {
   std::lock_guard<std::mutex> l(stats_mu_);
-  work_.prefilled += w.prefilled;
-  work_.generated += w.generated;
-  work_.forward_s = work_.forward_s < 0 || w.forward_s < 0 ? -1 : work_.forward_s + w.forward_s;
+  work_ = work_ + w;
 }
 
 void RemoteLlm::NoteSessionWork(uint64_t generation, const LlmWork& totals) {
   std::lock_guard<std::mutex> l(stats_mu_);
   if (generation != work_generation_) {
-    work_.prefilled += session_work_.prefilled;
-    work_.generated += session_work_.generated;
-    work_.forward_s += std::max(0.0, session_work_.forward_s);
+    work_ = work_ + session_work_;
     session_work_ = LlmWork{};
     work_generation_ = generation;
   }
   session_work_.prefilled = std::max(session_work_.prefilled, totals.prefilled);
   session_work_.generated = std::max(session_work_.generated, totals.generated);
-  session_work_.forward_s = std::max(session_work_.forward_s, totals.forward_s);
+  session_work_.forward_s = std::max(session_work_.forward_s, std::max(0.0, totals.forward_s));
 }
 
 LlmWork RemoteLlm::work() const {
   std::lock_guard<std::mutex> l(stats_mu_);
-  LlmWork w = work_;
-  w.prefilled += session_work_.prefilled;
-  w.generated += session_work_.generated;
-  if (w.forward_s >= 0) w.forward_s += std::max(0.0, session_work_.forward_s);
-  return w;
+  return work_ + session_work_;
 }
 
 RemoteStats RemoteLlm::stats() const {
