@@ -8,7 +8,7 @@ FUZZERS := gguf_fuzz tokenizer_fuzz server_request_fuzz remote_reply_fuzz jinja_
 
 PREFIX ?= /usr/local
 
-.PHONY: install results llm-cost pipeline-check interop-check all build demo test unit-test fuzz-test fuzz asan-test tsan-test aarch64-test net-test soak deps deps-test clean help
+.PHONY: install results llm-cost openai-load pipeline-check interop-check all build demo test unit-test fuzz-test fuzz asan-test tsan-test aarch64-test net-test soak deps deps-test clean help
 
 all: build
 
@@ -26,6 +26,7 @@ help:
 	@echo "make fuzz     run each libFuzzer target for FUZZ_SECONDS (default 300)"
 	@echo "make results  evaluate the bundled pair: docs/RESULTS.md and its plots"
 	@echo "make llm-cost  time per question against the LLM's real work per pipeline setting [BASELINE=old/bin/tlr]"
+	@echo "make openai-load  32 devices on tlr serve: /v1/completions vs the native protocol, calls/s (~2.5 min)"
 	@echo "make pipeline-check  --pipeline on vs off give identical tokens (607 questions x 3 thresholds, ~12 min)"
 	@echo "make interop-check  the demo models under llama.cpp give TLR's greedy answers"
 
@@ -68,6 +69,11 @@ results: build
 BASELINE ?=
 llm-cost: build
 	scripts/llm_cost.py $(if $(BASELINE),--baseline $(BASELINE))
+
+# The OpenAI endpoint under load: 32 simulated devices resending a growing context to
+# /v1/completions against the same over the native protocol, one server, default flags.
+openai-load: build
+	scripts/openai_load.py
 
 # The asynchronous pipeline gives the blocking loop's tokens, token for token (long; not in `test`).
 pipeline-check: build

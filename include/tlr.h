@@ -186,9 +186,13 @@ typedef struct tlr_generate_params {
   int pipeline;         /* 1 (default): keep decoding while routed tokens are on the network;
                            0: block on each. The tokens are identical either way */
   int spec_depth;       /* pipeline: tokens the SLM may run ahead (default 32) */
-  int spec_branches;    /* pipeline: SLM candidates speculated on at once (default 1) */
-  int lookahead;        /* pipeline: LLM continuation tokens asked for per call (default 8) */
+  int spec_branches;    /* pipeline: SLM candidates speculated on at once (default 4) */
+  int lookahead;        /* pipeline: most LLM continuation tokens asked for per call; the ask
+                           adapts to how much of earlier ones stood (default 8) */
   double sim_slm_ms;    /* simulated device pace: each SLM pass takes at least this (default 0) */
+  double llm_budget;    /* pipeline: LLM tokens it may cost per routed token (answers, lookahead,
+                           speculative calls, cancelled ones included); >= 1, or 0 for no limit
+                           (as fast as possible). Default 1.25 */
 } tlr_generate_params;
 
 TLR_API void tlr_generate_params_init(tlr_generate_params* params);
@@ -228,6 +232,11 @@ typedef struct tlr_stats {
   /* behind a server (zero in process) */
   int64_t http_requests, retries, resyncs, failed_calls;
   char llm_failure[256]; /* "3 timeouts: <first message>" when calls failed; "" otherwise */
+  /* The LLM's work for this generation (what routing exists to save): tokens it prefilled and
+     generated (routed ones, lookahead, and calls cancelled or missed), and its forward-pass time
+     where the server reports it (-1 otherwise) */
+  int64_t llm_prefilled, llm_generated;
+  double llm_forward_ms;
 } tlr_stats;
 
 /* Generates after `prompt` (UTF-8 text; BOS is added, or the chat template with params->chat).

@@ -18,11 +18,13 @@ import argparse
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
+
+from serve_helper import start_server
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -50,22 +52,6 @@ def scrape(url):
         m = re.search(r"^" + name + r" ([0-9.eE+-]+)$", text, re.M)
         out[name] = float(m.group(1)) if m else None
     return out
-
-
-def start_server(tlr, log):
-    p = subprocess.Popen([tlr, "serve", "--port", "0", "-t", "1"], stdout=log, stderr=subprocess.STDOUT)
-    for _ in range(200):
-        log.flush()
-        with open(log.name) as f:
-            m = re.search(r"^listening on (\S+)", f.read(), re.M)
-        if m:
-            return p, m.group(1)
-        if p.poll() is not None:
-            break
-        time.sleep(0.05)
-    p.kill()
-    with open(log.name) as f:
-        sys.exit("llm_cost: tlr serve did not start:\n" + f.read())
 
 
 def run_setting(tlr, url, name, flags, n, workdir):
@@ -102,6 +88,10 @@ def main():
     ap.add_argument("--baseline", help="another tlr binary to measure in the same run (e.g. before a change)")
     ap.add_argument("--quick", action="store_true", help="fewer questions per setting (a smoke run)")
     ap.add_argument("--settings", help="comma-separated subset of: " + ",".join(s[0] for s in SETTINGS))
+    ap.add_argument("--add", action="append", default=[], metavar="NAME=FLAGS",
+                    help="an extra setting: a name starting with 20ms- or own- (its pace) and the eval flags, "
+                         "e.g. own-b4='--spec-branches 4 --lookahead 0' (repeatable)")
+    ap.add_argument("--questions", type=int, help="questions per setting (default: 60 at 20 ms/step, 100 at own pace)")
     ap.add_argument("--json", help="also write the rows as JSON here")
     ap.add_argument("--check", action="store_true",
                     help="exit 1 unless the device's own count of the LLM's work (results.json) agrees with the "
@@ -114,6 +104,15 @@ def main():
         if unknown:
             sys.exit("llm_cost: unknown setting(s) %s" % ", ".join(unknown))
         chosen = [s for s in SETTINGS if s[0] in names]
+    for spec in a.add:
+        name, eq, flags = spec.partition("=")
+        if not eq or not (name.startswith("20ms-") or name.startswith("own-")):
+            sys.exit("llm_cost: --add wants NAME=FLAGS with NAME starting with 20ms- or own-, got %r" % spec)
+        pace = ["--sim-slm-ms", "20"] if name.startswith("20ms-") else []
+        n = 60 if pace else 100
+        chosen = chosen + [(name, pace + shlex.split(flags), n, 10 if pace else 15)]
+    if a.questions:
+        chosen = [(name, flags, a.questions, a.questions) for name, flags, _, _ in chosen]
     builds = [("after", a.tlr)] + ([("before", a.baseline)] if a.baseline else [])
     for label, path in builds:
         if not os.access(path, os.X_OK):
@@ -125,7 +124,7 @@ def main():
         try:
             for label, path in builds:
                 log = open(os.path.join(work, label + "-serve.log"), "w+")
-                servers[label] = start_server(path, log)
+                servers[label] = start_server([path, "serve", "--port", "0", "-t", "1"], log, "llm_cost: tlr serve")
             for name, flags, n, quick_n in chosen:
                 for label, path in builds:
                     r = run_setting(path, servers[label][1], label + "-" + name, flags, quick_n if a.quick else n, work)
@@ -138,16 +137,24 @@ def main():
             for p, _ in servers.values():
                 p.terminate()
                 p.wait(timeout=10)
-    print("| build | setting | questions | time / question (ms) | TTFT (ms) | routed % | routed | "
-          "LLM generated | per routed | LLM prefilled | rewound | accuracy |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| build | setting | questions | time / question (ms) | speedup | TTFT (ms) | routed % | routed | "
+          "LLM generated | per routed | LLM prefilled | prefill vs off | rewound | accuracy |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         per = r["server_generated"] / r["routed"] if r["server_generated"] is not None and r["routed"] else None
-        print("| %s | %s | %d | %.0f | %.1f | %.1f | %d | %s | %s | %s | %s | %.1f%% |" % (
-            r["build"], r["setting"], r["questions"], r["time_per_question_ms"], r["ttft_ms"], r["routed_pct"],
-            r["routed"], fmt(r["server_generated"]), fmt(per, "%.2f"), fmt(r["server_prefilled"]),
-            fmt(r["server_rewound"]), 100 * r["accuracy"]))
-    print("\nLLM generated / prefilled / rewound: the server's counters over each run (/metrics). Every eval: "
+        # The blocking run of the same build, pace and questions: what the ratios compare with.
+        off = [o for o in rows if o["build"] == r["build"] and o["setting"] == r["setting"].split("-")[0] + "-off"
+               and o["questions"] == r["questions"]]
+        speedup = off[0]["time_per_question_ms"] / r["time_per_question_ms"] if off else None
+        pre = (r["server_prefilled"] / off[0]["server_prefilled"]
+               if off and r["server_prefilled"] is not None and off[0]["server_prefilled"] else None)
+        r["speedup_vs_off"], r["prefill_vs_off"] = speedup, pre
+        print("| %s | %s | %d | %.0f | %s | %.1f | %.1f | %d | %s | %s | %s | %s | %s | %.1f%% |" % (
+            r["build"], r["setting"], r["questions"], r["time_per_question_ms"], fmt(speedup, "%.2fx"), r["ttft_ms"],
+            r["routed_pct"], r["routed"], fmt(r["server_generated"]), fmt(per, "%.2f"), fmt(r["server_prefilled"]),
+            fmt(pre, "%.2fx"), fmt(r["server_rewound"]), 100 * r["accuracy"]))
+    print("\nLLM generated / prefilled / rewound: the server's counters over each run (/metrics); speedup and "
+          "prefill vs off: against the same build's blocking run at the same pace. Every eval: "
           "threshold 0.8, --sim-rtt 170, --max-tokens 40, one device.")
     if a.json:
         with open(a.json, "w") as f:

@@ -4,9 +4,12 @@
 #   2. over a local `tlr serve` with a simulated 170 ms round trip (the paper's assumption),
 #      the first 50 questions, default thresholds and both baselines, blocking on every routed
 #      token as the paper's system does -> docs/results-network/
-#   3. the asynchronous pipeline off and on over the same server and round trip, the first 200
-#      questions, at the bundled SLM's own pace and at a simulated 20 ms per SLM step
-#      -> docs/results-pipeline/{off,on}-{own,20ms}/ (with every answer's tokens, compared)
+#   3. the asynchronous pipeline off, on (default options) and auto (on with `--llm-budget auto`:
+#      no limit on the LLM's work) over the same server and round trip, the first 200 questions,
+#      at the bundled SLM's own pace and at a simulated 20 ms per SLM step
+#      -> docs/results-pipeline/{off,on,auto}-{own,20ms}/ (with every answer's tokens, compared),
+#      and the LLM alone on the same 200 questions over the same server (no simulated round trip:
+#      only its work is used, for the LLM cost against the LLM alone) -> docs/results-pipeline/llm-alone/
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tlr=build/bin/tlr
@@ -29,10 +32,15 @@ $tlr eval --limit 50 --max-tokens 40 -t 1 --server "$url" --sim-rtt 170 --pipeli
 for pace in own 20ms; do
   slm=()
   [ "$pace" = 20ms ] && slm=(--sim-slm-ms 20)
-  for pipeline in off on; do
-    dir=docs/results-pipeline/$pipeline-$pace
+  for setting in off on auto; do
+    dir=docs/results-pipeline/$setting-$pace
+    pipe=(--pipeline "$setting")
+    [ "$setting" = auto ] && pipe=(--pipeline on --llm-budget auto)
     $tlr eval --limit 200 --max-tokens 40 -t 1 --thresholds 0.4,0.8,0.99 --no-baselines --server "$url" \
-      --sim-rtt 170 --pipeline $pipeline "${slm[@]}" --out "$dir" --answers "$dir/answers.jsonl"
+      --sim-rtt 170 "${pipe[@]}" "${slm[@]}" --out "$dir" --answers "$dir/answers.jsonl"
   done
 done
+# The baselines alone (--thresholds ''): small_only and large_only rows.
+$tlr eval --limit 200 --max-tokens 40 -t 1 --thresholds '' --server "$url" --pipeline off \
+  --out docs/results-pipeline/llm-alone
 $py scripts/results.py docs/results docs/RESULTS.md docs/results-network docs/results-pipeline

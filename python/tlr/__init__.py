@@ -86,7 +86,8 @@ class _GenerateParams(_c.Structure):
                 ("temperature", _c.c_float), ("top_k", _c.c_int), ("top_p", _c.c_float),
                 ("min_p", _c.c_float), ("repeat_penalty", _c.c_float), ("repeat_last_n", _c.c_int),
                 ("seed", _c.c_uint64), ("pipeline", _c.c_int), ("spec_depth", _c.c_int),
-                ("spec_branches", _c.c_int), ("lookahead", _c.c_int), ("sim_slm_ms", _c.c_double)]
+                ("spec_branches", _c.c_int), ("lookahead", _c.c_int), ("sim_slm_ms", _c.c_double),
+                ("llm_budget", _c.c_double)]
 
 
 class _Token(_c.Structure):
@@ -106,7 +107,8 @@ class _Stats(_c.Structure):
                 ("spec_resolved", _c.c_int64), ("spec_hits", _c.c_int64), ("spec_branch_hits", _c.c_int64),
                 ("lookahead_used", _c.c_int64), ("wasted_slm_steps", _c.c_int64),
                 ("cancelled_calls", _c.c_int64), ("http_requests", _c.c_int64), ("retries", _c.c_int64),
-                ("resyncs", _c.c_int64), ("failed_calls", _c.c_int64), ("llm_failure", _c.c_char * 256)]
+                ("resyncs", _c.c_int64), ("failed_calls", _c.c_int64), ("llm_failure", _c.c_char * 256),
+                ("llm_prefilled", _c.c_int64), ("llm_generated", _c.c_int64), ("llm_forward_ms", _c.c_double)]
 
 
 _CALLBACK = _c.CFUNCTYPE(_c.c_int, _c.POINTER(_Token), _c.c_void_p)
@@ -156,6 +158,9 @@ class Stats:
     resyncs: int
     failed_calls: int
     llm_failure: str
+    llm_prefilled: int     # the LLM's work: tokens it prefilled,
+    llm_generated: int     # tokens it generated (routed, lookahead, cancelled calls),
+    llm_forward_ms: float  # and its forward-pass time (-1: not reported)
 
 
 # ---- loading the library ----------------------------------------------------------------------
@@ -385,10 +390,12 @@ class Device(_Handle):
             mode: str = "joint", threshold: Optional[float] = None, span: int = 1, max_tokens: int = 128,
             chat: bool = False, temperature: float = 0.0, top_k: int = 40, top_p: float = 1.0, min_p: float = 0.0,
             repeat_penalty: float = 1.0, repeat_last_n: int = 64, seed: int = 42, pipeline: bool = True,
-            spec_depth: int = 32, spec_branches: int = 1, lookahead: int = 8, sim_slm_ms: float = 0.0) -> Stats:
+            spec_depth: int = 32, spec_branches: int = 4, lookahead: int = 8, sim_slm_ms: float = 0.0,
+            llm_budget: Optional[float] = 1.25) -> Stats:
         """Generates after `prompt` (text, or a list of token ids taken as they are), calling
         on_token(Token) for each token as it is confirmed (return True to stop). Blocks; returns
-        the statistics. An exception raised by on_token stops the generation and is re-raised."""
+        the statistics. An exception raised by on_token stops the generation and is re-raised.
+        llm_budget: LLM tokens the pipeline may cost per routed token (None: no limit)."""
         lib = _load()
         if mode not in _MODES:
             raise ValueError("mode must be one of %s" % ", ".join(_MODES))
@@ -401,6 +408,7 @@ class Device(_Handle):
         p.repeat_penalty, p.repeat_last_n, p.seed = repeat_penalty, repeat_last_n, seed
         p.pipeline, p.spec_depth, p.spec_branches = int(pipeline), spec_depth, spec_branches
         p.lookahead, p.sim_slm_ms = lookahead, sim_slm_ms
+        p.llm_budget = 0.0 if llm_budget is None else float(llm_budget)  # None: no limit ("auto")
         raised: List[BaseException] = []
 
         def trampoline(tp, _user):

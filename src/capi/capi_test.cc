@@ -120,9 +120,25 @@ TEST_F(CapiTest, JointRoutesSomeTokensAndMatchesWithPipelineOff) {
   ASSERT_EQ(tlr_device_get_info(device_, &info), TLR_OK);
   EXPECT_FLOAT_EQ(st.threshold, info.router_threshold);  // the router's recommended one
   EXPECT_STREQ(info.router_kind, "citer");
+  // The LLM's work: in process exact; at least one generated token per routed one, and no more
+  // asked than the budget allows (1: answers only, no lookahead).
+  EXPECT_GE(st.llm_generated, st.routed);
+  EXPECT_GT(st.llm_prefilled, 0);
+  EXPECT_GT(st.llm_forward_ms, 0);
   tlr_generate_params off = Params(TLR_MODE_JOINT);
   off.pipeline = 0;
-  EXPECT_EQ(Generate(off, llm_), joint);
+  tlr_stats off_st;
+  off_st.struct_size = sizeof off_st;
+  EXPECT_EQ(Generate(off, llm_, &off_st), joint);
+  EXPECT_EQ(off_st.llm_generated, off_st.routed);
+  tlr_generate_params tight = Params(TLR_MODE_JOINT);
+  tight.llm_budget = 1;
+  tlr_stats tight_st;
+  tight_st.struct_size = sizeof tight_st;
+  EXPECT_EQ(Generate(tight, llm_, &tight_st), joint);
+  EXPECT_EQ(tight_st.llm_generated, tight_st.llm_calls);
+  tight.llm_budget = 0.5;  // below one token per routed token: refused
+  EXPECT_NE(tlr_generate(device_, llm_, kPrompt, &tight, nullptr, nullptr, nullptr), TLR_OK);
 }
 
 TEST_F(CapiTest, ThresholdsZeroAndOneGiveEachModelAlone) {

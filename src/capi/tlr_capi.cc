@@ -115,6 +115,9 @@ void FillStats(const tlr::DeviceRunResult& r, float threshold, int stop, tlr_sta
   s.lookahead_used = d.lookahead_used;
   s.wasted_slm_steps = d.wasted_slm_steps;
   s.cancelled_calls = d.cancelled_calls;
+  s.llm_prefilled = d.llm_work.prefilled;
+  s.llm_generated = d.llm_work.generated;
+  s.llm_forward_ms = d.llm_work.forward_s < 0 ? -1.0 : d.llm_work.forward_s * 1e3;
   if (r.remote) {
     s.http_requests = r.remote_stats.http_requests;
     s.retries = r.remote_stats.retries;
@@ -147,6 +150,7 @@ tlr::DecodeOptions ToDecodeOptions(const tlr_generate_params& p, const tlr::Rout
   d.pipeline.depth = p.spec_depth;
   d.pipeline.branches = p.spec_branches;
   d.pipeline.lookahead = p.lookahead;
+  d.pipeline.llm_budget = p.llm_budget;
   d.sim_slm_s = p.sim_slm_ms / 1e3;
   d.cancel = cancel;
   return d;
@@ -438,6 +442,7 @@ void tlr_generate_params_init(tlr_generate_params* p) {
   p->spec_branches = d.pipeline.branches;
   p->lookahead = d.pipeline.lookahead;
   p->sim_slm_ms = 0;
+  p->llm_budget = d.pipeline.llm_budget;
 }
 
 int tlr_generate_ids(tlr_device* device, const tlr_llm* llm, const int32_t* prompt, size_t n_prompt,

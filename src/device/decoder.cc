@@ -55,6 +55,9 @@ Status PipelineOptions::Validate() const {
   if (depth < 0 || depth > 4096) return Status::Error("the speculation depth must be in 0..4096");
   if (branches < 1 || branches > 16) return Status::Error("speculation branches must be in 1..16");
   if (lookahead < 0 || lookahead > 256) return Status::Error("lookahead must be in 0..256");
+  if (!(llm_budget == 0 || (llm_budget >= 1 && llm_budget <= 1e6))) {
+    return Status::Error("the LLM budget must be 0 (auto: no limit) or at least 1 LLM token per routed token");
+  }
   return Status::Ok();
 }
 

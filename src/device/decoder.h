@@ -62,8 +62,13 @@ struct PipelineOptions {
   bool enabled = true;       // off: every routed token blocks until the LLM answers
   int depth = 32;            // speculative tokens a line may run ahead of its oldest unanswered
                              // routed position
-  int branches = 1;          // SLM candidates speculated on at the oldest unanswered position
-  int lookahead = 8;         // LLM continuation tokens asked for with each routed call
+  int branches = 4;          // SLM candidates speculated on at the oldest unanswered position
+  int lookahead = 8;         // most LLM continuation tokens asked for with a routed call (the
+                             // ask adapts to how much of earlier drafts stood)
+  // LLM tokens the pipeline may ask for per routed token: answers, lookahead and speculative
+  // calls, cancelled ones included (LlmSpend in speculation.h). 0: no limit ("auto", as fast
+  // as possible). At least 1 otherwise.
+  double llm_budget = 1.25;
   Status Validate() const;
 };
 

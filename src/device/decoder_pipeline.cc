@@ -39,6 +39,7 @@ struct LineModel {
   KvCache cache;
   std::vector<int32_t> ahead;  // draft tokens read after the line's decided ones
   size_t ahead_at = 0;         // ahead[ahead_at ..] are not decided yet
+  bool waits = false;          // at a routed position whose call may not be sent yet
   std::vector<int32_t> feed;   // the tokens of the current pass
   std::vector<float> logits, hidden;  // [rows, n_vocab], [rows, n_embd]
   int64_t row0 = 0;
@@ -82,6 +83,14 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
   if (opts.max_tokens == 0) return out.Finish();
 
   SpecState state(std::vector<int32_t>(prompt.begin(), prompt.end()));
+  LlmSpend spend(po.llm_budget, po.lookahead);
+  // Replies' lookahead not yet compared with the confirmed text (the draft's tokens, and where
+  // its lookahead starts).
+  struct DraftCheck {
+    std::vector<int32_t> ids;
+    int64_t from = 0;
+  };
+  std::vector<DraftCheck> checks;
   CallNotifier notifier;
   ForwardContext ctx(pool_);
   Sampler sampler(opts.sampling, static_cast<int32_t>(V));
@@ -152,13 +161,55 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
     if (r.applied && reply.ok() && !from_draft && !reply->tokens.empty()) {
       // The reply and its lookahead are the LLM's own text after this context: a draft.
       context.insert(context.end(), reply->tokens.begin(), reply->tokens.end());
+      const int64_t lookahead_from = static_cast<int64_t>(context.size());
       context.insert(context.end(), reply->lookahead.begin(), reply->lookahead.end());
+      if (!reply->lookahead.empty()) checks.push_back({context, lookahead_from});
       state.AddDraft(std::move(context), position);
       return true;
     }
     return false;
   };
   auto is_end = [&](int32_t t) { return tok.IsEndOfGeneration(t); };
+  // Lookahead drafts the confirmed text has passed: how much of each stood (the spend adapts).
+  auto check_drafts = [&]() {
+    const std::vector<int32_t>& text = state.lines()[0].ids;
+    const int64_t c = state.confirmed();
+    for (size_t i = 0; i < checks.size();) {
+      const DraftCheck& d = checks[i];
+      const int64_t end = static_cast<int64_t>(d.ids.size());
+      int64_t k = d.from;
+      while (k < std::min(c, end) && text[static_cast<size_t>(k)] == d.ids[static_cast<size_t>(k)]) ++k;
+      if (k < end && k == c) {
+        ++i;  // not decided yet
+        continue;
+      }
+      // Only a draft whose context is the confirmed text says anything about lookahead.
+      if (std::equal(d.ids.begin(), d.ids.begin() + d.from, text.begin())) {
+        spend.DraftStood(static_cast<int>(end - d.from), static_cast<int>(k - d.from));
+      }
+      checks.erase(checks.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  };
+  auto outstanding = [&]() {
+    int64_t n = 0;
+    for (const auto& [id, c] : state.calls()) n += c.n;
+    return n;
+  };
+  auto call_n = [&](const SpecLine& l) {
+    return static_cast<int>(std::min<int64_t>(opts.route_span, opts.max_tokens - (static_cast<int64_t>(l.ids.size()) - prompt_len)));
+  };
+  auto has_pending = [](const SpecLine& l) {
+    return std::any_of(l.spec.begin(), l.spec.end(), [](const SpecToken& t) { return t.pending; });
+  };
+  // Whether a line's routed position may send its call now: a branch never does (its context
+  // differs from the main line's at the head, and the server's session holds one line, so the
+  // call would make the server drop the main line's state and prefill it again: it waits until
+  // the head's reply makes it the main line or drops it), and a speculative call only within
+  // the LLM budget.
+  auto may_call = [&](const SpecLine& l) {
+    if (l.id != state.lines()[0].id) return false;
+    return !has_pending(l) || spend.SpeculativeCallFits(call_n(l), st.routed, outstanding());
+  };
   // Pending calls whose context a draft covers are answered by the draft.
   auto resolve_from_drafts = [&]() {
     for (bool again = true; again;) {
@@ -183,6 +234,7 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
   // Decides the token at position ids.size() of a line from the SLM's outputs there.
   auto decide_one = [&](SpecLine& l, const float* logits, const float* hidden) {
     LineModel* m = ModelOf(l);
+    m->waits = false;
     const int64_t p = static_cast<int64_t>(l.ids.size());
     SpecToken t;
     t.slm_s = m->slm_s;
@@ -206,10 +258,15 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
       state.Push(l, sampler.Sample(logits, l.ids), std::move(t));
       return;
     }
-    const int n = static_cast<int>(std::min<int64_t>(opts.route_span, opts.max_tokens - (p - prompt_len)));
+    const int n = call_n(l);
     t.routed = true;
     t.source = TokenSource::kLlm;
-    if (std::vector<int32_t> draft = state.DraftAt(l.ids, n, is_end); !draft.empty()) {
+    std::vector<int32_t> draft = state.DraftAt(l.ids, n, is_end);
+    if (draft.empty() && !may_call(l)) {
+      m->waits = true;  // decided again once it may
+      return;
+    }
+    if (!draft.empty()) {
       t.outcome = SpecOutcome::kDraft;
       t.from_draft = true;
       for (int32_t d : draft) {
@@ -225,7 +282,8 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
     LlmRequest req;
     req.context = l.ids;
     req.n = n;
-    req.lookahead = po.lookahead;
+    req.lookahead = spend.Lookahead(n, st.routed, outstanding());
+    spend.Asked(n, req.lookahead);
     req.sampling = opts.sampling;
     t.call = state.AddCall(l, p, n, llm_->Submit(std::move(req), notifier.Callback()));
     t.pending = true;
@@ -259,6 +317,7 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
   auto can_decide = [&](SpecLine& l) {
     const LineModel* m = ModelOf(l);
     if (m->cache.size() != static_cast<int64_t>(l.ids.size()) + m->ahead_left() || ended(l)) return false;
+    if (m->waits && !may_call(l)) return false;
     for (size_t i = 0; i < l.spec.size(); ++i) {
       if (l.spec[i].pending) return static_cast<int64_t>(l.spec.size() - i - 1) < po.depth;
     }
@@ -318,6 +377,7 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
     if (new_draft) resolve_from_drafts();
     // 2. Emit what is confirmed.
     if (!(more = emit_confirmed())) break;
+    check_drafts();
     // 3. Branches at the oldest unanswered position; caches follow the lines.
     if (po.branches > 1) state.Branch(po.branches);
     if (failure = reconcile(); !failure.ok()) break;

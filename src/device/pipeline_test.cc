@@ -52,8 +52,10 @@ class PipelineTest : public RandomPairTest<11, 12> {
   std::vector<int32_t> prompt_ = {5, 17, 42, 99, 7, 3};
 };
 
-DecodeOptions Options(float threshold, bool pipeline, int branches = 2, int lookahead = 8, int depth = 32) {
+DecodeOptions Options(float threshold, bool pipeline, int branches = 2, int lookahead = 8, int depth = 32,
+                      double llm_budget = 0) {
   DecodeOptions d;
+  d.pipeline.llm_budget = llm_budget;
   d.threshold = threshold;
   d.max_tokens = 40;
   d.pipeline.enabled = pipeline;
@@ -61,6 +63,35 @@ DecodeOptions Options(float threshold, bool pipeline, int branches = 2, int look
   d.pipeline.lookahead = lookahead;
   d.pipeline.depth = depth;
   return d;
+}
+
+// The LLM budget (tokens asked of the LLM per routed token) holds whatever the speculation does:
+// lookahead comes out of what is left, speculative calls wait while they would pass it. The
+// output stays the blocking loop's.
+TEST_F(PipelineTest, LlmBudgetBoundsWhatIsAskedOfTheLlm) {
+  for (const Model* m : {slm_, llm_}) {
+    const Out off = Run(*m, Options(0.5f, false), 10, 3);
+    ASSERT_GT(off.st.routed, 0);
+    for (double budget : {1.0, 2.0}) {
+      const Out on = Run(*m, Options(0.5f, true, 3, 16, 32, budget), 10, 3, 7);
+      SCOPED_TRACE(testing::Message() << "budget " << budget << (m == slm_ ? " LLM = SLM" : ""));
+      EXPECT_EQ(on.ids, off.ids);
+      EXPECT_EQ(on.src, off.src);
+      // Asked (and so generated, in process) per routed token within the budget, where calls
+      // whose answers did not stand (cancelled, or answered and then discarded with the
+      // speculation they were in) were counted as routed-to-be when they were sent.
+      const int64_t not_standing = on.st.llm_calls - on.st.spec_resolved;
+      EXPECT_LE(static_cast<double>(on.st.llm_work.generated),
+                budget * static_cast<double>(on.st.routed + not_standing) + 1);
+      if (budget == 1.0) {
+        EXPECT_EQ(on.st.llm_work.generated, on.st.llm_calls);  // no room for any lookahead
+        EXPECT_EQ(on.st.lookahead_used, 0);
+      }
+    }
+  }
+  // With no limit and an LLM that agrees with the SLM, lookahead grows and drafts are used.
+  const Out fast = Run(*slm_, Options(0.5f, true, 1, 16, 32, 0), 10, 3, 7);
+  EXPECT_GT(fast.st.lookahead_used, 0);
 }
 
 TEST_F(PipelineTest, GreedyOutputEqualsTheBlockingLoop) {

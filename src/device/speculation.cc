@@ -2,6 +2,7 @@
 #include "device/speculation.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace tlr {
 
@@ -256,6 +257,36 @@ std::vector<int32_t> SpecState::DraftContinuation(const std::vector<int32_t>& co
     return out;
   }
   return out;
+}
+
+LlmSpend::LlmSpend(double budget, int max_lookahead)
+    : budget_(budget), max_(std::max(0, max_lookahead)), level_(std::min(2, max_)) {}
+
+double LlmSpend::Room(int n, int64_t routed, int64_t outstanding) const {
+  if (budget_ <= 0) return std::numeric_limits<double>::infinity();
+  return budget_ * static_cast<double>(routed + outstanding + n) - static_cast<double>(asked_ + n);
+}
+
+int LlmSpend::Lookahead(int n, int64_t routed, int64_t outstanding) {
+  int want = level_;
+  if (want == 0 && max_ > 0 && ++calls_at_zero_ % 8 == 0) want = std::min(2, max_);
+  const double room = Room(n, routed, outstanding);
+  if (room < want) want = std::max(0, static_cast<int>(room));
+  return want;
+}
+
+bool LlmSpend::SpeculativeCallFits(int n, int64_t routed, int64_t outstanding) const {
+  return Room(n, routed, outstanding) >= 0;
+}
+
+void LlmSpend::DraftStood(int got, int stood) {
+  if (got <= 0) return;
+  if (stood >= got) {
+    level_ = std::min(max_, std::max({1, level_, 2 * got}));
+  } else {
+    level_ = std::min(max_, stood);
+  }
+  if (level_ > 0) calls_at_zero_ = 0;
 }
 
 }  // namespace tlr

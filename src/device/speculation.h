@@ -126,4 +126,40 @@ class SpecState {
   std::vector<Draft> drafts_;  // newest last; a few are kept
 };
 
+// What the pipeline asks of the LLM beyond the routed tokens themselves (pure logic).
+//
+// Lookahead adapts to whether drafts stand: once the text is confirmed past a reply's
+// lookahead, the draft is compared with it. A draft that stood whole doubles the next ask (up to
+// `max_lookahead`); one that stood in part asks for as many as stood; none, for nothing (with a
+// probe of 2 tokens every 8th call, so a text that turns predictable is noticed).
+//
+// The budget, in the units an LLM is paid in: LLM tokens asked for (answers, lookahead, and
+// speculative calls, cancelled or not) per routed token stay under `budget` (0: no limit, as
+// fast as possible). Lookahead comes only out of what is left; a speculative call (one with an
+// unanswered call before it on its line) waits while it would pass the budget.
+class LlmSpend {
+ public:
+  LlmSpend(double budget, int max_lookahead);
+  // The lookahead to ask with a call of n tokens, given the routed tokens confirmed so far and
+  // the tokens of calls still outstanding (they count as routed-to-be).
+  int Lookahead(int n, int64_t routed, int64_t outstanding);
+  // Whether a speculative call of n tokens fits the budget now.
+  bool SpeculativeCallFits(int n, int64_t routed, int64_t outstanding) const;
+  // A call was submitted asking for n tokens plus `lookahead`.
+  void Asked(int n, int lookahead) { asked_ += n + lookahead; }
+  // A draft's lookahead was checked against the confirmed text: `stood` of `got` tokens
+  // matched (`got` may be fewer than asked: the server cuts lookahead when busy).
+  void DraftStood(int got, int stood);
+  int64_t asked() const { return asked_; }
+  int level() const { return level_; }
+
+ private:
+  double Room(int n, int64_t routed, int64_t outstanding) const;
+  double budget_;
+  int max_;
+  int level_;
+  int64_t asked_ = 0;
+  int64_t calls_at_zero_ = 0;
+};
+
 }  // namespace tlr

@@ -34,6 +34,7 @@ struct BatchScheduler::Job {
   std::vector<int32_t> feed;    // tokens to ingest
   size_t fed = 0;
   int remaining = 0;            // tokens still to generate
+  int low_priority = 0;         // the last this many of them may be cut (lookahead)
   bool decoding = false;
   std::unique_ptr<Sampler> sampler;
   int top_logprobs = 0;
@@ -76,6 +77,7 @@ BatchOutcome BatchScheduler::Run(BatchCall call) {
   job.s = call.session;
   job.feed = std::move(call.feed);
   job.remaining = call.n;
+  job.low_priority = std::clamp(call.low_priority, 0, call.n - 1);
   if (call.sampling.temperature > 0) {
     // Counter-based draws (keyed by seed and position): a context gets the same tokens
     // whichever calls came before it, and the same as the device's SLM would draw there.
@@ -168,6 +170,23 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
     j->cv.notify_all();
   }
   if (active.empty()) return;
+  // Low-priority tails (lookahead) give way to every other call: cut where they stand.
+  const auto in_tail = [](const Job* j) { return j->decoding && j->remaining <= j->low_priority; };
+  if (std::any_of(active.begin(), active.end(), [&](const Job* j) { return !in_tail(j); })) {
+    for (size_t i = 0; i < active.size();) {
+      Job* j = active[i];
+      if (!in_tail(j)) {
+        ++i;
+        continue;
+      }
+      active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
+      if (metrics_) metrics_->Add("tlr_lookahead_cut_total", static_cast<double>(j->remaining));
+      j->reply.compute_s = Since(j->started);
+      std::lock_guard<std::mutex> jl(j->mu);
+      j->done = true;
+      j->cv.notify_all();
+    }
+  }
   std::vector<SequenceInput> ins;
   std::vector<Job*> batch;
   int64_t budget = max_batch_tokens_;

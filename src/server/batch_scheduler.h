@@ -5,6 +5,11 @@
 // them. Calls past their deadline (the device's timeout) are dropped: unrun if still waiting
 // for their first pass, else between passes.
 //
+// Priority: a call's low-priority tail (a device's lookahead, BatchCall::low_priority) is
+// generated only while no other call is waiting or running; when another call arrives, the
+// tail is cut where it stands and the call answers with what it has. On a CPU every sequence
+// in a pass costs time, so lookahead that shared passes with routed calls would slow them.
+//
 // Threads: Run is called by request threads, each holding the lock of the session it runs
 // on, and blocks until the call is done; the worker writes that session's cache and tokens
 // while its caller waits (the hand-over goes through the queue's and the call's mutexes).
@@ -33,6 +38,8 @@ struct BatchCall {
   EngineSession* session = nullptr;  // locked by the caller for the whole call
   std::vector<int32_t> feed;         // tokens to ingest (at least one)
   int n = 1;                         // tokens to generate
+  int low_priority = 0;              // the last this many of the n are a hint (lookahead): made
+                                     // only while no other call is in the scheduler, else cut
   SamplerParams sampling;            // validated
   int top_logprobs = 0;
   const LlmEngine::TokenCallback* on_token = nullptr;  // may be null

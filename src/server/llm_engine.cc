@@ -64,6 +64,8 @@ LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& l
     metrics_->DeclareCounter("tlr_calls_expired_total", "Calls dropped unstarted after their timeout_ms (overload)");
     metrics_->DeclareCounter("tlr_calls_abandoned_total", "Calls stopped between forward passes after their timeout_ms");
     metrics_->DeclareCounter("tlr_lookahead_tokens_total", "Lookahead tokens generated for devices' drafts (native protocol)");
+    metrics_->DeclareCounter("tlr_prompt_cache_copied_tokens_total", "Prompt tokens a new prompt-cache slot copied from another slot's KV instead of prefilling");
+    metrics_->DeclareCounter("tlr_lookahead_cut_total", "Lookahead tokens not generated because other calls were waiting (lookahead is low priority)");
     metrics_->DeclareCounter("tlr_rewound_tokens_total", "Tokens dropped from sessions by calls whose context parts from what the session held");
     metrics_->DeclareCounter("tlr_kept_tokens_total", "Tokens a call resent that the session already held past its base (kept, not prefilled again)");
     metrics_->DeclareGauge("tlr_sessions", "Open sessions");
@@ -77,7 +79,7 @@ LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& l
     for (const char* c : {"tlr_prefill_tokens_total", "tlr_decode_tokens_total", "tlr_generated_tokens_total",
                           "tlr_evictions_total", "tlr_sessions_expired_total", "tlr_resyncs_total", "tlr_forward_passes_total", "tlr_forward_seconds_total", "tlr_calls_expired_total",
                           "tlr_calls_abandoned_total", "tlr_lookahead_tokens_total", "tlr_rewound_tokens_total",
-                          "tlr_kept_tokens_total"}) {
+                          "tlr_kept_tokens_total", "tlr_lookahead_cut_total", "tlr_prompt_cache_copied_tokens_total"}) {
       metrics_->Add(c, 0);  // present from the start
     }
     metrics_->Set("tlr_kv_budget_bytes", static_cast<double>(limits_.kv_budget_bytes));
@@ -190,7 +192,7 @@ EngineResult LlmEngine::Next(const NextRequest& req) {
   // Time already spent waiting for the session (an earlier call of the same device) counts.
   const double left = req.timeout_s > 0 ? std::max(1e-6, req.timeout_s - Since(arrived)) : 0;
   std::vector<int32_t> feed(req.append.begin() + (keep - req.base), req.append.end());
-  EngineResult r = Run(s, std::move(feed), req.n + lookahead, req.sampling, req.top_logprobs, nullptr, left);
+  EngineResult r = Run(s, std::move(feed), req.n + lookahead, req.sampling, req.top_logprobs, nullptr, left, lookahead);
   s->last_used = Clock::now();
   if (r.ok()) {
     // The first n tokens answer the call; the rest is the lookahead draft.
@@ -232,9 +234,24 @@ EngineResult LlmEngine::Complete(std::span<const int32_t> prompt, int max_tokens
   std::unique_lock<std::mutex> lock;  // best's (declared after it: unlocked before it may go)
   size_t best_common = 0;
   bool temporary = false;
-  best = store_->AcquireSlot(prompt, &lock, &best_common, &temporary);
+  std::shared_ptr<EngineSession> from;
+  std::unique_lock<std::mutex> from_lock;
+  best = store_->AcquireSlot(prompt, &lock, &best_common, &temporary, &from, &from_lock);
   EngineSession* s = best.get();
   s->last_used = Clock::now();
+  if (from) {
+    // A new slot starting from another's prefix: a copy of its KV, no prefill.
+    std::string why;
+    const int64_t n = static_cast<int64_t>(std::min(best_common, prompt.size() - 1));
+    if (from->cache && n > 0 && store_->MakeRoom(s, n, &why)) {
+      s->cache = std::make_unique<KvCache>(from->cache->Fork(n));
+      s->tokens.assign(from->tokens.begin(), from->tokens.begin() + n);
+      if (metrics_) metrics_->Add("tlr_prompt_cache_copied_tokens_total", static_cast<double>(n));
+    } else {
+      best_common = 0;
+    }
+    from_lock.unlock();
+  }
   const size_t common = std::min(best_common, prompt.size() - 1);
   if (s->cache) s->cache->Truncate(static_cast<int64_t>(common));
   s->tokens.resize(common);
@@ -247,7 +264,7 @@ EngineResult LlmEngine::Complete(std::span<const int32_t> prompt, int max_tokens
 
 // Runs one call on a locked session through the batch scheduler and waits for it.
 EngineResult LlmEngine::Run(EngineSession* s, std::vector<int32_t> feed, int n, const SamplerParams& sampling,
-                            int top_logprobs, const TokenCallback& on_token, double deadline_s) {
+                            int top_logprobs, const TokenCallback& on_token, double deadline_s, int low_priority) {
   Status valid = sampling.Validate();
   if (!valid.ok()) return Fail(EngineCode::kBadRequest, valid.message());
   std::string why;
@@ -263,6 +280,7 @@ EngineResult LlmEngine::Run(EngineSession* s, std::vector<int32_t> feed, int n, 
   call.session = s;
   call.feed = std::move(feed);
   call.n = n;
+  call.low_priority = low_priority;
   call.sampling = sampling;
   call.top_logprobs = top_logprobs;
   call.on_token = on_token ? &on_token : nullptr;

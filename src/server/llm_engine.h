@@ -47,7 +47,8 @@ struct EngineLimits {
   int max_tokens_per_call = 256;      // n of one next-token call / max_tokens of a completion
   double session_ttl_s = 600;         // idle sessions are deleted after this
   int64_t max_batch_tokens = 512;     // tokens per forward pass
-  int prompt_cache_slots = 4;         // KV caches reused by the OpenAI endpoints (by prefix)
+  int prompt_cache_slots = 0;         // most KV caches reused by the OpenAI endpoints (by prefix);
+                                      // 0: bounded only by the KV budget (and max_sessions)
   int recent_replies = 16;            // per session, for request_id idempotency
 };
 
@@ -146,7 +147,7 @@ class LlmEngine {
 
  private:
   EngineResult Run(EngineSession* s, std::vector<int32_t> feed, int n, const SamplerParams& sampling,
-                   int top_logprobs, const TokenCallback& on_token, double deadline_s = 0);
+                   int top_logprobs, const TokenCallback& on_token, double deadline_s = 0, int low_priority = 0);
   void PublishGauges();
 
   const Model& model_;

@@ -418,5 +418,94 @@ TEST_F(EngineTest, StartedCallsPastTheirTimeoutStopBetweenPasses) {
   EXPECT_EQ(other.reply.tokens, Reference({1, 2, 3}, 1));
 }
 
+// Lookahead is low priority: while one session's call makes its lookahead, another session's
+// call arrives; the lookahead is cut where it stands (the reply carries what was made), and
+// both answers are right.
+TEST_F(EngineTest, LookaheadGivesWayToOtherCalls) {
+  Metrics metrics;
+  EngineLimits lim;
+  LlmEngine engine(*llm_, nullptr, lim, &metrics);
+  SessionInfo a, b;
+  ASSERT_TRUE(engine.CreateSession(&a).ok());
+  ASSERT_TRUE(engine.CreateSession(&b).ok());
+  const std::vector<int32_t> pa = Prompt("Question: where do people keep books?");
+  NextRequest long_call = Call(a.id, {}, pa, 1, "a");
+  long_call.lookahead = lim.max_tokens_per_call - 1;
+  EngineResult ra;
+  const int64_t decoded_before = engine.decode_tokens();
+  std::thread t([&] { ra = engine.Next(long_call); });
+  // Once the lookahead is being made (decode steps counted), another device calls.
+  while (engine.decode_tokens() - decoded_before < 3 && !(ra.ok() && !ra.reply.tokens.empty())) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  const std::vector<int32_t> pb = Prompt("Question: what do cats eat?");
+  EngineResult rb = engine.Next(Call(b.id, {}, pb, 1, "b"));
+  t.join();
+  ASSERT_TRUE(ra.ok()) << ra.message;
+  ASSERT_TRUE(rb.ok()) << rb.message;
+  EXPECT_EQ(rb.reply.tokens, Reference(pb, 1));
+  ASSERT_EQ(ra.reply.tokens.size(), 1u);
+  std::vector<int32_t> got = ra.reply.tokens;
+  got.insert(got.end(), ra.reply.lookahead.begin(), ra.reply.lookahead.end());
+  EXPECT_EQ(got, Reference(pa, static_cast<int>(got.size())));  // what was made is the LLM's text
+  EXPECT_LT(static_cast<int>(ra.reply.lookahead.size()), long_call.lookahead) << "the lookahead was not cut";
+  EXPECT_GT(metrics.Value("tlr_lookahead_cut_total"), 0);
+  // The session holds what the reply says: the next call on it builds on that.
+  EXPECT_EQ(ra.reply.position, static_cast<int64_t>(pa.size() + got.size() - 1));
+}
+
+// The OpenAI endpoints' prompt cache: by default one slot per client context (bounded by the
+// KV budget, not a small count), so clients resending growing contexts each prefill only their
+// new tokens; a prompt that shares a prefix with another slot (a regenerated answer) starts
+// from a copy of it. With --prompt-cache 1 two clients take the one slot from each other.
+TEST_F(EngineTest, PromptCacheKeepsEachClientsContext) {
+  for (int slots : {0, 1}) {
+    Metrics metrics;
+    EngineLimits lim;
+    lim.prompt_cache_slots = slots;
+    LlmEngine engine(*llm_, nullptr, lim, &metrics);
+    // More clients than the old fixed count of 4 slots.
+    std::vector<std::vector<int32_t>> ctx;
+    for (const char* q : {"where do people keep books?", "what do cats eat?", "why is the sky blue?",
+                          "who wrote letters?", "how do birds fly?", "when does it snow?"}) {
+      ctx.push_back(Prompt(std::string("Question: ") + q));
+    }
+    int64_t prefilled_later = 0, new_tokens_later = 0;
+    for (int round = 0; round < 4; ++round) {
+      for (size_t c = 0; c < ctx.size(); ++c) {
+        EngineResult r = engine.Complete(ctx[c], 1, SamplerParams{}, 0, nullptr);
+        ASSERT_TRUE(r.ok()) << r.message;
+        EXPECT_EQ(r.reply.tokens, Reference(ctx[c], 1));
+        if (round > 0) {
+          prefilled_later += r.reply.prefilled;
+          new_tokens_later += 4;  // the answer (not fed back when it was made) and 3 new tokens
+        }
+        ctx[c].push_back(r.reply.tokens[0]);
+        for (int32_t t : {11, 12, 13}) ctx[c].push_back(t);
+      }
+    }
+    if (slots == 0) {
+      // Each call reads the answer it was given (not fed back) and the 3 new tokens.
+      EXPECT_EQ(prefilled_later, new_tokens_later) << "clients' contexts were prefilled again";
+      // A conversation branching off another's (an edited last message): a new slot that
+      // starts from a copy of the shared prefix, and the original keeps its own.
+      std::vector<int32_t> edit = ctx[0];
+      edit.resize(edit.size() - 4 - 2);  // the slot holds the last prompt: part from it inside
+      edit.push_back(21);
+      const double copied = metrics.Value("tlr_prompt_cache_copied_tokens_total");
+      EngineResult r = engine.Complete(edit, 1, SamplerParams{}, 0, nullptr);
+      ASSERT_TRUE(r.ok()) << r.message;
+      EXPECT_EQ(r.reply.tokens, Reference(edit, 1));
+      EXPECT_EQ(r.reply.prefilled, 1);
+      EXPECT_EQ(metrics.Value("tlr_prompt_cache_copied_tokens_total") - copied, static_cast<double>(edit.size() - 1));
+      EngineResult own = engine.Complete(ctx[0], 1, SamplerParams{}, 0, nullptr);
+      ASSERT_TRUE(own.ok()) << own.message;
+      EXPECT_EQ(own.reply.prefilled, 4) << "the original conversation's slot was cut";
+    } else {
+      EXPECT_GT(prefilled_later, 2 * new_tokens_later) << "one slot cannot hold two contexts";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tlr

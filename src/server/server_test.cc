@@ -69,6 +69,7 @@ class ServerTest : public ::testing::Test {
     d.threshold = threshold;
     d.max_tokens = 40;
     d.pipeline.enabled = pipeline;
+    d.pipeline.llm_budget = 0;  // no limit: lookahead drafts cross the network too
     Run out;
     auto st = dec.Generate(slm_->tokenizer().Encode(QaPrompt(row)), d, [&](const TokenEvent& ev) {
       out.ids.push_back(ev.id);

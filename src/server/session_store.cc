@@ -23,11 +23,7 @@ std::string NewSessionId() {
 
 SessionStore::SessionStore(const EngineLimits& limits, uint64_t bytes_per_token, Metrics* metrics)
     : limits_(limits), bytes_per_token_(bytes_per_token), metrics_(metrics) {
-  for (int i = 0; i < limits_.prompt_cache_slots; ++i) {
-    auto s = std::make_shared<EngineSession>();
-    s->id = "slot-" + std::to_string(i);
-    slots_.push_back(std::move(s));
-  }
+  // Prompt-cache slots are made as clients need them (AcquireSlot).
 }
 
 int64_t SessionStore::count() const {
@@ -76,32 +72,82 @@ bool SessionStore::Delete(const std::string& id) {
 
 std::shared_ptr<EngineSession> SessionStore::AcquireSlot(std::span<const int32_t> prompt,
                                                          std::unique_lock<std::mutex>* lock, size_t* common,
-                                                         bool* temporary) {
-  std::shared_ptr<EngineSession> best;
-  std::unique_lock<std::mutex> best_lock;
-  size_t best_common = 0;
+                                                         bool* temporary, std::shared_ptr<EngineSession>* fork_from,
+                                                         std::unique_lock<std::mutex>* fork_lock) {
+  // In order of preference, among the slots no call is using:
+  //   1. the one whose whole content begins the prompt (longest first): a client resending its
+  //      growing context finds its own slot, and nobody else's is cut;
+  //   2. an empty one (new, or evicted by the KV budget);
+  //   3. a new one, while the slot limit allows (0: only the KV budget and max_sessions bound
+  //      them; MakeRoom evicts the least recently used when memory runs short), starting from
+  //      a copy of the prefix it shares with another slot (*fork_from: a client regenerating,
+  //      or another conversation with the same system prompt, costs a copy, not a prefill);
+  //   4. the one sharing the longest prefix (ties: least recently used), which is cut there.
+  std::shared_ptr<EngineSession> own, empty, shared;
+  std::unique_lock<std::mutex> own_lock, empty_lock, shared_lock;
+  size_t own_common = 0, shared_common = 0;
   std::lock_guard<std::mutex> l(mu_);
   for (const auto& s : slots_) {
     std::unique_lock<std::mutex> sl(s->mu, std::try_to_lock);
     if (!sl.owns_lock()) continue;
     size_t c = 0;
     while (c < s->tokens.size() && c < prompt.size() && s->tokens[c] == prompt[c]) ++c;
-    if (!best || c > best_common || (c == best_common && s->last_used < best->last_used)) {
-      best = s;
-      best_lock = std::move(sl);
-      best_common = c;
+    if (s->tokens.empty()) {
+      if (!empty) {
+        empty = s;
+        empty_lock = std::move(sl);
+      }
+      continue;
+    }
+    if (c == s->tokens.size() && c > own_common) {
+      own = s;
+      own_lock = std::move(sl);
+      own_common = c;
+      continue;
+    }
+    if (!shared || c > shared_common || (c == shared_common && s->last_used < shared->last_used)) {
+      shared = s;
+      shared_lock = std::move(sl);
+      shared_common = c;
     }
   }
-  *temporary = !best;
-  if (!best) {
-    // Every slot is busy: a cache for this call only, counted in the budget while it lives.
-    best = std::make_shared<EngineSession>();
-    best_lock = std::unique_lock<std::mutex>(best->mu);
-    temps_.push_back(best);
+  const int64_t limit = limits_.prompt_cache_slots > 0 ? limits_.prompt_cache_slots : limits_.max_sessions;
+  *temporary = false;
+  if (own) {
+    *lock = std::move(own_lock);
+    *common = own_common;
+    return own;
   }
-  *lock = std::move(best_lock);
-  *common = best_common;
-  return best;
+  if (empty) {
+    *lock = std::move(empty_lock);
+    *common = 0;
+    return empty;
+  }
+  if (static_cast<int64_t>(slots_.size()) < limit) {
+    auto s = std::make_shared<EngineSession>();
+    s->id = "slot-" + std::to_string(slots_.size());
+    *lock = std::unique_lock<std::mutex>(s->mu);
+    slots_.push_back(s);
+    *common = 0;
+    if (shared && shared_common > 0) {
+      *fork_from = shared;
+      *fork_lock = std::move(shared_lock);
+      *common = shared_common;
+    }
+    return s;
+  }
+  if (shared) {
+    *lock = std::move(shared_lock);
+    *common = shared_common;
+    return shared;
+  }
+  // Every slot is busy: a cache for this call only, counted in the budget while it lives.
+  *temporary = true;
+  auto t = std::make_shared<EngineSession>();
+  *lock = std::unique_lock<std::mutex>(t->mu);
+  temps_.push_back(t);
+  *common = 0;
+  return t;
 }
 
 void SessionStore::ReleaseTemporary(const std::shared_ptr<EngineSession>& s) {

@@ -51,11 +51,16 @@ class SessionStore {
   std::shared_ptr<EngineSession> Find(const std::string& id) const;
   bool Delete(const std::string& id);
 
-  // The free prompt-cache slot sharing the longest prefix with `prompt` (ties: least recently
-  // used), returned locked in *lock with the shared length in *common; when every slot is
-  // busy, a new temporary cache (counted in the budget until ReleaseTemporary) and *common 0.
+  // A prompt-cache slot for `prompt`, returned locked in *lock (the order of preference is in
+  // session_store.cc): the length of the prefix it can reuse is *common. A new slot may start
+  // from another slot's prefix: then *fork_from is that slot, locked in *fork_lock, and the
+  // caller copies its first *common positions. When every slot is busy and no new one may be
+  // made, a temporary cache (counted in the budget until ReleaseTemporary) and *common 0.
+  // Slots are bounded by limits.prompt_cache_slots (0: by max_sessions) and, in memory, by the
+  // KV budget.
   std::shared_ptr<EngineSession> AcquireSlot(std::span<const int32_t> prompt, std::unique_lock<std::mutex>* lock,
-                                             size_t* common, bool* temporary);
+                                             size_t* common, bool* temporary, std::shared_ptr<EngineSession>* fork_from,
+                                             std::unique_lock<std::mutex>* fork_lock);
   void ReleaseTemporary(const std::shared_ptr<EngineSession>& s);
 
   // Evicts idle caches (least recently used first) until `self` (locked by the caller) can

@@ -147,6 +147,7 @@ namespace {
 
 struct DeviceResult {
   std::vector<float> latency_ms;  // of each successful call
+  bool lookahead = false;         // this device asked for lookahead
   int64_t calls = 0, errors = 0, conversations = 0, steady_calls = 0;
   std::string first_error;
   RemoteStats stats;
@@ -183,7 +184,7 @@ void RunDevice(RemoteLlm* llm, const LoadOptions& o, int32_t n_vocab, uint64_t s
     for (int i = 0; i < o.gen_tokens; ++i) context.push_back(id(rng));  // the SLM's tokens
     if (o.slm_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.slm_ms * o.gen_tokens));
     const Clock::time_point t0 = Clock::now();
-    auto reply = llm->Next(context, n, sampling);
+    auto reply = llm->Next(context, n, sampling, r->lookahead ? o.lookahead : 0);
     const double ms = Seconds(t0) * 1e3;
     ++r->calls;
     if (reply.ok()) {
@@ -214,6 +215,7 @@ Expected<LoadRun> RunLoad(const LoadOptions& o, const Tokenizer& vocab, int sess
   ro.http.timeout_s = o.timeout_s;
   ro.http.sim_rtt_s = o.sim_rtt_ms / 1e3;
   ro.max_in_flight = 1;  // a simulated device makes one call at a time
+  TLR_ASSIGN_OR_RETURN(ro.protocol, ParseRemoteProtocol(o.backend));
   std::vector<std::unique_ptr<RemoteLlm>> devices;
   for (int d = 0; d < sessions; ++d) {
     ro.http.seed = seed + static_cast<uint64_t>(d);
@@ -245,6 +247,7 @@ Expected<LoadRun> RunLoad(const LoadOptions& o, const Tokenizer& vocab, int sess
   const auto at = [&](double s) { return t0 + std::chrono::microseconds(static_cast<int64_t>(s * 1e6)); };
   std::vector<std::thread> threads;
   for (int d = 0; d < sessions; ++d) {
+    results[d].lookahead = o.lookahead > 0 && d % 2 == 1;
     threads.emplace_back(RunDevice, devices[d].get(), std::cref(o), vocab.n_vocab(),
                          seed * 1000003ull + static_cast<uint64_t>(d), at(run.ramp_s * d / sessions), at(run.ramp_s),
                          deadline, &calls, &errors, &results[d]);
@@ -309,8 +312,10 @@ Expected<LoadRun> RunLoad(const LoadOptions& o, const Tokenizer& vocab, int sess
     run.tokens_sent += r.stats.tokens_sent;
     if (!r.first_error.empty() && run.error_samples.size() < 5) run.error_samples.push_back(r.first_error);
     run.latency_ms.insert(run.latency_ms.end(), r.latency_ms.begin(), r.latency_ms.end());
+    if (!r.lookahead) run.latency_plain_ms.insert(run.latency_plain_ms.end(), r.latency_ms.begin(), r.latency_ms.end());
   }
   std::sort(run.latency_ms.begin(), run.latency_ms.end());
+  std::sort(run.latency_plain_ms.begin(), run.latency_plain_ms.end());
   devices.clear();  // closes the sessions on the server
   return run;
 }
@@ -342,6 +347,11 @@ std::string FormatLoadRun(const LoadRun& r, const LoadOptions& o) {
               static_cast<long long>(r.http_requests));
   Appendf(&out, "latency ms       p50 %.2f  p90 %.2f  p99 %.2f  max %.2f  mean %.2f\n", Percentile(l, 50),
               Percentile(l, 90), Percentile(l, 99), l.empty() ? 0.0f : l.back(), mean);
+  if (o.lookahead > 0) {
+    const std::vector<float>& p = r.latency_plain_ms;
+    Appendf(&out, "  devices without lookahead (half; the others ask %d per call): p50 %.2f  p90 %.2f  p99 %.2f\n",
+            o.lookahead, Percentile(p, 50), Percentile(p, 90), Percentile(p, 99));
+  }
   if (r.have_metrics) {
     if (r.next_count > 0) {
       Appendf(&out, "server           /tlr/v1/next mean %.2f ms in the server (queue %.2f ms before the first pass)\n",
@@ -385,7 +395,11 @@ json LoadRunJson(const LoadRun& r) {
              {{"p50", Percentile(l, 50)},
               {"p90", Percentile(l, 90)},
               {"p99", Percentile(l, 99)},
-              {"max", l.empty() ? 0.0f : l.back()}}}};
+              {"max", l.empty() ? 0.0f : l.back()}}},
+            {"latency_plain_ms",
+             {{"p50", Percentile(r.latency_plain_ms, 50)},
+              {"p90", Percentile(r.latency_plain_ms, 90)},
+              {"p99", Percentile(r.latency_plain_ms, 99)}}}};
   if (r.have_metrics) {
     json buckets = json::array();
     for (const LoadBucket& b : r.batch_sequences) {

@@ -25,7 +25,13 @@ namespace tlr {
 
 struct LoadOptions {
   std::string server, api_key;
+  // "tlr": the native session protocol (delta sync); "openai": /v1/completions with the whole
+  // context as token ids each call (the server's prompt cache decides what is prefilled).
+  std::string backend = "tlr";
   int prompt_tokens = 64, gen_tokens = 8;
+  // Lookahead tokens asked with each call by every other device (odd ones); the rest ask none,
+  // and their latency is reported apart: what others' lookahead costs them.
+  int lookahead = 0;
   int64_t max_context = 1024;
   double duration_s = 60, timeout_s = 10, slm_ms = 0, sim_rtt_ms = 0;
   // Devices start evenly spread over the first ramp_s seconds (at most half the run), and
@@ -75,6 +81,7 @@ struct LoadRun {
   int64_t steady_calls = 0;  // successful calls that ended after it
   std::vector<std::string> error_samples;
   std::vector<float> latency_ms;  // sorted
+  std::vector<float> latency_plain_ms;  // sorted: of devices that ask no lookahead
   bool have_metrics = false;
   std::vector<LoadBucket> batch_sequences;
   double passes = 0, batch_seq_sum = 0, batch_tok_sum = 0, batch_tok_count = 0, prefill = 0, decode = 0,

@@ -29,6 +29,10 @@ Command AddLoadtestCommand(CLI::App& root) {
       "loadtest", "Load-test a `tlr serve` server with many simulated devices (routed calls/s, latency, batching)");
   app->add_option("--server", o->server, "The server (http[s]://host:port)")->required();
   app->add_option("--api-key", o->api_key, "API key for the server (also $TLR_API_KEY)");
+  app->add_option("--backend", o->backend,
+                  "tlr: the native session protocol (each call sends only new tokens); openai: /v1/completions "
+                  "with the whole context as token ids (what devices on the openai backend and OpenAI clients send)")
+      ->default_val("tlr")->check(CLI::IsMember({"tlr", "openai"}));
   app->add_option("--vocab", o->vocab,
                   "GGUF (or tokenizer.json) with the server model's vocabulary; only the tokenizer is "
                   "read (default: the bundled demo SLM, whose vocabulary the demo LLM shares)");
@@ -41,6 +45,10 @@ Command AddLoadtestCommand(CLI::App& root) {
   app->add_option("--gen-tokens", o->gen_tokens,
                   "Tokens the simulated SLM produces between routed calls (random ids, appended with the next call)")
       ->default_val(8)->check(CLI::Range(0, 1 << 20));
+  app->add_option("--lookahead", o->lookahead,
+                  "Every other device asks for this many lookahead tokens per call (native protocol); the latency "
+                  "of the devices that ask none is reported apart (what others' lookahead costs them)")
+      ->default_val(0)->check(CLI::Range(0, 256));
   app->add_option("--max-context", o->max_context,
                   "Past this many tokens a device starts a new conversation (from base 0, same session)")
       ->default_val(1024)->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
@@ -77,9 +85,9 @@ Command AddLoadtestCommand(CLI::App& root) {
             if (o->vocab.empty()) o->vocab = DemoFile("slm.gguf");
             auto vocab = LoadVocabulary(o->vocab);
             if (!vocab.ok()) return ReportError(cmd, vocab.status().message());
-            std::printf("tlr loadtest: %s, %d session%s x %.0f s; prompts of %d tokens, %d SLM tokens per routed call, "
+            std::printf("tlr loadtest: %s (%s protocol), %d session%s x %.0f s; prompts of %d tokens, %d SLM tokens per routed call, "
                         "contexts up to %lld; vocabulary of %d tokens; SLM %.1f ms/token, network RTT %.1f ms\n",
-                        o->server.c_str(), o->sessions, o->sessions == 1 ? "" : "s", o->duration_s, o->prompt_tokens,
+                        o->server.c_str(), o->backend.c_str(), o->sessions, o->sessions == 1 ? "" : "s", o->duration_s, o->prompt_tokens,
                         o->gen_tokens, static_cast<long long>(o->max_context), vocab->n_vocab(), o->slm_ms,
                         o->sim_rtt_ms);
             std::fflush(stdout);

@@ -48,7 +48,7 @@ Command AddServeCommand(CLI::App& root) {
     std::string model, host = "127.0.0.1", kv_budget = "4G", max_body = "4M", name, api_key_file, kv_type = "f16";
     std::string tls_cert, tls_key;
     std::vector<std::string> api_keys;
-    int port = 8080, threads = 2, http_threads = 64, max_tokens = 256, prompt_cache = 4, max_connections = 1024,
+    int port = 8080, threads = 2, http_threads = 64, max_tokens = 256, prompt_cache = 0, max_connections = 1024,
         backlog = 1024;
     int64_t ctx = 4096, max_sessions = 1024, batch_tokens = 512, session_quota = 0;
     double ttl = 600, request_timeout = 10, keep_alive = 30;
@@ -77,8 +77,10 @@ Command AddServeCommand(CLI::App& root) {
   app->add_option("--max-body", o->max_body, "Largest request body (e.g. 4M)")->default_val("4M");
   app->add_option("--batch-tokens", o->batch_tokens, "Tokens per batched forward pass")->default_val(512)
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
-  app->add_option("--prompt-cache", o->prompt_cache, "KV caches reused by prefix for the OpenAI endpoints")
-      ->default_val(4)->check(CLI::Range(0, 256));
+  app->add_option("--prompt-cache", o->prompt_cache,
+                  "Most KV caches the OpenAI endpoints keep for reuse by prefix (one per client resending a growing "
+                  "context); 0: as many as --kv-budget holds (least recently used evicted first)")
+      ->default_val(0)->check(CLI::Range(0, 1 << 20));
   app->add_option("--http-threads", o->http_threads,
                   "Requests handled at once (idle and slow connections hold none; with TLS, connections)")
       ->default_val(64)->check(CLI::Range(4, 4096));

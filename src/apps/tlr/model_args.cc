@@ -145,6 +145,17 @@ Expected<std::unique_ptr<LlmStack>> MakeLlm(const LlmArgs& a, const Model* model
 Status PipelineArgs::Apply(DecodeOptions* d) const {
   d->pipeline = options;
   d->pipeline.enabled = pipeline == "on";
+  if (llm_budget == "auto") {
+    d->pipeline.llm_budget = 0;
+  } else {
+    char* end = nullptr;
+    const double b = std::strtod(llm_budget.c_str(), &end);
+    if (llm_budget.empty() || *end != '\0' || !(b >= 1 && b <= 1e6)) {
+      return Status::Error("--llm-budget wants a number of LLM tokens per routed token (at least 1) or 'auto', got '" +
+                           llm_budget + "'");
+    }
+    d->pipeline.llm_budget = b;
+  }
   d->sim_slm_s = sim_slm_ms / 1e3;
   return d->pipeline.Validate();
 }
@@ -163,9 +174,14 @@ void AddPipelineArgs(CLI::App* app, PipelineArgs* a) {
                   "SLM pass)")
       ->default_val(def.branches)->check(CLI::Range(1, 16));
   app->add_option("--lookahead", a->options.lookahead,
-                  "Pipeline: tokens of the LLM's own continuation asked for with each routed call; a later "
-                  "routed token whose context matches takes its token with no call")
+                  "Pipeline: most tokens of the LLM's own continuation asked for with a routed call (the ask "
+                  "grows while such drafts stand and falls to 0 when they do not; within --llm-budget); a "
+                  "later routed token whose context matches takes its token with no call")
       ->default_val(def.lookahead)->check(CLI::Range(0, 256));
+  app->add_option("--llm-budget", a->llm_budget,
+                  "Pipeline: LLM tokens it may cost per routed token (answers, lookahead, speculative calls "
+                  "including cancelled ones; the units an LLM is paid in); 'auto': no limit, as fast as possible")
+      ->default_val("1.25");
   app->add_option("--sim-slm-ms", a->sim_slm_ms,
                   "SIMULATED device pace: every SLM pass takes at least this many ms (e.g. 20 for a "
                   "0.5B-class SLM on a phone); outputs are unchanged")

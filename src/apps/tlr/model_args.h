@@ -62,6 +62,7 @@ Expected<std::unique_ptr<LlmStack>> MakeLlm(const LlmArgs& args, const Model* mo
 struct PipelineArgs {
   std::string pipeline = "on";
   PipelineOptions options;
+  std::string llm_budget = "1.25";  // a number, or "auto"
   double sim_slm_ms = 0;
   // Into decode options; fails on inconsistent values.
   Status Apply(DecodeOptions* d) const;
