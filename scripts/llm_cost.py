@@ -74,6 +74,8 @@ def run_setting(tlr, url, name, flags, n, workdir):
             "server_rewound": work["tlr_rewound_tokens_total"],
             "server_lookahead": work["tlr_lookahead_tokens_total"],
             "server_forward_s": work["tlr_forward_seconds_total"],
+            "wasted_slm_steps": row.get("wasted_slm_steps"), "slm_steps": row.get("slm_steps"),
+            "slm_rows": row.get("slm_rows"),
             "device_llm_generated": row.get("llm_generated_tokens"),
             "device_llm_prefilled": row.get("llm_prefilled_tokens")}
 
@@ -90,7 +92,7 @@ def main():
     ap.add_argument("--settings", help="comma-separated subset of: " + ",".join(s[0] for s in SETTINGS))
     ap.add_argument("--add", action="append", default=[], metavar="NAME=FLAGS",
                     help="an extra setting: a name starting with 20ms- or own- (its pace) and the eval flags, "
-                         "e.g. own-b4='--spec-branches 4 --lookahead 0' (repeatable)")
+                         "e.g. own-b4='--spec-branches 4 --lookahead 0' (repeatable; this build only, not --baseline)")
     ap.add_argument("--questions", type=int, help="questions per setting (default: 60 at 20 ms/step, 100 at own pace)")
     ap.add_argument("--json", help="also write the rows as JSON here")
     ap.add_argument("--check", action="store_true",
@@ -110,9 +112,10 @@ def main():
             sys.exit("llm_cost: --add wants NAME=FLAGS with NAME starting with 20ms- or own-, got %r" % spec)
         pace = ["--sim-slm-ms", "20"] if name.startswith("20ms-") else []
         n = 60 if pace else 100
-        chosen = chosen + [(name, pace + shlex.split(flags), n, 10 if pace else 15)]
+        chosen = chosen + [(name, pace + shlex.split(flags), n, 10 if pace else 15, True)]
+    chosen = [c if len(c) == 5 else c + (False,) for c in chosen]
     if a.questions:
-        chosen = [(name, flags, a.questions, a.questions) for name, flags, _, _ in chosen]
+        chosen = [(name, flags, a.questions, a.questions, only) for name, flags, _, _, only in chosen]
     builds = [("after", a.tlr)] + ([("before", a.baseline)] if a.baseline else [])
     for label, path in builds:
         if not os.access(path, os.X_OK):
@@ -125,8 +128,10 @@ def main():
             for label, path in builds:
                 log = open(os.path.join(work, label + "-serve.log"), "w+")
                 servers[label] = start_server([path, "serve", "--port", "0", "-t", "1"], log, "llm_cost: tlr serve")
-            for name, flags, n, quick_n in chosen:
+            for name, flags, n, quick_n, after_only in chosen:
                 for label, path in builds:
+                    if after_only and label != "after":
+                        continue  # --add settings may use flags the baseline does not have
                     r = run_setting(path, servers[label][1], label + "-" + name, flags, quick_n if a.quick else n, work)
                     r["setting"] = name
                     r["build"] = label
@@ -138,8 +143,8 @@ def main():
                 p.terminate()
                 p.wait(timeout=10)
     print("| build | setting | questions | time / question (ms) | speedup | TTFT (ms) | routed % | routed | "
-          "LLM generated | per routed | LLM prefilled | prefill vs off | rewound | accuracy |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "LLM generated | per routed | LLM prefilled | prefill vs off | rewound | SLM rows wasted / q | accuracy |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         per = r["server_generated"] / r["routed"] if r["server_generated"] is not None and r["routed"] else None
         # The blocking run of the same build, pace and questions: what the ratios compare with.
@@ -149,10 +154,12 @@ def main():
         pre = (r["server_prefilled"] / off[0]["server_prefilled"]
                if off and r["server_prefilled"] is not None and off[0]["server_prefilled"] else None)
         r["speedup_vs_off"], r["prefill_vs_off"] = speedup, pre
-        print("| %s | %s | %d | %.0f | %s | %.1f | %.1f | %d | %s | %s | %s | %s | %s | %.1f%% |" % (
+        wasted = r.get("wasted_slm_steps")
+        wasted_q = wasted / r["questions"] if wasted is not None else None
+        print("| %s | %s | %d | %.0f | %s | %.1f | %.1f | %d | %s | %s | %s | %s | %s | %s | %.1f%% |" % (
             r["build"], r["setting"], r["questions"], r["time_per_question_ms"], fmt(speedup, "%.2fx"), r["ttft_ms"],
             r["routed_pct"], r["routed"], fmt(r["server_generated"]), fmt(per, "%.2f"), fmt(r["server_prefilled"]),
-            fmt(pre, "%.2fx"), fmt(r["server_rewound"]), 100 * r["accuracy"]))
+            fmt(pre, "%.2fx"), fmt(r["server_rewound"]), fmt(wasted_q, "%.1f"), 100 * r["accuracy"]))
     print("\nLLM generated / prefilled / rewound: the server's counters over each run (/metrics); speedup and "
           "prefill vs off: against the same build's blocking run at the same pace. Every eval: "
           "threshold 0.8, --sim-rtt 170, --max-tokens 40, one device.")

@@ -36,7 +36,7 @@ def loadtest(tlr, url, backend, vocab, sessions, duration, work, pid):
         sys.exit("openai_load: loadtest (%s) failed:\n%s%s" % (backend, r.stdout, r.stderr))
     print(r.stdout, file=sys.stderr, flush=True)
     with open(out) as f:
-        return json.load(f)
+        return json.load(f)["runs"][-1]
 
 
 def main():
@@ -75,8 +75,8 @@ def main():
     def row(name, r):
         lat = r.get("latency_ms", {})
         calls = max(1, r.get("calls", 0))
-        return "| %s | %.1f | %s | %s | %.0f | %d |" % (
-            name, r["calls_per_s"], lat.get("p50", "-"), lat.get("p99", "-"),
+        return "| %s | %.1f | %.0f | %.0f | %.0f | %d |" % (
+            name, r["calls_per_s"], lat.get("p50", 0), lat.get("p99", 0),
             r.get("server", {}).get("prefill_tokens", 0) / calls, r.get("errors", 0))
 
     print("| protocol | calls/s | p50 ms | p99 ms | prefilled / call | errors |")

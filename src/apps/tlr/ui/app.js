@@ -431,12 +431,24 @@ function drawChart() {
     for (const r of pts) {
       const c = svg('circle', { class: 'pt', cx: chartX(r.threshold), cy: chartY(r.accuracy, sc), r: 2.5 }, box);
       svg('title', {}, c).textContent = 'threshold ' + r.threshold.toFixed(2) + ': accuracy ' +
-          (100 * r.accuracy).toFixed(1) + '%, routed ' + Number(r.routed_pct).toFixed(1) + '%';
+          (100 * r.accuracy).toFixed(1) + '%, routed ' + Number(r.routed_pct).toFixed(1) + '%' + llmWorkText(r);
     }
   }
   svg('line', { id: 'chart-marker', class: 'marker', x1: 0, x2: 0, y1: CH.t, y2: CH.h - CH.b }, box);
   svg('circle', { id: 'chart-marker-dot', class: 'marker-dot', cx: 0, cy: 0, r: 4 }, box);
   drawMarker();
+}
+
+// The LLM's work of an evaluated row, when the results have it (older files do not).
+function llmWorkText(r) {
+  let out = '';
+  if (r.llm_generated_per_routed != null && r.routed_tokens) {
+    out += '; the LLM generated ' + Number(r.llm_generated_per_routed).toFixed(2) + ' tokens per routed token';
+  }
+  if (r.llm_cost_vs_llm_alone != null) {
+    out += ', cost ' + (100 * Number(r.llm_cost_vs_llm_alone)).toFixed(1) + '% of the LLM alone';
+  }
+  return out;
 }
 
 // Linear interpolation of a joint-row field at threshold t.
@@ -463,12 +475,16 @@ function drawMarker() {
   const pts = jointRows();
   const acc = interpolate(pts, t, 'accuracy');
   const routed = interpolate(pts, t, 'routed_pct');
+  const withCost = pts.filter((r) => r.llm_cost_vs_llm_alone != null);
+  const cost = withCost.length === pts.length ? interpolate(pts, t, 'llm_cost_vs_llm_alone') : NaN;
   const dot = $('chart-marker-dot');
   if (Number.isFinite(acc)) {
     dot.setAttribute('cx', x);
     dot.setAttribute('cy', chartY(acc, chartScale()).toFixed(1));
     $('chart-note').textContent = 'At threshold ' + t.toFixed(2) + ': accuracy ≈ ' + (100 * acc).toFixed(1) +
-        '%, routed ≈ ' + routed.toFixed(1) + '% of tokens (' + (ui.results.questions || '?') +
+        '%, routed ≈ ' + routed.toFixed(1) + '% of tokens' +
+        (Number.isFinite(cost) ? ', LLM cost ≈ ' + (100 * cost).toFixed(1) + '% of the LLM alone' : '') +
+        ' (' + (ui.results.questions || '?') +
         ' questions; interpolated between evaluated thresholds).';
   }
 }
