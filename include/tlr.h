@@ -88,6 +88,13 @@ typedef struct tlr_device_params {
   int n_threads;        /* SLM worker threads (default 1) */
   const char* kv_type;  /* KV cache storage: "f16" (default), "f32", "q8_0" */
   uint64_t seed;        /* the "random" router's seed (default 42) */
+  /* The prompt cache: the SLM's KV cache is kept after a generation and the next prompt reuses
+     its longest common prefix (a conversation prefills only its new turn). Up to kv_slots
+     contexts at once (default 4; 0: off), together at most kv_budget_mb MiB of KV memory
+     (default 1024), each for up to n_ctx positions (default 4096: the longest conversation) */
+  int kv_slots;
+  int64_t kv_budget_mb;
+  int64_t n_ctx;
 } tlr_device_params;
 
 TLR_API void tlr_device_params_init(tlr_device_params* params);
@@ -237,6 +244,8 @@ typedef struct tlr_stats {
      where the server reports it (-1 otherwise) */
   int64_t llm_prefilled, llm_generated;
   double llm_forward_ms;
+  int64_t prompt_reused;  /* prompt tokens the SLM's cache already held (the prompt cache): of
+                             prompt_tokens, only prompt_tokens - prompt_reused were prefilled */
 } tlr_stats;
 
 /* Generates after `prompt` (UTF-8 text; BOS is added, or the chat template with params->chat).
@@ -252,6 +261,23 @@ TLR_API int tlr_generate(tlr_device* device, const tlr_llm* llm, const char* pro
 TLR_API int tlr_generate_ids(tlr_device* device, const tlr_llm* llm, const int32_t* prompt, size_t n_prompt,
                              const tlr_generate_params* params, tlr_token_callback on_token, void* user_data,
                              tlr_stats* stats);
+/* One message of a conversation. role: "system", "user" or "assistant" ("developer" reads as
+ * "system"); content: UTF-8 text. */
+typedef struct tlr_message {
+  const char* role;
+  const char* content;
+} tlr_message;
+/* Generates the next assistant message of a conversation: the SLM's chat template renders the
+ * whole history (as Hugging Face's apply_chat_template, ending with the assistant header; a
+ * Qwen3 template's thinking switch follows the template's default). Append the reply as an
+ * "assistant" message and the user's next message, and call again: the prompt cache
+ * (tlr_device_params.kv_slots) keeps the SLM's cache and the LLM's session of each
+ * conversation, so a turn prefills only what is new (stats->prompt_reused says how much was
+ * reused). A template that rewrites history (Qwen3 drops earlier <think> blocks) reuses a
+ * shorter prefix. Otherwise as tlr_generate (params->chat ignored). */
+TLR_API int tlr_generate_chat(tlr_device* device, const tlr_llm* llm, const tlr_message* messages, size_t n_messages,
+                              const tlr_generate_params* params, tlr_token_callback on_token, void* user_data,
+                              tlr_stats* stats);
 /* Stops the generation running on `device` (from any thread): tlr_generate returns within
  * ~50 ms with TLR_STOP_CANCELLED. No effect when the device is not generating. */
 TLR_API int tlr_device_cancel(tlr_device* device);

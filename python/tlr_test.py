@@ -68,6 +68,30 @@ class BindingTest(unittest.TestCase):
         text = "".join(t.text for t in toks)
         self.assertEqual(self.dev.detokenize([t.id for t in toks if not t.end]), text)
 
+    def test_conversation_reuses_earlier_turns(self):
+        # A conversation as message dicts: each turn equals a device without a prompt cache, and
+        # prefills only the new turn (the demo SLM's template is ChatML).
+        cold = tlr.Device(demo("slm.gguf"), demo("router.gguf"), kv_slots=0)
+        try:
+            conv = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": PROMPT}]
+            for turn in range(3):
+                warm_toks = list(self.dev.generate(conv, llm=self.llm, max_tokens=24))
+                warm = [(t.id, t.source) for t in warm_toks]
+                warm_st = self.dev.last_stats
+                plain = [(t.id, t.source) for t in cold.generate(conv, llm=self.llm, max_tokens=24)]
+                self.assertEqual(warm, plain, "turn %d" % turn)
+                self.assertEqual(cold.last_stats.prompt_reused, 0)
+                if turn:
+                    self.assertGreater(warm_st.prompt_reused, warm_st.prompt_tokens // 2, "turn %d" % turn)
+                text = "".join(t.text for t in warm_toks if not t.end)
+                conv += [{"role": "assistant", "content": text}, {"role": "user", "content": "And why?"}]
+            with self.assertRaises(ValueError):
+                self.dev.run([{"role": "user"}], self.llm)
+            with self.assertRaises(tlr.TlrError):
+                self.dev.run([{"role": "robot", "content": "hi"}], self.llm)
+        finally:
+            cold.close()
+
     def test_thresholds_zero_and_one(self):
         small = [t.id for t in self.dev.generate(PROMPT, mode="small_only", max_tokens=40)]
         large = [t.id for t in self.dev.generate(PROMPT, llm=self.llm, mode="large_only", max_tokens=40)]

@@ -62,7 +62,8 @@ _c = ctypes
 
 class _DeviceParams(_c.Structure):
     _fields_ = [("struct_size", _c.c_size_t), ("slm_path", _c.c_char_p), ("router", _c.c_char_p),
-                ("n_threads", _c.c_int), ("kv_type", _c.c_char_p), ("seed", _c.c_uint64)]
+                ("n_threads", _c.c_int), ("kv_type", _c.c_char_p), ("seed", _c.c_uint64),
+                ("kv_slots", _c.c_int), ("kv_budget_mb", _c.c_int64), ("n_ctx", _c.c_int64)]
 
 
 class _DeviceInfo(_c.Structure):
@@ -90,6 +91,10 @@ class _GenerateParams(_c.Structure):
                 ("llm_budget", _c.c_double)]
 
 
+class _Message(_c.Structure):
+    _fields_ = [("role", _c.c_char_p), ("content", _c.c_char_p)]
+
+
 class _Token(_c.Structure):
     _fields_ = [("struct_size", _c.c_size_t), ("id", _c.c_int32), ("text", _c.c_void_p),
                 ("text_len", _c.c_size_t), ("source", _c.c_int), ("confidence", _c.c_float),
@@ -108,7 +113,8 @@ class _Stats(_c.Structure):
                 ("lookahead_used", _c.c_int64), ("wasted_slm_steps", _c.c_int64),
                 ("cancelled_calls", _c.c_int64), ("http_requests", _c.c_int64), ("retries", _c.c_int64),
                 ("resyncs", _c.c_int64), ("failed_calls", _c.c_int64), ("llm_failure", _c.c_char * 256),
-                ("llm_prefilled", _c.c_int64), ("llm_generated", _c.c_int64), ("llm_forward_ms", _c.c_double)]
+                ("llm_prefilled", _c.c_int64), ("llm_generated", _c.c_int64), ("llm_forward_ms", _c.c_double),
+                ("prompt_reused", _c.c_int64)]
 
 
 _CALLBACK = _c.CFUNCTYPE(_c.c_int, _c.POINTER(_Token), _c.c_void_p)
@@ -161,6 +167,7 @@ class Stats:
     llm_prefilled: int     # the LLM's work: tokens it prefilled,
     llm_generated: int     # tokens it generated (routed, lookahead, cancelled calls),
     llm_forward_ms: float  # and its forward-pass time (-1: not reported)
+    prompt_reused: int     # prompt tokens the SLM's cache already held (not prefilled)
 
 
 # ---- loading the library ----------------------------------------------------------------------
@@ -206,6 +213,8 @@ def _declare(lib) -> None:
                                     _c.c_void_p, P(_Stats)]),
         "tlr_generate_ids": (_c.c_int, [_c.c_void_p, _c.c_void_p, P(_c.c_int32), _c.c_size_t,
                                         P(_GenerateParams), _CALLBACK, _c.c_void_p, P(_Stats)]),
+        "tlr_generate_chat": (_c.c_int, [_c.c_void_p, _c.c_void_p, P(_Message), _c.c_size_t,
+                                         P(_GenerateParams), _CALLBACK, _c.c_void_p, P(_Stats)]),
         "tlr_device_cancel": (_c.c_int, [_c.c_void_p]),
     }
     for name, (res, args) in sig.items():
@@ -315,11 +324,14 @@ def _stop_generations_at_exit() -> None:
 
 
 class Device(_Handle):
-    """The device side: an SLM and its router (a router GGUF or "maxprob"/"entropy"/"random")."""
+    """The device side: an SLM and its router (a router GGUF or "maxprob"/"entropy"/"random").
+    The prompt cache keeps up to kv_slots SLM contexts (kv_budget_mb MiB, n_ctx positions each):
+    a prompt continuing an earlier one (a conversation) prefills only what is new."""
     _free = "tlr_device_free"
     _exiting = False
 
-    def __init__(self, slm: str, router: str, *, threads: int = 1, kv_type: str = "f16", seed: int = 42):
+    def __init__(self, slm: str, router: str, *, threads: int = 1, kv_type: str = "f16", seed: int = 42,
+                 kv_slots: int = 4, kv_budget_mb: int = 1024, n_ctx: int = 4096):
         lib = _load()
         self._handle = None
         p = _DeviceParams()
@@ -327,6 +339,7 @@ class Device(_Handle):
         keep = [_b(slm), _b(router), _b(kv_type)]
         p.slm_path, p.router, p.kv_type = keep
         p.n_threads, p.seed = threads, seed
+        p.kv_slots, p.kv_budget_mb, p.n_ctx = kv_slots, kv_budget_mb, n_ctx
         h = _c.c_void_p()
         _check(lib.tlr_device_open(_c.byref(p), _c.byref(h)))
         self._lib, self._handle = lib, h
@@ -392,7 +405,9 @@ class Device(_Handle):
             repeat_penalty: float = 1.0, repeat_last_n: int = 64, seed: int = 42, pipeline: bool = True,
             spec_depth: int = 32, spec_branches: int = 4, lookahead: int = 8, sim_slm_ms: float = 0.0,
             llm_budget: Optional[float] = 1.25) -> Stats:
-        """Generates after `prompt` (text, or a list of token ids taken as they are), calling
+        """Generates after `prompt` (text, a list of token ids taken as they are, or a conversation:
+        a list of {"role": ..., "content": ...} dicts whose next assistant message is generated, the
+        device's prompt cache reusing what earlier turns left), calling
         on_token(Token) for each token as it is confirmed (return True to stop). Blocks; returns
         the statistics. An exception raised by on_token stops the generation and is re-raised.
         llm_budget: LLM tokens the pipeline may cost per routed token (None: no limit)."""
@@ -426,6 +441,22 @@ class Device(_Handle):
                 raised.append(e)
                 return 1
 
+        # A list of {"role", "content"} dicts is a conversation (tlr_generate_chat); other
+        # sequences are token ids.
+        messages, n_messages, ids, keep = None, 0, [], []
+        if not isinstance(prompt, str):
+            items = list(prompt)
+            if items and isinstance(items[0], dict):
+                messages = (_Message * len(items))()
+                for i, m in enumerate(items):
+                    role, content = m.get("role"), m.get("content")
+                    if not isinstance(role, str) or not isinstance(content, str):
+                        raise ValueError("message %d needs a string 'role' and 'content'" % i)
+                    keep += [role.encode(), content.encode()]
+                    messages[i].role, messages[i].content = keep[-2], keep[-1]
+                n_messages = len(items)
+            else:
+                ids = items
         cb = _CALLBACK(trampoline)
         st = _Stats()
         st.struct_size = _c.sizeof(st)
@@ -437,8 +468,10 @@ class Device(_Handle):
         try:
             if isinstance(prompt, str):
                 code = lib.tlr_generate(self._h(), llm_h, prompt.encode(), _c.byref(p), cb, None, _c.byref(st))
+            elif messages is not None:
+                code = lib.tlr_generate_chat(self._h(), llm_h, messages, n_messages, _c.byref(p), cb, None,
+                                             _c.byref(st))
             else:
-                ids = list(prompt)
                 arr = (_c.c_int32 * max(1, len(ids)))(*ids)
                 code = lib.tlr_generate_ids(self._h(), llm_h, arr, len(ids), _c.byref(p), cb, None, _c.byref(st))
         finally:

@@ -141,6 +141,45 @@ TEST_F(CapiTest, JointRoutesSomeTokensAndMatchesWithPipelineOff) {
   EXPECT_NE(tlr_generate(device_, llm_, kPrompt, &tight, nullptr, nullptr, nullptr), TLR_OK);
 }
 
+// The prompt cache: a prompt that continues the previous generation (a conversation's next
+// turn) prefills only what the device's SLM cache does not hold, and gives the tokens a device
+// without a prompt cache gives.
+TEST_F(CapiTest, PromptCacheReusesThePreviousGeneration) {
+  tlr_device_params dp;
+  tlr_device_params_init(&dp);
+  EXPECT_EQ(dp.kv_slots, 4);
+  const std::string slm = kDemo + "slm.gguf", router = kDemo + "router.gguf";
+  dp.slm_path = slm.c_str();
+  dp.router = router.c_str();
+  dp.kv_slots = 0;
+  tlr_device* cold = nullptr;
+  ASSERT_EQ(tlr_device_open(&dp, &cold), TLR_OK) << tlr_last_error();
+  dp.kv_slots = -1;
+  tlr_device* bad = nullptr;
+  EXPECT_EQ(tlr_device_open(&dp, &bad), TLR_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(bad, nullptr);
+  const tlr_generate_params p = Params(TLR_MODE_JOINT);
+  std::string conversation = kPrompt;
+  for (int turn = 0; turn < 3; ++turn) {
+    std::vector<Token> warm_out, cold_out;
+    tlr_stats warm, cold_st;
+    warm.struct_size = cold_st.struct_size = sizeof warm;
+    ASSERT_EQ(tlr_generate(device_, llm_, conversation.c_str(), &p, Collect, &warm_out, &warm), TLR_OK)
+        << tlr_last_error();
+    ASSERT_EQ(tlr_generate(cold, llm_, conversation.c_str(), &p, Collect, &cold_out, &cold_st), TLR_OK)
+        << tlr_last_error();
+    EXPECT_EQ(warm_out, cold_out) << "turn " << turn;
+    EXPECT_EQ(cold_st.prompt_reused, 0);
+    if (turn > 0) {
+      // Everything but the new question (and the answer's last token, never fed) was held.
+      EXPECT_GT(warm.prompt_reused, warm.prompt_tokens - 24) << "turn " << turn;
+    }
+    EXPECT_LT(warm.prompt_reused, warm.prompt_tokens);
+    conversation += Text(warm_out) + "\nQuestion: And after that?\n";
+  }
+  tlr_device_free(cold);
+}
+
 TEST_F(CapiTest, ThresholdsZeroAndOneGiveEachModelAlone) {
   const std::vector<Token> small = Generate(Params(TLR_MODE_SMALL_ONLY), nullptr);
   const std::vector<Token> large = Generate(Params(TLR_MODE_LARGE_ONLY), llm_);

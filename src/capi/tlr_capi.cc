@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "device/context_pool.h"
 #include "device/device_session.h"
+#include "net/chat_messages.h"
 #include "ops/thread_pool.h"
 
 #ifndef TLR_VERSION_STRING
@@ -24,6 +26,7 @@
 struct tlr_device {
   tlr::DeviceModels models;
   std::unique_ptr<tlr::ThreadPool> pool;
+  std::unique_ptr<tlr::SlmContextPool> contexts;  // the prompt cache
   // One generation at a time: `generating` under `mu`; cancel only while generating.
   std::mutex mu;
   bool generating = false;
@@ -118,6 +121,7 @@ void FillStats(const tlr::DeviceRunResult& r, float threshold, int stop, tlr_sta
   s.llm_prefilled = d.llm_work.prefilled;
   s.llm_generated = d.llm_work.generated;
   s.llm_forward_ms = d.llm_work.forward_s < 0 ? -1.0 : d.llm_work.forward_s * 1e3;
+  s.prompt_reused = d.prompt_reused;
   if (r.remote) {
     s.http_requests = r.remote_stats.http_requests;
     s.retries = r.remote_stats.retries;
@@ -213,8 +217,10 @@ int Generate(tlr_device* dev, const tlr_llm* llm, const std::vector<int32_t>& id
     return true;
   };
   tlr::DeviceRunStep step = tlr::DeviceRunStep::kOptions;
+  std::unique_ptr<tlr::DeviceContext> context = dev->contexts->Take(ids);
   auto run = tlr::RunDeviceGeneration(slm, dev->models.router.get(), llm ? &llm->target : nullptr,
-                                      dev->pool.get(), ids, d, on_event, {}, &step);
+                                      dev->pool.get(), ids, d, on_event, {}, &step, context.get());
+  dev->contexts->Give(std::move(context));
   if (!run.ok()) {
     const int code = step == tlr::DeviceRunStep::kOptions    ? TLR_ERR_INVALID_ARGUMENT
                      : step == tlr::DeviceRunStep::kLlmSetup ? TLR_ERR_LLM
@@ -258,6 +264,9 @@ void tlr_device_params_init(tlr_device_params* p) {
   p->struct_size = sizeof *p;
   p->n_threads = 1;
   p->kv_type = "f16";
+  p->kv_slots = 4;
+  p->kv_budget_mb = 1024;
+  p->n_ctx = 4096;
   p->seed = 42;
 }
 
@@ -278,9 +287,24 @@ int tlr_device_open(const tlr_device_params* params, tlr_device** out) {
       return Fail(step == tlr::DeviceModels::Step::kCompatibility ? TLR_ERR_INCOMPATIBLE : TLR_ERR_LOAD,
                   models.status().message());
     }
+    if (p.kv_slots < 0 || p.kv_slots > 1024) {
+      return Fail(TLR_ERR_INVALID_ARGUMENT, "kv_slots " + std::to_string(p.kv_slots) + " is outside [0, 1024]");
+    }
+    if (p.kv_budget_mb < 0 || p.kv_budget_mb > (int64_t{1} << 30)) {
+      return Fail(TLR_ERR_INVALID_ARGUMENT, "kv_budget_mb " + std::to_string(p.kv_budget_mb) + " is out of range");
+    }
+    if (p.n_ctx < 1 || p.n_ctx > (int64_t{1} << 24)) {
+      return Fail(TLR_ERR_INVALID_ARGUMENT, "n_ctx " + std::to_string(p.n_ctx) + " is outside [1, 16777216]");
+    }
     auto dev = std::make_unique<tlr_device>();
     dev->models = std::move(models).value();
     dev->pool = std::make_unique<tlr::ThreadPool>(p.n_threads);
+    tlr::ContextPoolOptions co;
+    co.max_slots = p.kv_slots;
+    co.budget_bytes = static_cast<uint64_t>(p.kv_budget_mb) << 20;
+    co.n_ctx = p.n_ctx;
+    const tlr::Model& slm = *dev->models.slm;
+    dev->contexts = std::make_unique<tlr::SlmContextPool>(co, tlr::KvCache::BytesPerPosition(slm.config(), slm.kv_type()));
     *out = dev.release();
     return Ok();
   });
@@ -476,6 +500,40 @@ int tlr_generate(tlr_device* device, const tlr_llm* llm, const char* prompt, con
     }
     TLR_READ_PARAMS(tlr_generate_params, params, p);
     auto ids = tlr::EncodePrompt(*device->models.slm, prompt, p.chat != 0);
+    if (!ids.ok()) return Fail(TLR_ERR_INVALID_ARGUMENT, ids.status().message());
+    return Generate(device, llm, *ids, p, on_token, user_data, stats);
+  });
+}
+
+int tlr_generate_chat(tlr_device* device, const tlr_llm* llm, const tlr_message* messages, size_t n_messages,
+                      const tlr_generate_params* params, tlr_token_callback on_token, void* user_data,
+                      tlr_stats* stats) {
+  return Guard([&] {
+    if (!device || (!messages && n_messages > 0)) return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_generate_chat: NULL argument");
+    if (n_messages == 0) return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_generate_chat: the conversation has no messages");
+    if (n_messages > tlr::kMaxChatMessages) {
+      return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_generate_chat: " + std::to_string(n_messages) +
+                                                " messages; at most " + std::to_string(tlr::kMaxChatMessages));
+    }
+    if (stats && stats->struct_size < sizeof(size_t)) {
+      return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_generate_chat: set stats->struct_size = sizeof(tlr_stats)");
+    }
+    TLR_READ_PARAMS(tlr_generate_params, params, p);
+    std::vector<tlr::ChatMessage> msgs;
+    for (size_t i = 0; i < n_messages; ++i) {
+      const tlr_message& m = messages[i];
+      if (!m.role || !m.content) {
+        return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_generate_chat: message " + std::to_string(i) + " has a NULL role or content");
+      }
+      std::string role = m.role;
+      if (role == "developer") role = "system";
+      if (role != "system" && role != "user" && role != "assistant") {
+        return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_generate_chat: message " + std::to_string(i) + ": unknown role '" +
+                                                  role + "' (system, developer, user, assistant)");
+      }
+      msgs.push_back({std::move(role), m.content});
+    }
+    auto ids = tlr::EncodeMessages(*device->models.slm, msgs);
     if (!ids.ok()) return Fail(TLR_ERR_INVALID_ARGUMENT, ids.status().message());
     return Generate(device, llm, *ids, p, on_token, user_data, stats);
   });

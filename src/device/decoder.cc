@@ -12,7 +12,9 @@ using decoder_internal::Cancelled;
 using decoder_internal::Clock;
 using decoder_internal::Emitter;
 using decoder_internal::PadSlmPass;
+using decoder_internal::ReturnSlmCache;
 using decoder_internal::Since;
+using decoder_internal::TakeSlmCache;
 
 namespace {
 
@@ -65,7 +67,8 @@ CollabDecoder::CollabDecoder(const Model& slm, Router* router, LlmBackend* llm, 
     : slm_(slm), router_(router), llm_(llm), pool_(pool) {}
 
 Expected<DecodeStats> CollabDecoder::Generate(std::span<const int32_t> prompt, const DecodeOptions& opts,
-                                              const std::function<bool(const TokenEvent&)>& on_token) {
+                                              const std::function<bool(const TokenEvent&)>& on_token,
+                                              SlmContext* context) {
   if (prompt.empty()) return Status::Error("the prompt is empty");
   if (opts.route_span < 1) return Status::Error("the route span must be at least 1");
   if (opts.max_tokens < 0) return Status::Error("max tokens must not be negative");
@@ -85,8 +88,8 @@ Expected<DecodeStats> CollabDecoder::Generate(std::span<const int32_t> prompt, c
     if (t < 0 || t >= slm_.config().n_vocab) return Status::Error("prompt token " + std::to_string(t) + " is out of range");
   }
   const LlmWork before = llm_ ? llm_->work() : LlmWork{};
-  Expected<DecodeStats> st = joint && opts.pipeline.enabled ? GeneratePipelined(prompt, opts, on_token)
-                                                            : GenerateBlocking(prompt, opts, on_token);
+  Expected<DecodeStats> st = joint && opts.pipeline.enabled ? GeneratePipelined(prompt, opts, on_token, context)
+                                                            : GenerateBlocking(prompt, opts, on_token, context);
   // What this generation cost the LLM (calls it cancelled included, as far as the backend
   // knows by now: see LlmBackend::work).
   if (st.ok() && llm_) st->llm_work = llm_->work() - before;
@@ -94,7 +97,8 @@ Expected<DecodeStats> CollabDecoder::Generate(std::span<const int32_t> prompt, c
 }
 
 Expected<DecodeStats> CollabDecoder::GenerateBlocking(std::span<const int32_t> prompt, const DecodeOptions& opts,
-                                                      const std::function<bool(const TokenEvent&)>& on_token) {
+                                                      const std::function<bool(const TokenEvent&)>& on_token,
+                                                      SlmContext* context) {
   const bool joint = opts.mode == DecodeMode::kJoint;
   const int64_t V = slm_.config().n_vocab;
   Emitter out(slm_.tokenizer(), opts, on_token, static_cast<int64_t>(prompt.size()));
@@ -144,14 +148,17 @@ Expected<DecodeStats> CollabDecoder::GenerateBlocking(std::span<const int32_t> p
     return out.Finish();
   }
 
-  TLR_ASSIGN_OR_RETURN(KvCache cache, slm_.NewCache(static_cast<int64_t>(prompt.size()) +
-                                                    opts.max_tokens + opts.route_span + 1));
+  KvCache cache;
+  TLR_ASSIGN_OR_RETURN(st.prompt_reused,
+                       TakeSlmCache(slm_, context, prompt,
+                                    static_cast<int64_t>(prompt.size()) + opts.max_tokens + opts.route_span + 1, &cache));
   ForwardContext ctx(pool_);
   std::vector<float> logits(V), hidden(slm_.config().n_embd);
   Sampler sampler(opts.sampling, static_cast<int32_t>(V));
   {
     const auto t = Clock::now();
-    SequenceInput in{&cache, prompt, OutputRows::kLast, logits.data(), hidden.data()};
+    SequenceInput in{&cache, prompt.subspan(static_cast<size_t>(st.prompt_reused)), OutputRows::kLast, logits.data(),
+                     hidden.data()};
     TLR_RETURN_IF_ERROR(slm_.Forward({&in, 1}, &ctx));
     PadSlmPass(t, opts.sim_slm_s);
     st.slm_prefill_s = Since(t);
@@ -203,6 +210,8 @@ Expected<DecodeStats> CollabDecoder::GenerateBlocking(std::span<const int32_t> p
     ++st.slm_steps;
     st.slm_rows += static_cast<int64_t>(fed);
   }
+  const int64_t held = cache.size();
+  ReturnSlmCache(context, std::move(cache), seq, held);
   return out.Finish();
 }
 

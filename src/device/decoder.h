@@ -116,6 +116,7 @@ struct TokenEvent {
 
 struct DecodeStats {
   int64_t prompt_tokens = 0;
+  int64_t prompt_reused = 0;   // prompt tokens already in the SLM's cache (SlmContext), not prefilled
   int64_t generated = 0;     // tokens emitted, including an end-of-generation token
   int64_t routed = 0;        // tokens produced by the LLM
   int64_t llm_calls = 0;     // calls submitted (including ones cancelled by the pipeline)
@@ -147,23 +148,46 @@ struct DecodeStats {
   }
 };
 
+// The SLM's state carried from one generation to the next (a conversation, a prompt cache
+// slot): its KV cache and the tokens the cache holds. A generation given one reuses the
+// longest prefix the prompt shares with it (only the rest is prefilled; at least the prompt's
+// last token is read again, for its outputs) and leaves it holding the prompt and the emitted
+// tokens that were fed to the SLM. A context without a cache gets one on first use, of `n_ctx`
+// positions (at least what the generation needs) paged in as used; one whose cache is too small
+// for the generation moves what it holds into a larger one (no recomputation). A generation
+// that fails leaves it empty.
+struct SlmContext {
+  KvCache cache;                 // KvCache() until first used
+  std::vector<int32_t> tokens;   // what `cache` holds
+  int64_t n_ctx = 0;             // positions of a cache made here (0: what the generation needs)
+  bool has_cache() const { return cache.n_ctx() > 0; }
+  void Clear() {
+    cache = KvCache();
+    tokens.clear();
+  }
+};
+
 class CollabDecoder {
  public:
   // `router` may be null only for large_only; `llm` may be null for small_only. Neither is
   // owned. Fails at Generate when the router does not fit the SLM or the vocabularies differ.
   CollabDecoder(const Model& slm, Router* router, LlmBackend* llm, ThreadPool* pool);
 
-  // Generates after `prompt`, calling on_token for every token (return false to stop).
+  // Generates after `prompt`, calling on_token for every token (return false to stop). With
+  // `context`, the SLM's cache comes from it and goes back to it (see SlmContext).
   Expected<DecodeStats> Generate(std::span<const int32_t> prompt, const DecodeOptions& opts,
-                                 const std::function<bool(const TokenEvent&)>& on_token);
+                                 const std::function<bool(const TokenEvent&)>& on_token,
+                                 SlmContext* context = nullptr);
 
  private:
   // The loops behind Generate, after the checks (decoder.cc: large_only and the blocking joint
   // loop; decoder_pipeline.cc: the pipelined joint loop).
   Expected<DecodeStats> GenerateBlocking(std::span<const int32_t> prompt, const DecodeOptions& opts,
-                                         const std::function<bool(const TokenEvent&)>& on_token);
+                                         const std::function<bool(const TokenEvent&)>& on_token,
+                                         SlmContext* context);
   Expected<DecodeStats> GeneratePipelined(std::span<const int32_t> prompt, const DecodeOptions& opts,
-                                          const std::function<bool(const TokenEvent&)>& on_token);
+                                          const std::function<bool(const TokenEvent&)>& on_token,
+                                          SlmContext* context);
   const Model& slm_;
   Router* router_;
   LlmBackend* llm_;

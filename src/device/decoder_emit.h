@@ -3,6 +3,7 @@
 // without busy polling while watching the caller's cancel flag.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <thread>
@@ -71,5 +72,42 @@ class Emitter {
   DecodeStats st_;
   double first_at_ = -1, last_at_ = 0;
 };
+
+// The SLM cache a generation runs in: the context's (cut to the prefix it shares with the
+// prompt, at most all but the prompt's last token; moved into a larger cache when the
+// generation needs more room) or a new one of `need` positions. Returns the number of prompt
+// tokens already in it; the context is left empty until ReturnSlmCache.
+inline Expected<int64_t> TakeSlmCache(const Model& slm, SlmContext* context, std::span<const int32_t> prompt,
+                                      int64_t need, KvCache* out) {
+  if (context && context->has_cache()) {
+    int64_t common = 0;
+    const int64_t held = std::min<int64_t>(context->cache.size(), static_cast<int64_t>(context->tokens.size()));
+    const int64_t limit = std::min<int64_t>(held, static_cast<int64_t>(prompt.size()) - 1);
+    while (common < limit && context->tokens[static_cast<size_t>(common)] == prompt[static_cast<size_t>(common)]) ++common;
+    if (context->cache.n_ctx() >= need) {
+      *out = std::move(context->cache);
+      out->Truncate(common);
+    } else {
+      *out = context->cache.Fork(common, std::max({need, 2 * context->cache.n_ctx(), context->n_ctx}));
+    }
+    context->Clear();
+    return common;
+  }
+  const int64_t n_ctx = context ? std::max(need, context->n_ctx) : need;
+  if (context) context->Clear();
+  auto c = context ? slm.NewCache(n_ctx, KvMemory::kOnDemand) : slm.NewCache(n_ctx);
+  if (!c.ok()) return c.status();
+  *out = std::move(c).value();
+  return 0;
+}
+
+// Gives a generation's SLM cache back to the context: it holds tokens[0, valid).
+inline void ReturnSlmCache(SlmContext* context, KvCache&& cache, std::span<const int32_t> tokens, int64_t valid) {
+  if (!context) return;
+  valid = std::clamp<int64_t>(valid, 0, std::min<int64_t>(cache.size(), static_cast<int64_t>(tokens.size())));
+  cache.Truncate(valid);
+  context->cache = std::move(cache);
+  context->tokens.assign(tokens.begin(), tokens.begin() + valid);
+}
 
 }  // namespace tlr::decoder_internal

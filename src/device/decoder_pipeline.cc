@@ -29,7 +29,9 @@ using decoder_internal::Cancelled;
 using decoder_internal::Clock;
 using decoder_internal::Emitter;
 using decoder_internal::PadSlmPass;
+using decoder_internal::ReturnSlmCache;
 using decoder_internal::Since;
+using decoder_internal::TakeSlmCache;
 
 namespace {
 
@@ -72,7 +74,8 @@ std::vector<int32_t> TopCandidates(const float* logits, int64_t n, int k, int32_
 }  // namespace
 
 Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> prompt, const DecodeOptions& opts,
-                                                       const std::function<bool(const TokenEvent&)>& on_token) {
+                                                       const std::function<bool(const TokenEvent&)>& on_token,
+                                                       SlmContext* context) {
   const PipelineOptions& po = opts.pipeline;
   const Tokenizer& tok = slm_.tokenizer();
   const int64_t V = slm_.config().n_vocab;
@@ -103,9 +106,13 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
     return m;
   };
   {
-    TLR_ASSIGN_OR_RETURN(auto m, new_model());
+    auto m = std::make_shared<LineModel>();
+    TLR_ASSIGN_OR_RETURN(st.prompt_reused, TakeSlmCache(slm_, context, prompt, n_ctx, &m->cache));
+    m->logits.resize(static_cast<size_t>(V));
+    m->hidden.resize(static_cast<size_t>(E));
     const auto t = Clock::now();
-    SequenceInput in{&m->cache, prompt, OutputRows::kLast, m->logits.data(), m->hidden.data()};
+    SequenceInput in{&m->cache, prompt.subspan(static_cast<size_t>(st.prompt_reused)), OutputRows::kLast,
+                     m->logits.data(), m->hidden.data()};
     TLR_RETURN_IF_ERROR(slm_.Forward({&in, 1}, &ctx));
     PadSlmPass(t, opts.sim_slm_s);
     st.slm_prefill_s = m->slm_s = Since(t);
@@ -463,6 +470,14 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
   }
   cancel_calls(state.CancelAll());
   if (!failure.ok()) return failure;
+  {
+    // The main line's cache holds the emitted tokens as far as it was fed and not cut since
+    // (speculative and draft positions past them are dropped).
+    SpecLine& main = state.lines()[0];
+    LineModel* m = ModelOf(main);
+    const int64_t valid = std::min({m->cache.size() - m->ahead_left(), main.dirty_from, prompt_len + st.generated});
+    ReturnSlmCache(context, std::move(m->cache), main.ids, valid);
+  }
   return out.Finish();
 }
 

@@ -78,38 +78,67 @@ Expected<std::vector<int32_t>> EncodePrompt(const Model& model, std::string_view
   return ids;
 }
 
+Expected<std::vector<int32_t>> EncodeMessages(const Model& model, const std::vector<ChatMessage>& messages,
+                                              std::optional<bool> enable_thinking) {
+  if (messages.empty()) return Status::Error("the conversation has no messages");
+  ChatTemplateOptions co;
+  co.enable_thinking = enable_thinking;
+  TLR_ASSIGN_OR_RETURN(std::string rendered, ApplyChatTemplate(model, messages, co));
+  std::vector<int32_t> ids = model.tokenizer().Encode(rendered, false, true);
+  if (ids.empty()) return Status::Error("the conversation renders to an empty prompt");
+  return ids;
+}
+
 Expected<DeviceRunResult> RunDeviceGeneration(const Model& main, Router* router, const LlmTarget* llm,
                                               ThreadPool* pool, std::span<const int32_t> prompt,
                                               const DecodeOptions& opts,
                                               const std::function<bool(const TokenEvent&)>& on_token,
                                               const std::function<void(const std::string&)>& on_warning,
-                                              DeviceRunStep* failed) {
+                                              DeviceRunStep* failed, DeviceContext* context) {
   DeviceRunStep step_sink;
   DeviceRunStep& step = failed ? *failed : step_sink;
   step = DeviceRunStep::kOptions;
   TLR_RETURN_IF_ERROR(ValidateDecodeOptions(opts));
   DeviceRunResult result;
-  std::unique_ptr<LlmStack> stack;
+  std::unique_ptr<LlmStack> own;  // this generation's backend, when no context keeps one
+  LlmStack* stack = nullptr;
+  RemoteStats before;  // of a reused remote backend: this generation's share is the difference
   if (opts.mode != DecodeMode::kSmallOnly) {
     step = DeviceRunStep::kLlmSetup;
     if (!llm) return Status::Error(std::string(DecodeModeName(opts.mode)) + " mode needs an LLM");
-    LlmSpec spec = llm->spec;
-    spec.model = llm->model.get();
-    spec.n_ctx = static_cast<int64_t>(prompt.size()) + opts.max_tokens + opts.route_span + 1;
-    auto s = LlmStack::Create(spec, main.tokenizer());
-    if (!s.ok()) return s.status();
-    stack = std::move(s).value();
-    result.warning = stack->warning();
-    if (!result.warning.empty() && on_warning) on_warning(result.warning);
+    const int64_t need = static_cast<int64_t>(prompt.size()) + opts.max_tokens + opts.route_span + 1;
+    if (context && context->llm && context->llm_owner == llm &&
+        (context->llm->remote() || context->llm_n_ctx >= need)) {
+      stack = context->llm.get();
+      if (stack->remote()) before = stack->remote()->stats();
+    } else {
+      LlmSpec spec = llm->spec;
+      spec.model = llm->model.get();
+      spec.n_ctx = context ? std::max(need, context->slm.n_ctx) : need;
+      auto s = LlmStack::Create(spec, main.tokenizer());
+      if (!s.ok()) return s.status();
+      own = std::move(s).value();
+      stack = own.get();
+      result.warning = stack->warning();
+      if (!result.warning.empty() && on_warning) on_warning(result.warning);
+      if (context) {
+        context->llm = std::move(own);
+        context->llm_owner = llm;
+        context->llm_n_ctx = spec.n_ctx;
+      }
+    }
   }
   step = DeviceRunStep::kDecode;
   CollabDecoder dec(main, router, stack ? stack->backend() : nullptr, pool);
-  auto stats = dec.Generate(prompt, opts, on_token);
+  // large_only in process runs without an SLM: `main` is then the LLM, whose cache is not the
+  // SLM's context.
+  SlmContext* slm_context = context && opts.mode != DecodeMode::kLargeOnly ? &context->slm : nullptr;
+  auto stats = dec.Generate(prompt, opts, on_token, slm_context);
   if (!stats.ok()) return stats.status();
   result.stats = std::move(stats).value();
   if (stack && stack->remote()) {
     result.remote = true;
-    result.remote_stats = stack->remote()->stats();
+    result.remote_stats = stack->remote()->stats() - before;
   }
   return result;
 }

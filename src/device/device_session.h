@@ -19,9 +19,11 @@
 #include <string_view>
 #include <vector>
 
+#include "device/context_pool.h"
 #include "device/decoder.h"
 #include "device/llm_factory.h"
 #include "device/remote_llm.h"
+#include "model/chat.h"
 #include "model/model.h"
 #include "routing/router.h"
 #include "util/status.h"
@@ -68,6 +70,11 @@ Status ValidateDecodeOptions(const DecodeOptions& d);
 Expected<std::vector<int32_t>> EncodePrompt(const Model& model, std::string_view text, bool chat,
                                             std::optional<bool> enable_thinking = std::nullopt);
 
+// The prompt of a conversation's next assistant message: the model's chat template over the
+// whole message history (system, user, assistant), ending with the assistant header.
+Expected<std::vector<int32_t>> EncodeMessages(const Model& model, const std::vector<ChatMessage>& messages,
+                                              std::optional<bool> enable_thinking = std::nullopt);
+
 // Which part of a generation failed (RunDeviceGeneration's `failed`).
 enum class DeviceRunStep { kOptions, kLlmSetup, kDecode };
 
@@ -83,11 +90,15 @@ struct DeviceRunResult {
 // Builds the LLM's backend stack for this generation (in process: a KV cache for the prompt,
 // max_tokens and a span), then runs the decoder. `on_warning` (may be empty) hears a setup
 // warning before the first token. On failure `*failed` (if given) says which part failed.
+// `context` (may be null): a conversation's state from an earlier generation (see
+// DeviceContext): the prompt's prefix the SLM's cache holds is not prefilled again, the LLM
+// backend (its server session, or the in-process LLM's cache) is reused when it was made for
+// the same `llm`, and both hold this generation afterwards.
 Expected<DeviceRunResult> RunDeviceGeneration(const Model& main, Router* router, const LlmTarget* llm,
                                               ThreadPool* pool, std::span<const int32_t> prompt,
                                               const DecodeOptions& opts,
                                               const std::function<bool(const TokenEvent&)>& on_token,
                                               const std::function<void(const std::string&)>& on_warning = {},
-                                              DeviceRunStep* failed = nullptr);
+                                              DeviceRunStep* failed = nullptr, DeviceContext* context = nullptr);
 
 }  // namespace tlr

@@ -134,6 +134,57 @@ TEST_F(PipelineTest, LlmWorkCountsEveryTokenTheLlmComputed) {
   EXPECT_GT(on.st.llm_work.generated, on.st.routed - on.st.lookahead_used);
 }
 
+// A conversation through one SlmContext: each turn gives the tokens a fresh generation gives,
+// and prefills only what the context does not hold (the new turn, and the last token of the
+// previous answer, which was never fed to the SLM).
+TEST_F(PipelineTest, SlmContextCarriesAConversation) {
+  auto router = Router::Builtin(RouterKind::kRandom, 5);
+  ASSERT_TRUE(router.ok());
+  for (bool pipeline : {false, true}) {
+    for (float temperature : {0.0f, 0.8f}) {
+      SCOPED_TRACE(testing::Message() << "pipeline " << pipeline << " temperature " << temperature);
+      DecodeOptions d = Options(0.5f, pipeline);
+      d.max_tokens = 12;
+      d.sampling.temperature = temperature;
+      d.sampling.top_k = 0;
+      d.sampling.seed = 3;
+      SlmContext context;
+      std::vector<int32_t> conv = prompt_;
+      int64_t held = 0;  // what the context should hold of conv at least
+      for (int turn = 0; turn < 3; ++turn) {
+        std::vector<int32_t> with, without;
+        InProcessLlm a(*llm_, 1, 512), b(*llm_, 1, 512);
+        CollabDecoder dec_a(*slm_, &*router, &a, &pool_), dec_b(*slm_, &*router, &b, &pool_);
+        auto sa = dec_a.Generate(conv, d, [&](const TokenEvent& ev) { with.push_back(ev.id); return true; }, &context);
+        auto sb = dec_b.Generate(conv, d, [&](const TokenEvent& ev) { without.push_back(ev.id); return true; });
+        ASSERT_TRUE(sa.ok()) << sa.status().message();
+        ASSERT_TRUE(sb.ok()) << sb.status().message();
+        EXPECT_EQ(with, without) << "turn " << turn;
+        EXPECT_EQ(sb->prompt_reused, 0);
+        EXPECT_GE(sa->prompt_reused, held) << "turn " << turn;
+        EXPECT_LT(sa->prompt_reused, static_cast<int64_t>(conv.size()));
+        EXPECT_EQ(sa->routed, sb->routed);
+        conv.insert(conv.end(), with.begin(), with.end());
+        held = static_cast<int64_t>(conv.size()) - 1;
+        EXPECT_GE(static_cast<int64_t>(context.tokens.size()), held);
+        EXPECT_TRUE(std::equal(context.tokens.begin(), context.tokens.end(), conv.begin()));
+        for (int32_t t : {21, 22, 23 + turn}) conv.push_back(t);  // the next user message
+      }
+      // A prompt that parts from the context early reuses only the shared prefix.
+      std::vector<int32_t> other = prompt_;
+      other[2] = 77;
+      std::vector<int32_t> got, want;
+      InProcessLlm a(*llm_, 1, 512), b(*llm_, 1, 512);
+      CollabDecoder dec_a(*slm_, &*router, &a, &pool_), dec_b(*slm_, &*router, &b, &pool_);
+      auto sa = dec_a.Generate(other, d, [&](const TokenEvent& ev) { got.push_back(ev.id); return true; }, &context);
+      ASSERT_TRUE(sa.ok());
+      ASSERT_TRUE(dec_b.Generate(other, d, [&](const TokenEvent& ev) { want.push_back(ev.id); return true; }).ok());
+      EXPECT_EQ(got, want);
+      EXPECT_EQ(sa->prompt_reused, 2);
+    }
+  }
+}
+
 TEST_F(PipelineTest, SampledOutputEqualsTheBlockingLoop) {
   // Draws are keyed by (seed, position): speculative and cancelled work cannot shift them.
   for (float temperature : {0.8f, 1.5f}) {

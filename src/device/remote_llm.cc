@@ -46,6 +46,23 @@ std::string_view CallFailureName(CallFailure f, bool plural) {
   return "?";
 }
 
+RemoteStats RemoteStats::operator-(const RemoteStats& e) const {
+  RemoteStats d = *this;
+  d.calls -= e.calls;
+  d.failed_calls -= e.failed_calls;
+  d.cancelled_calls -= e.cancelled_calls;
+  d.http_requests -= e.http_requests;
+  d.retries -= e.retries;
+  d.resyncs -= e.resyncs;
+  d.sessions_created -= e.sessions_created;
+  d.tokens_sent -= e.tokens_sent;
+  d.lookahead_tokens -= e.lookahead_tokens;
+  d.sim_delay_s -= e.sim_delay_s;
+  for (int k = 0; k < kCallFailureKinds; ++k) d.failures[k] -= e.failures[k];
+  if (d.failed_calls == 0) d.first_failure.clear();
+  return d;
+}
+
 std::string RemoteStats::FailureSummary() const {
   std::string out;
   for (int k = 0; k < kCallFailureKinds; ++k) {

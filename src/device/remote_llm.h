@@ -74,6 +74,9 @@ struct RemoteStats {
   std::string first_failure;     // the message of the first failed call
   // "7 timeouts, 2 malformed replies: <first message>"; empty when no call failed.
   std::string FailureSummary() const;
+  // What happened between two readings of the same backend's stats (`*this` the later one; the
+  // first failure's message is the later reading's).
+  RemoteStats operator-(const RemoteStats& earlier) const;
 };
 
 class RemoteLlm : public LlmBackend {

@@ -89,7 +89,12 @@ struct UiServer::Request {
   size_t router = 0;  // index into UiModels::routers
 };
 
-UiServer::UiServer(UiModels models, UiOptions opts) : models_(std::move(models)), opts_(std::move(opts)) {}
+UiServer::UiServer(UiModels models, UiOptions opts) : models_(std::move(models)), opts_(std::move(opts)) {
+  if (models_.slm) {
+    contexts_ = std::make_unique<SlmContextPool>(
+        models_.prompt_cache, KvCache::BytesPerPosition(models_.slm->config(), models_.slm->kv_type()));
+  }
+}
 
 UiServer::~UiServer() { Stop(); }
 
@@ -314,6 +319,7 @@ void UiServer::RunJob(const std::shared_ptr<Job>& job, const Request& r) {
               {"fallbacks", st.fallbacks},
               {"llm_calls", st.llm_calls},
               {"prompt_tokens", st.prompt_tokens},
+              {"prompt_reused", st.prompt_reused},
               {"ttft_ms", Ms(st.ttft_s)},
               {"tbt_ms", Ms(st.tbt_s)},
               {"slm_ms", Ms(st.slm_prefill_s + st.slm_decode_s)},
@@ -380,6 +386,7 @@ void UiServer::RunJob(const std::shared_ptr<Job>& job, const Request& r) {
     job->Push(Sse("provisional", {{"from", i}, {"ids", p.ids}, {"pending", p.pending}, {"text", p.text}}));
   };
   std::string first_llm_error;  // why the first FALLBACK token's call failed
+  std::unique_ptr<DeviceContext> context = contexts_->Take(r.prompt);  // its SLM cache (the LLM is the request's)
   auto st = dec.Generate(r.prompt, dopt, [&](const TokenEvent& ev) {
     if (first_llm_error.empty()) first_llm_error = ev.llm_error;
     json token = {{"i", i++},
@@ -397,7 +404,8 @@ void UiServer::RunJob(const std::shared_ptr<Job>& job, const Request& r) {
     if (!ev.llm_error.empty()) token["llm_error"] = ev.llm_error;
     job->Push(Sse("token", token));
     return !job->cancelled.load();
-  });
+  }, d.mode == DecodeMode::kLargeOnly ? nullptr : &context->slm);
+  contexts_->Give(std::move(context));
   if (!st.ok()) {
     job->Push(Sse("error", {{"message", st.status().message()}}));
   } else {

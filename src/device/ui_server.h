@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "device/context_pool.h"
 #include "device/decoder.h"
 #include "device/remote_llm.h"
 #include "model/model.h"
@@ -83,6 +84,8 @@ struct UiModels {
   ThreadPool* pool = nullptr;       // used by one generation at a time
   SamplerParams sampling;           // defaults; the page sets temperature, top_p and seed
   int64_t n_ctx = 4096;             // prompt + max_tokens must fit
+  ContextPoolOptions prompt_cache;  // the SLM contexts kept between requests (a conversation's
+                                    // next turn prefills only what is new)
   nlohmann::json describe;          // {"slm": ..., "llm": ...} for /api/info
   std::string warning;              // shown in the page (e.g. the LLM server is down)
 };
@@ -118,6 +121,7 @@ class UiServer {
 
   UiModels models_;
   UiOptions opts_;
+  std::unique_ptr<SlmContextPool> contexts_;  // the prompt cache
   std::unique_ptr<httplib::Server> http_;
   HttpFront* front_ = nullptr;  // http_
   std::thread thread_;

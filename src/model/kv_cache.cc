@@ -60,16 +60,16 @@ Expected<KvCache> KvCache::Create(const ModelConfig& c, int64_t n_ctx, GgmlType 
   return kv;
 }
 
-KvCache KvCache::EmptyLike() const {
+KvCache KvCache::EmptyLike(int64_t n_ctx) const {
   KvCache out;
   out.type_ = type_;
   out.memory_ = memory_;
-  out.n_ctx_ = n_ctx_;
+  out.n_ctx_ = n_ctx;
   out.n_layers_ = n_layers_;
   out.n_kv_heads_ = n_kv_heads_;
   out.head_dim_ = head_dim_;
   out.row_bytes_ = row_bytes_;
-  if (data_) out.data_ = Allocate(capacity_bytes(), memory_);
+  if (data_) out.data_ = Allocate(out.capacity_bytes(), memory_);
   return out;
 }
 
@@ -103,6 +103,13 @@ void KvCache::Truncate(int64_t n) {
 KvCache KvCache::Fork(int64_t n) const {
   KvCache out = EmptyLike();
   out.CopyPrefix(*this, std::clamp<int64_t>(n, 0, n_));
+  return out;
+}
+
+KvCache KvCache::Fork(int64_t n, int64_t n_ctx) const {
+  n = std::clamp<int64_t>(n, 0, n_);
+  KvCache out = EmptyLike(std::max(n_ctx, n));
+  out.CopyPrefix(*this, n);
   return out;
 }
 

@@ -71,6 +71,9 @@ class KvCache {
   void Truncate(int64_t n);
   // A new cache holding the first n positions (n <= size()), same n_ctx and type.
   KvCache Fork(int64_t n) const;
+  // The same with room for n_ctx positions (at least n): a cache outgrown by its sequence
+  // moves into a larger one without recomputing what it holds.
+  KvCache Fork(int64_t n, int64_t n_ctx) const;
 
   // Makes room for positions [size(), new_size) (zeroing key tiles never used before); fails
   // past n_ctx. Called by the forward pass, which then stores them and calls Commit.
@@ -93,7 +96,8 @@ class KvCache {
     return data_.get() + layer * layer_bytes() + (which * n_kv_heads_ + kv_head) * head_bytes();
   }
   // A cache of the same shape, with storage, holding nothing yet.
-  KvCache EmptyLike() const;
+  KvCache EmptyLike() const { return EmptyLike(n_ctx_); }
+  KvCache EmptyLike(int64_t n_ctx) const;
   // Copies positions [0, n) of every layer and head from `src` (same shape): whole key tiles.
   void CopyPrefix(const KvCache& src, int64_t n);
 

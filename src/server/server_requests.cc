@@ -4,6 +4,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "net/chat_messages.h"
 #include "net/protocol.h"
 #include "net/server_json.h"
 #include "util/json_fields.h"
@@ -105,50 +106,10 @@ Status ParsePrompt(const json& j, const Tokenizer& tok, CompletionParams* p) {
 
 Status ParseMessages(const json& j, const Tokenizer& tok, const ChatTemplate& chat_template, CompletionParams* p) {
   auto it = j.find("messages");
-  if (it == j.end() || !it->is_array() || it->empty()) return Status::Error("'messages' must be a non-empty array");
-  std::vector<ChatMessage> msgs;
-  for (const json& m : *it) {
-    ChatMessage cm;
-    JsonFields f(m, "each message");
-    f.String("role", &cm.role, kRequired);
-    if (!f.ok()) return Status::Error("each message needs a string 'role'");
-    if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "developer") {
-      return Status::Error("unknown message role '" + cm.role + "' (system, developer, user, assistant)");
-    }
-    if (cm.role == "developer") cm.role = "system";
-    auto c = m.find("content");
-    if (c != m.end() && c->is_string()) {
-      cm.content = c->get<std::string>();
-    } else if (c != m.end() && c->is_array()) {
-      for (const json& part : *c) {
-        std::string type, text;
-        JsonFields pf(part);
-        pf.String("type", &type, kRequired).String("text", &text, kRequired);
-        if (!pf.ok() || type != "text") {
-          return Status::Error("message content parts must be {\"type\": \"text\", \"text\": ...}");
-        }
-        cm.content += text;
-      }
-    } else if (c != m.end() && !c->is_null()) {
-      return Status::Error("message 'content' must be a string or an array of text parts");
-    }
-    msgs.push_back(std::move(cm));
-  }
-  // chat_template_kwargs, as vLLM and SGLang take it: the template variables a request may set.
+  if (it == j.end()) return Status::Error("'messages' must be a non-empty array");
+  TLR_ASSIGN_OR_RETURN(const std::vector<ChatMessage> msgs, ParseChatMessages(*it));
   ChatTemplateOptions opts;
-  const json* kwargs = nullptr;
-  JsonFields top(j);
-  top.Object("chat_template_kwargs", &kwargs);
-  if (!top.ok()) return top.status();
-  if (kwargs) {
-    for (const auto& [key, value] : kwargs->items()) {
-      if (key != "enable_thinking") {
-        return Status::Error("chat_template_kwargs: '" + key + "' is not supported (enable_thinking is)");
-      }
-      if (!value.is_boolean()) return Status::Error("chat_template_kwargs: 'enable_thinking' must be a boolean");
-      opts.enable_thinking = value.get<bool>();
-    }
-  }
+  TLR_RETURN_IF_ERROR(ParseChatTemplateKwargs(j, &opts));
   TLR_ASSIGN_OR_RETURN(const std::string text, chat_template.Apply(msgs, opts));
   p->prompt = tok.Encode(text, false, true);
   return Status::Ok();

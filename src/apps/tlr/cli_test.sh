@@ -119,12 +119,28 @@ check trace_fields 0 '"source":"(SLM|LLM)"' -- head -1 "$tmp/trace.jsonl"
 check generate_small 0 "0 routed" -- "${gen[@]}" --router entropy --mode small_only
 check generate_large 0 "12 routed to the LLM \(100.0%\)" -- "${gen[@]}" --mode large_only
 check generate_no_color 0 "" -- "${gen[@]}" --router random --no-color -q
+# A conversation from a JSON message array (the SLM's chat template renders it); bad ones are
+# clear errors.
+msgs=("$tlr" generate --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob -n 6 -t 1)
+echo '[{"role":"system","content":"be brief"},{"role":"user","content":"hi"},{"role":"assistant","content":"hello"},{"role":"user","content":"and?"}]' > "$tmp/conv.json"
+check generate_messages 0 "tokens: 6 generated" -- "${msgs[@]}" --messages "$tmp/conv.json"
+echo '{"messages":[{"role":"user","content":"hi"}]}' > "$tmp/conv_obj.json"
+check generate_messages_object 0 "tokens: 6 generated" -- "${msgs[@]}" --messages "$tmp/conv_obj.json"
+echo '[{"role":"robot","content":"hi"}]' > "$tmp/bad_role.json"
+check generate_messages_bad_role 1 "message 0: unknown message role 'robot'" -- "${msgs[@]}" --messages "$tmp/bad_role.json"
+echo '[{"role":"user","content":5}]' > "$tmp/bad_content.json"
+check generate_messages_bad_content 1 "'content' must be a string" -- "${msgs[@]}" --messages "$tmp/bad_content.json"
+echo '[{"role":"user","content":"hi"}' > "$tmp/bad_json.json"
+check generate_messages_not_json 1 "is not JSON" -- "${msgs[@]}" --messages "$tmp/bad_json.json"
+check generate_messages_and_prompt 1 "not both" -- "${msgs[@]}" --messages "$tmp/conv.json" -p "x"
 check generate_bad_router 1 "cannot open" -- "${gen[@]}" --router "$tmp/none.gguf"
 check generate_model_as_router 1 "not 'tlr-router'" -- "${gen[@]}" --router "$tmp/tiny.gguf"
 check generate_bad_mode 2 "" -- "${gen[@]}" --router maxprob --mode both
 check generate_bad_threshold 2 "" -- "${gen[@]}" --router maxprob --threshold 1.5
 check generate_bad_pipeline 2 "pipeline" -- "${gen[@]}" --router maxprob --pipeline maybe
 check generate_bad_branches 2 "spec-branches" -- "${gen[@]}" --router maxprob --spec-branches 0
+check generate_bad_budget 1 "llm-budget wants" -- "${gen[@]}" --router maxprob --llm-budget 0.5
+check generate_budget_auto 0 "tokens: 12 generated" -- "${gen[@]}" --router maxprob --llm-budget auto
 check generate_sim_slm 0 "SIMULATED SLM pace >= 5 ms" -- "${gen[@]}" --router maxprob --sim-slm-ms 5
 check generate_pipeline_summary 0 "pipeline: speculation stood at [0-9]+ of [0-9]+" -- "${gen[@]}" --router maxprob --threshold 0.9 --sim-rtt 20
 check trace_spec_fields 0 '"spec":"[a-z]+".*"stall_ms"' -- head -1 "$tmp/trace.jsonl"

@@ -11,6 +11,7 @@
 #include "apps/tlr/commands.h"
 #include "apps/tlr/model_args.h"
 #include "device/device_session.h"
+#include "net/chat_messages.h"
 #include "model/model.h"
 #include "ops/thread_pool.h"
 #include "util/mapped_file.h"
@@ -66,7 +67,7 @@ std::string FormatDecodeSummary(const DecodeStats& st) {
 
 Command AddGenerateCommand(CLI::App& root) {
   struct Opts {
-    std::string slm, llm, router, prompt, prompt_file, mode = "joint", trace;
+    std::string slm, llm, router, prompt, prompt_file, messages_file, mode = "joint", trace;
     float threshold = -1;
     int n = 128, span = 1;
     bool chat = false, no_color = false, quiet = false;
@@ -94,6 +95,10 @@ Command AddGenerateCommand(CLI::App& root) {
       ->check(CLI::Range(1, 64));
   app->add_option("-p,--prompt", o->prompt, "Prompt text");
   app->add_option("-f,--file", o->prompt_file, "Read the prompt from a file ('-' = stdin)");
+  app->add_option("--messages", o->messages_file,
+                  "A conversation to continue: a JSON file holding an OpenAI message array (or an object with "
+                  "\"messages\"); the SLM's chat template renders it and the next assistant message is generated "
+                  "('-' = stdin)");
   app->add_option("-n,--max-tokens", o->n, "Maximum tokens to generate")->default_val(128)
       ->check(CLI::Range(0, kMaxGenerateTokens));
   auto* chat = app->add_flag("--chat", o->chat,
@@ -128,7 +133,26 @@ Command AddGenerateCommand(CLI::App& root) {
               if (!s.ok()) return ReportError(cmd, s.status().message());
               prompt = *s;
             }
-            if (prompt.empty()) return ReportError(cmd, "give a prompt with -p or -f");
+            std::optional<std::vector<ChatMessage>> messages;
+            if (!o->messages_file.empty()) {
+              if (!prompt.empty()) return ReportError(cmd, "give either --messages or a prompt (-p, -f), not both");
+              std::string text;
+              if (o->messages_file == "-") {
+                text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+              } else {
+                auto s = ReadFileToString(o->messages_file);
+                if (!s.ok()) return ReportError(cmd, s.status().message());
+                text = std::move(s).value();
+              }
+              const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+              if (j.is_discarded()) return ReportError(cmd, "--messages: " + o->messages_file + " is not JSON");
+              const nlohmann::json& arr = j.is_object() && j.contains("messages") ? j["messages"] : j;
+              auto parsed = ParseChatMessages(arr);
+              if (!parsed.ok()) return ReportError(cmd, "--messages: " + parsed.status().message());
+              messages = std::move(parsed).value();
+            } else if (prompt.empty()) {
+              return ReportError(cmd, "give a prompt with -p or -f, or a conversation with --messages");
+            }
             if (o->slm.empty()) o->slm = DemoFile("slm.gguf");
             if (o->llm.empty()) o->llm = DemoFile("llm.gguf");
             if (o->router.empty()) o->router = DemoFile("router.gguf");
@@ -152,7 +176,8 @@ Command AddGenerateCommand(CLI::App& root) {
             }
             const Model& main_model = device.slm ? *device.slm : *llm.model;
             Router* router = device.router.get();
-            auto ids = EncodePrompt(main_model, prompt, o->chat, o->think);
+            auto ids = messages ? EncodeMessages(main_model, *messages, o->think)
+                                : EncodePrompt(main_model, prompt, o->chat, o->think);
             if (!ids.ok()) return ReportError(cmd, ids.status().message());
             ThreadPool pool(o->run.threads);
             auto spec = MakeLlmSpec(o->net, nullptr, o->run.threads, 0, o->run.sampling.seed);

@@ -17,32 +17,6 @@
 
 namespace tlr::cli {
 
-namespace {
-
-// "512M", "4G", "1048576" -> bytes.
-bool ParseBytes(const std::string& s, uint64_t* out) {
-  if (s.empty()) return false;
-  size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &pos);
-  } catch (...) {
-    return false;
-  }
-  if (v <= 0) return false;
-  std::string unit = s.substr(pos);
-  double mul = 1;
-  if (unit == "" || unit == "B") mul = 1;
-  else if (unit == "K" || unit == "KiB" || unit == "k") mul = 1024.0;
-  else if (unit == "M" || unit == "MiB") mul = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB") mul = 1024.0 * 1024 * 1024;
-  else return false;
-  *out = static_cast<uint64_t>(v * mul);
-  return true;
-}
-
-}  // namespace
-
 Command AddServeCommand(CLI::App& root) {
   struct Opts {
     std::string model, host = "127.0.0.1", kv_budget = "4G", max_body = "4M", name, api_key_file, kv_type = "f16";

@@ -29,7 +29,8 @@ std::string FileName(const std::string& path) { return std::filesystem::path(pat
 Command AddUiCommand(CLI::App& root) {
   struct Opts {
     std::string slm, llm, router, data, results, host = "127.0.0.1";
-    int port = 8090, examples = 5, max_tokens = 128;
+    int port = 8090, examples = 5, max_tokens = 128, kv_slots = 4;
+    std::string kv_budget = "1G";
     bool public_bind = false;
     RunArgs run;
     LlmArgs net;
@@ -55,6 +56,12 @@ Command AddUiCommand(CLI::App& root) {
                 "generations on this machine and use your LLM server (and its --api-key)");
   app->add_option("-n,--max-tokens", o->max_tokens, "The page's initial max tokens")->default_val(128)
       ->check(CLI::Range(1, 1 << 20));
+  app->add_option("--kv-slots", o->kv_slots,
+                  "SLM contexts kept between requests (a conversation's next turn prefills only its new "
+                  "tokens; several conversations at once each keep theirs); 0: none")
+      ->default_val(4)->check(CLI::Range(0, 1024));
+  app->add_option("--kv-budget", o->kv_budget, "KV memory the kept SLM contexts may hold (sizes: K, M, G)")
+      ->default_val("1G");
   AddThreadArgs(app, &o->run);
   AddSamplingArgs(app, &o->run);
   AddLlmServerArgs(app, &o->net);
@@ -166,6 +173,11 @@ Command AddUiCommand(CLI::App& root) {
             models.pool = &pool;
             models.sampling = o->run.sampling;
             models.n_ctx = o->run.ctx;
+            models.prompt_cache.max_slots = o->kv_slots;
+            models.prompt_cache.n_ctx = o->run.ctx;
+            if (!ParseBytes(o->kv_budget, &models.prompt_cache.budget_bytes)) {
+              return ReportError(cmd, "--kv-budget: not a size: '" + o->kv_budget + "' (e.g. 1G)");
+            }
             models.describe = {
                 {"slm", {{"name", FileName(o->slm)}, {"architecture", (*slm)->config().arch_name}}},
                 {"llm", remote ? nlohmann::json{{"name", server->name()}, {"where", "server"}, {"url", o->net.server},

@@ -35,6 +35,9 @@ Command AddUiCommand(CLI::App& root);
 // Prints "tlr <cmd>: error: <message>" to stderr and returns the exit code for errors (1).
 int ReportError(const std::string& command, const std::string& message);
 
+// A size flag: "512M", "4G", "1048576" -> bytes (K, M, G binary). False when malformed or <= 0.
+bool ParseBytes(const std::string& s, uint64_t* out);
+
 // Seconds elapsed on the steady clock since t0.
 double SecondsSince(std::chrono::steady_clock::time_point t0);
 

@@ -119,7 +119,7 @@ function resetOutput(promptText) {
   text.appendChild(prov);
   $('strip-bars').textContent = '';
   sizeStrip();
-  for (const id of ['st-tokens', 'st-routed', 'st-llmwork', 'st-fallbacks', 'st-ttft', 'st-tbt', 'st-slm', 'st-router',
+  for (const id of ['st-tokens', 'st-prompt', 'st-routed', 'st-llmwork', 'st-fallbacks', 'st-ttft', 'st-tbt', 'st-slm', 'st-router',
                     'st-llm', 'st-network', 'st-stall', 'st-spec', 'st-total', 'st-stop']) {
     $(id).textContent = '–';
   }
@@ -205,6 +205,9 @@ const STOP_TEXT = {
 function finalStats(s) {
   ui.gotFinal = true;
   $('st-tokens').textContent = String(s.tokens);
+  $('st-prompt').textContent = s.prompt_tokens == null ? '–' :
+    s.prompt_tokens + ' (' + (s.prompt_tokens - (s.prompt_reused || 0)) + ' prefilled, ' + (s.prompt_reused || 0) +
+    ' reused from the cache)';
   $('st-routed').textContent = s.routed + ' (' + Number(s.routed_pct).toFixed(1) + '%)';
   $('st-llmwork').textContent = s.llm_generated + ' generated (' +
     (s.routed ? Number(s.llm_generated_per_routed).toFixed(2) + ' per routed' : 'none routed') + '), ' +
