@@ -278,6 +278,18 @@ typedef struct tlr_message {
 TLR_API int tlr_generate_chat(tlr_device* device, const tlr_llm* llm, const tlr_message* messages, size_t n_messages,
                               const tlr_generate_params* params, tlr_token_callback on_token, void* user_data,
                               tlr_stats* stats);
+/* Saves the device's cached context of a conversation to `path` (atomically): the prompt
+ * cache's context sharing the longest prefix with `messages` rendered (after tlr_generate_chat,
+ * pass the conversation with its reply). The file holds the token ids, the SLM's KV cache and the
+ * SLM's fingerprint. TLR_ERR_INVALID_ARGUMENT when no cached context belongs to the
+ * conversation. */
+TLR_API int tlr_conversation_save(tlr_device* device, const tlr_message* messages, size_t n_messages,
+                                  const char* path);
+/* Puts a saved context into the device's prompt cache, e.g. in a new process: the next
+ * tlr_generate_chat of that conversation prefills only its new messages. A file saved with
+ * another model or KV type, or a corrupt one, is TLR_ERR_INCOMPATIBLE / TLR_ERR_LOAD with a clear
+ * message. */
+TLR_API int tlr_conversation_load(tlr_device* device, const char* path);
 /* Stops the generation running on `device` (from any thread): tlr_generate returns within
  * ~50 ms with TLR_STOP_CANCELLED. No effect when the device is not generating. */
 TLR_API int tlr_device_cancel(tlr_device* device);

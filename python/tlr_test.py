@@ -4,10 +4,12 @@ Run by ctest under /usr/bin/python3 and the python3 on PATH:
     TLR_LIBRARY=build/lib/libtlr.so.1 TLR_DEMO_DIR=models/demo python3 python/tlr_test.py
 """
 
+import json
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import unittest
 
@@ -91,6 +93,46 @@ class BindingTest(unittest.TestCase):
                 self.dev.run([{"role": "robot", "content": "hi"}], self.llm)
         finally:
             cold.close()
+
+    def test_conversation_saved_and_resumed_in_another_process(self):
+        conv = [{"role": "user", "content": PROMPT}]
+        reply = "".join(t.text for t in self.dev.generate(conv, llm=self.llm, max_tokens=24) if not t.end)
+        first_prompt = self.dev.last_stats.prompt_tokens
+        conv.append({"role": "assistant", "content": reply})
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "conv.ctx")
+            self.dev.save_conversation(conv, path)
+            conv.append({"role": "user", "content": "Why that one?"})
+            want = [[t.id, t.source] for t in self.dev.generate(conv, llm=self.llm, max_tokens=24)]
+            want_reused = self.dev.last_stats.prompt_reused
+            script = (
+                "import json, sys\n"
+                "sys.path.insert(0, %r)\n"
+                "import tlr\n"
+                "dev = tlr.Device(%r, %r)\n"
+                "dev.load_conversation(%r)\n"
+                "llm = tlr.Llm(model=%r)\n"
+                "toks = [[t.id, t.source] for t in dev.generate(json.loads(sys.argv[1]), llm=llm, max_tokens=24)]\n"
+                "st = dev.last_stats\n"
+                "print(json.dumps({'toks': toks, 'reused': st.prompt_reused, 'prompt': st.prompt_tokens}))\n"
+            ) % (os.path.dirname(os.path.abspath(__file__)), demo("slm.gguf"), demo("router.gguf"), path,
+                 demo("llm.gguf"))
+            out = subprocess.run([sys.executable, "-c", script, json.dumps(conv)], capture_output=True, text=True,
+                                 timeout=120)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            got = json.loads(out.stdout)
+            self.assertEqual(got["toks"], want)
+            # The history was not prefilled again: as much reused as without the interruption.
+            self.assertEqual(got["reused"], want_reused)
+            self.assertGreaterEqual(got["reused"], first_prompt)
+            # Another model's file is refused with a clear error.
+            other = tlr.Device(demo("llm.gguf"), "maxprob")
+            try:
+                with self.assertRaises(tlr.TlrError) as e:
+                    other.load_conversation(path)
+                self.assertIn("another model", str(e.exception))
+            finally:
+                other.close()
 
     def test_thresholds_zero_and_one(self):
         small = [t.id for t in self.dev.generate(PROMPT, mode="small_only", max_tokens=40)]

@@ -95,6 +95,20 @@ class _Message(_c.Structure):
     _fields_ = [("role", _c.c_char_p), ("content", _c.c_char_p)]
 
 
+def _messages(items):
+    """A C array of tlr_message from {"role", "content"} dicts, and the bytes it points to."""
+    items = list(items)
+    arr = (_Message * max(1, len(items)))()
+    keep = []
+    for i, m in enumerate(items):
+        role, content = (m.get("role"), m.get("content")) if isinstance(m, dict) else (None, None)
+        if not isinstance(role, str) or not isinstance(content, str):
+            raise ValueError("message %d needs a string 'role' and 'content'" % i)
+        keep += [role.encode(), content.encode()]
+        arr[i].role, arr[i].content = keep[-2], keep[-1]
+    return arr, keep
+
+
 class _Token(_c.Structure):
     _fields_ = [("struct_size", _c.c_size_t), ("id", _c.c_int32), ("text", _c.c_void_p),
                 ("text_len", _c.c_size_t), ("source", _c.c_int), ("confidence", _c.c_float),
@@ -216,6 +230,8 @@ def _declare(lib) -> None:
         "tlr_generate_chat": (_c.c_int, [_c.c_void_p, _c.c_void_p, P(_Message), _c.c_size_t,
                                          P(_GenerateParams), _CALLBACK, _c.c_void_p, P(_Stats)]),
         "tlr_device_cancel": (_c.c_int, [_c.c_void_p]),
+        "tlr_conversation_save": (_c.c_int, [_c.c_void_p, P(_Message), _c.c_size_t, _c.c_char_p]),
+        "tlr_conversation_load": (_c.c_int, [_c.c_void_p, _c.c_char_p]),
     }
     for name, (res, args) in sig.items():
         f = getattr(lib, name)
@@ -395,6 +411,18 @@ class Device(_Handle):
             _check(code)
             return buf.raw[:n.value].decode("utf-8", "replace")
 
+    def save_conversation(self, messages, path: str) -> None:
+        """Saves the prompt cache's context of a conversation (a list of {"role", "content"}
+        dicts, with the last reply) to `path`: load_conversation in another process resumes it
+        without prefilling its history again."""
+        msgs, keep = _messages(messages)
+        _check(_load().tlr_conversation_save(self._h(), msgs, len(keep) // 2, os.fsencode(path)))
+
+    def load_conversation(self, path: str) -> None:
+        """Puts a saved conversation context into the prompt cache (another model's file, or a
+        corrupt one, raises TlrError)."""
+        _check(_load().tlr_conversation_load(self._h(), os.fsencode(path)))
+
     def cancel(self) -> None:
         """Stops the generation running on this device (from any thread)."""
         _check(_load().tlr_device_cancel(self._h()))
@@ -447,13 +475,7 @@ class Device(_Handle):
         if not isinstance(prompt, str):
             items = list(prompt)
             if items and isinstance(items[0], dict):
-                messages = (_Message * len(items))()
-                for i, m in enumerate(items):
-                    role, content = m.get("role"), m.get("content")
-                    if not isinstance(role, str) or not isinstance(content, str):
-                        raise ValueError("message %d needs a string 'role' and 'content'" % i)
-                    keep += [role.encode(), content.encode()]
-                    messages[i].role, messages[i].content = keep[-2], keep[-1]
+                messages, keep = _messages(items)
                 n_messages = len(items)
             else:
                 ids = items

@@ -11,9 +11,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <cstddef>
-#include <cstring>
 #include <condition_variable>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -178,6 +181,84 @@ TEST_F(CapiTest, PromptCacheReusesThePreviousGeneration) {
     conversation += Text(warm_out) + "\nQuestion: And after that?\n";
   }
   tlr_device_free(cold);
+}
+
+// A conversation saved by one device and loaded by another (as a new process would): the next
+// turn gives the tokens of an uninterrupted run and prefills none of the restored history
+// but the tokens the saved context lacked. Foreign, corrupt and truncated files are errors.
+TEST_F(CapiTest, ConversationSavedAndRestoredGoesOnWithoutPrefill) {
+  const std::string slm = kDemo + "slm.gguf", router = kDemo + "router.gguf";
+  auto open = [&](const std::string& model, const std::string& r) {
+    tlr_device_params dp;
+    tlr_device_params_init(&dp);
+    dp.slm_path = model.c_str();
+    dp.router = r.c_str();
+    tlr_device* d = nullptr;
+    EXPECT_EQ(tlr_device_open(&dp, &d), TLR_OK) << tlr_last_error();
+    return d;
+  };
+  tlr_device* a = open(slm, router);
+  const tlr_generate_params p = Params(TLR_MODE_JOINT);
+  std::vector<Token> first;
+  std::vector<tlr_message> conv = {{"user", kPrompt}};
+  tlr_stats first_st;
+  first_st.struct_size = sizeof first_st;
+  ASSERT_EQ(tlr_generate_chat(a, llm_, conv.data(), conv.size(), &p, Collect, &first, &first_st), TLR_OK)
+      << tlr_last_error();
+  std::string reply;
+  for (const Token& t : first) reply += t.text;
+  const std::string next = "Why that one?";
+  conv.push_back({"assistant", reply.c_str()});
+  const std::string path = ::testing::TempDir() + "/tlr_conv_" + std::to_string(getpid()) + ".ctx";
+  ASSERT_EQ(tlr_conversation_save(a, conv.data(), conv.size(), path.c_str()), TLR_OK) << tlr_last_error();
+  conv.push_back({"user", next.c_str()});
+  // Uninterrupted: the same device goes on.
+  std::vector<Token> want;
+  tlr_stats want_st;
+  want_st.struct_size = sizeof want_st;
+  ASSERT_EQ(tlr_generate_chat(a, llm_, conv.data(), conv.size(), &p, Collect, &want, &want_st), TLR_OK);
+  // Restored: a new device loads the file.
+  tlr_device* b = open(slm, router);
+  ASSERT_EQ(tlr_conversation_load(b, path.c_str()), TLR_OK) << tlr_last_error();
+  std::vector<Token> got;
+  tlr_stats got_st;
+  got_st.struct_size = sizeof got_st;
+  ASSERT_EQ(tlr_generate_chat(b, llm_, conv.data(), conv.size(), &p, Collect, &got, &got_st), TLR_OK);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got_st.prompt_reused, want_st.prompt_reused);
+  EXPECT_GE(got_st.prompt_reused, first_st.prompt_tokens);  // the history is not prefilled again
+  // Another model's file, a corrupt one, a truncated one, none at all.
+  tlr_device* other = open(kDemo + "llm.gguf", "maxprob");
+  EXPECT_EQ(tlr_conversation_load(other, path.c_str()), TLR_ERR_INCOMPATIBLE);
+  EXPECT_NE(std::string(tlr_last_error()).find("another model"), std::string::npos) << tlr_last_error();
+  std::string bytes;
+  {
+    std::ifstream f(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  ASSERT_GT(bytes.size(), 200u);
+  for (const auto& [name, content] : std::vector<std::pair<std::string, std::string>>{
+           {"corrupt", [&] { std::string c = bytes; c[c.size() / 2] ^= 0x5a; return c; }()},
+           {"truncated", bytes.substr(0, bytes.size() / 2)},
+           {"garbage", std::string(64, 'x')}}) {
+    const std::string bad = path + "." + name;
+    std::ofstream(bad, std::ios::binary) << content;
+    EXPECT_EQ(tlr_conversation_load(b, bad.c_str()), TLR_ERR_LOAD) << name;
+    EXPECT_NE(std::string(tlr_last_error()).find(bad), std::string::npos) << tlr_last_error();
+    std::remove(bad.c_str());
+  }
+  EXPECT_EQ(tlr_conversation_load(b, (path + ".none").c_str()), TLR_ERR_LOAD);
+  // A conversation the prompt cache knows nothing of cannot be saved.
+  tlr_message stranger = {"user", "something never asked"};
+  EXPECT_EQ(tlr_conversation_save(other, &stranger, 1, path.c_str()), TLR_ERR_INVALID_ARGUMENT);
+  // The device still works after all that.
+  std::vector<Token> after;
+  EXPECT_EQ(tlr_generate_chat(b, llm_, conv.data(), conv.size(), &p, Collect, &after, nullptr), TLR_OK);
+  EXPECT_EQ(after, want);
+  std::remove(path.c_str());
+  tlr_device_free(other);
+  tlr_device_free(b);
+  tlr_device_free(a);
 }
 
 TEST_F(CapiTest, ThresholdsZeroAndOneGiveEachModelAlone) {

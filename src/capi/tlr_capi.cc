@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "device/context_file.h"
 #include "device/context_pool.h"
 #include "device/device_session.h"
 #include "net/chat_messages.h"
@@ -233,6 +234,36 @@ int Generate(tlr_device* dev, const tlr_llm* llm, const std::vector<int32_t>& id
   if (stats) FillStats(*run, d.threshold, stop, stats);
   return Ok();
 }
+
+// The rendered prompt of a C message array (checked).
+int MessagesToIds(tlr_device* device, const tlr_message* messages, size_t n_messages, const char* fn,
+                  std::vector<int32_t>* ids) {
+  if (!messages && n_messages > 0) return Fail(TLR_ERR_INVALID_ARGUMENT, std::string(fn) + ": NULL argument");
+  if (n_messages == 0) return Fail(TLR_ERR_INVALID_ARGUMENT, std::string(fn) + ": the conversation has no messages");
+  if (n_messages > tlr::kMaxChatMessages) {
+    return Fail(TLR_ERR_INVALID_ARGUMENT, std::string(fn) + ": " + std::to_string(n_messages) + " messages; at most " +
+                                              std::to_string(tlr::kMaxChatMessages));
+  }
+  std::vector<tlr::ChatMessage> msgs;
+  for (size_t i = 0; i < n_messages; ++i) {
+    const tlr_message& m = messages[i];
+    if (!m.role || !m.content) {
+      return Fail(TLR_ERR_INVALID_ARGUMENT, std::string(fn) + ": message " + std::to_string(i) + " has a NULL role or content");
+    }
+    std::string role = m.role;
+    if (role == "developer") role = "system";
+    if (role != "system" && role != "user" && role != "assistant") {
+      return Fail(TLR_ERR_INVALID_ARGUMENT, std::string(fn) + ": message " + std::to_string(i) + ": unknown role '" +
+                                                role + "' (system, developer, user, assistant)");
+    }
+    msgs.push_back({std::move(role), m.content});
+  }
+  auto r = tlr::EncodeMessages(*device->models.slm, msgs);
+  if (!r.ok()) return Fail(TLR_ERR_INVALID_ARGUMENT, r.status().message());
+  *ids = std::move(r).value();
+  return TLR_OK;
+}
+
 
 }  // namespace
 
@@ -509,33 +540,47 @@ int tlr_generate_chat(tlr_device* device, const tlr_llm* llm, const tlr_message*
                       const tlr_generate_params* params, tlr_token_callback on_token, void* user_data,
                       tlr_stats* stats) {
   return Guard([&] {
-    if (!device || (!messages && n_messages > 0)) return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_generate_chat: NULL argument");
-    if (n_messages == 0) return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_generate_chat: the conversation has no messages");
-    if (n_messages > tlr::kMaxChatMessages) {
-      return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_generate_chat: " + std::to_string(n_messages) +
-                                                " messages; at most " + std::to_string(tlr::kMaxChatMessages));
-    }
+    if (!device) return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_generate_chat: NULL argument");
     if (stats && stats->struct_size < sizeof(size_t)) {
       return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_generate_chat: set stats->struct_size = sizeof(tlr_stats)");
     }
     TLR_READ_PARAMS(tlr_generate_params, params, p);
-    std::vector<tlr::ChatMessage> msgs;
-    for (size_t i = 0; i < n_messages; ++i) {
-      const tlr_message& m = messages[i];
-      if (!m.role || !m.content) {
-        return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_generate_chat: message " + std::to_string(i) + " has a NULL role or content");
-      }
-      std::string role = m.role;
-      if (role == "developer") role = "system";
-      if (role != "system" && role != "user" && role != "assistant") {
-        return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_generate_chat: message " + std::to_string(i) + ": unknown role '" +
-                                                  role + "' (system, developer, user, assistant)");
-      }
-      msgs.push_back({std::move(role), m.content});
+    std::vector<int32_t> ids;
+    if (int rc = MessagesToIds(device, messages, n_messages, "tlr_generate_chat", &ids); rc != TLR_OK) return rc;
+    return Generate(device, llm, ids, p, on_token, user_data, stats);
+  });
+}
+
+int tlr_conversation_save(tlr_device* device, const tlr_message* messages, size_t n_messages, const char* path) {
+  return Guard([&] {
+    if (!device || !path) return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_conversation_save: NULL argument");
+    std::vector<int32_t> ids;
+    if (int rc = MessagesToIds(device, messages, n_messages, "tlr_conversation_save", &ids); rc != TLR_OK) return rc;
+    std::unique_ptr<tlr::DeviceContext> c = device->contexts->Take(ids);
+    if (!c->slm.has_cache()) {
+      return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_conversation_save: the prompt cache holds no context of this conversation");
     }
-    auto ids = tlr::EncodeMessages(*device->models.slm, msgs);
-    if (!ids.ok()) return Fail(TLR_ERR_INVALID_ARGUMENT, ids.status().message());
-    return Generate(device, llm, *ids, p, on_token, user_data, stats);
+    tlr::Status st = tlr::SaveSlmContext(path, *device->models.slm, c->slm);
+    device->contexts->Give(std::move(c));
+    if (!st.ok()) return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_conversation_save: " + st.message());
+    return Ok();
+  });
+}
+
+int tlr_conversation_load(tlr_device* device, const char* path) {
+  return Guard([&] {
+    if (!device || !path) return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_conversation_load: NULL argument");
+    auto c = tlr::LoadSlmContext(path, *device->models.slm, device->contexts->options().n_ctx);
+    if (!c.ok()) {
+      const std::string& m = c.status().message();
+      const bool foreign = m.find("another model") != std::string::npos || m.find("another KV") != std::string::npos ||
+                           m.find("KV shape") != std::string::npos;
+      return Fail(foreign ? TLR_ERR_INCOMPATIBLE : TLR_ERR_LOAD, "tlr_conversation_load: " + m);
+    }
+    auto ctx = std::make_unique<tlr::DeviceContext>();
+    ctx->slm = std::move(c).value();
+    device->contexts->Give(std::move(ctx));
+    return Ok();
   });
 }
 

@@ -106,6 +106,47 @@ KvCache KvCache::Fork(int64_t n) const {
   return out;
 }
 
+std::vector<uint8_t> KvCache::Rows() const {
+  const size_t bytes = static_cast<size_t>(n_) * row_bytes_;
+  std::vector<uint8_t> out(static_cast<size_t>(n_layers_ * n_kv_heads_ * 2) * bytes);
+  uint8_t* p = out.data();
+  for (int64_t l = 0; l < n_layers_; ++l) {
+    for (int64_t h = 0; h < n_kv_heads_; ++h) {
+      for (int which : {0, 1}) {
+        std::memcpy(p, Base(l, which, h), bytes);
+        p += bytes;
+      }
+    }
+  }
+  return out;
+}
+
+Status KvCache::RestoreRows(int64_t n, std::span<const uint8_t> rows) {
+  if (n_ != 0) return Status::Error("internal error: restoring into a cache that is not empty");
+  if (n < 0 || n > n_ctx_) {
+    return Status::Error("a saved context of " + std::to_string(n) + " positions does not fit a cache of " +
+                         std::to_string(n_ctx_));
+  }
+  const size_t bytes = static_cast<size_t>(n) * row_bytes_;
+  const size_t want = static_cast<size_t>(n_layers_ * n_kv_heads_ * 2) * bytes;
+  if (rows.size() != want) {
+    return Status::Error("the saved KV rows have " + std::to_string(rows.size()) + " bytes, not the " +
+                         std::to_string(want) + " that " + std::to_string(n) + " positions take");
+  }
+  TLR_RETURN_IF_ERROR(Reserve(n));  // zeroes the key tiles the rows go into
+  const uint8_t* p = rows.data();
+  for (int64_t l = 0; l < n_layers_; ++l) {
+    for (int64_t h = 0; h < n_kv_heads_; ++h) {
+      for (int which : {0, 1}) {
+        std::memcpy(Base(l, which, h), p, bytes);
+        p += bytes;
+      }
+    }
+  }
+  Commit(n);
+  return Status::Ok();
+}
+
 KvCache KvCache::Fork(int64_t n, int64_t n_ctx) const {
   n = std::clamp<int64_t>(n, 0, n_);
   KvCache out = EmptyLike(std::max(n_ctx, n));

@@ -29,6 +29,8 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "model/config.h"
 #include "ops/nn.h"
@@ -74,6 +76,13 @@ class KvCache {
   // The same with room for n_ctx positions (at least n): a cache outgrown by its sequence
   // moves into a larger one without recomputing what it holds.
   KvCache Fork(int64_t n, int64_t n_ctx) const;
+
+  // The stored rows of positions [0, size()) as bytes, layer by layer, head by head, keys then
+  // values (what a saved context holds), and the reverse: an empty cache of the same shape
+  // filled with n positions from such bytes. Fails (changing nothing) on a cache that is not
+  // empty, too small, or bytes of the wrong length.
+  std::vector<uint8_t> Rows() const;
+  Status RestoreRows(int64_t n, std::span<const uint8_t> rows);
 
   // Makes room for positions [size(), new_size) (zeroing key tiles never used before); fails
   // past n_ctx. Called by the forward pass, which then stores them and calls Commit.
