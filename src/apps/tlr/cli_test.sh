@@ -133,6 +133,17 @@ check generate_messages_bad_content 1 "'content' must be a string" -- "${msgs[@]
 echo '[{"role":"user","content":"hi"}' > "$tmp/bad_json.json"
 check generate_messages_not_json 1 "is not JSON" -- "${msgs[@]}" --messages "$tmp/bad_json.json"
 check generate_messages_and_prompt 1 "not both" -- "${msgs[@]}" --messages "$tmp/conv.json" -p "x"
+# tlr chat through a pipe: one message per line, slash commands; the second turn reuses the
+# first's SLM cache; a saved conversation loads in a new process with its cache.
+chat=("$tlr" chat --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob -n 6 -t 1 --no-color)
+check chat_pipe 0 "conversation: 2 turns; prompt tokens [0-9]+ \([1-9][0-9]* reused from the cache" -- \
+  bash -c 'printf "hi\n/threshold 0.7\nand then?\n/stats\n" | "$@"' _ "${chat[@]}"
+check chat_bad_commands 0 "threshold wants a number.*unknown mode 'both'.*unknown command /nope" -- \
+  bash -c 'printf "/threshold 2\n/mode both\n/nope\n" | "$@" 2>&1 | tr "\n" " "' _ "${chat[@]}"
+check chat_save 0 "saved $tmp/chat.json" -- bash -c 'printf "hi\n/save $0\n" | "${@}"' "$tmp/chat.json" "${chat[@]}"
+check chat_load 0 "loaded $tmp/chat.json \(2 messages, the SLM's cache [1-9]" -- \
+  bash -c 'printf "/load $0\nmore\n" | "${@}"' "$tmp/chat.json" "${chat[@]}"
+check chat_load_missing 0 "/load: cannot open" -- bash -c 'printf "/load /nonexistent.json\n" | "$@"' _ "${chat[@]}"
 check generate_bad_router 1 "cannot open" -- "${gen[@]}" --router "$tmp/none.gguf"
 check generate_model_as_router 1 "not 'tlr-router'" -- "${gen[@]}" --router "$tmp/tiny.gguf"
 check generate_bad_mode 2 "" -- "${gen[@]}" --router maxprob --mode both

@@ -66,9 +66,8 @@ std::string FormatDecodeSummary(const DecodeStats& st) {
 }
 
 Command AddGenerateCommand(CLI::App& root) {
-  struct Opts {
-    std::string slm, llm, router, prompt, prompt_file, messages_file, mode = "joint", trace;
-    float threshold = -1;
+  struct Opts : PairArgs {
+    std::string prompt, prompt_file, messages_file, trace;
     int n = 128, span = 1;
     bool chat = false, no_color = false, quiet = false;
     std::optional<bool> think;
@@ -79,18 +78,7 @@ Command AddGenerateCommand(CLI::App& root) {
   auto o = std::make_shared<Opts>();
   CLI::App* app = root.add_subcommand(
       "generate", "Generate with the SLM, routing uncertain tokens to the LLM (token-level routing)");
-  app->add_option("--slm", o->slm, "Small model GGUF (default: the bundled demo SLM, " + DemoFile("slm.gguf") + ")");
-  app->add_option("--llm", o->llm, "Large model GGUF, run in this process (default: the bundled demo LLM)");
-  app->add_option("--router", o->router,
-                  "Router GGUF from `tlr router train`, or a built-in kind: maxprob, entropy, random "
-                  "(default: the bundled demo router)");
-  app->add_option("--mode", o->mode, "joint (route), small_only (SLM alone), large_only (LLM alone)")
-      ->default_val("joint")
-      ->check(CLI::IsMember({"joint", "small_only", "large_only"}));
-  app->add_option("--threshold", o->threshold,
-                  "Route a token when the router's confidence is below this (default: the router's "
-                  "recommended threshold)")
-      ->check(CLI::Range(0.0f, 1.0f));
+  AddPairArgs(app, o.get());
   app->add_option("--span", o->span, "Tokens the LLM produces per routed call")->default_val(1)
       ->check(CLI::Range(1, 64));
   app->add_option("-p,--prompt", o->prompt, "Prompt text");

@@ -11,6 +11,10 @@
 
 #include "util/status.h"
 
+namespace tlr {
+struct DecodeStats;
+}  // namespace tlr
+
 namespace tlr::cli {
 
 using RunFn = std::function<int()>;
@@ -31,6 +35,11 @@ Command AddEvalCommand(CLI::App& root);
 Command AddServeCommand(CLI::App& root);
 Command AddLoadtestCommand(CLI::App& root);
 Command AddUiCommand(CLI::App& root);
+
+Command AddChatCommand(CLI::App& root);
+
+// The summary `tlr generate` prints after a generation (and `tlr chat` on /stats).
+std::string FormatDecodeSummary(const DecodeStats& st);
 
 // Prints "tlr <cmd>: error: <message>" to stderr and returns the exit code for errors (1).
 int ReportError(const std::string& command, const std::string& message);

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
       tlr::cli::AddTokenizeCommand(app),
       tlr::cli::AddRunCommand(app),
       tlr::cli::AddGenerateCommand(app),
+      tlr::cli::AddChatCommand(app),
       tlr::cli::AddRouterCommand(app),
       tlr::cli::AddEvalCommand(app),
       tlr::cli::AddServeCommand(app),

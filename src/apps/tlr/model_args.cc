@@ -63,8 +63,26 @@ void AddThinkArgs(CLI::App* app, CLI::Option* chat_flag, std::optional<bool>* en
   auto* off = app->add_flag_callback("--no-think", [enable_thinking] { *enable_thinking = false; },
                                      "With --chat: enable_thinking=false (Qwen3's template closes an empty "
                                      "<think> block so the model answers directly)");
-  on->excludes(off)->needs(chat_flag);
-  off->excludes(on)->needs(chat_flag);
+  on->excludes(off);
+  off->excludes(on);
+  if (chat_flag) {  // null: every prompt is a chat (tlr chat)
+    on->needs(chat_flag);
+    off->needs(chat_flag);
+  }
+}
+
+void AddPairArgs(CLI::App* app, PairArgs* a) {
+  app->add_option("--slm", a->slm, "Small model GGUF (default: the bundled demo SLM, " + DemoFile("slm.gguf") + ")");
+  app->add_option("--llm", a->llm, "Large model GGUF, run in this process (default: the bundled demo LLM)");
+  app->add_option("--router", a->router,
+                  "Router GGUF from `tlr router train`, or a built-in kind: maxprob, entropy, random "
+                  "(default: the bundled demo router)");
+  app->add_option("--mode", a->mode, "joint (route), small_only (SLM alone), large_only (LLM alone)")
+      ->default_val("joint")
+      ->check(CLI::IsMember({"joint", "small_only", "large_only"}));
+  app->add_option("--threshold", a->threshold,
+                  "Route when the router's confidence is below this (default: the router's recommended one)")
+      ->check(CLI::Range(0.0f, 1.0f));
 }
 
 void AddSamplingArgs(CLI::App* app, RunArgs* a) {

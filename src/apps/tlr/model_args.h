@@ -39,6 +39,14 @@ Model::Options ModelOptions(const std::string& kv_type);
 std::string DemoFile(const std::string& name);
 void AddSamplingArgs(CLI::App* app, RunArgs* args);
 
+// The routed pair's files and routing flags of generate and chat: --slm, --llm, --router,
+// --mode, --threshold (-1: the router's recommended one). Empty files: the demo pair's.
+struct PairArgs {
+  std::string slm, llm, router, mode = "joint";
+  float threshold = -1;
+};
+void AddPairArgs(CLI::App* app, PairArgs* args);
+
 // --think / --no-think: passed to the chat template as enable_thinking (Qwen3's templates turn
 // the model's <think> block on or off); neither: the template's own default. Only with --chat.
 void AddThinkArgs(CLI::App* app, CLI::Option* chat_flag, std::optional<bool>* enable_thinking);

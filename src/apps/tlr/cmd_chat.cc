@@ -1,0 +1,251 @@
+// `tlr chat`: an interactive conversation in the terminal with token-level routing (apps layer),
+// as llama-cli's conversation mode or `ollama run`: the LLM's tokens in red, slash commands to
+// change the routing, see statistics, save and load the conversation. The conversation keeps
+// its SLM cache and its LLM session (DeviceContext), so each turn prefills only what is new.
+// Works when stdin is not a terminal (one message per line), so it can be scripted and tested.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "apps/tlr/commands.h"
+#include "apps/tlr/model_args.h"
+#include "device/context_file.h"
+#include "device/device_session.h"
+#include "net/chat_messages.h"
+#include "ops/thread_pool.h"
+#include "util/mapped_file.h"
+
+namespace tlr::cli {
+
+namespace chat_cmd {
+
+constexpr const char* kLlmColor = "\x1b[31m";
+constexpr const char* kFallbackColor = "\x1b[33;4m";
+constexpr const char* kDim = "\x1b[2m";
+constexpr const char* kOff = "\x1b[0m";
+
+constexpr const char* kHelp =
+    "/threshold X   route when the router's confidence is below X (0..1)\n"
+    "/mode M        joint, small_only or large_only\n"
+    "/stats         the last reply's and the conversation's statistics\n"
+    "/save FILE     save the conversation (FILE: its messages as JSON; FILE.ctx: the SLM's cache)\n"
+    "/load FILE     load a saved conversation (the SLM's cache too, when FILE.ctx fits this SLM)\n"
+    "/clear         start a new conversation\n"
+    "/help          this list\n"
+    "/quit          leave (also Ctrl-D)\n";
+
+// Totals over the conversation.
+struct Totals {
+  int64_t turns = 0, prompt = 0, reused = 0, generated = 0, routed = 0, llm_prefilled = 0, llm_generated = 0;
+};
+
+}  // namespace chat_cmd
+
+Command AddChatCommand(CLI::App& root) {
+  struct Opts : PairArgs {
+    std::string system;
+    int n = 256;
+    bool no_color = false;
+    std::optional<bool> think;
+    RunArgs run;
+    LlmArgs net;
+    PipelineArgs pipe;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* app = root.add_subcommand(
+      "chat", "Chat in the terminal with token-level routing (the LLM's tokens in red; /help for commands)");
+  AddPairArgs(app, o.get());
+  app->add_option("--system", o->system, "A system message to start the conversation with");
+  app->add_option("-n,--max-tokens", o->n, "Most tokens per reply")->default_val(256)->check(CLI::Range(1, 1 << 20));
+  app->add_flag("--no-color", o->no_color, "Plain text even on a terminal");
+  AddThinkArgs(app, nullptr, &o->think);
+  AddThreadArgs(app, &o->run);
+  AddSamplingArgs(app, &o->run);
+  AddLlmServerArgs(app, &o->net);
+  AddPipelineArgs(app, &o->pipe);
+  app->footer(std::string("Commands (on a line of their own):\n") + chat_cmd::kHelp +
+              "Examples:\n"
+              "  tlr chat                                     # the bundled demo pair\n"
+              "  tlr chat --slm qwen2.5-0.5b-instruct.gguf --router r.gguf --server http://gpu-box:8080\n"
+              "  printf 'hi\\nand then?\\n' | tlr chat --no-color   # scripted: one message per line");
+  return {app, [o]() -> int {
+            const char* cmd = "chat";
+            TLR_CLI_CHECK(cmd, o->run.sampling.Validate());
+            if (o->slm.empty()) o->slm = DemoFile("slm.gguf");
+            if (o->llm.empty()) o->llm = DemoFile("llm.gguf");
+            if (o->router.empty()) o->router = DemoFile("router.gguf");
+            const Model::Options model_opts = ModelOptions(o->run.kv_type);
+            auto device = DeviceModels::Load(o->slm, o->router, model_opts, o->run.sampling.seed);
+            if (!device.ok()) return ReportError(cmd, device.status().message());
+            const bool remote = !o->net.server.empty();
+            LlmTarget llm;
+            if (!remote) {
+              auto m = LoadModelAs("LLM", o->llm, model_opts);
+              if (!m.ok()) return ReportError(cmd, m.status().message());
+              llm.model = std::move(m).value();
+            }
+            auto spec = MakeLlmSpec(o->net, nullptr, o->run.threads, 0, o->run.sampling.seed);
+            TLR_CLI_CHECK(cmd, spec.status());
+            llm.spec = *spec;
+            const Model& slm = *device->slm;
+            Router* router = device->router.get();
+            DecodeOptions d;
+            auto mode = ParseDecodeMode(o->mode);
+            TLR_CLI_CHECK(cmd, mode.status());
+            d.mode = *mode;
+            d.threshold = o->threshold >= 0 ? o->threshold : router->info().threshold;
+            d.max_tokens = o->n;
+            d.sampling = o->run.sampling;
+            TLR_CLI_CHECK(cmd, o->pipe.Apply(&d));
+            ThreadPool pool(o->run.threads);
+            const bool tty_in = isatty(STDIN_FILENO), color = !o->no_color && isatty(STDOUT_FILENO);
+            auto context = std::make_unique<DeviceContext>();
+            context->slm.n_ctx = o->run.ctx;
+            std::vector<ChatMessage> messages;
+            if (!o->system.empty()) messages.push_back({"system", o->system});
+            chat_cmd::Totals totals;
+            DeviceRunResult last;
+            bool have_last = false;
+            auto note = [&](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
+            if (tty_in) {
+              note("tlr chat: " + std::filesystem::path(o->slm).filename().string() + " + " +
+                   (remote ? o->net.server : std::filesystem::path(o->llm).filename().string()) +
+                   ", threshold " + std::to_string(d.threshold).substr(0, 5) + " (/help for commands, Ctrl-D to leave)");
+            }
+            std::string line;
+            for (;;) {
+              if (tty_in) std::cout << (color ? std::string(chat_cmd::kDim) + "> " + chat_cmd::kOff : "> ") << std::flush;
+              if (!std::getline(std::cin, line)) break;
+              if (line.empty()) continue;
+              if (line[0] == '/') {
+                std::istringstream in(line);
+                std::string c, arg;
+                in >> c;
+                std::getline(in >> std::ws, arg);
+                if (c == "/quit" || c == "/exit") break;
+                if (c == "/help") {
+                  std::fputs(chat_cmd::kHelp, stderr);
+                } else if (c == "/threshold") {
+                  char* end = nullptr;
+                  const float t = std::strtof(arg.c_str(), &end);
+                  if (arg.empty() || *end != '\0' || !(t >= 0.0f && t <= 1.0f)) {
+                    note("/threshold wants a number in [0, 1], got '" + arg + "'");
+                  } else {
+                    d.threshold = t;
+                    note("threshold " + arg);
+                  }
+                } else if (c == "/mode") {
+                  auto m = ParseDecodeMode(arg);
+                  if (!m.ok()) {
+                    note("/mode: " + m.status().message());
+                  } else {
+                    d.mode = *m;
+                    note("mode " + arg);
+                  }
+                } else if (c == "/clear") {
+                  messages.clear();
+                  if (!o->system.empty()) messages.push_back({"system", o->system});
+                  context = std::make_unique<DeviceContext>();
+                  context->slm.n_ctx = o->run.ctx;
+                  totals = {};
+                  have_last = false;
+                  note("a new conversation");
+                } else if (c == "/stats") {
+                  if (have_last) std::fputs(FormatDecodeSummary(last.stats).c_str(), stderr);
+                  char b[512];
+                  std::snprintf(b, sizeof b,
+                                "conversation: %lld turns; prompt tokens %lld (%lld reused from the cache, %lld "
+                                "prefilled); %lld generated, %lld routed; the LLM prefilled %lld and generated %lld",
+                                static_cast<long long>(totals.turns), static_cast<long long>(totals.prompt),
+                                static_cast<long long>(totals.reused), static_cast<long long>(totals.prompt - totals.reused),
+                                static_cast<long long>(totals.generated), static_cast<long long>(totals.routed),
+                                static_cast<long long>(totals.llm_prefilled), static_cast<long long>(totals.llm_generated));
+                  note(b);
+                } else if (c == "/save") {
+                  if (arg.empty()) {
+                    note("/save wants a file name");
+                    continue;
+                  }
+                  nlohmann::json j = {{"messages", nlohmann::json::array()}};
+                  for (const ChatMessage& m : messages) j["messages"].push_back({{"role", m.role}, {"content", m.content}});
+                  const std::string text = j.dump(2);
+                  Status st = WriteFileAtomic(arg, {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+                  if (st.ok() && context->slm.has_cache()) st = SaveSlmContext(arg + ".ctx", slm, context->slm);
+                  note(st.ok() ? "saved " + arg : "/save: " + st.message());
+                } else if (c == "/load") {
+                  auto text = ReadFileToString(arg);
+                  if (!text.ok()) {
+                    note("/load: " + text.status().message());
+                    continue;
+                  }
+                  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+                  auto parsed = j.is_object() && j.contains("messages") ? ParseChatMessages(j["messages"])
+                                                                         : ParseChatMessages(j);
+                  if (j.is_discarded() || !parsed.ok()) {
+                    note("/load: " + arg + ": " + (j.is_discarded() ? "not JSON" : parsed.status().message()));
+                    continue;
+                  }
+                  messages = std::move(parsed).value();
+                  context = std::make_unique<DeviceContext>();
+                  context->slm.n_ctx = o->run.ctx;
+                  if (auto c2 = LoadSlmContext(arg + ".ctx", slm, o->run.ctx); c2.ok()) {
+                    context->slm = std::move(c2).value();
+                    note("loaded " + arg + " (" + std::to_string(messages.size()) + " messages, the SLM's cache " +
+                         std::to_string(context->slm.tokens.size()) + " tokens)");
+                  } else {
+                    note("loaded " + arg + " (" + std::to_string(messages.size()) +
+                         " messages; the next turn prefills them: " + c2.status().message() + ")");
+                  }
+                } else {
+                  note("unknown command " + c + " (/help)");
+                }
+                continue;
+              }
+              messages.push_back({"user", line});
+              auto ids = EncodeMessages(slm, messages, o->think);
+              if (!ids.ok()) {
+                messages.pop_back();
+                note("error: " + ids.status().message());
+                continue;
+              }
+              std::string reply;
+              auto run = RunDeviceGeneration(slm, router, &llm, &pool, *ids, d, [&](const TokenEvent& ev) {
+                if (ev.end || ev.text.empty()) return true;
+                reply += ev.text;
+                const char* on = ev.source == TokenSource::kLlm ? chat_cmd::kLlmColor
+                                 : ev.source == TokenSource::kFallback ? chat_cmd::kFallbackColor : nullptr;
+                if (color && on) std::cout << on << ev.text << chat_cmd::kOff;
+                else std::cout << ev.text;
+                std::cout.flush();
+                return true;
+              }, [&](const std::string& w) { note("warning: " + w); }, nullptr, context.get());
+              std::cout << "\n" << std::flush;
+              if (!run.ok()) {
+                messages.pop_back();
+                note("error: " + run.status().message());
+                continue;
+              }
+              messages.push_back({"assistant", reply});
+              last = std::move(run).value();
+              have_last = true;
+              const DecodeStats& s = last.stats;
+              ++totals.turns;
+              totals.prompt += s.prompt_tokens;
+              totals.reused += s.prompt_reused;
+              totals.generated += s.generated;
+              totals.routed += s.routed;
+              totals.llm_prefilled += s.llm_work.prefilled;
+              totals.llm_generated += s.llm_work.generated;
+            }
+            return 0;
+          }};
+}
+
+}  // namespace tlr::cli
