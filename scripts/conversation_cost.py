@@ -7,8 +7,10 @@ reply appended as the assistant's) through the Python binding (libtlr) with the 
 stats.prompt_reused), the tokens the server prefilled (its /metrics around the turn) and the
 time to the first token. Once with the device's prompt cache (kv_slots 4: the SLM's cache and
 the server session stay with the conversation) and once without (kv_slots 0), each on a fresh
-server, side by side. With --slm-shape, the SLM is a random-weight file of that shape sharing the
-demo vocabulary (a realistic prefill cost) with the built-in maxprob router.
+server, side by side. With --slm-shape, the SLM is a random-weight file of that shape and the
+LLM a random file of the same shape and vocabulary (another seed), with the built-in maxprob
+router: a realistic prefill cost on the device; the turns are then token ids (a random model's
+reply is not text that tokenizes back to the same ids).
 
 Usage: /usr/bin/python3 scripts/conversation_cost.py [--turns 8] [--slm-shape qwen2.5-0.5b] [--json out.json]
 Needs build/lib/libtlr.so (make) and build/bin/tlr.
@@ -49,21 +51,29 @@ def questions(n):
     return out
 
 
-def run(tlr, slm, router, url, kv_slots, user_msgs, max_tokens):
+def run(tlr, slm, router, url, kv_slots, user_msgs, max_tokens, by_ids):
+    """One conversation. by_ids: the turns as token ids (each prompt the previous one, its reply's
+    ids and the next user message's), for random-weight models whose replies are not text that
+    tokenizes back to the same ids; else as chat messages through the SLM's template."""
     dev = tlr.Device(slm, router, kv_slots=kv_slots)
     llm = tlr.Llm(server=url)
-    rows, conv = [], []
+    rows, conv, ids = [], [], []
     try:
         for k, msg in enumerate(user_msgs):
-            conv.append({"role": "user", "content": msg})
             before = prefilled(url)
-            toks = list(dev.generate(conv, llm=llm, max_tokens=max_tokens))
+            if by_ids:
+                ids += dev.tokenize(("\n" if ids else "") + msg + "\n", add_special=not ids)
+                toks = list(dev.generate(ids, llm=llm, max_tokens=max_tokens))
+                ids += [t.id for t in toks if not t.end]
+            else:
+                conv.append({"role": "user", "content": msg})
+                toks = list(dev.generate(conv, llm=llm, max_tokens=max_tokens))
+                conv.append({"role": "assistant", "content": "".join(t.text for t in toks if not t.end)})
             st = dev.last_stats
             rows.append({"turn": k + 1, "context": st.prompt_tokens + st.generated,
                          "device_prefilled": st.prompt_tokens - st.prompt_reused,
                          "server_prefilled": prefilled(url) - before, "ttft_ms": st.ttft_ms,
-                         "routed": st.routed, "generated": st.generated})
-            conv.append({"role": "assistant", "content": "".join(t.text for t in toks if not t.end)})
+                         "routed": st.routed, "generated": st.generated, "fallbacks": st.fallbacks})
     finally:
         llm.close()
         dev.close()
@@ -83,18 +93,23 @@ def main():
     demo = os.path.join(ROOT, "models", "demo")
     slm, router = os.path.join(demo, "slm.gguf"), os.path.join(demo, "router.gguf")
     with tempfile.TemporaryDirectory(prefix="tlr-conv-") as work:
+        serve_model = []
         if a.slm_shape:
-            slm = os.path.join(work, "slm.gguf")
-            subprocess.run([a.tlr, "make-random", "--preset", a.slm_shape, "--type", "q8_0", "--tokenizer",
-                            os.path.join(demo, "slm.gguf"), "-o", slm], check=True, capture_output=True)
+            # Both models random of that shape (one vocabulary), the LLM with another seed.
+            slm, llm_file = os.path.join(work, "slm.gguf"), os.path.join(work, "llm.gguf")
+            for path, seed in ((slm, "1"), (llm_file, "2")):
+                subprocess.run([a.tlr, "make-random", "--preset", a.slm_shape, "--type", "q8_0", "--seed", seed,
+                                "-o", path], check=True, capture_output=True)
             router = "maxprob"
+            serve_model = ["-m", llm_file]
         user_msgs = questions(a.turns)
         results = {}
         for label, slots in (("reuse", 4), ("no reuse", 0)):
             log = open(os.path.join(work, label.replace(" ", "-") + "-serve.log"), "w+")
-            p, url = start_server([a.tlr, "serve", "--port", "0", "-t", "1"], log, "conversation_cost: tlr serve")
+            p, url = start_server([a.tlr, "serve", "--port", "0", "-t", "1"] + serve_model, log,
+                                  "conversation_cost: tlr serve")
             try:
-                results[label] = run(tlr, slm, router, url, slots, user_msgs, a.max_tokens)
+                results[label] = run(tlr, slm, router, url, slots, user_msgs, a.max_tokens, bool(a.slm_shape))
             finally:
                 p.terminate()
                 p.wait(timeout=10)
@@ -106,6 +121,9 @@ def main():
             r["turn"], r["context"], r["device_prefilled"], o["device_prefilled"], r["server_prefilled"],
             o["server_prefilled"], r["ttft_ms"], o["ttft_ms"]))
     for name, rows in results.items():
+        if any(r["fallbacks"] for r in rows):
+            print("%s: %d tokens were FALLBACK (the LLM failed): its numbers are not comparable" % (
+                name, sum(r["fallbacks"] for r in rows)))
         print("%s: device prefilled %d, server prefilled %.0f over a final context of %d tokens; last / second "
               "turn TTFT %.2f" % (name, sum(r["device_prefilled"] for r in rows), sum(r["server_prefilled"] for r in rows),
                                   rows[-1]["context"], rows[-1]["ttft_ms"] / max(rows[1]["ttft_ms"], 1e-9)))
