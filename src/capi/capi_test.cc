@@ -139,7 +139,8 @@ TEST_F(CapiTest, JointRoutesSomeTokensAndMatchesWithPipelineOff) {
   tlr_stats tight_st;
   tight_st.struct_size = sizeof tight_st;
   EXPECT_EQ(Generate(tight, llm_, &tight_st), joint);
-  EXPECT_EQ(tight_st.llm_generated, tight_st.llm_calls);
+  EXPECT_LE(tight_st.llm_generated, tight_st.llm_calls);  // no lookahead: at most one token a call
+  EXPECT_GE(tight_st.llm_generated, tight_st.routed);
   tight.llm_budget = 0.5;  // below one token per routed token: refused
   EXPECT_NE(tlr_generate(device_, llm_, kPrompt, &tight, nullptr, nullptr, nullptr), TLR_OK);
 }

@@ -84,7 +84,9 @@ TEST_F(PipelineTest, LlmBudgetBoundsWhatIsAskedOfTheLlm) {
       EXPECT_LE(static_cast<double>(on.st.llm_work.generated),
                 budget * static_cast<double>(on.st.routed + not_standing) + 1);
       if (budget == 1.0) {
-        EXPECT_EQ(on.st.llm_work.generated, on.st.llm_calls);  // no room for any lookahead
+        // No room for any lookahead: at most one token per call (a call cancelled before it
+        // ran costs nothing).
+        EXPECT_LE(on.st.llm_work.generated, on.st.llm_calls);
         EXPECT_EQ(on.st.lookahead_used, 0);
       }
     }

@@ -126,7 +126,9 @@ std::shared_ptr<EngineSession> SessionStore::AcquireSlot(std::span<const int32_t
   if (static_cast<int64_t>(slots_.size()) < limit) {
     auto s = std::make_shared<EngineSession>();
     s->id = "slot-" + std::to_string(slots_.size());
-    *lock = std::unique_lock<std::mutex>(s->mu);
+    // A new mutex nobody else can hold: try_lock always succeeds, and never orders it after mu_
+    // (a blocking lock here would, and the session's holder later takes mu_ in MakeRoom).
+    *lock = std::unique_lock<std::mutex>(s->mu, std::try_to_lock);
     slots_.push_back(s);
     *common = 0;
     if (shared && shared_common > 0) {
@@ -144,7 +146,7 @@ std::shared_ptr<EngineSession> SessionStore::AcquireSlot(std::span<const int32_t
   // Every slot is busy: a cache for this call only, counted in the budget while it lives.
   *temporary = true;
   auto t = std::make_shared<EngineSession>();
-  *lock = std::unique_lock<std::mutex>(t->mu);
+  *lock = std::unique_lock<std::mutex>(t->mu, std::try_to_lock);  // new: always free (see above)
   temps_.push_back(t);
   *common = 0;
   return t;
