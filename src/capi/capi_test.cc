@@ -262,6 +262,29 @@ TEST_F(CapiTest, ConversationSavedAndRestoredGoesOnWithoutPrefill) {
   tlr_device_free(a);
 }
 
+// The prompt cache keeps a conversation's LLM backend; an LLM the caller frees (and another
+// opened after it, maybe at the same address) is never used through a stale backend.
+TEST_F(CapiTest, PromptCacheSurvivesTheLlmBeingFreed) {
+  const std::string llm_path = kDemo + "llm.gguf";
+  tlr_llm_params lp;
+  tlr_llm_params_init(&lp);
+  lp.model_path = llm_path.c_str();
+  const tlr_generate_params p = Params(TLR_MODE_JOINT);
+  std::vector<Token> want;
+  ASSERT_EQ(tlr_generate(device_, llm_, kPrompt, &p, Collect, &want, nullptr), TLR_OK);
+  for (int round = 0; round < 3; ++round) {
+    tlr_llm* l = nullptr;
+    ASSERT_EQ(tlr_llm_open(&lp, &l), TLR_OK) << tlr_last_error();
+    std::vector<Token> got;
+    ASSERT_EQ(tlr_generate(device_, l, kPrompt, &p, Collect, &got, nullptr), TLR_OK) << tlr_last_error();
+    EXPECT_EQ(got, want) << "round " << round;
+    tlr_llm_free(l);
+  }
+  std::vector<Token> again;
+  ASSERT_EQ(tlr_generate(device_, llm_, kPrompt, &p, Collect, &again, nullptr), TLR_OK);
+  EXPECT_EQ(again, want);
+}
+
 TEST_F(CapiTest, ThresholdsZeroAndOneGiveEachModelAlone) {
   const std::vector<Token> small = Generate(Params(TLR_MODE_SMALL_ONLY), nullptr);
   const std::vector<Token> large = Generate(Params(TLR_MODE_LARGE_ONLY), llm_);

@@ -37,10 +37,13 @@ struct ContextPoolOptions {
 struct DeviceContext {
   SlmContext slm;
   // The LLM backend of the conversation (null until a generation needed one), and what it was
-  // made for: a generation reuses it only for the same target (`llm_owner`) and when its
-  // in-process cache is large enough (`llm_n_ctx`).
+  // made for: a generation reuses it only for the same target (`llm_owner`, LlmTarget::id) and
+  // when its in-process cache is large enough (`llm_n_ctx`). `llm_model` keeps an in-process
+  // LLM alive as long as the backend that reads it (the caller may free its target first).
+  // Declared before `llm`: destroyed after it.
+  std::shared_ptr<const Model> llm_model;
   std::unique_ptr<LlmStack> llm;
-  const void* llm_owner = nullptr;
+  uint64_t llm_owner = 0;
   int64_t llm_n_ctx = 0;
 };
 

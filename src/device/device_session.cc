@@ -1,6 +1,7 @@
 // The device session shared by `tlr generate` and the C API (see device_session.h).
 #include "device/device_session.h"
 
+#include <atomic>
 #include <cmath>
 
 #include "model/chat_template.h"
@@ -78,6 +79,11 @@ Expected<std::vector<int32_t>> EncodePrompt(const Model& model, std::string_view
   return ids;
 }
 
+uint64_t LlmTarget::NextId() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
+}
+
 Expected<std::vector<int32_t>> EncodeMessages(const Model& model, const std::vector<ChatMessage>& messages,
                                               std::optional<bool> enable_thinking) {
   if (messages.empty()) return Status::Error("the conversation has no messages");
@@ -107,7 +113,7 @@ Expected<DeviceRunResult> RunDeviceGeneration(const Model& main, Router* router,
     step = DeviceRunStep::kLlmSetup;
     if (!llm) return Status::Error(std::string(DecodeModeName(opts.mode)) + " mode needs an LLM");
     const int64_t need = static_cast<int64_t>(prompt.size()) + opts.max_tokens + opts.route_span + 1;
-    if (context && context->llm && context->llm_owner == llm &&
+    if (context && context->llm && context->llm_owner == llm->id &&
         (context->llm->remote() || context->llm_n_ctx >= need)) {
       stack = context->llm.get();
       if (stack->remote()) before = stack->remote()->stats();
@@ -123,7 +129,8 @@ Expected<DeviceRunResult> RunDeviceGeneration(const Model& main, Router* router,
       if (!result.warning.empty() && on_warning) on_warning(result.warning);
       if (context) {
         context->llm = std::move(own);
-        context->llm_owner = llm;
+        context->llm_owner = llm->id;
+        context->llm_model = llm->model;  // the backend reads it: it lives as long as the backend
         context->llm_n_ctx = spec.n_ctx;
       }
     }

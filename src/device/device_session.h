@@ -55,6 +55,12 @@ struct DeviceModels {
 struct LlmTarget {
   std::shared_ptr<const Model> model;  // in process (when spec.remote.http.url is empty)
   LlmSpec spec;                        // threads, remote options, simulated round trip, seed
+  // Unique per target object: a DeviceContext reuses its LLM backend only for the target it was
+  // made for, even when another target later lives at the same address.
+  const uint64_t id = NextId();
+
+ private:
+  static uint64_t NextId();
 };
 
 // The most tokens one generation may ask for (the in-process LLM's KV cache is sized for them).
