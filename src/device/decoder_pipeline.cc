@@ -98,18 +98,17 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
   ForwardContext ctx(pool_);
   Sampler sampler(opts.sampling, static_cast<int32_t>(V));
   const int64_t E = slm_.config().n_embd;
-  auto new_model = [&]() -> Expected<std::shared_ptr<LineModel>> {
+  auto new_model = [&](KvCache cache) {
     auto m = std::make_shared<LineModel>();
-    TLR_ASSIGN_OR_RETURN(m->cache, slm_.NewCache(n_ctx));
+    m->cache = std::move(cache);
     m->logits.resize(static_cast<size_t>(V));
     m->hidden.resize(static_cast<size_t>(E));
     return m;
   };
   {
-    auto m = std::make_shared<LineModel>();
-    TLR_ASSIGN_OR_RETURN(st.prompt_reused, TakeSlmCache(slm_, context, prompt, n_ctx, &m->cache));
-    m->logits.resize(static_cast<size_t>(V));
-    m->hidden.resize(static_cast<size_t>(E));
+    KvCache cache;
+    TLR_ASSIGN_OR_RETURN(st.prompt_reused, TakeSlmCache(slm_, context, prompt, n_ctx, &cache));
+    auto m = new_model(std::move(cache));
     const auto t = Clock::now();
     SequenceInput in{&m->cache, prompt.subspan(static_cast<size_t>(st.prompt_reused)), OutputRows::kLast,
                      m->logits.data(), m->hidden.data()};
@@ -128,11 +127,7 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
   int64_t wasted_since_emit = 0;
   auto reconcile = [&]() -> Status {
     for (SpecLine& l : state.lines()) {
-      if (!l.payload) {
-        TLR_ASSIGN_OR_RETURN(auto m, new_model());
-        m->cache = ModelOf(state.lines()[0])->cache.Fork(state.confirmed());
-        l.payload = std::move(m);
-      }
+      if (!l.payload) l.payload = new_model(ModelOf(state.lines()[0])->cache.Fork(state.confirmed()));
       if (l.dirty_from == SpecLine::kClean) continue;
       LineModel* m = ModelOf(l);
       int64_t keep = std::min(m->cache.size(), l.dirty_from);
