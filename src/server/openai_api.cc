@@ -7,11 +7,11 @@
 #include <thread>
 
 #include "model/chat_template.h"
+#include "net/openai_requests.h"
 #include "net/protocol.h"
 #include "net/server_json.h"
 #include "net/sse_stream.h"
 #include "server/llm_server.h"
-#include "server/server_requests.h"
 
 namespace tlr {
 
@@ -20,55 +20,6 @@ using server::SendError;
 using server::SendJson;
 
 namespace {
-
-// Everything a generation produced, with the stop-string logic applied.
-class CompletionText {
- public:
-  CompletionText(const Tokenizer& tok, std::vector<std::string> stop) : dec_(tok), stop_(std::move(stop)) {
-    for (const std::string& s : stop_) max_stop_ = std::max(max_stop_, s.size());
-  }
-  // Adds a token; returns false when a stop string has appeared (text is cut before it).
-  bool Push(int32_t id, bool end) {
-    if (end) {
-      text_ += dec_.Flush();
-      return true;
-    }
-    const size_t before = text_.size();
-    text_ += dec_.Push(id);
-    for (const std::string& s : stop_) {
-      const size_t from = before >= s.size() ? before - s.size() + 1 : 0;
-      const size_t at = text_.find(s, from);
-      if (at != std::string::npos) {
-        text_.resize(at);
-        stopped_ = true;
-        return false;
-      }
-    }
-    return true;
-  }
-  void Finish() {
-    if (!stopped_) text_ += dec_.Flush();
-  }
-  // Text that can be sent now (a possible stop-string prefix is held back).
-  std::string TakeReady(bool final) {
-    size_t ready = text_.size();
-    if (!final && max_stop_ > 1) ready = ready > max_stop_ - 1 ? ready - (max_stop_ - 1) : 0;
-    if (ready <= sent_) return "";
-    std::string out = text_.substr(sent_, ready - sent_);
-    sent_ = ready;
-    return out;
-  }
-  const std::string& text() const { return text_; }
-  bool stopped() const { return stopped_; }
-
- private:
-  StreamDecoder dec_;
-  std::vector<std::string> stop_;
-  size_t max_stop_ = 0;
-  std::string text_;
-  size_t sent_ = 0;
-  bool stopped_ = false;
-};
 
 std::string TokenLabel(const Tokenizer& tok, int32_t id, bool as_id) {
   return as_id ? "token_id:" + std::to_string(id) : tok.Piece(id, true);
@@ -104,10 +55,10 @@ void LlmServer::RoutesOpenAi() {
     auto body = server::ParseBody(req, res);
     if (!body) return;
     if (chat && !chat_template.ok()) return SendError(res, 500, "server_error", chat_template.status().message());
-    auto parsed = server::ParseCompletionRequest(*body, chat, tok,
-                                                 chat_template.ok() ? &*chat_template : nullptr);
+    auto parsed = ParseOpenAiRequest(*body, chat, tok, chat_template.ok() ? &*chat_template : nullptr,
+                                     OpenAiSamplingDefaults());
     if (!parsed.ok()) return SendError(res, 400, "invalid_request_error", parsed.status().message());
-    server::CompletionParams& p = *parsed;
+    OpenAiRequest& p = *parsed;
     if (p.prompt.empty()) return SendError(res, 400, "invalid_request_error", "the prompt is empty");
     const int limit = engine_->limits().max_tokens_per_call;
     const int64_t room = engine_->limits().max_context - static_cast<int64_t>(p.prompt.size());

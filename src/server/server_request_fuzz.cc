@@ -13,6 +13,7 @@
 
 #include "model/tokenizer/fuzz_vocab.h"
 #include "model/tokenizer/tokenizer.h"
+#include "net/openai_requests.h"
 #include "server/server_requests.h"
 #include "util/json_fields.h"
 
@@ -63,7 +64,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const bool chat = which >= 2;
     const tlr::ChatTemplate tmpl =
         tlr::ChatTemplate::Builtin(which == 3 ? tlr::ChatFormat::kLlama3 : tlr::ChatFormat::kChatMl);
-    auto r = tlr::server::ParseCompletionRequest(*j, chat, *g_tok, &tmpl);
+    auto r = tlr::ParseOpenAiRequest(*j, chat, *g_tok, &tmpl, tlr::OpenAiSamplingDefaults());
     if (!r.ok()) return ErrorBody(r.status()), 0;
     CheckIds(r->prompt);
     Check(r->sampling.Validate().ok() && r->logprobs >= -1 && r->logprobs <= 20 && r->stop.size() <= 4);

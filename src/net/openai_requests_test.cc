@@ -1,7 +1,7 @@
-// Chat request parsing (server layer, label unit): the OpenAI endpoint's chat_template_kwargs
-// reach the template (enable_thinking, as vLLM and SGLang take it) and anything else is a
-// clear 400, never a silently different prompt.
-#include "server/server_requests.h"
+// OpenAI request parsing (net layer, label unit): chat_template_kwargs reach the template
+// (enable_thinking, as vLLM and SGLang take it) and anything else is a clear error, never a
+// silently different prompt; stream_options and the sampling defaults the caller gives.
+#include "net/openai_requests.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 
 #include "model/model.h"
 
-namespace tlr::server {
+namespace tlr {
 namespace {
 
 const std::string kDemo = std::string(TLR_SOURCE_DIR) + "/models/demo/";
@@ -32,7 +32,7 @@ class ChatRequestTest : public ::testing::Test {
   }
   // The prompt text the request renders, or the error message.
   std::string Render(const std::string& body) {
-    auto p = ParseCompletionRequest(nlohmann::json::parse(body), true, model_->tokenizer(), &*tmpl_);
+    auto p = ParseOpenAiRequest(nlohmann::json::parse(body), true, model_->tokenizer(), &*tmpl_, OpenAiSamplingDefaults());
     if (!p.ok()) return "error: " + p.status().message();
     return model_->tokenizer().Decode(p->prompt);
   }
@@ -58,5 +58,50 @@ TEST_F(ChatRequestTest, UnsupportedKwargsAreRefused) {
   EXPECT_NE(Render("{" + msgs + R"(,"chat_template_kwargs":[1]})").find("chat_template_kwargs"), std::string::npos);
 }
 
+TEST_F(ChatRequestTest, StreamOptionsAndDefaults) {
+  const nlohmann::json msgs = {{"role", "user"}, {"content", "hi"}};
+  SamplerParams defaults;
+  defaults.temperature = 0;
+  defaults.seed = 7;
+  auto parse = [&](nlohmann::json body) {
+    body["messages"] = nlohmann::json::array({msgs});
+    return ParseOpenAiRequest(body, true, model_->tokenizer(), &*tmpl_, defaults);
+  };
+  auto p = parse({{"stream", true}, {"stream_options", {{"include_usage", true}}}});
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_TRUE(p->stream && p->include_usage);
+  EXPECT_EQ(p->sampling.temperature, 0.0f);  // the caller's defaults where the body is silent
+  EXPECT_EQ(p->sampling.seed, 7u);
+  EXPECT_EQ(p->max_tokens, -1);
+  p = parse({{"temperature", 0.5}, {"seed", 3}, {"max_completion_tokens", 9}});
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_FALSE(p->include_usage);
+  EXPECT_EQ(p->sampling.temperature, 0.5f);
+  EXPECT_EQ(p->sampling.seed, 3u);
+  EXPECT_EQ(p->max_tokens, 9);
+  p = parse({{"stream_options", {{"include_usage", "yes"}}}});
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("stream_options"), std::string::npos) << p.status().message();
+  EXPECT_FALSE(parse({{"stream_options", 1}}).ok());
+  EXPECT_FALSE(parse({{"n", 2}}).ok());
+  EXPECT_FALSE(parse({{"stop", {"a", "b", "c", "d", "e"}}}).ok());
+}
+
+TEST_F(ChatRequestTest, StopStringsCutTheText) {
+  const Tokenizer& tok = model_->tokenizer();
+  const std::vector<int32_t> ids = tok.Encode("the answer is B because", false, false);
+  CompletionText text(tok, {"is B"});
+  bool go = true;
+  for (int32_t id : ids) {
+    if (!(go = text.Push(id, false))) break;
+  }
+  EXPECT_FALSE(go);
+  EXPECT_TRUE(text.stopped());
+  text.Finish();
+  EXPECT_EQ(text.text(), "the answer ");
+  EXPECT_EQ(text.TakeReady(true), "the answer ");
+}
+
 }  // namespace
-}  // namespace tlr::server
+
+}  // namespace tlr

@@ -1,0 +1,151 @@
+// OpenAI completion requests and their text (see openai_requests.h).
+#include "net/openai_requests.h"
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "net/chat_messages.h"
+#include "net/server_json.h"
+#include "util/json_fields.h"
+
+namespace tlr {
+
+using nlohmann::json;
+
+namespace {
+
+Status ParseCommon(const json& j, bool chat, const SamplerParams& defaults, OpenAiRequest* p) {
+  p->chat = chat;
+  p->sampling = defaults;
+  int64_t max_tokens = chat ? -1 : 16, n = 1;
+  bool echo = false;
+  JsonFields f(j);
+  f.Int("max_tokens", 0, 1 << 30, &max_tokens);
+  if (chat) f.Int("max_completion_tokens", 0, 1 << 30, &max_tokens);
+  TLR_RETURN_IF_ERROR(f.status());
+  f.Int("n", 1, 1, &n);
+  if (!f.ok()) return Status::Error("only n = 1 is supported");
+  TLR_RETURN_IF_ERROR(server::GetSampling(j, &p->sampling));
+  f.Bool("stream", &p->stream).Bool("return_tokens_as_token_ids", &p->ids_as_tokens).Bool("echo", &echo);
+  TLR_RETURN_IF_ERROR(f.status());
+  if (echo) return Status::Error("'echo' is not supported");
+  p->max_tokens = static_cast<int>(max_tokens);
+  const json* stream_options = nullptr;
+  f.Object("stream_options", &stream_options);
+  TLR_RETURN_IF_ERROR(f.status());
+  if (stream_options) {
+    JsonFields so(*stream_options);
+    so.Bool("include_usage", &p->include_usage);
+    TLR_RETURN_IF_ERROR(so.status().WithPrefix("stream_options"));
+  }
+  auto stop = j.find("stop");
+  if (stop != j.end() && !stop->is_null()) {
+    const Status bad = Status::Error("'stop' must be a string or an array of up to 4 strings");
+    if (stop->is_string()) {
+      p->stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array() && stop->size() <= 4) {
+      for (const json& s : *stop) {
+        if (!s.is_string()) return bad;
+        p->stop.push_back(s.get<std::string>());
+      }
+    } else {
+      return bad;
+    }
+    for (const std::string& s : p->stop) {
+      if (s.empty()) return Status::Error("'stop' strings must not be empty");
+    }
+  }
+  if (chat) {
+    bool lp = false;
+    int64_t top = 0;
+    f.Bool("logprobs", &lp).Int("top_logprobs", 0, 20, &top);
+    p->logprobs = lp ? static_cast<int>(top) : -1;
+  } else {
+    int64_t lp = -1;
+    f.Int("logprobs", 0, 20, &lp);
+    p->logprobs = static_cast<int>(lp);
+  }
+  return f.status();
+}
+
+Status ParsePrompt(const json& j, const Tokenizer& tok, OpenAiRequest* p) {
+  auto it = j.find("prompt");
+  if (it == j.end()) return Status::Error("'prompt' is required");
+  const json* v = &*it;
+  if (v->is_array() && v->size() == 1 && ((*v)[0].is_string() || (*v)[0].is_array())) v = &(*v)[0];
+  if (v->is_string()) {
+    p->prompt = tok.Encode(v->get<std::string>(), true, false);
+    return Status::Ok();
+  }
+  if (v->is_array()) return ReadTokenIds(*v, "'prompt'", tok.n_vocab(), &p->prompt);
+  return Status::Error("'prompt' must be a string, an array of token ids, or a one-element array of either");
+}
+
+Status ParseMessages(const json& j, const Tokenizer& tok, const ChatTemplate& chat_template, OpenAiRequest* p) {
+  auto it = j.find("messages");
+  if (it == j.end()) return Status::Error("'messages' must be a non-empty array");
+  TLR_ASSIGN_OR_RETURN(const std::vector<ChatMessage> msgs, ParseChatMessages(*it));
+  ChatTemplateOptions opts;
+  TLR_RETURN_IF_ERROR(ParseChatTemplateKwargs(j, &opts));
+  TLR_ASSIGN_OR_RETURN(const std::string text, chat_template.Apply(msgs, opts));
+  p->prompt = tok.Encode(text, false, true);
+  return Status::Ok();
+}
+
+}  // namespace
+
+SamplerParams OpenAiSamplingDefaults() {
+  SamplerParams s;
+  s.temperature = 1.0f;
+  s.top_k = 0;
+  s.seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return s;
+}
+
+Expected<OpenAiRequest> ParseOpenAiRequest(const json& body, bool chat, const Tokenizer& tok,
+                                           const ChatTemplate* chat_template, const SamplerParams& defaults) {
+  OpenAiRequest p;
+  TLR_RETURN_IF_ERROR(ParseCommon(body, chat, defaults, &p));
+  if (chat && !chat_template) return Status::Error("internal error: no chat template");
+  TLR_RETURN_IF_ERROR(chat ? ParseMessages(body, tok, *chat_template, &p) : ParsePrompt(body, tok, &p));
+  return p;
+}
+
+CompletionText::CompletionText(const Tokenizer& tok, std::vector<std::string> stop) : dec_(tok), stop_(std::move(stop)) {
+  for (const std::string& s : stop_) max_stop_ = std::max(max_stop_, s.size());
+}
+
+bool CompletionText::Push(int32_t id, bool end) {
+  if (end) {
+    text_ += dec_.Flush();
+    return true;
+  }
+  const size_t before = text_.size();
+  text_ += dec_.Push(id);
+  for (const std::string& s : stop_) {
+    const size_t from = before >= s.size() ? before - s.size() + 1 : 0;
+    const size_t at = text_.find(s, from);
+    if (at != std::string::npos) {
+      text_.resize(at);
+      stopped_ = true;
+      return false;
+    }
+  }
+  return true;
+}
+
+void CompletionText::Finish() {
+  if (!stopped_) text_ += dec_.Flush();
+}
+
+std::string CompletionText::TakeReady(bool final) {
+  size_t ready = text_.size();
+  if (!final && max_stop_ > 1) ready = ready > max_stop_ - 1 ? ready - (max_stop_ - 1) : 0;
+  if (ready <= sent_) return "";
+  std::string out = text_.substr(sent_, ready - sent_);
+  sent_ = ready;
+  return out;
+}
+
+}  // namespace tlr
