@@ -136,6 +136,7 @@ Expected<DeviceRunResult> RunDeviceGeneration(const Model& main, Router* router,
     }
   }
   step = DeviceRunStep::kDecode;
+  const double sim_before = stack ? stack->sim_delay_s() : 0;
   CollabDecoder dec(main, router, stack ? stack->backend() : nullptr, pool);
   // large_only in process runs without an SLM: `main` is then the LLM, whose cache is not the
   // SLM's context.
@@ -143,6 +144,7 @@ Expected<DeviceRunResult> RunDeviceGeneration(const Model& main, Router* router,
   auto stats = dec.Generate(prompt, opts, on_token, slm_context);
   if (!stats.ok()) return stats.status();
   result.stats = std::move(stats).value();
+  if (stack) result.sim_delay_s = stack->sim_delay_s() - sim_before;
   if (stack && stack->remote()) {
     result.remote = true;
     result.remote_stats = stack->remote()->stats() - before;

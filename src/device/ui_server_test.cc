@@ -30,7 +30,8 @@ class UiServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     slm_ = Model::Load(kDemo + "slm.gguf")->release();
-    llm_ = Model::Load(kDemo + "llm.gguf")->release();
+    llm_ = new LlmTarget;
+    llm_->model = std::move(Model::Load(kDemo + "llm.gguf")).value();
     router_ = new Router(std::move(Router::Load(kDemo + "router.gguf")).value());
   }
   static void TearDownTestSuite() {
@@ -61,13 +62,14 @@ class UiServerTest : public ::testing::Test {
     auto res = c.Get(path.c_str(), {{"Host", host}});
     return res ? res->status : -1;
   }
-  static Model *slm_, *llm_;
+  static Model* slm_;
+  static LlmTarget* llm_;
   static Router* router_;
   ThreadPool pool_{1};
   std::unique_ptr<UiServer> ui_;
 };
 Model* UiServerTest::slm_ = nullptr;
-Model* UiServerTest::llm_ = nullptr;
+LlmTarget* UiServerTest::llm_ = nullptr;
 Router* UiServerTest::router_ = nullptr;
 
 TEST_F(UiServerTest, HostCheckIsExact) {

@@ -560,11 +560,26 @@ void HttpFront::WorkerLoop() {
   }
 }
 
+namespace {
+thread_local int t_client_fd = -1;  // the socket of the request this worker thread handles
+}  // namespace
+
+bool HttpFront::CurrentClientGone() {
+  if (t_client_fd < 0) return false;
+  char byte;
+  const ssize_t n = recv(t_client_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0) return false;  // a pipelined request is waiting: the client is there
+  if (n == 0) return true;  // orderly close
+  return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;  // reset or another error
+}
+
 void HttpFront::Serve(ConnPtr c) {
   for (;;) {
     ConnStream strm(c.get(), limits_.write_timeout_s);
     bool connection_closed = false;
+    t_client_fd = c->fd;
     const bool ok = process_request(strm, closing_.load(), connection_closed, nullptr);
+    t_client_fd = -1;
     c->buf.erase(0, c->request_len);
     c->request_len = 0;
     c->scan = {};
@@ -575,6 +590,20 @@ void HttpFront::Serve(ConnPtr c) {
     // A pipelined request that is already complete is served right away.
     if (!c->in_request || !CheckRequest(c.get())) return ToPoller(std::move(c));
   }
+}
+
+int BearerKeyIndex(const std::string& header, const std::vector<std::string>& keys) {
+  const std::string prefix = "Bearer ";
+  if (header.size() <= prefix.size() || header.compare(0, prefix.size(), prefix) != 0) return -1;
+  const std::string given = header.substr(prefix.size());
+  int index = -1;
+  for (size_t j = 0; j < keys.size(); ++j) {
+    const std::string& k = keys[j];
+    unsigned diff = given.size() != k.size();
+    for (size_t i = 0; i < k.size(); ++i) diff |= static_cast<unsigned>(k[i] ^ (i < given.size() ? given[i] : 0));
+    if (diff == 0) index = static_cast<int>(j);
+  }
+  return index;
 }
 
 bool IsLoopbackHost(const std::string& host) {

@@ -46,6 +46,10 @@ class Metrics;
 // that merely start like one ("127.attacker.example").
 bool IsLoopbackHost(const std::string& host);
 
+// Which of `keys` an Authorization header ("Bearer KEY") carries, or -1 (compared in constant
+// time over each key's length).
+int BearerKeyIndex(const std::string& header, const std::vector<std::string>& keys);
+
 struct FrontLimits {
   int max_connections = 1024;       // open connections; the next one gets 503
   int workers = 64;                 // requests handled at once
@@ -104,6 +108,11 @@ class HttpFront : public httplib::Server {
   void Close();
 
   int open_connections() const { return open_.load(); }
+
+  // For a handler that waits long before it answers (a queued generation): true when the client
+  // of the request this worker thread is handling has closed its connection (or reset it).
+  // False on any other thread. A client that only shut down its sending side counts as gone.
+  static bool CurrentClientGone();
 
  private:
   struct Conn;

@@ -33,22 +33,6 @@ std::string EndpointLabel(const std::string& path) {
   return "other";
 }
 
-// The index of the key an Authorization header carries, or -1.
-int KeyIndex(const std::string& header, const std::vector<std::string>& keys) {
-  const std::string prefix = "Bearer ";
-  if (header.size() <= prefix.size() || header.compare(0, prefix.size(), prefix) != 0) return -1;
-  const std::string given = header.substr(prefix.size());
-  int index = -1;
-  for (size_t j = 0; j < keys.size(); ++j) {
-    const std::string& k = keys[j];
-    // Constant-time over the key's length.
-    unsigned diff = given.size() != k.size();
-    for (size_t i = 0; i < k.size(); ++i) diff |= static_cast<unsigned>(k[i] ^ (i < given.size() ? given[i] : 0));
-    if (diff == 0) index = static_cast<int>(j);
-  }
-  return index;
-}
-
 }  // namespace
 
 LlmServer::LlmServer(LlmEngine* engine, Metrics* metrics, ServerOptions opts)
@@ -116,7 +100,7 @@ Status LlmServer::Start() {
       return httplib::Server::HandlerResponse::Handled;
     }
     if (opts_.api_keys.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    if (KeyIndex(req.get_header_value("Authorization"), opts_.api_keys) >= 0) {
+    if (BearerKeyIndex(req.get_header_value("Authorization"), opts_.api_keys) >= 0) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
     res.set_header("WWW-Authenticate", "Bearer");
@@ -196,7 +180,7 @@ void LlmServer::Routes() {
                 const std::string client =
                     opts_.api_keys.empty()
                         ? "address " + req.remote_addr
-                        : "API key #" + std::to_string(KeyIndex(req.get_header_value("Authorization"), opts_.api_keys) + 1);
+                        : "API key #" + std::to_string(BearerKeyIndex(req.get_header_value("Authorization"), opts_.api_keys) + 1);
                 if (!quota_->Reserve(client, [this](const std::string& id) { return engine_->HasSession(id); })) {
                   res.set_header("Retry-After", "10");
                   return SendError(res, 429, "session_quota",

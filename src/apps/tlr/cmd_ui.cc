@@ -3,6 +3,7 @@
 // API (ui_server.h) on loopback until SIGINT/SIGTERM.
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -28,10 +29,11 @@ std::string FileName(const std::string& path) { return std::filesystem::path(pat
 
 Command AddUiCommand(CLI::App& root) {
   struct Opts {
-    std::string slm, llm, router, data, results, host = "127.0.0.1";
-    int port = 8090, examples = 5, max_tokens = 128, kv_slots = 4;
+    std::string slm, llm, router, data, results, host = "127.0.0.1", model_name = "tlr", key_file;
+    int port = 8090, examples = 5, max_tokens = 128, kv_slots = 4, max_queue = 8;
     std::string kv_budget = "1G";
-    bool public_bind = false;
+    std::vector<std::string> keys;
+    bool public_bind = false, no_page = false;
     RunArgs run;
     LlmArgs net;
     PipelineArgs pipe;
@@ -54,6 +56,17 @@ Command AddUiCommand(CLI::App& root) {
   app->add_flag("--public", o->public_bind,
                 "Allow a non-loopback --host. The page has no login: whoever reaches the port can run "
                 "generations on this machine and use your LLM server (and its --api-key)");
+  app->add_flag("--no-page", o->no_page,
+                "Headless: serve only the OpenAI-compatible API (/v1/...), no web page and no /api/*");
+  app->add_option("--client-key", o->keys,
+                  "Require 'Authorization: Bearer KEY' on the OpenAI API (repeat for several keys; also "
+                  "$TLR_CLIENT_KEY). With --no-page it guards everything, and a non-loopback --host is allowed "
+                  "without --public. (--api-key is the key this device sends to the LLM server.)");
+  app->add_option("--client-key-file", o->key_file, "File with one client key per line");
+  app->add_option("--max-queue", o->max_queue,
+                  "OpenAI requests waiting or running at once; past it 429 with Retry-After")
+      ->default_val(8)->check(CLI::Range(1, 15));
+  app->add_option("--model-name", o->model_name, "The model id /v1/models lists")->default_val("tlr");
   app->add_option("-n,--max-tokens", o->max_tokens, "The page's initial max tokens")->default_val(128)
       ->check(CLI::Range(1, 1 << 20));
   app->add_option("--kv-slots", o->kv_slots,
@@ -69,19 +82,42 @@ Command AddUiCommand(CLI::App& root) {
   app->footer(
       "Open the printed URL in a browser. The page is embedded in this binary and loads nothing\n"
       "from the network. LLM tokens are red, FALLBACK tokens (LLM unavailable) yellow; hover a\n"
-      "token for its source and confidence. Only one generation runs at a time.\n"
-      "Endpoints: GET /, /api/info, /api/results; POST /api/generate (Server-Sent Events), /api/stop\n"
+      "token for its source and confidence.\n"
+      "Apps and chat front ends use the routed OpenAI-compatible API at http://HOST:PORT/v1 (chat\n"
+      "and completions, streamed or not; per request \"routing\": {\"mode\", \"threshold\", \"span\"}).\n"
+      "Generations run one at a time in arrival order; a conversation's next turn prefills only its\n"
+      "new tokens (--kv-slots conversations are kept).\n"
+      "Endpoints: GET /, /api/info, /api/results, /v1/models; POST /api/generate (Server-Sent Events),\n"
+      "/api/stop, /v1/chat/completions, /v1/completions\n"
       "Examples:\n"
       "  tlr ui                                             # bundled demo pair, http://127.0.0.1:8090/\n"
       "  tlr ui --results docs/results/results.json --sim-rtt 170\n"
-      "  tlr ui --slm s.gguf --router r.gguf --server http://gpu-box:8080 --api-key \"$KEY\" --port 0");
+      "  tlr ui --slm s.gguf --router r.gguf --server http://gpu-box:8080 --api-key \"$KEY\" --port 0\n"
+      "  tlr ui --no-page --port 8080 --client-key \"$APP_KEY\" --server http://gpu-box:8080");
   return {app, [o]() -> int {
             const char* cmd = "ui";
             TLR_CLI_CHECK(cmd, o->run.sampling.Validate());
-            if (!IsLoopbackHost(o->host) && !o->public_bind) {
+            std::vector<std::string> keys = o->keys;
+            if (const char* k = std::getenv("TLR_CLIENT_KEY"); k && *k) keys.push_back(k);
+            if (!o->key_file.empty()) {
+              auto text = ReadFileToString(o->key_file);
+              if (!text.ok()) return ReportError(cmd, "--client-key-file: " + text.status().message());
+              size_t start = 0;
+              while (start <= text->size()) {
+                size_t end = std::min(text->find('\n', start), text->size());
+                std::string line = text->substr(start, end - start);
+                while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+                if (!line.empty()) keys.push_back(line);
+                start = end + 1;
+              }
+              if (keys.empty()) return ReportError(cmd, "--client-key-file: " + o->key_file + " has no keys");
+            }
+            const bool guarded = o->no_page && !keys.empty();
+            if (!IsLoopbackHost(o->host) && !o->public_bind && !guarded) {
               return ReportError(cmd, "refusing to listen on " + o->host +
                                           " (not loopback): the page has no login, so anyone who reaches it could "
-                                          "run generations here and use your LLM server; give --public to allow it");
+                                          "run generations here and use your LLM server; serve the API alone with "
+                                          "--no-page --client-key KEY, or give --public to allow it");
             }
             const bool remote = !o->net.server.empty();
             if (remote && !o->llm.empty()) return ReportError(cmd, "give either --llm or --server, not both");
@@ -120,15 +156,18 @@ Command AddUiCommand(CLI::App& root) {
 
             auto slm = Model::Load(o->slm, ModelOptions(o->run.kv_type));
             if (!slm.ok()) return ReportError(cmd, "SLM: " + slm.status().message());
-            std::unique_ptr<Model> llm;
+            LlmTarget llm;
             if (!remote) {
               auto m = Model::Load(o->llm, ModelOptions(o->run.kv_type));
               if (!m.ok()) return ReportError(cmd, "LLM: " + m.status().message());
-              llm = std::move(m).value();
-              if (llm->tokenizer().Fingerprint() != (*slm)->tokenizer().Fingerprint()) {
+              if ((*m)->tokenizer().Fingerprint() != (*slm)->tokenizer().Fingerprint()) {
                 return ReportError(cmd, "the LLM's vocabulary differs from the SLM's: token routing needs one tokenizer");
               }
+              llm.model = std::move(m).value();
             }
+            auto spec = MakeLlmSpec(o->net, nullptr, o->run.threads, 0, o->run.sampling.seed);
+            TLR_CLI_CHECK(cmd, spec.status());
+            llm.spec = *spec;
             // The given router first (the page's default), then every built-in kind.
             std::vector<std::unique_ptr<Router>> routers;
             auto primary = Router::LoadOrBuiltin(o->router, o->run.sampling.seed);
@@ -151,25 +190,19 @@ Command AddUiCommand(CLI::App& root) {
             }
 
             ThreadPool pool(o->run.threads);
-            std::unique_ptr<LlmStack> server_stack;
-            RemoteLlm* server = nullptr;
-            if (remote) {
+            std::string server_name;
+            if (remote) {  // checks the server once (each conversation then opens its own session)
               auto r = MakeLlm(o->net, nullptr, o->run.threads, o->run.ctx, (*slm)->tokenizer(), o->run.sampling.seed);
               if (!r.ok()) return ReportError(cmd, r.status().message());
-              server_stack = std::move(r).value();
-              server = server_stack->remote();
-              models.warning = server->warning();
+              server_name = (*r)->remote()->name();
+              models.warning = (*r)->warning();
             }
             DecodeOptions pipe_opts;
             TLR_CLI_CHECK(cmd, o->pipe.Apply(&pipe_opts));
             models.pipeline = pipe_opts.pipeline;
             models.sim_slm_s = pipe_opts.sim_slm_s;
-            models.llm_threads = o->run.threads;
             models.slm = slm->get();
-            models.llm = llm.get();
-            models.remote = server;
-            models.sim_rtt_s = o->net.sim_rtt_ms / 1e3;
-            models.sim_jitter_s = o->net.sim_jitter_ms / 1e3;
+            models.llm = &llm;
             models.pool = &pool;
             models.sampling = o->run.sampling;
             models.n_ctx = o->run.ctx;
@@ -180,10 +213,10 @@ Command AddUiCommand(CLI::App& root) {
             }
             models.describe = {
                 {"slm", {{"name", FileName(o->slm)}, {"architecture", (*slm)->config().arch_name}}},
-                {"llm", remote ? nlohmann::json{{"name", server->name()}, {"where", "server"}, {"url", o->net.server},
+                {"llm", remote ? nlohmann::json{{"name", server_name}, {"where", "server"}, {"url", o->net.server},
                                                 {"sim_rtt_ms", o->net.sim_rtt_ms}}
                                : nlohmann::json{{"name", FileName(o->llm)}, {"where", "in-process"},
-                                                {"architecture", llm->config().arch_name},
+                                                {"architecture", llm.model->config().arch_name},
                                                 {"sim_rtt_ms", o->net.sim_rtt_ms}}}};
             UiOptions uo;
             uo.host = o->host;
@@ -193,6 +226,10 @@ Command AddUiCommand(CLI::App& root) {
             uo.examples = std::move(examples);
             uo.results = std::move(results);
             uo.assets = UiAssets();
+            uo.page = !o->no_page;
+            uo.api_keys = std::move(keys);
+            uo.max_queue = o->max_queue;
+            uo.model_name = o->model_name;
             UiServer ui(std::move(models), std::move(uo));
             TLR_CLI_CHECK(cmd, ui.Start());
             InstallStopSignals();
@@ -200,6 +237,8 @@ Command AddUiCommand(CLI::App& root) {
                         remote ? o->net.server.c_str() : FileName(o->llm).c_str(), std::string(RouterKindName(routers[0]->kind())).c_str());
             const bool v6 = o->host.find(':') != std::string::npos;
             std::printf("listening on http://%s%s%s:%d\n", v6 ? "[" : "", o->host.c_str(), v6 ? "]" : "", ui.port());
+            std::printf("OpenAI-compatible API at http://%s%s%s:%d/v1 (model \"%s\")\n", v6 ? "[" : "", o->host.c_str(),
+                        v6 ? "]" : "", ui.port(), o->model_name.c_str());
             std::fflush(stdout);
             WaitForStopSignal();
             std::fprintf(stderr, "tlr ui: stopping\n");
