@@ -288,6 +288,67 @@ try {
     check('a closed stream cancels the generation', stop.status === 200 && JSON.parse(stop.body).stopped === false, stop.body);
   });
 
+  await scenario('conversation: three turns, each reusing the one before', async () => {
+    const sent = [];  // the messages each turn sent
+    const listen = (r) => {
+      if (r.url().endsWith('/api/generate')) sent.push(JSON.parse(r.postData() || '{}'));
+    };
+    page.on('request', listen);
+    await page.setChecked('#chat', true);
+    check('the box asks for a message', await text(page, '#prompt-label') === 'Message');
+    check('a new conversation starts empty', await count(page, '#text .msg') === 0 && await text(page, '#st-conv') === '–');
+    await page.selectOption('#mode', 'joint');
+    await page.setChecked('#pipeline', true);
+    await page.fill('#threshold', '0.99');
+    await page.fill('#max-tokens', '16');
+    const questions = ['What would you use a tharko for?', 'Where would you keep it?', 'Who would want one?'];
+    const turns = [];  // per turn: {tokens, routed, prompt, prefilled, reused}
+    for (const [k, q] of questions.entries()) {
+      await page.fill('#prompt', q);
+      await run(page);
+      check(`turn ${k + 1}: the box is cleared`, await page.inputValue('#prompt') === '');
+      const stats = await text(page, '.msg-assistant:last-child .msg-stats');
+      const m = stats.match(/^(\d+) tokens · (\d+) from the LLM.* · prompt (\d+) \((\d+) prefilled, (\d+) reused\)/);
+      check(`turn ${k + 1}: per-message statistics`, !!m, stats);
+      if (m) turns.push({ tokens: +m[1], routed: +m[2], prompt: +m[3], prefilled: +m[4], reused: +m[5] });
+      const shown = await count(page, '.msg-assistant:last-child .tok');
+      check(`turn ${k + 1}: the answer's tokens are in its message`, m && shown === +m[1], `${shown} shown, ${m && m[1]} counted`);
+    }
+    check('three user and three assistant messages', await count(page, '#text .msg-user') === 3 &&
+          await count(page, '#text .msg-assistant') === 3);
+    check('the user messages say what was sent', JSON.stringify(await page.$$eval('.msg-user .msg-body', (ms) => ms.map((m) => m.textContent))) ===
+          JSON.stringify(questions));
+    check('each turn sent the whole conversation', sent.map((b) => (b.messages || []).length).join(',') === '1,3,5',
+          sent.map((b) => (b.messages || []).length).join(','));
+    const second = sent[1] && sent[1].messages;
+    const firstAnswer = await page.$$eval('.msg-assistant', (ms) => [...ms[0].querySelectorAll('.tok:not(.tok-end)')].map((t) => t.textContent).join(''));
+    check('the answer sent back is the one shown', second && second[1].role === 'assistant' && second[1].content === firstAnswer,
+          JSON.stringify(second && second[1]));
+    check('LLM tokens red in the messages', await count(page, '.msg-assistant .tok-llm') > 0);
+    for (let k = 1; k < turns.length; ++k) {
+      const before = turns[k - 1].prompt + turns[k - 1].tokens;
+      check(`turn ${k + 1} reused the conversation so far`, turns[k].reused >= before - 4,
+            `${turns[k].reused} reused of ${turns[k].prompt}; the previous turn held ${before}`);
+      check(`turn ${k + 1} prefilled only its new part`, turns[k].prefilled <= turns[k].prompt - before + 4,
+            `${turns[k].prefilled} prefilled`);
+    }
+    const conv = await text(page, '#st-conv');
+    const sum = (f) => turns.reduce((a, t) => a + t[f], 0);
+    check('conversation statistics', conv === `3 turns: ${sum('tokens')} tokens, ${sum('routed')} from the LLM; prompt ` +
+          `${sum('prefilled')} prefilled, ${sum('reused')} reused`, conv);
+    await page.screenshot({ path: `${artifacts}/ui-chat.png`, fullPage: true });
+    console.log(`    screenshot: ${artifacts}/ui-chat.png`);
+    await page.click('#new-conv');
+    check('new conversation clears it', await count(page, '#text .msg') === 0 && await text(page, '#st-conv') === '–');
+    await page.fill('#prompt', questions[0]);
+    await run(page);
+    check('and the next turn sends one message', sent.length === 4 && sent[3].messages.length === 1,
+          sent.length + ' requests');
+    page.off('request', listen);
+    await page.setChecked('#chat', false);
+    check('back to single prompts', await text(page, '#prompt-label') === 'Prompt');
+  });
+
   check('no request left the page\'s origin', outside.length === 0, outside.join(' '));
   check('no uncaught page errors', pageErrors.length === 0, pageErrors.join(' | '));
 

@@ -2,7 +2,10 @@
 // Talks only to its own server: GET /api/info and /api/results, POST /api/generate (a stream
 // of Server-Sent Events read with fetch) and /api/stop. Renders the tokens as they come (LLM
 // red, FALLBACK yellow), a confidence strip with the threshold line, live statistics, and an
-// accuracy-vs-threshold chart from eval results. Every failure ends up in the error box.
+// accuracy-vs-threshold chart from eval results. With "conversation" on, the output is a chat:
+// each turn sends every message so far (the device's prompt cache prefills only the new ones),
+// and every assistant message carries its own statistics. Every failure ends up in the error
+// box.
 'use strict';
 
 const $ = (id) => document.getElementById(id);
@@ -15,6 +18,13 @@ const ui = {
   controller: null,    // AbortController of the running stream
   stopTimer: 0,
   gotFinal: false,
+  final: null,         // the current generation's final statistics
+  body: null,          // the element the current generation's tokens go into
+  history: [],         // the conversation's messages ({role, content}), sent with each turn
+  chatActive: false,   // the output shows the conversation (not a single completion)
+  userMsg: null,       // the current turn's message elements
+  current: null,
+  conv: { turns: 0, tokens: 0, routed: 0, prefilled: 0, reused: 0 },
 };
 
 const STRIP_H = 80;
@@ -58,6 +68,8 @@ function setStatus(state, text) {
 function setRunning(running) {
   $('start').disabled = running;
   $('stop').disabled = !running;
+  $('new-conv').disabled = running;
+  $('chat').disabled = running;
 }
 
 function threshold() {
@@ -103,26 +115,131 @@ function onThreshold() {
 
 // ---- the token stream ----
 
-function resetOutput(promptText) {
+const STAT_IDS = ['st-tokens', 'st-prompt', 'st-routed', 'st-llmwork', 'st-fallbacks', 'st-ttft', 'st-tbt', 'st-slm',
+                  'st-router', 'st-llm', 'st-network', 'st-stall', 'st-spec', 'st-total', 'st-stop'];
+
+// A fresh provisional tail at the end of `parent` (the previous message's is dropped).
+function newProvisional(parent) {
+  const old = $('provisional');
+  if (old) old.remove();
+  const prov = document.createElement('span');
+  prov.id = 'provisional';
+  prov.className = 'provisional';
+  prov.dataset.count = '0';
+  prov.title = 'provisional: the SLM\'s guess while routed tokens are on the network';
+  parent.appendChild(prov);
+}
+
+function resetTurn() {
   ui.tokens = [];
+  ui.final = null;
+  $('strip-bars').textContent = '';
+  sizeStrip();
+  for (const id of STAT_IDS) $(id).textContent = '–';
+}
+
+// A single completion: the prompt, then the tokens that continue it.
+function beginRaw(promptText) {
+  ui.chatActive = false;
   const text = $('text');
   text.textContent = '';
   const p = document.createElement('span');
   p.className = 'prompt';
   p.textContent = promptText;
   text.appendChild(p);
-  const prov = document.createElement('span');
-  prov.id = 'provisional';
-  prov.className = 'provisional';
-  prov.dataset.count = '0';
-  prov.title = 'provisional: the SLM\'s guess while routed tokens are on the network';
-  text.appendChild(prov);
-  $('strip-bars').textContent = '';
-  sizeStrip();
-  for (const id of ['st-tokens', 'st-prompt', 'st-routed', 'st-llmwork', 'st-fallbacks', 'st-ttft', 'st-tbt', 'st-slm', 'st-router',
-                    'st-llm', 'st-network', 'st-stall', 'st-spec', 'st-total', 'st-stop']) {
-    $(id).textContent = '–';
+  ui.body = text;
+  ui.current = null;
+  newProvisional(text);
+  resetTurn();
+}
+
+function addMessage(role, content) {
+  const m = document.createElement('div');
+  m.className = 'msg msg-' + role;
+  const r = document.createElement('span');
+  r.className = 'msg-role';
+  r.textContent = role === 'user' ? 'you' : 'assistant';
+  m.appendChild(r);
+  const body = document.createElement('span');
+  body.className = 'msg-body';
+  body.textContent = content;
+  m.appendChild(body);
+  $('text').appendChild(m);
+  return m;
+}
+
+// A conversation's next turn: the user's message, then the assistant's as it is generated.
+function beginTurn(userText) {
+  if (!ui.chatActive) {
+    $('text').textContent = '';
+    ui.chatActive = true;
   }
+  ui.userMsg = addMessage('user', userText);
+  ui.current = addMessage('assistant', '');
+  const stats = document.createElement('span');
+  stats.className = 'msg-stats';
+  ui.current.appendChild(stats);
+  ui.body = ui.current.querySelector('.msg-body');
+  newProvisional(ui.body);
+  resetTurn();
+  $('text').scrollTop = $('text').scrollHeight;
+}
+
+function convStats() {
+  const c = ui.conv;
+  $('st-conv').textContent = c.turns === 0 ? '–' :
+    c.turns + (c.turns === 1 ? ' turn: ' : ' turns: ') + c.tokens + ' tokens, ' + c.routed + ' from the LLM; prompt ' +
+    c.prefilled + ' prefilled, ' + c.reused + ' reused';
+}
+
+// The turn is over: its answer joins the conversation, or (failed) the user's message leaves it.
+function finishTurn() {
+  const s = ui.final;
+  const provisional = $('provisional');
+  if (provisional) provisional.remove();
+  if (!s) {
+    ui.history.pop();
+    ui.userMsg.classList.add('msg-failed');
+    ui.userMsg.title = 'not answered: the request failed (the message is back in the box)';
+    ui.current.remove();
+    ui.current = null;
+    if (!$('prompt').value) $('prompt').value = ui.userMsg.querySelector('.msg-body').textContent;
+    return;
+  }
+  const content = ui.tokens.filter((t) => !t.end).map((t) => t.text).join('');
+  ui.history.push({ role: 'assistant', content });
+  const reused = s.prompt_reused || 0;
+  const c = ui.conv;
+  c.turns += 1;
+  c.tokens += s.tokens;
+  c.routed += s.routed;
+  c.prefilled += s.prompt_tokens - reused;
+  c.reused += reused;
+  ui.current.dataset.done = '1';
+  ui.current.querySelector('.msg-stats').textContent =
+    s.tokens + ' tokens · ' + s.routed + ' from the LLM' + (s.fallbacks ? ' · ' + s.fallbacks + ' fallbacks' : '') +
+    ' · prompt ' + s.prompt_tokens + ' (' + (s.prompt_tokens - reused) + ' prefilled, ' + reused + ' reused) · TTFT ' +
+    fmtMs(s.ttft_ms) + (s.stop === 'stopped' ? ' · stopped' : '');
+  convStats();
+}
+
+function newConversation() {
+  if (ui.controller) return;
+  ui.history = [];
+  ui.chatActive = false;
+  ui.conv = { turns: 0, tokens: 0, routed: 0, prefilled: 0, reused: 0 };
+  $('text').textContent = '';
+  ui.body = $('text');
+  newProvisional(ui.body);
+  resetTurn();
+  convStats();
+  setStatus('ready', $('chat').checked ? 'new conversation' : 'ready');
+}
+
+function chatModeChanged() {
+  $('prompt-label').textContent = $('chat').checked ? 'Message' : 'Prompt';
+  $('start').textContent = $('chat').checked ? 'Send' : 'Start';
+  newConversation();
 }
 
 function sizeStrip() {
@@ -150,7 +267,7 @@ function addToken(ev) {
   span.textContent = ev.end ? ' ⟨end⟩' : ev.text;
   const text = $('text');
   const atBottom = text.scrollTop + text.clientHeight >= text.scrollHeight - 4;
-  text.insertBefore(span, $('provisional'));  // confirmed tokens go before the provisional tail
+  ui.body.insertBefore(span, $('provisional'));  // confirmed tokens go before the provisional tail
   if (atBottom) text.scrollTop = text.scrollHeight;
 
   const i = ui.tokens.length - 1;
@@ -204,6 +321,7 @@ const STOP_TEXT = {
 
 function finalStats(s) {
   ui.gotFinal = true;
+  ui.final = s;
   $('st-tokens').textContent = String(s.tokens);
   $('st-prompt').textContent = s.prompt_tokens == null ? '–' :
     s.prompt_tokens + ' (' + (s.prompt_tokens - (s.prompt_reused || 0)) + ' prefilled, ' + (s.prompt_reused || 0) +
@@ -294,6 +412,7 @@ function readNumber(id, what, integer) {
 async function start() {
   clearError();
   const prompt = $('prompt').value;
+  const chatTurn = $('chat').checked;
   let body;
   try {
     body = {
@@ -312,7 +431,8 @@ async function start() {
     return;
   }
   if (!prompt.trim()) {
-    showError('write a prompt first, or pick an example question');
+    showError(chatTurn ? 'write a message first, or pick an example question' :
+                         'write a prompt first, or pick an example question');
     setStatus('error', 'error');
     return;
   }
@@ -320,7 +440,16 @@ async function start() {
   const controller = new AbortController();
   ui.controller = controller;
   ui.gotFinal = false;
-  resetOutput(prompt);
+  if (chatTurn) {
+    ui.history.push({ role: 'user', content: prompt });
+    body.messages = ui.history.slice();
+    delete body.prompt;
+    delete body.chat;
+    beginTurn(prompt);
+    $('prompt').value = '';
+  } else {
+    beginRaw(prompt);
+  }
   setRunning(true);
   setStatus('running', 'starting…');
   try {
@@ -351,6 +480,7 @@ async function start() {
       setStatus('error', 'error');
     }
   } finally {
+    if (chatTurn && ui.current && !ui.current.dataset.done) finishTurn();
     if (ui.controller === controller) {
       ui.controller = null;
       clearTimeout(ui.stopTimer);
@@ -573,6 +703,8 @@ function init() {
   $('threshold').addEventListener('input', onThreshold);
   $('start').addEventListener('click', start);
   $('stop').addEventListener('click', stop);
+  $('new-conv').addEventListener('click', newConversation);
+  $('chat').addEventListener('change', chatModeChanged);
   $('error-close').addEventListener('click', clearError);
   $('router').addEventListener('change', () => {
     const r = routerHint();
@@ -596,6 +728,8 @@ function init() {
         .catch(() => {});
     }
   });
+  ui.body = $('text');
+  newProvisional(ui.body);
   onThreshold();
   sizeStrip();
   setRunning(false);
