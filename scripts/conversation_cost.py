@@ -12,7 +12,7 @@ LLM a random file of the same shape and vocabulary (another seed), with the buil
 router: a realistic prefill cost on the device; the turns are then token ids (a random model's
 reply is not text that tokenizes back to the same ids).
 
-Usage: /usr/bin/python3 scripts/conversation_cost.py [--turns 8] [--slm-shape qwen2.5-0.5b] [--json out.json]
+Usage: /usr/bin/python3 scripts/conversation_cost.py [--turns 8] [--slm-shape qwen2.5-0.5b] [--pipeline off] [--json out.json]
 Needs build/lib/libtlr.so (make) and build/bin/tlr.
 """
 import argparse
@@ -51,7 +51,7 @@ def questions(n):
     return out
 
 
-def run(tlr, slm, router, url, kv_slots, user_msgs, max_tokens, by_ids):
+def run(tlr, slm, router, url, kv_slots, user_msgs, max_tokens, by_ids, pipeline):
     """One conversation. by_ids: the turns as token ids (each prompt the previous one, its reply's
     ids and the next user message's), for random-weight models whose replies are not text that
     tokenizes back to the same ids; else as chat messages through the SLM's template."""
@@ -63,11 +63,11 @@ def run(tlr, slm, router, url, kv_slots, user_msgs, max_tokens, by_ids):
             before = prefilled(url)
             if by_ids:
                 ids += dev.tokenize(("\n" if ids else "") + msg + "\n", add_special=not ids)
-                toks = list(dev.generate(ids, llm=llm, max_tokens=max_tokens))
+                toks = list(dev.generate(ids, llm=llm, max_tokens=max_tokens, pipeline=pipeline))
                 ids += [t.id for t in toks if not t.end]
             else:
                 conv.append({"role": "user", "content": msg})
-                toks = list(dev.generate(conv, llm=llm, max_tokens=max_tokens))
+                toks = list(dev.generate(conv, llm=llm, max_tokens=max_tokens, pipeline=pipeline))
                 conv.append({"role": "assistant", "content": "".join(t.text for t in toks if not t.end)})
             st = dev.last_stats
             rows.append({"turn": k + 1, "context": st.prompt_tokens + st.generated,
@@ -86,6 +86,9 @@ def main():
     ap.add_argument("--turns", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=40)
     ap.add_argument("--slm-shape", help="a `tlr make-random` preset for the SLM (default: the demo SLM)")
+    ap.add_argument("--pipeline", choices=("on", "off"), default="on",
+                    help="off: block on each routed call (no speculative calls: the server prefills exactly "
+                         "the conversation)")
     ap.add_argument("--json")
     a = ap.parse_args()
     os.environ.setdefault("TLR_LIBRARY", os.path.join(ROOT, "build", "lib", "libtlr.so"))
@@ -109,7 +112,8 @@ def main():
             p, url = start_server([a.tlr, "serve", "--port", "0", "-t", "1"] + serve_model, log,
                                   "conversation_cost: tlr serve")
             try:
-                results[label] = run(tlr, slm, router, url, slots, user_msgs, a.max_tokens, bool(a.slm_shape))
+                results[label] = run(tlr, slm, router, url, slots, user_msgs, a.max_tokens, bool(a.slm_shape),
+                                     a.pipeline == "on")
             finally:
                 p.terminate()
                 p.wait(timeout=10)

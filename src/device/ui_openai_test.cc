@@ -41,7 +41,6 @@ class UiOpenAiTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     slm_ = Model::Load(kDemo + "slm.gguf")->release();
-    router_ = new Router(std::move(Router::Load(kDemo + "router.gguf")).value());
     llm_ = new LlmTarget;
     llm_->model = std::move(Model::Load(kDemo + "llm.gguf")).value();
     slow_llm_ = new LlmTarget;
@@ -50,7 +49,6 @@ class UiOpenAiTest : public ::testing::Test {
   }
   static void TearDownTestSuite() {
     delete slm_;
-    delete router_;
     delete llm_;
     delete slow_llm_;
   }
@@ -58,7 +56,9 @@ class UiOpenAiTest : public ::testing::Test {
     UiModels m;
     m.slm = slm_;
     m.llm = llm ? llm : llm_;
-    m.routers.push_back({"citer", "citer (test)", router_});
+    // A router per server: its scratch buffers serve one generation at a time.
+    routers_.push_back(std::make_unique<Router>(std::move(Router::Load(kDemo + "router.gguf")).value()));
+    m.routers.push_back({"citer", "citer (test)", routers_.back().get()});
     m.pool = &pool_;
     m.n_ctx = 512;
     m.sampling.temperature = 0;
@@ -129,12 +129,11 @@ class UiOpenAiTest : public ::testing::Test {
   }
 
   static Model* slm_;
-  static Router* router_;
   static LlmTarget *llm_, *slow_llm_;
+  std::vector<std::unique_ptr<Router>> routers_;  // before the servers: destroyed after them
   ThreadPool pool_{1};
 };
 Model* UiOpenAiTest::slm_ = nullptr;
-Router* UiOpenAiTest::router_ = nullptr;
 LlmTarget* UiOpenAiTest::llm_ = nullptr;
 LlmTarget* UiOpenAiTest::slow_llm_ = nullptr;
 

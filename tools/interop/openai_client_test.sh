@@ -1,23 +1,15 @@
 #!/usr/bin/env bash
-# Interoperability test (ctest label `server`): the official `openai` npm client (pinned below)
+# Interoperability test (ctest label `server`): the official `openai` npm client (pinned in
+# openai_npm.sh)
 # lists models, completes, chats and streams against a real `tlr serve` on an ephemeral
 # loopback port, and gets the right error classes for a wrong API key (401) and a bad
 # request (400). The assertions are in openai_client_test.mjs.
 # Usage: tools/interop/openai_client_test.sh TLR_BINARY BUILD_DIR
 set -euo pipefail
-openai_version=4.104.0
 tlr=${1:?usage: $0 TLR_BINARY BUILD_DIR}
 build=${2:?usage: $0 TLR_BINARY BUILD_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
-prefix=$build/npm-openai
-
-command -v node >/dev/null && command -v npm >/dev/null ||
-  { echo "openai_client_test: needs node (>= 20) and npm on PATH (Debian: apt-get install nodejs npm)" >&2; exit 1; }
-installed=$(node -p "require('$prefix/node_modules/openai/package.json').version" 2>/dev/null || true)
-if [ "$installed" != "$openai_version" ]; then
-  echo "installing openai@$openai_version into $prefix"
-  npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$prefix" "openai@$openai_version"
-fi
+. "$here/openai_npm.sh"  # the pinned client, in $prefix
 
 log=$(mktemp -d)
 server_pid=
