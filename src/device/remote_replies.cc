@@ -2,6 +2,7 @@
 #include "device/remote_replies.h"
 
 #include <charconv>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "net/protocol.h"
@@ -258,6 +259,78 @@ Expected<CompletionReply> ParseCompletionReply(std::string_view body, const Toke
   }
   r.generated = raw.completion_tokens;
   return r;
+}
+
+Expected<std::vector<std::vector<int32_t>>> ParseScoreReply(std::string_view body, const std::vector<size_t>& lengths,
+                                                            int64_t n_vocab) {
+  auto j = ParseJson(body);
+  if (!j.ok()) return Status::Error("the score reply is " + j.status().message());
+  if (!j->is_object() || !j->contains("results") || !(*j)["results"].is_array()) {
+    return Status::Error("the score reply has no 'results' array");
+  }
+  const json& results = (*j)["results"];
+  if (results.size() != lengths.size()) {
+    return Status::Error("the score reply has " + std::to_string(results.size()) + " results for " +
+                         std::to_string(lengths.size()) + " sequences");
+  }
+  std::vector<std::vector<int32_t>> out(lengths.size());
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const std::string where = "score result " + std::to_string(i);
+    if (!results[i].is_object() || !results[i].contains("argmax")) return Status::Error(where + " has no 'argmax'");
+    TLR_RETURN_IF_ERROR(ReadTokenIds(results[i]["argmax"], where + " 'argmax'", n_vocab, &out[i]));
+    if (out[i].size() != lengths[i]) {
+      return Status::Error(where + " has " + std::to_string(out[i].size()) + " predictions for a sequence of " +
+                           std::to_string(lengths[i]) + " tokens");
+    }
+  }
+  return out;
+}
+
+Expected<std::vector<int32_t>> ParsePromptLogprobsReply(std::string_view body, size_t n, const Tokenizer& vocab) {
+  auto j = ParseJson(body);
+  if (!j.ok()) return Status::Error("the completion reply is " + j.status().message());
+  if (!j->is_object() || !j->contains("choices") || !(*j)["choices"].is_array() || (*j)["choices"].empty() ||
+      !(*j)["choices"][0].is_object()) {
+    return Status::Error("the completion reply has no choices");
+  }
+  const json& choice = (*j)["choices"][0];
+  auto pl = choice.find("prompt_logprobs");
+  if (pl == choice.end() || !pl->is_array()) {
+    return Status::Error("the completion reply has no 'prompt_logprobs' (the engine must support vLLM's prompt_logprobs)");
+  }
+  if (pl->size() != n) {
+    return Status::Error("'prompt_logprobs' has " + std::to_string(pl->size()) + " entries for a prompt of " +
+                         std::to_string(n) + " tokens");
+  }
+  const int64_t V = vocab.n_vocab();
+  std::vector<int32_t> out;
+  for (size_t p = 1; p < n; ++p) {
+    const json& d = (*pl)[p];
+    const std::string where = "prompt_logprobs[" + std::to_string(p) + "]";
+    if (!d.is_object()) return Status::Error(where + " is not an object of token ids");
+    int64_t best = -1;
+    for (auto it = d.begin(); it != d.end(); ++it) {
+      if (!it->is_object() || !it->contains("rank") || !(*it)["rank"].is_number_integer()) {
+        return Status::Error(where + " entry '" + it.key() + "' has no integer 'rank'");
+      }
+      if ((*it)["rank"].get<int64_t>() != 1) continue;
+      char* end = nullptr;
+      const long long id = std::strtoll(it.key().c_str(), &end, 10);
+      if (it.key().empty() || *end != '\0' || id < 0 || id >= V) {
+        return Status::Error(where + " names token '" + it.key() + "', not an id in the vocabulary (0.." +
+                             std::to_string(V - 1) + ")");
+      }
+      best = id;
+    }
+    if (best < 0) return Status::Error(where + " has no rank-1 entry (ask for prompt_logprobs >= 1)");
+    out.push_back(static_cast<int32_t>(best));
+  }
+  // After the whole sequence: the greedy token the engine generated.
+  auto gen = ParseCompletionReply(body, vocab, 1);
+  if (!gen.ok()) return gen.status();
+  if (gen->tokens.size() != 1) return Status::Error("the completion reply has no generated token");
+  out.push_back(gen->tokens[0]);
+  return out;
 }
 
 }  // namespace tlr::remote

@@ -71,4 +71,17 @@ struct CompletionReply {
 };
 Expected<CompletionReply> ParseCompletionReply(std::string_view body, const Tokenizer& vocab, int want);
 
+// Teacher-forced predictions (router labels): the LLM's argmax after each prefix of an
+// n-token sequence, from
+//   - tlr serve's POST /tlr/v1/score reply: results[i].argmax, one per token, for each of
+//     `lengths` (ParseScoreReply);
+//   - a vLLM-style /v1/completions reply to {prompt: ids, prompt_logprobs: k>=1, max_tokens: 1,
+//     temperature: 0}: choices[0].prompt_logprobs (null, then per token a dict keyed by token id
+//     whose rank-1 entry is the argmax at the position before) for positions 0..n-2, and the
+//     generated token for the last (ParsePromptLogprobsReply).
+// Errors name what was wrong (lengths, ids outside the vocabulary, a missing rank-1 entry).
+Expected<std::vector<std::vector<int32_t>>> ParseScoreReply(std::string_view body, const std::vector<size_t>& lengths,
+                                                            int64_t n_vocab);
+Expected<std::vector<int32_t>> ParsePromptLogprobsReply(std::string_view body, size_t n, const Tokenizer& vocab);
+
 }  // namespace tlr::remote

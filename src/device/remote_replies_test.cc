@@ -119,5 +119,49 @@ TEST(RemoteReplies, CompletionUsage) {
   EXPECT_FALSE(ParseCompletionReply(R"({"choices":[{"text":"a"}],"usage":{"prompt_tokens":"x"}})", tok, 1).ok());
 }
 
+// Router labels: tlr serve's score reply and vLLM's prompt_logprobs, and every way they can be
+// wrong named in the error.
+TEST(RemoteReplies, TeacherForcedPredictions) {
+  auto slm = Model::Load(kDemo + "slm.gguf");
+  ASSERT_TRUE(slm.ok());
+  const Tokenizer& tok = (*slm)->tokenizer();
+  auto score = ParseScoreReply(R"({"results":[{"argmax":[3,4,5]},{"argmax":[9]}]})", {3, 1}, 10);
+  ASSERT_TRUE(score.ok()) << score.status().message();
+  EXPECT_EQ((*score)[0], (std::vector<int32_t>{3, 4, 5}));
+  EXPECT_EQ((*score)[1], (std::vector<int32_t>{9}));
+  EXPECT_EQ(ParseScoreReply(R"({"results":[{"argmax":[3,4]}]})", {3}, 10).status().message(),
+            "score result 0 has 2 predictions for a sequence of 3 tokens");
+  EXPECT_EQ(ParseScoreReply(R"({"results":[{"argmax":[3]}]})", {1, 1}, 10).status().message(),
+            "the score reply has 1 results for 2 sequences");
+  EXPECT_NE(ParseScoreReply(R"({"results":[{"argmax":[10]}]})", {1}, 10).status().message().find("0..9"), std::string::npos);
+  EXPECT_FALSE(ParseScoreReply(R"({"results":[{"argmax":[1]})", {1}, 10).ok());  // truncated
+  EXPECT_FALSE(ParseScoreReply(R"({"results":[{}]})", {1}, 10).ok());
+
+  // vLLM: null first, then per position a dict whose rank-1 entry is the argmax; the generated
+  // token is the prediction after the whole prompt.
+  const std::string ok = R"({"choices":[{"text":"x","logprobs":{"tokens":["token_id:7"]},"finish_reason":"length",
+      "prompt_logprobs":[null,{"5":{"logprob":-0.1,"rank":1,"decoded_token":"a"}},
+                         {"6":{"logprob":-2.0,"rank":3},"8":{"logprob":-0.2,"rank":1}}]}]})";
+  auto pl = ParsePromptLogprobsReply(ok, 3, tok);
+  ASSERT_TRUE(pl.ok()) << pl.status().message();
+  EXPECT_EQ(*pl, (std::vector<int32_t>{5, 8, 7}));
+  EXPECT_EQ(ParsePromptLogprobsReply(ok, 4, tok).status().message(), "'prompt_logprobs' has 3 entries for a prompt of 4 tokens");
+  EXPECT_NE(ParsePromptLogprobsReply(R"({"choices":[{"text":"x"}]})", 1, tok).status().message().find("no 'prompt_logprobs'"),
+            std::string::npos);
+  EXPECT_EQ(ParsePromptLogprobsReply(R"({"choices":[{"text":"x","prompt_logprobs":[null,{"6":{"logprob":-2.0,"rank":2}}]}]})", 2,
+                                     tok).status().message(),
+            "prompt_logprobs[1] has no rank-1 entry (ask for prompt_logprobs >= 1)");
+  EXPECT_NE(ParsePromptLogprobsReply(R"({"choices":[{"text":"x","prompt_logprobs":[null,{"99999999":{"logprob":0,"rank":1}}]}]})", 2,
+                                     tok).status().message().find("not an id in the vocabulary"),
+            std::string::npos);
+  EXPECT_NE(ParsePromptLogprobsReply(R"({"choices":[{"text":"x","prompt_logprobs":[null,{"a":{"logprob":0,"rank":1}}]}]})", 2,
+                                     tok).status().message().find("not an id in the vocabulary"),
+            std::string::npos);
+  EXPECT_NE(ParsePromptLogprobsReply(R"({"choices":[{"text":"x","prompt_logprobs":[null,{"5":{"logprob":0}}]}]})", 2, tok)
+                .status().message().find("no integer 'rank'"),
+            std::string::npos);
+  EXPECT_FALSE(ParsePromptLogprobsReply(R"({"choices":[{"text":"x","prompt_logprobs":[null,)", 2, tok).ok());
+}
+
 }  // namespace
 }  // namespace tlr::remote

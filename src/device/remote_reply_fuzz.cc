@@ -35,7 +35,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view body(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (static_cast<uint8_t>(data[0] - '0') % 7) {  // seeds start with a digit
+  switch (static_cast<uint8_t>(data[0] - '0') % 9) {  // seeds start with a digit
     case 0: {
       auto r = tlr::remote::ParseInfoReply(body);
       Check(r.ok() || !r.status().message().empty());
@@ -73,6 +73,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (r.ok()) {
         Check(!r->tokens.empty() && static_cast<int>(r->tokens.size()) <= want);
         CheckIds(r->tokens);
+      } else {
+        Check(!r.status().message().empty());
+      }
+      break;
+    }
+    case 7: {  // router labels from tlr serve: two sequences of 1..4 and 2 tokens
+      const std::vector<size_t> lengths = {1 + size % 4, 2};
+      auto r = tlr::remote::ParseScoreReply(body, lengths, g_vocab->n_vocab());
+      if (r.ok()) {
+        Check(r->size() == 2 && (*r)[0].size() == lengths[0] && (*r)[1].size() == 2);
+        for (const auto& s : *r) CheckIds(s);
+      } else {
+        Check(!r.status().message().empty());
+      }
+      break;
+    }
+    case 8: {  // router labels from vLLM's prompt_logprobs
+      const size_t n = 1 + size % 5;
+      auto r = tlr::remote::ParsePromptLogprobsReply(body, n, *g_vocab);
+      if (r.ok()) {
+        Check(r->size() == n);
+        CheckIds(*r);
       } else {
         Check(!r.status().message().empty());
       }

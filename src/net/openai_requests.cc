@@ -56,6 +56,12 @@ Status ParseCommon(const json& j, bool chat, const SamplerParams& defaults, Open
       if (s.empty()) return Status::Error("'stop' strings must not be empty");
     }
   }
+  if (auto pl = j.find("prompt_logprobs"); pl != j.end() && !pl->is_null()) {
+    int64_t k = -1;
+    f.Int("prompt_logprobs", 0, 20, &k);
+    TLR_RETURN_IF_ERROR(f.status());
+    p->prompt_logprobs = static_cast<int>(k);
+  }
   if (chat) {
     bool lp = false;
     int64_t top = 0;

@@ -21,6 +21,7 @@ struct OpenAiRequest {
   int max_tokens = 16;             // -1 (chat, not given): as many as fit
   SamplerParams sampling;
   int logprobs = -1;               // -1: none; else top-k count (0 = just the chosen token)
+  int prompt_logprobs = -1;        // vLLM's extension: per prompt token, its logprob and the top k
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;      // stream_options.include_usage

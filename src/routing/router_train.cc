@@ -9,6 +9,7 @@
 
 #include "model/model.h"
 #include "model/sampler.h"
+#include "routing/label_llm.h"
 
 namespace tlr {
 
@@ -43,18 +44,18 @@ bool Graded(const Tokenizer& tok, const QaRow& row, const std::vector<int32_t>& 
   return choice && *choice == row.answer_key;
 }
 
-// SLM (+ LLM when routed) greedy decoding with the router in the loop, from a prefix.
-Expected<std::vector<int32_t>> JointRollout(const Model& slm, const Model& llm, Router* router,
+// SLM (+ LLM when routed) greedy decoding with the router in the loop, from a prefix. The LLM
+// reads the whole sequence at each routed position (it may be a server, holding nothing).
+Expected<std::vector<int32_t>> JointRollout(const Model& slm, LabelLlm& llm, Router* router,
                                             float threshold, const std::vector<int32_t>& prefix,
                                             int max_tokens, ThreadPool* pool) {
   const int64_t n_ctx = static_cast<int64_t>(prefix.size()) + max_tokens + 2;
   TLR_ASSIGN_OR_RETURN(KvCache sc, slm.NewCache(n_ctx));
-  TLR_ASSIGN_OR_RETURN(KvCache lc, llm.NewCache(n_ctx));
   ForwardContext ctx(pool);
   std::vector<int32_t> seq = prefix, out;
   const int64_t V = slm.config().n_vocab, H = slm.config().n_embd;
-  std::vector<float> logits(V), hidden(H), llogits(llm.config().n_vocab);
-  int64_t slm_seen = 0, llm_seen = 0;
+  std::vector<float> logits(V), hidden(H);
+  int64_t slm_seen = 0;
   while (static_cast<int>(out.size()) < max_tokens) {
     SequenceInput in{&sc, std::span<const int32_t>(seq).subspan(slm_seen), OutputRows::kLast,
                      logits.data(), hidden.data()};
@@ -62,11 +63,9 @@ Expected<std::vector<int32_t>> JointRollout(const Model& slm, const Model& llm, 
     slm_seen = static_cast<int64_t>(seq.size());
     int32_t next = ArgMax(logits.data(), V);
     if (router->Confidence(hidden.data(), logits.data(), V, pool) < threshold) {
-      SequenceInput li{&lc, std::span<const int32_t>(seq).subspan(llm_seen), OutputRows::kLast,
-                       llogits.data(), nullptr};
-      TLR_RETURN_IF_ERROR(llm.Forward({&li, 1}, &ctx));
-      llm_seen = static_cast<int64_t>(seq.size());
-      next = ArgMax(llogits.data(), llm.config().n_vocab);
+      TLR_ASSIGN_OR_RETURN(auto pred, llm.Predict({seq}));
+      if (pred.size() != 1 || pred[0].size() != seq.size()) return Status::Error("the LLM's predictions do not match the sequence");
+      next = pred[0].back();
     }
     out.push_back(next);
     seq.push_back(next);
@@ -128,10 +127,16 @@ std::string RouterTrainReport::ToJson() const {
 Expected<RouterTrainResult> TrainRouter(const Model& slm, const Model& llm,
                                         const std::vector<QaRow>& rows,
                                         const RouterTrainOptions& opts, ThreadPool* pool) {
-  const auto t0 = Clock::now();
   if (slm.tokenizer().Fingerprint() != llm.tokenizer().Fingerprint()) {
     return Status::Error("the SLM and the LLM have different tokenizers: token routing needs one vocabulary");
   }
+  InProcessLabelLlm labels(llm, pool);
+  return TrainRouter(slm, labels, rows, opts, pool);
+}
+
+Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const std::vector<QaRow>& rows,
+                                        const RouterTrainOptions& opts, ThreadPool* pool) {
+  const auto t0 = Clock::now();
   if (!RouterIsLearned(opts.mlp.kind)) return Status::Error("only citer and colm routers are trained");
   if (opts.max_answer_tokens < 1 || opts.batch_questions < 1 || opts.rounds < 1) {
     return Status::Error("max answer tokens, batch and rounds must be positive");
@@ -169,27 +174,18 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, const Model& llm,
   ForwardContext ctx(pool);
   for (size_t b = 0; b < need_llm.size(); b += opts.batch_questions) {
     const size_t e = std::min(need_llm.size(), b + opts.batch_questions);
-    std::vector<KvCache> caches;
-    std::vector<KvCache*> ptrs;
-    std::vector<SequenceInput> pre;
-    std::vector<int32_t> first;
+    std::vector<std::vector<int32_t>> prompts;
+    for (size_t i = b; i < e; ++i) prompts.push_back(qs[need_llm[i]].prompt);
+    TLR_ASSIGN_OR_RETURN(auto outs, llm.Greedy(prompts, maxt));
+    if (outs.size() != prompts.size()) return Status::Error("the LLM answered " + std::to_string(outs.size()) +
+                                                             " of " + std::to_string(prompts.size()) + " prompts");
     for (size_t i = b; i < e; ++i) {
-      Question& q = qs[need_llm[i]];
-      TLR_ASSIGN_OR_RETURN(KvCache c, llm.NewCache(static_cast<int64_t>(q.prompt.size()) + maxt + 2));
-      caches.push_back(std::move(c));
-      first.push_back(q.prompt.back());
-    }
-    for (size_t i = b; i < e; ++i) {
-      Question& q = qs[need_llm[i]];
-      ptrs.push_back(&caches[i - b]);
-      if (q.prompt.size() > 1) {
-        pre.push_back({&caches[i - b], std::span<const int32_t>(q.prompt).first(q.prompt.size() - 1),
-                       OutputRows::kNone, nullptr, nullptr});
+      if (outs[i - b].empty() || static_cast<int>(outs[i - b].size()) > maxt) {
+        return Status::Error("the LLM's answer to a prompt has " + std::to_string(outs[i - b].size()) +
+                             " tokens (1.." + std::to_string(maxt) + " expected)");
       }
+      qs[need_llm[i]].ref = std::move(outs[i - b]);
     }
-    if (!pre.empty()) TLR_RETURN_IF_ERROR(llm.Forward(pre, &ctx));
-    TLR_ASSIGN_OR_RETURN(auto outs, GreedyContinue(llm, ptrs, first, maxt, pool));
-    for (size_t i = b; i < e; ++i) qs[need_llm[i]].ref = std::move(outs[i - b]);
     progress("reference", static_cast<int64_t>(e), static_cast<int64_t>(need_llm.size()));
   }
   {
@@ -233,19 +229,23 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, const Model& llm,
   for (size_t b = 0; b < qs.size(); b += opts.batch_questions) {
     const size_t e = std::min(qs.size(), b + opts.batch_questions);
     std::vector<std::vector<int32_t>> inputs;
-    std::vector<KvCache> caches, lcaches;
+    std::vector<KvCache> caches;
     int64_t rows_total = 0;
-    bool need_llm_pass = false;
+    std::vector<std::vector<int32_t>> llm_inputs;  // the sequences whose reference is not the LLM's
+    std::vector<size_t> llm_of(e - b, SIZE_MAX);    // question -> index into llm_inputs
     for (size_t i = b; i < e; ++i) {
       std::vector<int32_t> in = qs[i].prompt;
       in.insert(in.end(), qs[i].ref.begin(), qs[i].ref.end() - 1);
       rows_total += static_cast<int64_t>(in.size());
       TLR_ASSIGN_OR_RETURN(KvCache c, slm.NewCache(static_cast<int64_t>(in.size()) + maxt + 2));
       caches.push_back(std::move(c));
-      need_llm_pass |= !qs[i].ref_from_llm;
+      if (!qs[i].ref_from_llm) {
+        llm_of[i - b] = llm_inputs.size();
+        llm_inputs.push_back(in);
+      }
       inputs.push_back(std::move(in));
     }
-    std::vector<float> logits(rows_total * V), hidden(rows_total * H), llogits;
+    std::vector<float> logits(rows_total * V), hidden(rows_total * H);
     std::vector<SequenceInput> seqs;
     int64_t off = 0;
     for (size_t i = b; i < e; ++i) {
@@ -254,20 +254,15 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, const Model& llm,
       off += static_cast<int64_t>(inputs[i - b].size());
     }
     TLR_RETURN_IF_ERROR(slm.Forward(seqs, &ctx));
-    if (need_llm_pass) {
-      llogits.resize(rows_total * llm.config().n_vocab);
-      seqs.clear();
-      off = 0;
-      for (size_t i = b; i < e; ++i) {
-        TLR_ASSIGN_OR_RETURN(KvCache c, llm.NewCache(static_cast<int64_t>(inputs[i - b].size())));
-        lcaches.push_back(std::move(c));
+    std::vector<std::vector<int32_t>> llm_pred;  // the LLM's argmax after each prefix
+    if (!llm_inputs.empty()) {
+      TLR_ASSIGN_OR_RETURN(llm_pred, llm.Predict(llm_inputs));
+      bool fits = llm_pred.size() == llm_inputs.size();
+      for (size_t k = 0; fits && k < llm_pred.size(); ++k) {
+        fits = llm_pred[k].size() == llm_inputs[k].size();
+        for (int32_t t : llm_pred[k]) fits = fits && t >= 0 && t < V;
       }
-      for (size_t i = b; i < e; ++i) {
-        seqs.push_back({&lcaches[i - b], inputs[i - b], OutputRows::kAll,
-                        llogits.data() + off * llm.config().n_vocab, nullptr});
-        off += static_cast<int64_t>(inputs[i - b].size());
-      }
-      TLR_RETURN_IF_ERROR(llm.Forward(seqs, &ctx));
+      if (!fits) return Status::Error("the LLM's predictions do not match the sequences asked about (count, length or token ids)");
     }
     off = 0;
     std::vector<KvCache> forks;
@@ -284,8 +279,7 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, const Model& llm,
         int label;
         if (s_tok == want) {
           label = 1;
-        } else if (q.ref_from_llm ||
-                   ArgMax(llogits.data() + row * llm.config().n_vocab, llm.config().n_vocab) == want) {
+        } else if (q.ref_from_llm || llm_pred[llm_of[i - b]][P - 1 + j] == want) {
           label = 0;
         } else if (opts.both_wrong == BothWrong::kDrop) {
           ++rep.dropped_tokens;

@@ -29,6 +29,7 @@
 
 namespace tlr {
 
+class LabelLlm;
 class Model;
 class ThreadPool;
 
@@ -63,8 +64,13 @@ struct RouterTrainResult {
   RouterTrainReport report;
 };
 
+// With the LLM in this process (its tokenizer must be the SLM's).
 Expected<RouterTrainResult> TrainRouter(const Model& slm, const Model& llm,
                                         const std::vector<QaRow>& rows,
+                                        const RouterTrainOptions& opts, ThreadPool* pool);
+// With the LLM anywhere (label_llm.h: in process or behind a server); the caller checks that it
+// shares the SLM's vocabulary.
+Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const std::vector<QaRow>& rows,
                                         const RouterTrainOptions& opts, ThreadPool* pool);
 
 // Greedy continuation of several sequences at once: each cache already holds its prefix, and

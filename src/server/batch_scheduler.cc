@@ -27,6 +27,9 @@ void LogProbs(const float* logits, int64_t n, int32_t tok, int k, float* lp, std
   for (int i = 0; i < k; ++i) top->push_back({idx[i], logits[idx[i]] - lse});
 }
 
+// A scoring call's chunk holds all its rows' logits: at most this many bytes of them per pass.
+constexpr int64_t kScoreLogitBytes = 64 << 20;
+
 }  // namespace
 
 struct BatchScheduler::Job {
@@ -40,6 +43,9 @@ struct BatchScheduler::Job {
   int top_logprobs = 0;
   const LlmEngine::TokenCallback* on_token = nullptr;
   std::vector<float> logits;
+  std::vector<PromptPosition>* scores = nullptr;  // teacher forcing: one per fed prompt token
+  int prompt_top = 0;
+  std::vector<float> chunk_logits;  // a scoring chunk's rows
   size_t take = 0;              // tokens in the current pass
   EngineReply reply;
   std::string error;
@@ -73,43 +79,62 @@ BatchScheduler::~BatchScheduler() {
 }
 
 BatchOutcome BatchScheduler::Run(BatchCall call) {
-  Job job;
-  job.s = call.session;
-  job.feed = std::move(call.feed);
-  job.remaining = call.n;
-  job.low_priority = std::clamp(call.low_priority, 0, call.n - 1);
-  if (call.sampling.temperature > 0) {
-    // Counter-based draws (keyed by seed and position): a context gets the same tokens
-    // whichever calls came before it, and the same as the device's SLM would draw there.
-    job.sampler = std::make_unique<Sampler>(call.sampling, static_cast<int32_t>(model_.config().n_vocab));
+  std::vector<BatchCall> one;
+  one.push_back(std::move(call));
+  return std::move(RunAll(std::move(one))[0]);
+}
+
+std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
+  std::vector<std::unique_ptr<Job>> jobs;
+  const auto now = Clock::now();
+  for (BatchCall& call : calls) {
+    auto job = std::make_unique<Job>();
+    job->s = call.session;
+    job->feed = std::move(call.feed);
+    job->remaining = call.n;
+    job->low_priority = std::max(0, std::min(call.low_priority, call.n - 1));
+    if (call.sampling.temperature > 0) {
+      // Counter-based draws (keyed by seed and position): a context gets the same tokens
+      // whichever calls came before it, and the same as the device's SLM would draw there.
+      job->sampler = std::make_unique<Sampler>(call.sampling, static_cast<int32_t>(model_.config().n_vocab));
+    }
+    job->top_logprobs = call.top_logprobs;
+    job->on_token = call.on_token;
+    job->scores = call.prompt_scores;
+    job->prompt_top = call.prompt_top;
+    if (job->scores) job->scores->clear();
+    job->logits.resize(static_cast<size_t>(model_.config().n_vocab));
+    job->reply.prefilled = static_cast<int64_t>(job->feed.size());
+    job->enqueued = now;
+    if (call.deadline_s > 0) {
+      job->has_deadline = true;
+      job->deadline = now + std::chrono::microseconds(static_cast<int64_t>(call.deadline_s * 1e6));
+    }
+    jobs.push_back(std::move(job));
   }
-  job.top_logprobs = call.top_logprobs;
-  job.on_token = call.on_token;
-  job.logits.resize(static_cast<size_t>(model_.config().n_vocab));
-  job.reply.prefilled = static_cast<int64_t>(job.feed.size());
-  job.enqueued = Clock::now();
-  if (call.deadline_s > 0) {
-    job.has_deadline = true;
-    job.deadline = job.enqueued + std::chrono::microseconds(static_cast<int64_t>(call.deadline_s * 1e6));
-  }
-  BatchOutcome out;
+  std::vector<BatchOutcome> outs(jobs.size());
   {
     std::lock_guard<std::mutex> l(queue_mu_);
     if (stop_) {
-      out.error = "the server is shutting down";
-      out.overload = true;
-      return out;
+      for (BatchOutcome& out : outs) {
+        out.error = "the server is shutting down";
+        out.overload = true;
+      }
+      return outs;
     }
-    queue_.push_back(&job);
+    for (auto& job : jobs) queue_.push_back(job.get());
   }
   queue_cv_.notify_one();
-  std::unique_lock<std::mutex> jl(job.mu);
-  job.cv.wait(jl, [&] { return job.done; });
-  out.reply = std::move(job.reply);
-  out.error = std::move(job.error);
-  out.overload = job.shutdown;
-  out.started = job.started_set;
-  return out;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Job& job = *jobs[i];
+    std::unique_lock<std::mutex> jl(job.mu);
+    job.cv.wait(jl, [&] { return job.done; });
+    outs[i].reply = std::move(job.reply);
+    outs[i].error = std::move(job.error);
+    outs[i].overload = job.shutdown;
+    outs[i].started = job.started_set;
+  }
+  return outs;
 }
 
 void BatchScheduler::WorkerLoop() {
@@ -196,14 +221,23 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
       if (j->decoding != (pass == 0)) continue;
       const size_t rest = j->feed.size() - j->fed;
       size_t take = std::min<size_t>(rest, static_cast<size_t>(std::max<int64_t>(budget, 0)));
+      const bool scoring = j->scores && !j->decoding;
+      const int64_t V = model_.config().n_vocab;
+      if (scoring) take = std::min<size_t>(take, static_cast<size_t>(std::max<int64_t>(1, kScoreLogitBytes / (4 * V))));
       if (take == 0 && batch.empty()) take = std::min<size_t>(rest, 1);  // always progress
       if (take == 0) continue;
       j->take = take;
       budget -= static_cast<int64_t>(take);
       tokens += static_cast<int64_t>(take);
       const bool last = j->fed + take == j->feed.size();
-      ins.push_back({j->s->cache.get(), std::span<const int32_t>(j->feed.data() + j->fed, take),
-                     last ? OutputRows::kLast : OutputRows::kNone, last ? j->logits.data() : nullptr, nullptr});
+      const std::span<const int32_t> chunk(j->feed.data() + j->fed, take);
+      if (scoring) {
+        j->chunk_logits.resize(take * static_cast<size_t>(V));
+        ins.push_back({j->s->cache.get(), chunk, OutputRows::kAll, j->chunk_logits.data(), nullptr});
+      } else {
+        ins.push_back({j->s->cache.get(), chunk, last ? OutputRows::kLast : OutputRows::kNone,
+                       last ? j->logits.data() : nullptr, nullptr});
+      }
       batch.push_back(j);
       if (!j->started_set) {
         j->started = Clock::now();
@@ -230,6 +264,27 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
       continue;
     }
     EngineSession* s = j->s;
+    const int64_t V = model_.config().n_vocab;
+    if (j->scores && !j->decoding) {  // teacher forcing: what the model predicts at each position
+      for (size_t r = 0; r < j->take; ++r) {
+        const float* row = j->chunk_logits.data() + r * static_cast<size_t>(V);
+        const size_t p = j->fed + r;
+        PromptPosition pos;
+        pos.argmax = ArgMax(row, V);
+        const bool has_next = p + 1 < j->feed.size();
+        LogProbs(row, V, has_next ? j->feed[p + 1] : pos.argmax, j->prompt_top, &pos.logprob, &pos.top);
+        if (has_next) {
+          const float mine = row[j->feed[p + 1]];
+          pos.rank = 1 + static_cast<int32_t>(std::count_if(row, row + V, [mine](float x) { return x > mine; }));
+        } else {
+          pos.logprob = 0;
+        }
+        j->scores->push_back(std::move(pos));
+      }
+      if (j->fed + j->take == j->feed.size()) {
+        std::copy_n(j->chunk_logits.data() + (j->take - 1) * static_cast<size_t>(V), V, j->logits.data());
+      }
+    }
     s->work.forward_s += tokens > 0 ? pass_s * static_cast<double>(j->take) / static_cast<double>(tokens) : 0;
     if (!j->decoding) s->work.prefilled += static_cast<int64_t>(j->take);
     s->tokens.insert(s->tokens.end(), j->feed.begin() + static_cast<std::ptrdiff_t>(j->fed),
@@ -239,7 +294,11 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
     if (metrics_) metrics_->Add(j->decoding ? "tlr_decode_tokens_total" : "tlr_prefill_tokens_total", static_cast<double>(j->take));
     j->fed += j->take;
     if (j->fed < j->feed.size()) continue;
-    const int64_t V = model_.config().n_vocab;
+    if (j->remaining <= 0) {  // a scoring call: nothing to generate
+      j->reply.finish = "length";
+      finished.push_back(j);
+      continue;
+    }
     const int32_t tok = j->sampler ? j->sampler->Sample(j->logits.data(), s->tokens)
                                    : ArgMax(j->logits.data(), V);
     float lp = 0;

@@ -37,13 +37,17 @@ namespace tlr {
 struct BatchCall {
   EngineSession* session = nullptr;  // locked by the caller for the whole call
   std::vector<int32_t> feed;         // tokens to ingest (at least one)
-  int n = 1;                         // tokens to generate
+  int n = 1;                         // tokens to generate (0: only with prompt_scores)
   int low_priority = 0;              // the last this many of the n are a hint (lookahead): made
                                      // only while no other call is in the scheduler, else cut
   SamplerParams sampling;            // validated
   int top_logprobs = 0;
   const LlmEngine::TokenCallback* on_token = nullptr;  // may be null
   double deadline_s = 0;             // no pass starts after this (0: never); the device has gone
+  // Teacher forcing: one PromptPosition per fed token, with this many alternatives. With n 0
+  // the call only scores.
+  std::vector<PromptPosition>* prompt_scores = nullptr;
+  int prompt_top = 0;
 };
 
 struct BatchOutcome {
@@ -64,6 +68,8 @@ class BatchScheduler {
   BatchScheduler& operator=(const BatchScheduler&) = delete;
 
   BatchOutcome Run(BatchCall call);
+  // Several calls at once (they share passes); waits for all of them.
+  std::vector<BatchOutcome> RunAll(std::vector<BatchCall> calls);
 
   int64_t prefill_tokens() const { return prefill_tokens_.load(); }
   int64_t decode_tokens() const { return decode_tokens_.load(); }

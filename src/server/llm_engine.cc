@@ -56,6 +56,7 @@ LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& l
     metrics_->DeclareCounter("tlr_prefill_tokens_total", "Tokens ingested from requests (delta prefill)");
     metrics_->DeclareCounter("tlr_decode_tokens_total", "Generated tokens fed back into a KV cache");
     metrics_->DeclareCounter("tlr_generated_tokens_total", "Tokens generated");
+    metrics_->DeclareCounter("tlr_scored_sequences_total", "Sequences scored teacher-forced (router labels: POST /tlr/v1/score)");
     metrics_->DeclareCounter("tlr_evictions_total", "Session KV caches evicted under the KV budget");
     metrics_->DeclareCounter("tlr_sessions_expired_total", "Sessions deleted after the idle TTL");
     metrics_->DeclareCounter("tlr_resyncs_total", "Next-token calls answered with a conflict (device resends)");
@@ -217,7 +218,8 @@ EngineResult LlmEngine::Next(const NextRequest& req) {
 }
 
 EngineResult LlmEngine::Complete(std::span<const int32_t> prompt, int max_tokens, const SamplerParams& sampling,
-                                 int top_logprobs, const TokenCallback& on_token) {
+                                 int top_logprobs, const TokenCallback& on_token,
+                                 std::vector<PromptPosition>* prompt_scores, int prompt_top) {
   if (prompt.empty()) return Fail(EngineCode::kBadRequest, "the prompt is empty");
   if (max_tokens < 1 || max_tokens > limits_.max_tokens_per_call) {
     return Fail(EngineCode::kBadRequest, "'max_tokens' must be in 1.." + std::to_string(limits_.max_tokens_per_call));
@@ -252,19 +254,82 @@ EngineResult LlmEngine::Complete(std::span<const int32_t> prompt, int max_tokens
     }
     from_lock.unlock();
   }
-  const size_t common = std::min(best_common, prompt.size() - 1);
+  // Scoring the prompt reads all of it (a cached prefix has no logits to report).
+  const size_t common = prompt_scores ? 0 : std::min(best_common, prompt.size() - 1);
   if (s->cache) s->cache->Truncate(static_cast<int64_t>(common));
   s->tokens.resize(common);
   std::vector<int32_t> feed(prompt.begin() + static_cast<std::ptrdiff_t>(common), prompt.end());
-  EngineResult r = Run(s, std::move(feed), max_tokens, sampling, top_logprobs, on_token);
+  EngineResult r = Run(s, std::move(feed), max_tokens, sampling, top_logprobs, on_token, 0, 0, prompt_scores, prompt_top);
   s->last_used = Clock::now();
   if (temporary) store_->ReleaseTemporary(best);
   return r;
 }
 
+EngineResult LlmEngine::Score(const std::vector<std::vector<int32_t>>& seqs, int top_logprobs,
+                              std::vector<std::vector<PromptPosition>>* out) {
+  if (seqs.empty()) return Fail(EngineCode::kBadRequest, "no sequences to score");
+  const int64_t V = model_.config().n_vocab;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const auto& q = seqs[i];
+    const std::string which = "sequence " + std::to_string(i);
+    if (q.empty()) return Fail(EngineCode::kBadRequest, which + " is empty");
+    if (static_cast<int64_t>(q.size()) > limits_.max_context) {
+      return Fail(EngineCode::kBadRequest, which + " has " + std::to_string(q.size()) + " tokens, past the server's context of " +
+                                               std::to_string(limits_.max_context));
+    }
+    for (int32_t t : q) {
+      if (t < 0 || t >= V) return Fail(EngineCode::kBadRequest, which + ": token id " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(V - 1) + ")");
+    }
+  }
+  // One temporary cache per sequence, each counted in the KV budget while the call runs.
+  std::vector<std::shared_ptr<EngineSession>> temps;
+  std::vector<std::unique_lock<std::mutex>> locks(seqs.size());
+  auto release = [&] {
+    for (auto& t : temps) store_->ReleaseTemporary(t);
+  };
+  std::vector<BatchCall> calls;
+  out->assign(seqs.size(), {});
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    temps.push_back(store_->NewTemporary(&locks[i]));
+    EngineSession* s = temps.back().get();
+    std::string why;
+    if (!store_->MakeRoom(s, static_cast<int64_t>(seqs[i].size()), &why)) {
+      release();
+      return Fail(EngineCode::kOverloaded, why);
+    }
+    auto c = model_.NewCache(static_cast<int64_t>(seqs[i].size()), KvMemory::kOnDemand);
+    if (!c.ok()) {
+      release();
+      return Fail(EngineCode::kOverloaded, c.status().message());
+    }
+    s->cache = std::make_unique<KvCache>(std::move(c).value());
+    BatchCall call;
+    call.session = s;
+    call.feed = seqs[i];
+    call.n = 0;
+    call.prompt_scores = &(*out)[i];
+    call.prompt_top = top_logprobs;
+    calls.push_back(std::move(call));
+  }
+  std::vector<BatchOutcome> outs = scheduler_->RunAll(std::move(calls));
+  PublishGauges();
+  EngineResult r;
+  for (BatchOutcome& o : outs) {
+    if (!o.error.empty() && r.ok()) r = Fail(o.overload ? EngineCode::kOverloaded : EngineCode::kInternal, o.error);
+    r.reply.prefilled += o.reply.prefilled;
+    r.reply.queue_s = std::max(r.reply.queue_s, o.reply.queue_s);
+    r.reply.compute_s = std::max(r.reply.compute_s, o.reply.compute_s);
+  }
+  locks.clear();
+  release();
+  if (metrics_ && r.ok()) metrics_->Add("tlr_scored_sequences_total", static_cast<double>(seqs.size()));
+  return r;
+}
+
 // Runs one call on a locked session through the batch scheduler and waits for it.
 EngineResult LlmEngine::Run(EngineSession* s, std::vector<int32_t> feed, int n, const SamplerParams& sampling,
-                            int top_logprobs, const TokenCallback& on_token, double deadline_s, int low_priority) {
+                            int top_logprobs, const TokenCallback& on_token, double deadline_s, int low_priority,
+                            std::vector<PromptPosition>* prompt_scores, int prompt_top) {
   Status valid = sampling.Validate();
   if (!valid.ok()) return Fail(EngineCode::kBadRequest, valid.message());
   std::string why;
@@ -285,6 +350,8 @@ EngineResult LlmEngine::Run(EngineSession* s, std::vector<int32_t> feed, int n, 
   call.top_logprobs = top_logprobs;
   call.on_token = on_token ? &on_token : nullptr;
   call.deadline_s = deadline_s;
+  call.prompt_scores = prompt_scores;
+  call.prompt_top = prompt_top;
   BatchOutcome out = scheduler_->Run(std::move(call));
   PublishGauges();
   if (!out.error.empty()) {

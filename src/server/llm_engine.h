@@ -59,6 +59,16 @@ struct TopLogprob {
   float logprob = 0;
 };
 
+// What the model predicts at one position of a sequence it reads (teacher forcing): its argmax
+// for the next token, the logprob of the sequence's actual next token (0 at the last position)
+// and, when asked, the top k.
+struct PromptPosition {
+  int32_t argmax = 0;
+  float logprob = 0;
+  int32_t rank = 0;  // the next token's rank in the vocabulary (1: the argmax; 0 at the last)
+  std::vector<TopLogprob> top;
+};
+
 // The LLM's work for one session since it was created: tokens prefilled from requests, tokens
 // generated (answers, lookahead, and calls whose answer nobody read), and its share of
 // forward-pass time (each pass's time split by the tokens each session had in it).
@@ -133,8 +143,16 @@ class LlmEngine {
   // the longest prefix with it, so a device resending a growing context is cheap.
   // on_token(id, logprob, top) returns false to stop (stop string found, client gone).
   using TokenCallback = std::function<bool(int32_t, float, const std::vector<TopLogprob>&)>;
+  // prompt_scores (may be null): the prompt read whole (no cached prefix), one PromptPosition
+  // per prompt token with `prompt_top` alternatives (vLLM's prompt_logprobs).
   EngineResult Complete(std::span<const int32_t> prompt, int max_tokens, const SamplerParams& sampling,
-                        int top_logprobs, const TokenCallback& on_token);
+                        int top_logprobs, const TokenCallback& on_token,
+                        std::vector<PromptPosition>* prompt_scores = nullptr, int prompt_top = 0);
+
+  // Teacher-forced scoring of several sequences (router labels): each in a cache of its own,
+  // sharing forward passes; out[i] has one PromptPosition per token of seqs[i].
+  EngineResult Score(const std::vector<std::vector<int32_t>>& seqs, int top_logprobs,
+                     std::vector<std::vector<PromptPosition>>* out);
 
   const Model& model() const { return model_; }
   const EngineLimits& limits() const { return limits_; }
@@ -147,7 +165,8 @@ class LlmEngine {
 
  private:
   EngineResult Run(EngineSession* s, std::vector<int32_t> feed, int n, const SamplerParams& sampling,
-                   int top_logprobs, const TokenCallback& on_token, double deadline_s = 0, int low_priority = 0);
+                   int top_logprobs, const TokenCallback& on_token, double deadline_s = 0, int low_priority = 0,
+                   std::vector<PromptPosition>* prompt_scores = nullptr, int prompt_top = 0);
   void PublishGauges();
 
   const Model& model_;

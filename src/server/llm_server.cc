@@ -25,7 +25,7 @@ using Clock = std::chrono::steady_clock;
 // Route label for metrics (ids out of paths, unknown paths in one bucket).
 std::string EndpointLabel(const std::string& path) {
   static const char* kKnown[] = {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions",
-                                 "/tlr/v1/info", "/tlr/v1/sessions", "/tlr/v1/next"};
+                                 "/tlr/v1/info", "/tlr/v1/sessions", "/tlr/v1/next", "/tlr/v1/score"};
   for (const char* k : kKnown) {
     if (path == k) return k;
   }
@@ -251,6 +251,37 @@ void LlmServer::Routes() {
                 }
                 if (lookahead > 0) out["lookahead"] = r.reply.lookahead;
                 SendJson(res, 200, out);
+              }));
+  // Teacher-forced scoring (router labels): per sequence, the model's argmax after every prefix,
+  // the logprob of each next token of the sequence and, when asked, the top k.
+  http_->Post("/tlr/v1/score", timed("/tlr/v1/score", [this, &model](const httplib::Request& req, httplib::Response& res) {
+                auto body = server::ParseBody(req, res);
+                if (!body) return;
+                auto parsed = server::ParseScoreRequest(*body, engine_->limits(), model.config().n_vocab);
+                if (!parsed.ok()) return SendError(res, 400, "invalid_request", parsed.status().message());
+                std::vector<std::vector<PromptPosition>> scores;
+                EngineResult r = engine_->Score(parsed->sequences, parsed->top_logprobs, &scores);
+                if (!r.ok()) return SendError(res, HttpStatusOf(r.code), std::string(EngineCodeName(r.code)), r.message);
+                json results = json::array();
+                for (const auto& seq : scores) {
+                  json argmax = json::array(), lps = json::array(), tops = json::array();
+                  for (const PromptPosition& p : seq) {
+                    argmax.push_back(p.argmax);
+                    lps.push_back(p.logprob);
+                    if (parsed->top_logprobs > 0) {
+                      json a = json::array();
+                      for (const TopLogprob& t : p.top) a.push_back({{"id", t.id}, {"logprob", t.logprob}});
+                      tops.push_back(a);
+                    }
+                  }
+                  json one = {{"argmax", argmax}, {"logprobs", lps}};
+                  if (parsed->top_logprobs > 0) one["top_logprobs"] = tops;
+                  results.push_back(one);
+                }
+                SendJson(res, 200, {{"results", results},
+                                    {"timing", {{"queue_ms", r.reply.queue_s * 1e3},
+                                                {"compute_ms", r.reply.compute_s * 1e3},
+                                                {"prefilled", r.reply.prefilled}}}});
               }));
 }
 

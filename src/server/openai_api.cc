@@ -60,6 +60,9 @@ void LlmServer::RoutesOpenAi() {
     if (!parsed.ok()) return SendError(res, 400, "invalid_request_error", parsed.status().message());
     OpenAiRequest& p = *parsed;
     if (p.prompt.empty()) return SendError(res, 400, "invalid_request_error", "the prompt is empty");
+    if (p.prompt_logprobs >= 0 && p.stream) {
+      return SendError(res, 400, "invalid_request_error", "'prompt_logprobs' is not supported with streaming");
+    }
     const int limit = engine_->limits().max_tokens_per_call;
     const int64_t room = engine_->limits().max_context - static_cast<int64_t>(p.prompt.size());
     if (p.max_tokens < 0) p.max_tokens = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(limit, room)));
@@ -105,12 +108,14 @@ void LlmServer::RoutesOpenAi() {
       CompletionText text(tok, p.stop);
       std::vector<json> lps;
       std::vector<int32_t> ids;
+      std::vector<PromptPosition> prompt_scores;
       EngineResult r = engine_->Complete(p.prompt, p.max_tokens, p.sampling, std::max(0, p.logprobs),
                                          [&](int32_t t, float lp, const std::vector<TopLogprob>& top) {
                                            ids.push_back(t);
                                            if (p.logprobs >= 0) lps.push_back(token_logprob(t, lp, top));
                                            return text.Push(t, tok.IsEndOfGeneration(t));
-                                         });
+                                         },
+                                         p.prompt_logprobs >= 0 ? &prompt_scores : nullptr, std::max(0, p.prompt_logprobs));
       if (!r.ok()) {
         return SendError(res, HttpStatusOf(r.code),
                          r.code == EngineCode::kBadRequest ? "invalid_request_error" : std::string(EngineCodeName(r.code)), r.message);
@@ -143,6 +148,24 @@ void LlmServer::RoutesOpenAi() {
                   {"choices", json::array({choice})}, {"usage", usage(static_cast<int64_t>(ids.size()))},
                   {"tlr", {{"token_ids", ids}, {"queue_ms", r.reply.queue_s * 1e3}, {"compute_ms", r.reply.compute_s * 1e3},
                            {"prefilled", r.reply.prefilled}}}};
+      if (p.prompt_logprobs >= 0) {
+        // vLLM's shape: per prompt token (null for the first) a dict keyed by token id: the token
+        // itself and the top k at its position, each {logprob, rank, decoded_token}.
+        json list = json::array({nullptr});
+        for (size_t i = 1; i < p.prompt.size() && i - 1 < prompt_scores.size(); ++i) {
+          const PromptPosition& pos = prompt_scores[i - 1];
+          json d = json::object();
+          for (size_t k = 0; k < pos.top.size(); ++k) {
+            d[std::to_string(pos.top[k].id)] = {{"logprob", pos.top[k].logprob}, {"rank", k + 1},
+                                               {"decoded_token", TokenLabel(tok, pos.top[k].id, as_ids)}};
+          }
+          d[std::to_string(p.prompt[i])] = {{"logprob", pos.logprob}, {"rank", pos.rank},
+                                            {"decoded_token", TokenLabel(tok, p.prompt[i], as_ids)}};
+          list.push_back(std::move(d));
+        }
+        if (chat) out["prompt_logprobs"] = std::move(list);
+        else out["choices"][0]["prompt_logprobs"] = std::move(list);
+      }
       SendJson(res, 200, out);
       if (metrics_) {
         metrics_->Observe("tlr_http_request_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),

@@ -52,7 +52,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   if (!j->is_object()) return 0;  // the handlers' 400 "must be a JSON object"
-  const int which = static_cast<uint8_t>(data[0] - '0') % 4;  // seeds start with a digit
+  const int which = static_cast<uint8_t>(data[0] - '0') % 5;  // seeds start with a digit
+  if (which == 4) {
+    tlr::EngineLimits limits;
+    auto r = tlr::server::ParseScoreRequest(*j, limits, g_tok->n_vocab());
+    if (!r.ok()) return ErrorBody(r.status()), 0;
+    Check(!r->sequences.empty() && r->sequences.size() <= tlr::server::kMaxScoreSequences);
+    for (const auto& q : r->sequences) {
+      Check(!q.empty() && static_cast<int64_t>(q.size()) <= limits.max_context);
+      CheckIds(q);
+    }
+    return 0;
+  }
   if (which == 0) {
     tlr::EngineLimits limits;
     auto r = tlr::server::ParseNextRequest(*j, limits, g_tok->n_vocab());

@@ -39,4 +39,28 @@ Expected<NextRequest> ParseNextRequest(const json& j, const EngineLimits& limits
   return nr;
 }
 
+Expected<ScoreRequest> ParseScoreRequest(const json& j, const EngineLimits& limits, int64_t n_vocab) {
+  ScoreRequest sr;
+  int64_t top = 0;
+  const json* seqs = nullptr;
+  JsonFields f(j);
+  f.Array("sequences", &seqs, kRequired).Int("top_logprobs", 0, 20, &top);
+  TLR_RETURN_IF_ERROR(f.status());
+  if (seqs->empty() || seqs->size() > kMaxScoreSequences) {
+    return Status::Error("'sequences' must hold 1.." + std::to_string(kMaxScoreSequences) + " sequences of token ids");
+  }
+  for (size_t i = 0; i < seqs->size(); ++i) {
+    std::vector<int32_t> ids;
+    TLR_RETURN_IF_ERROR(ReadTokenIds((*seqs)[i], "'sequences[" + std::to_string(i) + "]'", n_vocab, &ids));
+    if (ids.empty()) return Status::Error("'sequences[" + std::to_string(i) + "]' is empty");
+    if (static_cast<int64_t>(ids.size()) > limits.max_context) {
+      return Status::Error("'sequences[" + std::to_string(i) + "]' has " + std::to_string(ids.size()) +
+                           " tokens, past the server's context of " + std::to_string(limits.max_context));
+    }
+    sr.sequences.push_back(std::move(ids));
+  }
+  sr.top_logprobs = static_cast<int>(top);
+  return sr;
+}
+
 }  // namespace tlr::server

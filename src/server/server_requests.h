@@ -18,4 +18,12 @@ namespace tlr::server {
 // POST /tlr/v1/next.
 Expected<NextRequest> ParseNextRequest(const nlohmann::json& body, const EngineLimits& limits, int64_t n_vocab);
 
+// POST /tlr/v1/score: {"sequences": [[token ids], ...], "top_logprobs": k}.
+struct ScoreRequest {
+  std::vector<std::vector<int32_t>> sequences;
+  int top_logprobs = 0;
+};
+inline constexpr size_t kMaxScoreSequences = 64;
+Expected<ScoreRequest> ParseScoreRequest(const nlohmann::json& body, const EngineLimits& limits, int64_t n_vocab);
+
 }  // namespace tlr::server

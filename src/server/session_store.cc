@@ -152,6 +152,14 @@ std::shared_ptr<EngineSession> SessionStore::AcquireSlot(std::span<const int32_t
   return t;
 }
 
+std::shared_ptr<EngineSession> SessionStore::NewTemporary(std::unique_lock<std::mutex>* lock) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto t = std::make_shared<EngineSession>();
+  *lock = std::unique_lock<std::mutex>(t->mu, std::try_to_lock);  // new: always free
+  temps_.push_back(t);
+  return t;
+}
+
 void SessionStore::ReleaseTemporary(const std::shared_ptr<EngineSession>& s) {
   std::lock_guard<std::mutex> l(mu_);
   temps_.erase(std::find(temps_.begin(), temps_.end(), s));

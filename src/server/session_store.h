@@ -62,6 +62,9 @@ class SessionStore {
                                              size_t* common, bool* temporary, std::shared_ptr<EngineSession>* fork_from,
                                              std::unique_lock<std::mutex>* fork_lock);
   void ReleaseTemporary(const std::shared_ptr<EngineSession>& s);
+  // A cache for one call (scoring), counted in the budget until ReleaseTemporary; returned
+  // locked in *lock.
+  std::shared_ptr<EngineSession> NewTemporary(std::unique_lock<std::mutex>* lock);
 
   // Evicts idle caches (least recently used first) until `self` (locked by the caller) can
   // grow to need_positions within the KV budget. False, with the reason, when it cannot.

@@ -10,14 +10,19 @@
 #include "apps/tlr/progress.h"
 #include "model/model.h"
 #include "ops/thread_pool.h"
+#include "device/remote_label_llm.h"
+#include "routing/label_cache.h"
+#include "routing/label_llm.h"
 #include "routing/router_train.h"
+#include "util/hash.h"
 
 namespace tlr::cli {
 
 Command AddRouterCommand(CLI::App& root) {
   struct Opts {
     std::string slm, llm, data, out, kind = "citer", both_wrong = "rollout", weight_type = "f16", info_path;
-    std::string kv_type = "f16";
+    std::string kv_type = "f16", work_dir;
+    LlmArgs net;
     int rounds = 1, epochs = 60, batch = 256, max_answer = 64, limit = 0, threads = 2, patience = 8;
     float lr = 1e-3f, val_frac = 0.15f, dropout = 0.1f;
     uint64_t seed = 1;
@@ -29,7 +34,7 @@ Command AddRouterCommand(CLI::App& root) {
   CLI::App* train = app->add_subcommand(
       "train", "Train a router for an SLM/LLM pair on multiple-choice questions (CITER labels)");
   train->add_option("--slm", o->slm, "Small model GGUF")->required();
-  train->add_option("--llm", o->llm, "Large model GGUF (same tokenizer)")->required();
+  train->add_option("--llm", o->llm, "Large model GGUF (same tokenizer), run in this process; or --server");
   train->add_option("--data", o->data,
                     "Training questions, CommonsenseQA JSONL (flattened or nested schema); a row's "
                     "optional \"reference\" text replaces the LLM's own answer as the reference")
@@ -59,10 +64,19 @@ Command AddRouterCommand(CLI::App& root) {
   train->add_option("--weight-type", o->weight_type, "How the router stores its matrices")
       ->default_val("f16")->check(CLI::IsMember({"f32", "f16", "q8_0"}));
   train->add_option("--seed", o->seed, "Seed (initialisation, shuffling, validation split)")->default_val(1);
+  train->add_option("--work-dir", o->work_dir,
+                    "Keep the LLM's answers here as they arrive: a run stopped for any reason continues where it "
+                    "stopped when started again with the same directory (nothing is asked twice)");
   AddThreadsOnly(train, &o->threads);
   AddKvTypeArg(train, &o->kv_type);
-  train->footer("Example:\n  tlr router train --slm models/demo/slm.gguf --llm models/demo/llm.gguf \\\n"
-                "      --data train.jsonl --out router.gguf");
+  AddLlmServerArgs(train, &o->net);
+  train->footer("The LLM's labels come from --llm (in this process) or --server: `tlr serve` (--backend tlr:\n"
+                "teacher-forced scoring, many sequences per request) or a vLLM-compatible engine (--backend\n"
+                "openai: /v1/completions with prompt_logprobs). Either way the labels are the same.\n"
+                "Examples:\n  tlr router train --slm models/demo/slm.gguf --llm models/demo/llm.gguf \\\n"
+                "      --data train.jsonl --out router.gguf\n"
+                "  tlr router train --slm qwen2.5-0.5b.gguf --server http://gpu-box:8000 --backend openai \\\n"
+                "      --data train.jsonl --out router.gguf --work-dir router-work");
   CLI::App* info = app->add_subcommand("info", "Print a router file's kind, SLM and training summary");
   info->add_option("router", o->info_path, "Router GGUF")->required();
   info->add_flag("--json", o->json, "Print JSON");
@@ -73,7 +87,16 @@ Command AddRouterCommand(CLI::App& root) {
               auto r = Router::Load(o->info_path);
               if (!r.ok()) return ReportError(cmd, r.status().message());
               const RouterInfo& in = r->info();
+              // Two routers with the same weights have the same fingerprint (as loaded: the file's
+              // storage type decoded), whatever their training summaries say.
+              uint64_t wfp = kFnvOffset;
+              for (const DenseLayer& l : r->layers()) {
+                wfp = Fnv1a(wfp, l.w.data(), l.w.size() * sizeof(float));
+                wfp = Fnv1a(wfp, l.b.data(), l.b.size() * sizeof(float));
+              }
+              char hex[17];
               nlohmann::json j = {{"kind", RouterKindName(in.kind)}, {"input_dim", in.input_dim},
+                                  {"weights_fingerprint", std::string(HexU64(wfp, hex))},
                                   {"params", r->n_params()},
                                   {"weight_type", GgmlTraits(r->weight_type()).name},
                                   {"slm_fingerprint", in.slm_fingerprint}, {"slm_name", in.slm_name},
@@ -83,7 +106,7 @@ Command AddRouterCommand(CLI::App& root) {
               if (o->json) {
                 std::printf("%s\n", j.dump(1).c_str());
               } else {
-                for (auto& [k, v] : j.items()) std::printf("%-17s %s\n", k.c_str(), v.dump().c_str());
+                for (auto& [k, v] : j.items()) std::printf("%-19s %s\n", k.c_str(), v.dump().c_str());
               }
               return 0;
             }
@@ -92,10 +115,43 @@ Command AddRouterCommand(CLI::App& root) {
             auto rows = LoadQaJsonl(o->data);
             if (!rows.ok()) return ReportError(cmd, rows.status().message());
             if (o->limit > 0 && static_cast<size_t>(o->limit) < rows->size()) rows->resize(o->limit);
+            const bool remote = !o->net.server.empty();
+            if (remote == !o->llm.empty()) return ReportError(cmd, "give the LLM as --llm FILE or --server URL (one of them)");
             auto slm = Model::Load(o->slm, ModelOptions(o->kv_type));
             if (!slm.ok()) return ReportError(cmd, "SLM: " + slm.status().message());
-            auto llm = Model::Load(o->llm, ModelOptions(o->kv_type));
-            if (!llm.ok()) return ReportError(cmd, "LLM: " + llm.status().message());
+            ThreadPool pool(o->threads);
+            std::unique_ptr<Model> llm_model;
+            std::unique_ptr<LabelLlm> llm;
+            if (remote) {
+              auto spec = MakeLlmSpec(o->net, nullptr, o->threads, 0, o->seed);
+              TLR_CLI_CHECK(cmd, spec.status());
+              RemoteOptions ro = spec->remote;
+              ro.http.sim_rtt_s = spec->sim_rtt_s;  // --sim-rtt: per HTTP request, as the device's calls
+              ro.http.sim_jitter_s = spec->sim_jitter_s;
+              auto r = RemoteLabelLlm::Connect(ro, (*slm)->tokenizer());
+              if (!r.ok()) return ReportError(cmd, "LLM: " + r.status().message());
+              llm = std::move(r).value();
+            } else {
+              auto m = Model::Load(o->llm, ModelOptions(o->kv_type));
+              if (!m.ok()) return ReportError(cmd, "LLM: " + m.status().message());
+              llm_model = std::move(m).value();
+              if (llm_model->tokenizer().Fingerprint() != (*slm)->tokenizer().Fingerprint()) {
+                return ReportError(cmd, "the SLM and the LLM have different tokenizers: token routing needs one vocabulary");
+              }
+              llm = std::make_unique<InProcessLabelLlm>(*llm_model, &pool);
+            }
+            std::unique_ptr<CachedLabelLlm> cached;
+            LabelLlm* labels = llm.get();
+            if (!o->work_dir.empty()) {
+              auto c = CachedLabelLlm::Open(llm.get(), o->work_dir);
+              if (!c.ok()) return ReportError(cmd, "--work-dir: " + c.status().message());
+              cached = std::move(c).value();
+              labels = cached.get();
+              if (cached->loaded() > 0) {
+                std::fprintf(stderr, "router train: resuming: %lld answers of the LLM already in %s\n",
+                             static_cast<long long>(cached->loaded()), o->work_dir.c_str());
+              }
+            }
             RouterTrainOptions t;
             t.mlp.kind = o->kind == "colm" ? RouterKind::kColm : RouterKind::kCiter;
             t.mlp.max_epochs = o->epochs;
@@ -120,11 +176,14 @@ Command AddRouterCommand(CLI::App& root) {
               std::snprintf(b, sizeof b, "loss %.4f  val loss %.4f  val AUROC %.4f", tl, vl, auc);
               progress.SetExtra(b);
             };
-            ThreadPool pool(o->threads);
             std::fprintf(stderr, "router train: %zu questions, SLM %s, LLM %s, %s router\n", rows->size(),
-                         o->slm.c_str(), o->llm.c_str(), o->kind.c_str());
-            auto result = TrainRouter(**slm, **llm, *rows, t, &pool);
+                         o->slm.c_str(), remote ? llm->name().c_str() : o->llm.c_str(), o->kind.c_str());
+            auto result = TrainRouter(**slm, *labels, *rows, t, &pool);
             progress.Done();
+            if (cached) {
+              std::fprintf(stderr, "LLM answers: %lld asked, %lld reused from %s\n", static_cast<long long>(cached->asked()),
+                           static_cast<long long>(cached->reused()), o->work_dir.c_str());
+            }
             if (!result.ok()) return ReportError(cmd, result.status().message());
             TLR_CLI_CHECK(cmd, result->router.Save(o->out));
             const RouterTrainReport& r = result->report;
