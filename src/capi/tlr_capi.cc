@@ -17,7 +17,7 @@
 #include "device/context_file.h"
 #include "device/context_pool.h"
 #include "device/device_session.h"
-#include "net/chat_messages.h"
+#include "model/chat_messages.h"
 #include "ops/thread_pool.h"
 
 #ifndef TLR_VERSION_STRING

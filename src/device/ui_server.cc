@@ -15,7 +15,7 @@
 #include "device/llm_factory.h"
 #include "device/ui_server_internal.h"
 #include "model/chat_template.h"
-#include "net/chat_messages.h"
+#include "model/chat_messages.h"
 #include "net/http_front.h"
 #include "net/server_json.h"
 #include "net/sse_stream.h"

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
-#include "net/chat_messages.h"
+#include "model/chat_messages.h"
 #include "net/server_json.h"
 #include "util/json_fields.h"
 

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <nlohmann/json.hpp>
 
+#include "model/chat_messages.h"
 #include "util/mapped_file.h"
 
 namespace tlr {
@@ -100,8 +101,14 @@ Expected<QaRow> ParseQaRow(std::string_view line) {
   auto ref = StringField(j, "reference", false);
   if (!ref.ok()) return ref.status();
   row.reference = *ref;
+  if (auto m = j.find("messages"); m != j.end()) {  // a chat row
+    auto msgs = ParseChatMessages(*m);
+    if (!msgs.ok()) return msgs.status();
+    row.messages = std::move(msgs).value();
+    if (!j.contains("question")) return row;  // no grader
+  }
   auto q = j.find("question");
-  if (q == j.end()) return Status::Error("missing field 'question'");
+  if (q == j.end()) return Status::Error("missing field 'question' (or 'messages' for a chat row)");
   const json* choices = nullptr;
   if (q->is_string()) {  // Hugging Face flattened schema
     row.question = q->get<std::string>();

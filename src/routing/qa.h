@@ -1,8 +1,10 @@
-// Multiple-choice question sets (routing layer): CommonsenseQA-style JSONL in the Hugging Face
-// flattened schema ({id, question, question_concept, choices: {label: [...], text: [...]},
-// answerKey}) or the original nested one ({id, question: {stem, question_concept?, choices:
-// [{label, text}]}, answerKey}), the prompt a model answers, and the extraction of the chosen
-// choice from an answer. Router training grades rollouts with it; evaluation grades answers.
+// Question sets (routing layer): CommonsenseQA-style JSONL in the Hugging Face flattened schema
+// ({id, question, question_concept, choices: {label: [...], text: [...]}, answerKey}) or the
+// original nested one ({id, question: {stem, question_concept?, choices: [{label, text}]},
+// answerKey}); and, for router training, chat rows in the OpenAI fine-tuning format
+// ({"messages": [{role, content}, ...]}, optionally with the CommonsenseQA fields that make its
+// answer gradable). The prompt a model answers, and the extraction of the chosen choice from an
+// answer. Router training grades rollouts with it; evaluation grades answers.
 //
 // Answer extraction, in order:
 //   1. a stated letter: "answer is C", "Answer: C.", "Answer: (C)", "(C)" (a bare letter must
@@ -19,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "model/chat.h"
 #include "util/status.h"
 
 namespace tlr {
@@ -33,9 +36,14 @@ struct QaRow {
   // Optional reference completion (a TLR extension: field "reference"): router training uses
   // it instead of the LLM's own answer.
   std::string reference;
+  // A chat row: the conversation (its assistant messages are the references router training
+  // labels). Question and choices are then optional; with them and an answerKey the answer can
+  // be graded.
+  std::vector<ChatMessage> messages;
+  bool gradable() const { return !answer_key.empty() && labels.size() >= 2; }
 };
 
-// Parses one JSON line (either schema). Errors say which field is missing or malformed.
+// Parses one JSON line (any of the schemas). Errors say which field is missing or malformed.
 Expected<QaRow> ParseQaRow(std::string_view json_line);
 // Reads a JSONL file; blank lines are skipped; errors name the file and line number.
 Expected<std::vector<QaRow>> LoadQaJsonl(const std::string& path);

@@ -102,5 +102,26 @@ TEST(Qa, ExtractsASingleMentionedChoiceOrNothing) {
   EXPECT_EQ(ExtractChoice("caves and marshes", r), std::nullopt);  // whole words only
 }
 
+TEST(Qa, ParsesChatRows) {
+  auto r = ParseQaRow(R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                                       {"role": "assistant", "content": "Hello."}]})");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->messages.size(), 3u);
+  EXPECT_EQ(r->messages[2].role, "assistant");
+  EXPECT_EQ(r->messages[2].content, "Hello.");
+  EXPECT_FALSE(r->gradable());
+  // With the question's fields too, its answers can be graded.
+  r = ParseQaRow(R"({"messages": [{"role": "user", "content": "Q"}], "question": "Q",
+                     "choices": {"label": ["A", "B"], "text": ["x", "y"]}, "answerKey": "B"})");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE(r->gradable());
+  EXPECT_EQ(ParseQaRow(R"({"messages": [{"role": "robot", "content": "Q"}]})").status().message().find("robot") !=
+                std::string::npos,
+            true);
+  EXPECT_FALSE(ParseQaRow(R"({"messages": []})").ok());
+  EXPECT_FALSE(ParseQaRow(R"({"messages": [{"role": "user", "content": 3}]})").ok());
+  EXPECT_NE(ParseQaRow(R"({"id": "x"})").status().message().find("'messages'"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tlr

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "model/model.h"
 #include "model/sampler.h"
+#include "model/chat_template.h"
 #include "routing/label_llm.h"
 
 namespace tlr {
@@ -19,9 +21,59 @@ using Clock = std::chrono::steady_clock;
 
 struct Question {
   const QaRow* row = nullptr;
+  size_t row_index = 0;
   std::vector<int32_t> prompt, ref;
   bool ref_from_llm = false;
   bool val = false;
+};
+
+// The SLM's chat template over a chat row's messages.
+class ChatRows {
+ public:
+  ChatRows(const Model& slm, std::string source) : slm_(slm), source_(std::move(source)) {}
+  // The prompt of the assistant message after `msgs` (the template ends with its header).
+  Expected<std::vector<int32_t>> Prompt(const std::vector<ChatMessage>& msgs) {
+    TLR_RETURN_IF_ERROR(Load());
+    TLR_ASSIGN_OR_RETURN(std::string text, tmpl_->Apply(msgs, {}));
+    return slm_.tokenizer().Encode(text, false, true);
+  }
+  // The tokens of msgs.back() (an assistant message) as the template writes them after
+  // Prompt(msgs minus the last), through its end-of-turn token.
+  Expected<std::vector<int32_t>> Reference(const std::vector<ChatMessage>& msgs, const std::vector<int32_t>& prompt) {
+    TLR_RETURN_IF_ERROR(Load());
+    ChatTemplateOptions whole;
+    whole.add_generation_prompt = false;
+    TLR_ASSIGN_OR_RETURN(std::string text, tmpl_->Apply(msgs, whole));
+    const Tokenizer& tok = slm_.tokenizer();
+    std::vector<int32_t> full = tok.Encode(text, false, true), ref;
+    if (full.size() > prompt.size() && std::equal(prompt.begin(), prompt.end(), full.begin())) {
+      for (size_t i = prompt.size(); i < full.size(); ++i) {
+        ref.push_back(full[i]);
+        if (tok.IsEndOfGeneration(full[i])) return ref;
+      }
+    } else {  // the template's text does not tokenize at the boundary: the content alone
+      ref = tok.Encode(msgs.back().content, false, false);
+    }
+    if (tok.eos() >= 0) ref.push_back(tok.eos());
+    return ref;
+  }
+
+ private:
+  Status Load() {
+    if (tmpl_) return Status::Ok();
+    const Tokenizer& tok = slm_.tokenizer();
+    auto special = [&tok](int32_t id) -> std::optional<std::string> {
+      if (!tok.IsValidId(id)) return std::nullopt;
+      return tok.Piece(id, /*render_special=*/true);
+    };
+    auto t = source_.empty() ? ChatTemplate::ForModel(slm_) : ChatTemplate::FromJinja(source_, special(tok.bos()), special(tok.eos()));
+    if (!t.ok()) return t.status().WithPrefix(source_.empty() ? "the SLM's chat template" : "the chat template given");
+    tmpl_.emplace(std::move(t).value());
+    return Status::Ok();
+  }
+  const Model& slm_;
+  std::string source_;
+  std::optional<ChatTemplate> tmpl_;
 };
 
 // A position whose label came from a rollout (both models wrong), kept for later rounds.
@@ -153,16 +205,56 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const s
   // 1. Prompts and references.
   std::vector<Question> qs;
   std::vector<size_t> need_llm;
-  for (const QaRow& row : rows) {
+  ChatRows chat(slm, opts.chat_template);
+  const bool own_refs = opts.reference == ReferenceSource::kRow;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const QaRow& row = rows[r];
+    const std::string where = "row " + std::to_string(r + 1) + (row.id.empty() ? "" : " (" + row.id + ")");
+    if (!row.messages.empty()) {
+      // A chat row: each assistant message is a reference after the messages before it; with
+      // --reference llm (or when the row ends with the user's turn) the LLM answers the last.
+      const auto& m = row.messages;
+      auto add = [&](size_t n_before, bool by_llm) -> Status {  // the assistant turn after m[0..n_before)
+        if (n_before == 0) return Status::Ok();
+        const std::vector<ChatMessage> before(m.begin(), m.begin() + static_cast<std::ptrdiff_t>(n_before));
+        Question q;
+        q.row = &row;
+        q.row_index = r;
+        TLR_ASSIGN_OR_RETURN(q.prompt, chat.Prompt(before));
+        if (q.prompt.empty()) return Status::Ok();
+        if (by_llm) {
+          q.ref_from_llm = true;
+          need_llm.push_back(qs.size());
+        } else {
+          const std::vector<ChatMessage> upto(m.begin(), m.begin() + static_cast<std::ptrdiff_t>(n_before + 1));
+          TLR_ASSIGN_OR_RETURN(q.ref, chat.Reference(upto, q.prompt));
+        }
+        qs.push_back(std::move(q));
+        return Status::Ok();
+      };
+      // Every assistant message is a reference after the messages before it, except the last
+      // when the LLM answers it (--reference llm); a row that ends with the user's turn gets
+      // the LLM's answer there.
+      const bool ends_with_assistant = m.back().role == "assistant";
+      for (size_t k = 0; k < m.size(); ++k) {
+        if (m[k].role != "assistant" || (k + 1 == m.size() && !own_refs)) continue;
+        if (Status st = add(k, false); !st.ok()) return st.WithPrefix(where);
+      }
+      if (!ends_with_assistant || !own_refs) {
+        if (Status st = add(ends_with_assistant ? m.size() - 1 : m.size(), true); !st.ok()) return st.WithPrefix(where);
+      }
+      continue;
+    }
     if (row.answer_key.empty()) {
       ++rep.dropped_no_answer_key;
       continue;
     }
     Question q;
     q.row = &row;
+    q.row_index = r;
     q.prompt = tok.Encode(QaPrompt(row));
     if (q.prompt.empty()) continue;
-    if (!row.reference.empty()) {
+    if (own_refs && !row.reference.empty()) {
       q.ref = tok.Encode(row.reference);
       if (tok.eos() >= 0) q.ref.push_back(tok.eos());
     } else {
@@ -191,7 +283,8 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const s
   {
     std::vector<Question> kept;
     for (Question& q : qs) {
-      if (q.ref_from_llm && !Graded(tok, *q.row, q.ref)) {
+      // An answer that can be graded must be right; an ungraded chat row keeps the LLM's.
+      if (q.ref_from_llm && q.row->gradable() && !Graded(tok, *q.row, q.ref)) {
         ++rep.dropped_llm_wrong;
         continue;
       }
@@ -208,10 +301,11 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const s
   uint64_t s = opts.mlp.seed * 0x9e3779b97f4a7c15ull + 12345;
   int64_t n_val = 0;
   // Split by question_concept when rows have one (variants of one thing's questions stay on
-  // one side, so validation measures unseen things), else by question.
+  // one side, so validation measures unseen things), else by row.
   for (size_t i = 0; i < qs.size(); ++i) {
     Question& q = qs[i];
-    const std::string key = q.row->question_concept.empty() ? std::to_string(i) : q.row->question_concept;
+    // (Else by row: the turns of one conversation stay on one side.)
+    const std::string key = q.row->question_concept.empty() ? std::to_string(q.row_index) : q.row->question_concept;
     uint64_t h = s;
     for (unsigned char ch : key) h = (h ^ ch) * 0x100000001b3ull;
     h ^= h >> 29;
@@ -281,7 +375,7 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const s
           label = 1;
         } else if (q.ref_from_llm || llm_pred[llm_of[i - b]][P - 1 + j] == want) {
           label = 0;
-        } else if (opts.both_wrong == BothWrong::kDrop) {
+        } else if (opts.both_wrong == BothWrong::kDrop || !q.row->gradable()) {  // no grader: dropped
           ++rep.dropped_tokens;
           continue;
         } else {

@@ -34,10 +34,17 @@ class Model;
 class ThreadPool;
 
 enum class BothWrong { kRollout, kDrop };
+// Where references come from: the rows' own (a multiple-choice row's "reference", a chat row's
+// assistant messages), or the LLM's greedy answer (a chat row's last assistant turn).
+enum class ReferenceSource { kRow, kLlm };
 
 struct RouterTrainOptions {
   MlpTrainOptions mlp;
-  BothWrong both_wrong = BothWrong::kRollout;
+  BothWrong both_wrong = BothWrong::kRollout;  // rows without a grader always drop them
+  ReferenceSource reference = ReferenceSource::kRow;
+  // Chat rows: a Jinja chat template to render them with instead of the SLM's own (a model
+  // without one, or one to override); empty: the SLM's (else its architecture's built-in).
+  std::string chat_template;
   int rounds = 1;               // >1: relabel both-wrong tokens with the router in the loop
   int max_answer_tokens = 64;   // reference and rollout length limit
   float val_fraction = 0.15f;   // questions held out for validation and AUROC

@@ -53,17 +53,23 @@ class RouterTrainTest : public RandomPairTest<21, 22> {
     return rows;
   }
 
+  // Small and quick: a few epochs over the 24 questions.
+  static RouterTrainOptions SmallOptions(int epochs) {
+    RouterTrainOptions o;
+    o.mlp.max_epochs = epochs;
+    o.mlp.batch = 16;
+    o.max_answer_tokens = 16;
+    o.val_fraction = 0.3f;
+    o.batch_questions = 5;
+    return o;
+  }
+
   ThreadPool pool_{2};
 };
 
 TEST_F(RouterTrainTest, LabelsTrainsAndSaves) {
   const std::vector<QaRow> rows = Rows();
-  RouterTrainOptions o;
-  o.mlp.max_epochs = 5;
-  o.mlp.batch = 16;
-  o.max_answer_tokens = 16;
-  o.val_fraction = 0.3f;
-  o.batch_questions = 5;
+  RouterTrainOptions o = SmallOptions(5);
   std::vector<std::string> stages;
   o.on_progress = [&](const std::string& s, int64_t, int64_t) {
     if (stages.empty() || stages.back() != s) stages.push_back(s);
@@ -122,6 +128,74 @@ TEST_F(RouterTrainTest, LlmReferencesAndErrors) {
   }
   o.mlp.kind = RouterKind::kEntropy;
   EXPECT_FALSE(TrainRouter(*slm_, *llm_, Rows(), o, &pool_).ok());
+}
+
+// Chat rows rendered with a template that writes exactly the plain prompt and reference give
+// the same labels and the same router as the multiple-choice rows; without a grader the
+// both-wrong positions are dropped; --reference llm lets the LLM answer the last turn; every
+// assistant message of a multi-turn row is a reference.
+TEST_F(RouterTrainTest, ChatRows) {
+  const std::vector<QaRow> mc = Rows();
+  std::vector<QaRow> chat = mc;
+  for (QaRow& r : chat) {
+    r.messages = {{"user", QaPrompt(r)}, {"assistant", r.reference}};
+    r.reference.clear();
+  }
+  RouterTrainOptions o = SmallOptions(3);
+  o.chat_template =
+      "{%- for m in messages -%}{{ m.content }}{%- if m.role == 'assistant' -%}{{ eos_token }}{%- endif -%}{%- endfor -%}";
+  auto a = TrainRouter(*slm_, *llm_, mc, o, &pool_);
+  auto b = TrainRouter(*slm_, *llm_, chat, o, &pool_);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(b->report.tokens, a->report.tokens);
+  EXPECT_EQ(b->report.keep, a->report.keep);
+  EXPECT_EQ(b->report.both_wrong, a->report.both_wrong);
+  ASSERT_EQ(b->router.layers().size(), a->router.layers().size());
+  for (size_t i = 0; i < a->router.layers().size(); ++i) EXPECT_EQ(b->router.layers()[i].w, a->router.layers()[i].w);
+
+  // No grader (no choices): both-wrong positions are dropped, not rolled out.
+  std::vector<QaRow> ungraded = chat;
+  for (QaRow& r : ungraded) {
+    r.labels.clear();
+    r.texts.clear();
+    r.answer_key.clear();
+  }
+  auto u = TrainRouter(*slm_, *llm_, ungraded, o, &pool_);
+  ASSERT_TRUE(u.ok()) << u.status().message();
+  EXPECT_EQ(u->report.both_wrong, 0);
+  EXPECT_EQ(u->report.dropped_tokens, a->report.both_wrong);
+  EXPECT_EQ(u->report.tokens, a->report.tokens - a->report.both_wrong);
+
+  // The LLM answers the last turn: its tokens are labelled keep or route, never both wrong,
+  // and ungraded answers are all kept.
+  o.reference = ReferenceSource::kLlm;
+  auto l = TrainRouter(*slm_, *llm_, ungraded, o, &pool_);
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  EXPECT_EQ(l->report.questions, 24);
+  EXPECT_EQ(l->report.dropped_llm_wrong, 0);
+  EXPECT_EQ(l->report.both_wrong + l->report.dropped_tokens, 0);
+
+  // Two assistant turns in a row: two references (a user turn left open: the LLM answers it).
+  o.reference = ReferenceSource::kRow;
+  std::vector<QaRow> multi = ungraded;
+  for (QaRow& r : multi) {
+    r.messages.push_back({"user", "And where else?"});
+    r.messages.push_back({"assistant", "Answer: cave."});
+  }
+  auto m = TrainRouter(*slm_, *llm_, multi, o, &pool_);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->report.questions, 48);
+  for (QaRow& r : multi) r.messages.pop_back();
+  auto open = TrainRouter(*slm_, *llm_, multi, o, &pool_);
+  ASSERT_TRUE(open.ok()) << open.status().message();
+  EXPECT_EQ(open->report.questions, 48);  // 24 given + 24 answered by the LLM
+
+  // A template that cannot be parsed is an error naming it.
+  o.chat_template = "{% for %}";
+  auto bad = TrainRouter(*slm_, *llm_, chat, o, &pool_);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("the chat template given"), std::string::npos) << bad.status().message();
 }
 
 }  // namespace

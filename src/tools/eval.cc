@@ -17,6 +17,12 @@ Expected<std::vector<EvalRow>> RunEval(const Model& slm, Router* router, LlmBack
   for (float t : opts.thresholds) out.push_back({DecodeMode::kJoint, t});
   if (out.empty()) return Status::Error("nothing to evaluate: no thresholds and no baselines");
   if (rows.empty()) return Status::Error("no questions");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].labels.size() < 2) {
+      return Status::Error("row " + std::to_string(i + 1) + " is a chat row without a question and choices: evaluation "
+                           "grades multiple-choice questions");
+    }
+  }
   const Tokenizer& tok = slm.tokenizer();
   std::vector<std::vector<int32_t>> prompts;
   auto tmpl = ChatTemplate::ForModel(slm);

@@ -18,7 +18,7 @@
 #include "apps/tlr/model_args.h"
 #include "device/context_file.h"
 #include "device/device_session.h"
-#include "net/chat_messages.h"
+#include "model/chat_messages.h"
 #include "ops/thread_pool.h"
 #include "util/mapped_file.h"
 

@@ -11,7 +11,7 @@
 #include "apps/tlr/commands.h"
 #include "apps/tlr/model_args.h"
 #include "device/device_session.h"
-#include "net/chat_messages.h"
+#include "model/chat_messages.h"
 #include "model/model.h"
 #include "ops/thread_pool.h"
 #include "util/mapped_file.h"

@@ -1,5 +1,5 @@
-// `tlr router train` / `tlr router info`: train a router for an SLM/LLM pair, inspect one
-// (apps layer).
+// `tlr router train` / `tlr router info` / `tlr router calibrate`: train a router for an SLM/LLM
+// pair, inspect one, choose its threshold (apps layer).
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -15,13 +15,17 @@
 #include "routing/label_llm.h"
 #include "routing/router_train.h"
 #include "util/hash.h"
+#include "util/mapped_file.h"
 
 namespace tlr::cli {
+
+// `tlr router calibrate` (cmd_router_calibrate.cc): adds the subcommand; *run runs it.
+CLI::App* AddRouterCalibrate(CLI::App* router_app, RunFn* run);
 
 Command AddRouterCommand(CLI::App& root) {
   struct Opts {
     std::string slm, llm, data, out, kind = "citer", both_wrong = "rollout", weight_type = "f16", info_path;
-    std::string kv_type = "f16", work_dir;
+    std::string kv_type = "f16", work_dir, reference = "row", chat_template;
     LlmArgs net;
     int rounds = 1, epochs = 60, batch = 256, max_answer = 64, limit = 0, threads = 2, patience = 8;
     float lr = 1e-3f, val_frac = 0.15f, dropout = 0.1f;
@@ -32,19 +36,29 @@ Command AddRouterCommand(CLI::App& root) {
   CLI::App* app = root.add_subcommand("router", "Train or inspect a token router");
   app->require_subcommand(1);
   CLI::App* train = app->add_subcommand(
-      "train", "Train a router for an SLM/LLM pair on multiple-choice questions (CITER labels)");
+      "train", "Train a router for an SLM/LLM pair on questions or chat rows (CITER labels)");
   train->add_option("--slm", o->slm, "Small model GGUF")->required();
   train->add_option("--llm", o->llm, "Large model GGUF (same tokenizer), run in this process; or --server");
   train->add_option("--data", o->data,
-                    "Training questions, CommonsenseQA JSONL (flattened or nested schema); a row's "
-                    "optional \"reference\" text replaces the LLM's own answer as the reference")
+                    "Training rows, JSONL: CommonsenseQA questions (flattened or nested schema; a row's optional "
+                    "\"reference\" text replaces the LLM's own answer as the reference) and/or chat rows in the "
+                    "OpenAI fine-tuning format ({\"messages\": [...]}, rendered with the SLM's chat template, labels at "
+                    "the assistant tokens; with \"choices\" and \"answerKey\" too, their answers are graded)")
       ->required();
+  train->add_option("--reference", o->reference,
+                    "row: the rows' own references (\"reference\", the assistant messages) where they have them; "
+                    "llm: the LLM's greedy answer instead (a chat row's last assistant message)")
+      ->default_val("row")->check(CLI::IsMember({"row", "llm"}));
+  train->add_option("--chat-template", o->chat_template,
+                    "Chat rows: a Jinja chat template file to render them with instead of the SLM's own (for a "
+                    "model without one; bos_token and eos_token are the SLM's)")
+      ->check(CLI::ExistingFile);
   train->add_option("-o,--out", o->out, "Router GGUF to write")->required();
   train->add_option("--kind", o->kind, "citer (MLP) or colm (linear deferral head)")
       ->default_val("citer")->check(CLI::IsMember({"citer", "colm"}));
   train->add_option("--both-wrong", o->both_wrong,
                     "Positions where neither model matches the reference: rollout (label by whether "
-                    "the SLM's continuation still answers right) or drop")
+                    "the SLM's continuation still answers right) or drop (rows without a grader always drop them)")
       ->default_val("rollout")->check(CLI::IsMember({"rollout", "drop"}));
   train->add_option("--rounds", o->rounds, "Labelling rounds; later rounds relabel both-wrong positions "
                     "with the router in the loop (CITER's iterative training)")
@@ -80,8 +94,11 @@ Command AddRouterCommand(CLI::App& root) {
   CLI::App* info = app->add_subcommand("info", "Print a router file's kind, SLM and training summary");
   info->add_option("router", o->info_path, "Router GGUF")->required();
   info->add_flag("--json", o->json, "Print JSON");
+  auto run_calibrate = std::make_shared<RunFn>();
+  CLI::App* calibrate = AddRouterCalibrate(app, run_calibrate.get());
 
-  return {app, [o, train, info]() -> int {
+  return {app, [o, train, info, calibrate, run_calibrate]() -> int {
+            if (calibrate->parsed()) return (*run_calibrate)();
             if (info->parsed()) {
               const char* cmd = "router info";
               auto r = Router::Load(o->info_path);
@@ -161,6 +178,12 @@ Command AddRouterCommand(CLI::App& root) {
             t.mlp.patience = o->patience;
             t.mlp.seed = o->seed;
             t.both_wrong = o->both_wrong == "drop" ? BothWrong::kDrop : BothWrong::kRollout;
+            t.reference = o->reference == "llm" ? ReferenceSource::kLlm : ReferenceSource::kRow;
+            if (!o->chat_template.empty()) {
+              auto src = ReadFileToString(o->chat_template);
+              if (!src.ok()) return ReportError(cmd, "--chat-template: " + src.status().message());
+              t.chat_template = std::move(src).value();
+            }
             t.rounds = o->rounds;
             t.max_answer_tokens = o->max_answer;
             t.val_fraction = o->val_frac;

@@ -1,6 +1,7 @@
-// OpenAI chat messages (net layer: what the server's /v1/chat/completions and the device's
-// conversations both read): the `messages` array of a request, and the template variables of
-// `chat_template_kwargs` as vLLM and SGLang take them.
+// OpenAI chat messages (model layer: what the server's /v1/chat/completions, the device's
+// conversations and router training's chat rows all read): the `messages` array of a request or
+// a fine-tuning row, and the template variables of `chat_template_kwargs` as vLLM and SGLang
+// take them.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -1,5 +1,5 @@
 // OpenAI chat messages (see chat_messages.h).
-#include "net/chat_messages.h"
+#include "model/chat_messages.h"
 
 #include "util/json_fields.h"
 
