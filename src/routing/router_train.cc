@@ -172,7 +172,8 @@ std::string RouterTrainReport::ToJson() const {
       {"dropped_tokens", dropped_tokens}, {"val_tokens", val_tokens},
       {"auroc", {{"router", auroc_router}, {"maxprob", auroc_maxprob}, {"entropy", auroc_entropy}}},
       {"threshold", threshold}, {"epochs", mlp.epochs}, {"best_epoch", mlp.best_epoch},
-      {"train_loss", mlp.train_loss}, {"val_loss", mlp.val_loss}, {"seconds", seconds}};
+      {"train_loss", mlp.train_loss}, {"val_loss", mlp.val_loss}, {"seconds", seconds},
+      {"label_seconds", label_seconds}};
   return j.dump();
 }
 
@@ -419,6 +420,8 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const s
   }
   rep.tokens = lab.all.size();
   for (uint8_t l : lab.all.label) (l ? rep.keep : rep.route) += 1;
+
+  rep.label_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
 
   // 3. Train (and relabel in later rounds).
   auto split = [&](RouterExamples* tr, RouterExamples* va) {

@@ -63,6 +63,7 @@ struct RouterTrainReport {
   float threshold = 0.5f;
   MlpTrainResult mlp;
   double seconds = 0;
+  double label_seconds = 0;  // references and labels (the LLM's part and the SLM's), before training
   std::string ToJson() const;
 };
 

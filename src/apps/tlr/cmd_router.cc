@@ -19,6 +19,46 @@
 
 namespace tlr::cli {
 
+namespace {
+
+// Counts the tokens the LLM reads for router training (what it is asked about: sequences and
+// prompts), for the progress line's tokens/s.
+class CountingLabelLlm : public LabelLlm {
+ public:
+  explicit CountingLabelLlm(LabelLlm* inner) : inner_(inner) {}
+  std::string name() const override { return inner_->name(); }
+  std::string model_id() const override { return inner_->model_id(); }
+  Expected<std::vector<std::vector<int32_t>>> Predict(const std::vector<std::vector<int32_t>>& seqs,
+                                                      const AnswerFn& on_answer = {}) override {
+    auto r = inner_->Predict(seqs, on_answer);
+    if (r.ok()) Count(seqs);
+    return r;
+  }
+  Expected<std::vector<std::vector<int32_t>>> Greedy(const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
+                                                     const AnswerFn& on_answer = {}) override {
+    auto r = inner_->Greedy(prompts, max_tokens, on_answer);
+    if (r.ok()) Count(prompts);
+    return r;
+  }
+  // "12345 LLM tokens read, 6789/s"
+  std::string Rate() const {
+    const double s = SecondsSince(t0_);
+    char b[96];
+    std::snprintf(b, sizeof b, "%lld LLM tokens read, %.0f/s", static_cast<long long>(tokens_), s > 0 ? tokens_ / s : 0.0);
+    return b;
+  }
+
+ private:
+  void Count(const std::vector<std::vector<int32_t>>& v) {
+    for (const auto& x : v) tokens_ += static_cast<int64_t>(x.size());
+  }
+  LabelLlm* inner_;
+  int64_t tokens_ = 0;
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
 // `tlr router calibrate` (cmd_router_calibrate.cc): adds the subcommand; *run runs it.
 CLI::App* AddRouterCalibrate(CLI::App* router_app, RunFn* run);
 
@@ -191,7 +231,9 @@ Command AddRouterCommand(CLI::App& root) {
                             : o->weight_type == "f16" ? GgmlType::kF16 : GgmlType::kF32;
             if (auto nm = (*slm)->file().GetString("general.name"); nm.ok()) t.slm_name = *nm;
             Progress progress;
+            CountingLabelLlm counting(labels);
             t.on_progress = [&](const std::string& stage, int64_t done, int64_t total) {
+              if (stage == "reference" || stage == "label") progress.SetExtra(counting.Rate());
               progress.Update(stage, done, total);
             };
             t.mlp.on_epoch = [&](int, float tl, float vl, float auc) {
@@ -201,7 +243,7 @@ Command AddRouterCommand(CLI::App& root) {
             };
             std::fprintf(stderr, "router train: %zu questions, SLM %s, LLM %s, %s router\n", rows->size(),
                          o->slm.c_str(), remote ? llm->name().c_str() : o->llm.c_str(), o->kind.c_str());
-            auto result = TrainRouter(**slm, *labels, *rows, t, &pool);
+            auto result = TrainRouter(**slm, counting, *rows, t, &pool);
             progress.Done();
             if (cached) {
               std::fprintf(stderr, "LLM answers: %lld asked, %lld reused from %s\n", static_cast<long long>(cached->asked()),
@@ -215,13 +257,13 @@ Command AddRouterCommand(CLI::App& root) {
                          "(both wrong %lld, kept after rollout %lld, dropped %lld)\n"
                          "epochs %d (best %d), val loss %.4f on %lld held-out tokens\n"
                          "held-out AUROC: %s %.4f | maxprob %.4f | entropy %.4f\n"
-                         "recommended threshold %.3f; %s written in %.1f s\n",
+                         "labels in %.1f s; recommended threshold %.3f; %s written in %.1f s\n",
                          static_cast<long long>(r.questions), static_cast<long long>(r.dropped_llm_wrong),
                          static_cast<long long>(r.tokens), static_cast<long long>(r.keep),
                          static_cast<long long>(r.route), static_cast<long long>(r.both_wrong),
                          static_cast<long long>(r.both_wrong_kept), static_cast<long long>(r.dropped_tokens),
                          r.mlp.epochs, r.mlp.best_epoch, r.mlp.val_loss, static_cast<long long>(r.val_tokens),
-                         o->kind.c_str(), r.auroc_router, r.auroc_maxprob, r.auroc_entropy, r.threshold,
+                         o->kind.c_str(), r.auroc_router, r.auroc_maxprob, r.auroc_entropy, r.label_seconds, r.threshold,
                          o->out.c_str(), progress.Elapsed());
             return 0;
           }};

@@ -46,7 +46,7 @@ metric() {  # metric URL NAME_REGEX: the sum of the matching counters
 }
 # The router's identity: its info without the training's wall time.
 identity() {
-  "$tlr" router info --json "$1" | sed -E 's/"seconds": *[0-9.e+-]+,?//'
+  "$tlr" router info --json "$1" | sed -E 's/"(label_)?seconds": *[0-9.e+-]+,?//'
 }
 
 # Training rows: the dev questions, every other one with a written reference (so the LLM is
