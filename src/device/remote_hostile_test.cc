@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "device/decoder.h"
+#include "device/remote_label_llm.h"
 #include "device/remote_llm.h"
 #include "net/protocol.h"
 #include "ops/thread_pool.h"
@@ -278,6 +279,78 @@ TEST_F(RemoteHostileTest, TrickledEndlessAndHugeRepliesFailAtTheDeadlineOrCap) {
   const RemoteStats st = (*llm)->stats();
   EXPECT_EQ(st.failures[static_cast<int>(CallFailure::kTimeout)], 2);
   EXPECT_NE(st.FailureSummary().find("2 timeouts, 1 malformed reply: "), std::string::npos) << st.FailureSummary();
+}
+
+// Router training's label client (remote_label_llm.h) against the same hostile server: every
+// malformed, truncated or mismatched reply to a scoring or prompt_logprobs request is an error
+// naming the server and what was wrong; another vocabulary fails at connect.
+TEST_F(RemoteHostileTest, LabelRepliesOfEveryBadShapeAreErrors) {
+  auto connect = [&](const std::string& protocol) {
+    RemoteOptions o;
+    o.http.url = server_.url();
+    o.http.timeout_s = 5;
+    o.http.retries = 0;
+    o.protocol = *ParseRemoteProtocol(protocol);
+    return RemoteLabelLlm::Connect(o, vocab());
+  };
+  const std::vector<std::vector<int32_t>> seqs = {{5, 6, 7}};
+  Healthy("tlr");
+  auto native = connect("tlr");
+  ASSERT_TRUE(native.ok()) << native.status().message();
+  const std::vector<std::pair<std::string, std::string>> score_cases = {
+      {R"({"results":[{"argmax":[1,2,3]}]})", ""},
+      {R"({"results":[{"argmax":[1,2]}]})", "2 predictions for a sequence of 3 tokens"},
+      {R"({"results":[{"argmax":[1,2,99999999]}]})", "outside"},
+      {R"({"results":[{"argmax":[1,2,3]},{"argmax":[1]}]})", "2 results for 1 sequences"},
+      {R"({"results":[{"argmax":[1,2,)", "score reply is"},
+      {R"({"results":"x"})", "no 'results' array"},
+      {R"(<html>oops</html>)", "score reply is"},
+  };
+  for (const auto& [body, want] : score_cases) {
+    server_.Set("/tlr/v1/score", {200, body});
+    auto r = (*native)->Predict(seqs);
+    if (want.empty()) {
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      EXPECT_EQ((*r)[0], (std::vector<int32_t>{1, 2, 3}));
+      continue;
+    }
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << body << " -> " << r.status().message();
+    EXPECT_NE(r.status().message().find(server_.url()), std::string::npos) << r.status().message();
+  }
+  server_.Set("/tlr/v1/score", {500, R"({"error":{"message":"boom"}})"});
+  auto failed = (*native)->Predict(seqs);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("answered 500"), std::string::npos) << failed.status().message();
+
+  Healthy("openai");
+  auto openai = connect("openai");
+  ASSERT_TRUE(openai.ok()) << openai.status().message();
+  const std::string gen = R"("text":"x","logprobs":{"tokens":["token_id:9"]},"finish_reason":"length")";
+  const std::vector<std::pair<std::string, std::string>> pl_cases = {
+      {R"({"choices":[{)" + gen + R"(,"prompt_logprobs":[null,{"4":{"logprob":0,"rank":1}},{"8":{"logprob":0,"rank":1}}]}]})", ""},
+      {R"({"choices":[{)" + gen + R"(,"prompt_logprobs":[null,{"4":{"logprob":0,"rank":1}}]}]})", "2 entries for a prompt of 3"},
+      {R"({"choices":[{)" + gen + R"(,"prompt_logprobs":[null,{"4":{"logprob":0,"rank":2}},{"8":{"logprob":0,"rank":1}}]}]})", "no rank-1 entry"},
+      {R"({"choices":[{)" + gen + R"(,"prompt_logprobs":[null,{"-4":{"logprob":0,"rank":1}},{"8":{"logprob":0,"rank":1}}]}]})", "not an id"},
+      {R"({"choices":[{)" + gen + R"(}]})", "no 'prompt_logprobs'"},
+      {R"({"choices":[{)" + gen + R"(,"prompt_logprobs":[null,{"4":{"logpr)", "completion reply is"},
+  };
+  for (const auto& [body, want] : pl_cases) {
+    server_.Set("/v1/completions", {200, body});
+    auto r = (*openai)->Predict(seqs);
+    if (want.empty()) {
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      EXPECT_EQ((*r)[0], (std::vector<int32_t>{4, 8, 9}));
+      continue;
+    }
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << body << " -> " << r.status().message();
+  }
+  // Another vocabulary: refused at connect.
+  server_.Set("/tlr/v1/info", {200, R"({"vocab_fingerprint":"0000000000000000"})"});
+  auto other = connect("tlr");
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("different vocabulary"), std::string::npos) << other.status().message();
 }
 
 }  // namespace

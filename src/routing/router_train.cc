@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "model/sampler.h"
 #include "model/chat_template.h"
+#include "routing/feature_dump.h"
 #include "routing/label_llm.h"
 
 namespace tlr {
@@ -422,6 +423,12 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const s
   for (uint8_t l : lab.all.label) (l ? rep.keep : rep.route) += 1;
 
   rep.label_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!opts.dump_features.empty()) {
+    std::vector<DumpedQuestion> dq;
+    for (const Question& q : qs) dq.push_back({static_cast<int64_t>(q.row_index), q.row->id});
+    TLR_RETURN_IF_ERROR(DumpRouterFeatures(opts.dump_features, lab.all, lab.is_val, dq, slm.fingerprint_hex())
+                            .WithPrefix("--dump-features"));
+  }
 
   // 3. Train (and relabel in later rounds).
   auto split = [&](RouterExamples* tr, RouterExamples* va) {

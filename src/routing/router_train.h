@@ -45,6 +45,9 @@ struct RouterTrainOptions {
   // Chat rows: a Jinja chat template to render them with instead of the SLM's own (a model
   // without one, or one to override); empty: the SLM's (else its architecture's built-in).
   std::string chat_template;
+  // Also write the labelled positions (round 1's labels) for training elsewhere
+  // (feature_dump.h); empty: no dump.
+  std::string dump_features;
   int rounds = 1;               // >1: relabel both-wrong tokens with the router in the loop
   int max_answer_tokens = 64;   // reference and rollout length limit
   float val_fraction = 0.15f;   // questions held out for validation and AUROC

@@ -1,5 +1,5 @@
-// `tlr router train` / `tlr router info` / `tlr router calibrate`: train a router for an SLM/LLM
-// pair, inspect one, choose its threshold (apps layer).
+// `tlr router train` / `info` / `calibrate` / `import`: train a router for an SLM/LLM pair,
+// inspect one, choose its threshold, bring one from PyTorch (apps layer).
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -61,11 +61,13 @@ class CountingLabelLlm : public LabelLlm {
 
 // `tlr router calibrate` (cmd_router_calibrate.cc): adds the subcommand; *run runs it.
 CLI::App* AddRouterCalibrate(CLI::App* router_app, RunFn* run);
+// `tlr router import` (cmd_router_import.cc).
+CLI::App* AddRouterImport(CLI::App* router_app, RunFn* run);
 
 Command AddRouterCommand(CLI::App& root) {
   struct Opts {
     std::string slm, llm, data, out, kind = "citer", both_wrong = "rollout", weight_type = "f16", info_path;
-    std::string kv_type = "f16", work_dir, reference = "row", chat_template;
+    std::string kv_type = "f16", work_dir, reference = "row", chat_template, dump_features;
     LlmArgs net;
     int rounds = 1, epochs = 60, batch = 256, max_answer = 64, limit = 0, threads = 2, patience = 8;
     float lr = 1e-3f, val_frac = 0.15f, dropout = 0.1f;
@@ -121,6 +123,9 @@ Command AddRouterCommand(CLI::App& root) {
   train->add_option("--work-dir", o->work_dir,
                     "Keep the LLM's answers here as they arrive: a run stopped for any reason continues where it "
                     "stopped when started again with the same directory (nothing is asked twice)");
+  train->add_option("--dump-features", o->dump_features,
+                    "Also write the labelled positions (SLM hidden states, labels, question ids) to this directory as "
+                    "safetensors, for training the router network in PyTorch (tools/train/router_torch.py)");
   AddThreadsOnly(train, &o->threads);
   AddKvTypeArg(train, &o->kv_type);
   AddLlmServerArgs(train, &o->net);
@@ -136,9 +141,12 @@ Command AddRouterCommand(CLI::App& root) {
   info->add_flag("--json", o->json, "Print JSON");
   auto run_calibrate = std::make_shared<RunFn>();
   CLI::App* calibrate = AddRouterCalibrate(app, run_calibrate.get());
+  auto run_import = std::make_shared<RunFn>();
+  CLI::App* import = AddRouterImport(app, run_import.get());
 
-  return {app, [o, train, info, calibrate, run_calibrate]() -> int {
+  return {app, [o, train, info, calibrate, run_calibrate, import, run_import]() -> int {
             if (calibrate->parsed()) return (*run_calibrate)();
+            if (import->parsed()) return (*run_import)();
             if (info->parsed()) {
               const char* cmd = "router info";
               auto r = Router::Load(o->info_path);
@@ -219,6 +227,7 @@ Command AddRouterCommand(CLI::App& root) {
             t.mlp.seed = o->seed;
             t.both_wrong = o->both_wrong == "drop" ? BothWrong::kDrop : BothWrong::kRollout;
             t.reference = o->reference == "llm" ? ReferenceSource::kLlm : ReferenceSource::kRow;
+            t.dump_features = o->dump_features;
             if (!o->chat_template.empty()) {
               auto src = ReadFileToString(o->chat_template);
               if (!src.ok()) return ReportError(cmd, "--chat-template: " + src.status().message());

@@ -1,0 +1,101 @@
+// `tlr router import` (apps layer): a router file from a PyTorch router network saved as a
+// safetensors state_dict (routing/router_import.h), checked against PyTorch's own scores when
+// given them.
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "apps/tlr/commands.h"
+#include "apps/tlr/model_args.h"
+#include "model/model.h"
+#include "ops/thread_pool.h"
+#include "quant/ggml_type.h"
+#include "routing/router_import.h"
+
+namespace tlr::cli {
+
+CLI::App* AddRouterImport(CLI::App* router_app, RunFn* run) {
+  struct Opts {
+    std::string slm, from, out, kind = "auto", weight_type = "f32", check;
+    float threshold = 0.5f, bn_eps = 1e-5f, tolerance = 1e-5f;
+    bool invert = false;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* app = router_app->add_subcommand("import", "Make a router file from a PyTorch router (a safetensors state_dict)");
+  app->add_option("--slm", o->slm, "The SLM the router reads (its hidden size and fingerprint go into the file)")->required();
+  app->add_option("--from", o->from, "The network's state_dict as safetensors (safetensors.torch.save_file)")->required();
+  app->add_option("-o,--out", o->out, "Router GGUF to write")->required();
+  app->add_option("--kind", o->kind, "citer (Linear h-2h, BatchNorm, Linear 2h-h, Linear h-1), colm (Linear h-1), or auto "
+                                     "(from the number of linear layers)")
+      ->default_val("auto")->check(CLI::IsMember({"auto", "citer", "colm"}));
+  app->add_flag("--invert", o->invert, "The network's sigmoid is the probability of routing to the LLM (as Co-LLM's "
+                                      "deferral head gives it), not of keeping the SLM's token (as router_torch.py trains)");
+  app->add_option("--threshold", o->threshold, "Recommended threshold to store (calibrate it: tlr router calibrate)")
+      ->default_val(0.5f)->check(CLI::Range(0.0f, 1.0f));
+  app->add_option("--weight-type", o->weight_type, "How the file stores the matrices (f32: scores exactly as PyTorch's)")
+      ->default_val("f32")->check(CLI::IsMember({"f32", "f16", "q8_0"}));
+  app->add_option("--bn-eps", o->bn_eps, "BatchNorm1d's eps")->default_val(1e-5f);
+  app->add_option("--check", o->check,
+                  "safetensors with \"features\" [n, hidden] and PyTorch's \"scores\" [n] on them (after the sigmoid): "
+                  "the imported router must give the same scores within --tolerance")
+      ->check(CLI::ExistingFile);
+  app->add_option("--tolerance", o->tolerance, "Largest allowed |difference| for --check")->default_val(1e-5f);
+  app->footer("Example (tools/train/router_torch.py trains one on `tlr router train --dump-features DIR`):\n"
+              "  tlr router import --slm slm.gguf --from router.safetensors -o router.gguf --check scores.safetensors");
+  *run = [o]() -> int {
+    const char* cmd = "router import";
+    auto slm = Model::Load(o->slm);
+    if (!slm.ok()) return ReportError(cmd, "SLM: " + slm.status().message());
+    auto st = ReadSafeTensors(o->from);
+    if (!st.ok()) return ReportError(cmd, "--from: " + st.status().message());
+    RouterImportOptions io;
+    io.hidden_size = (*slm)->config().n_embd;
+    io.invert = o->invert;
+    io.bn_eps = o->bn_eps;
+    if (o->kind != "auto") io.kind = o->kind == "citer" ? RouterKind::kCiter : RouterKind::kColm;
+    RouterKind kind;
+    auto layers = RouterLayersFromStateDict(*st, io, &kind);
+    if (!layers.ok()) return ReportError(cmd, o->from + ": " + layers.status().message());
+    RouterInfo info;
+    info.kind = kind;
+    info.slm_fingerprint = (*slm)->fingerprint_hex();
+    if (auto nm = (*slm)->file().GetString("general.name"); nm.ok()) info.slm_name = *nm;
+    info.threshold = o->threshold;
+    info.training_summary = nlohmann::json{{"imported_from", o->from}, {"invert", o->invert}}.dump();
+    const GgmlType type = o->weight_type == "q8_0" ? GgmlType::kQ8_0 : o->weight_type == "f16" ? GgmlType::kF16 : GgmlType::kF32;
+    auto router = Router::FromLayers(info, std::move(layers).value(), type);
+    if (!router.ok()) return ReportError(cmd, router.status().message());
+    if (!o->check.empty()) {
+      auto c = ReadSafeTensors(o->check);
+      if (!c.ok()) return ReportError(cmd, "--check: " + c.status().message());
+      auto x = c->tensors.find("features");
+      auto y = c->tensors.find("scores");
+      if (x == c->tensors.end() || y == c->tensors.end() || x->second.shape.size() != 2 ||
+          x->second.shape[1] != io.hidden_size || y->second.elements() != x->second.shape[0]) {
+        return ReportError(cmd, "--check: needs \"features\" [n, " + std::to_string(io.hidden_size) + "] and \"scores\" [n]");
+      }
+      auto xs = SafeTensorFloats("features", x->second);
+      auto ys = SafeTensorFloats("scores", y->second);
+      if (!xs.ok() || !ys.ok()) return ReportError(cmd, "--check: " + (xs.ok() ? ys.status() : xs.status()).message());
+      const int64_t n = x->second.shape[0];
+      std::vector<float> mine(static_cast<size_t>(n));
+      ThreadPool pool(1);
+      router->ConfidenceBatch(xs->data(), n, mine.data(), &pool);
+      double worst = 0;
+      for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(static_cast<double>(mine[i]) - (*ys)[i]));
+      std::printf("checked %lld scores against PyTorch's: largest difference %.3g\n", static_cast<long long>(n), worst);
+      if (!(worst <= o->tolerance)) {
+        return ReportError(cmd, "the imported router's scores differ from PyTorch's by up to " + std::to_string(worst) +
+                                    " (more than --tolerance " + std::to_string(o->tolerance) + "); nothing written");
+      }
+    }
+    TLR_CLI_CHECK(cmd, router->Save(o->out));
+    std::printf("%s router (%lld parameters) for %s written to %s\n", std::string(RouterKindName(kind)).c_str(),
+                static_cast<long long>(router->n_params()), o->slm.c_str(), o->out.c_str());
+    return 0;
+  };
+  return app;
+}
+
+}  // namespace tlr::cli
