@@ -191,6 +191,13 @@ check demo_generate 0 "So the answer is building" -- "$tlr" generate -f "$tmp/de
 check demo_small 0 "Answer: A tharko is used for" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --mode small_only
 check demo_generate_kv_f32 0 "So the answer is building" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --no-color --kv-type f32
 check demo_router_info 0 "citer" -- "$tlr" router info "$(dirname "$0")/../../../models/demo/router.gguf"
+# Calibration rewrites the threshold of a copy of the demo router (and says what it chose).
+cp "$(dirname "$0")/../../../models/demo/router.gguf" "$tmp/cal.gguf"
+check router_calibrate 0 "threshold 0\.[0-9]+: [0-9.]+% of tokens routed.*written to" -- \
+  "$tlr" router calibrate --router "$tmp/cal.gguf" --limit 40 -n 24 --target-routed 8
+check router_calibrate_info 0 '"target":\{"routed_pct":8' -- "$tlr" router info "$tmp/cal.gguf"
+check router_calibrate_no_target 1 "give a target" -- "$tlr" router calibrate --router "$tmp/cal.gguf" --limit 5
+check router_calibrate_both 2 "excludes" -- "$tlr" router calibrate --router "$tmp/cal.gguf" --target-routed 5 --target-accuracy 0.5
 check demo_eval 0 "[|] small_only [|] 20 [|]" -- "$tlr" eval --limit 20 --max-tokens 40 --thresholds 0.5 -t 1
 check demo_wrong_slm 1 "trained for another model" -- "$tlr" generate -f "$tmp/demo_q.txt" --slm "$tmp/tiny.gguf" -n 4
 

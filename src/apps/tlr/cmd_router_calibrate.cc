@@ -91,9 +91,11 @@ CLI::App* AddRouterCalibrate(CLI::App* router_app, RunFn* run) {
     if (o->target_accuracy > 0) c.target_accuracy = o->target_accuracy;
     Progress progress;
     c.on_pass = [&](int done, int most) { progress.Update("calibrate", done, most); };
-    std::fprintf(stderr, "router calibrate: %zu questions, target %s\n", rows->size(),
-                 c.target_routed_pct ? (std::to_string(o->target_routed) + "% routed").c_str()
-                                     : ("accuracy " + std::to_string(o->target_accuracy)).c_str());
+    if (c.target_routed_pct) {
+      std::fprintf(stderr, "router calibrate: %zu questions, target %g%% of tokens routed\n", rows->size(), o->target_routed);
+    } else {
+      std::fprintf(stderr, "router calibrate: %zu questions, target accuracy %g\n", rows->size(), o->target_accuracy);
+    }
     auto result = CalibrateThreshold(**slm, &*router, (*stack)->backend(), *rows, c, &pool);
     progress.Done();
     if (!result.ok()) return ReportError(cmd, result.status().message());
