@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "device/llm_backend.h"
+#include "routing/label_llm.h"
 #include "net/protocol.h"
 #include "ops/thread_pool.h"
 
@@ -505,6 +506,64 @@ TEST_F(EngineTest, PromptCacheKeepsEachClientsContext) {
       EXPECT_GT(prefilled_later, 2 * new_tokens_later) << "one slot cannot hold two contexts";
     }
   }
+}
+
+// Teacher-forced scoring (router labels): the argmax after every prefix equals the in-process
+// LLM's, whether the sequences are scored together (sharing passes, from concurrent callers)
+// or alone; the prompt's logprobs come with each next token's rank; bad input is refused.
+TEST_F(EngineTest, ScoringMatchesTheModelTeacherForced) {
+  EngineLimits lim;
+  lim.max_batch_tokens = 16;  // sequences split into chunks across passes
+  Metrics metrics;
+  LlmEngine engine(*llm_, nullptr, lim, &metrics);
+  const std::vector<std::vector<int32_t>> seqs = {Prompt("Question: Where does a tharko live?\nA. marsh\nB. cave\n"),
+                                                  Prompt("Answer: A fexko is used for"), Prompt("The")};
+  ThreadPool pool(1);
+  InProcessLabelLlm ref(*llm_, &pool);
+  auto want = ref.Predict(seqs);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  std::vector<std::vector<PromptPosition>> got;
+  EngineResult r = engine.Score(seqs, 3, &got);
+  ASSERT_TRUE(r.ok()) << r.message;
+  ASSERT_EQ(got.size(), seqs.size());
+  int64_t prefilled = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    ASSERT_EQ(got[i].size(), seqs[i].size());
+    prefilled += static_cast<int64_t>(seqs[i].size());
+    for (size_t p = 0; p < seqs[i].size(); ++p) {
+      EXPECT_EQ(got[i][p].argmax, (*want)[i][p]) << i << "/" << p;
+      ASSERT_EQ(got[i][p].top.size(), 3u);
+      EXPECT_EQ(got[i][p].top[0].id, got[i][p].argmax);
+      if (p + 1 < seqs[i].size()) {
+        EXPECT_GE(got[i][p].rank, 1);
+        EXPECT_EQ(got[i][p].rank == 1, seqs[i][p + 1] == got[i][p].argmax);
+        EXPECT_LE(got[i][p].logprob, 0.0f);
+      }
+    }
+  }
+  EXPECT_EQ(r.reply.prefilled, prefilled);
+  // From several threads at once: the same answers.
+  std::vector<std::thread> threads;
+  std::atomic<int> same{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<std::vector<PromptPosition>> one;
+      if (engine.Score({seqs[t % 3]}, 0, &one).ok() && one.size() == 1) {
+        bool eq = true;
+        for (size_t p = 0; p < one[0].size(); ++p) eq = eq && one[0][p].argmax == (*want)[t % 3][p];
+        same += eq;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(same.load(), 4);
+  EXPECT_EQ(engine.session_count(), 0);  // scoring leaves no session behind
+  // Bad input.
+  EXPECT_EQ(engine.Score({}, 0, &got).code, EngineCode::kBadRequest);
+  EXPECT_EQ(engine.Score({{}}, 0, &got).code, EngineCode::kBadRequest);
+  EXPECT_EQ(engine.Score({{1, static_cast<int32_t>(llm_->config().n_vocab)}}, 0, &got).code, EngineCode::kBadRequest);
+  EXPECT_EQ(engine.Score({std::vector<int32_t>(static_cast<size_t>(lim.max_context) + 1, 1)}, 0, &got).code,
+            EngineCode::kBadRequest);
 }
 
 }  // namespace
