@@ -18,6 +18,7 @@
 #include "ops/matmul.h"
 #include "ops/thread_pool.h"
 #include "routing/router.h"
+#include "util/resident_memory.h"
 
 namespace tlr::cli {
 namespace {
@@ -70,9 +71,12 @@ Command AddBenchCommand(CLI::App& root) {
       "takes the median step against the median pass (the stable figure on a shared host).");
   return {app, [o]() -> int {
             const char* cmd = "bench";
+            const auto t_load = std::chrono::steady_clock::now();
             auto loaded = Model::Load(o->model, ModelOptions(o->run.kv_type));
             if (!loaded.ok()) return ReportError(cmd, loaded.status().message());
+            const double load_s = SecondsSince(t_load);
             const Model& model = **loaded;
+            const Expected<ResidentMemory> mem_loaded = ReadResidentMemory();
             const int64_t V = model.config().n_vocab;
             const int64_t need_ctx = std::max<int64_t>(o->pp, o->depth + o->tg) + o->tg + 8;
             ThreadPool pool(o->run.threads);
@@ -245,6 +249,7 @@ Command AddBenchCommand(CLI::App& root) {
             const double pp_gflops = pp.median * 2 * params / 1e9;
             const Stat rt = router ? Summarize(router_us) : Stat{};
             const double step_us = 1e6 / tg.median;
+            const Expected<ResidentMemory> mem_after = ReadResidentMemory();  // weights, KV cache, scratch in use
             if (o->json) {
               nlohmann::json j = {
                   {"model", o->model}, {"arch", c.arch_name}, {"threads", pool.n_threads()}, {"kv_type", o->run.kv_type},
@@ -261,7 +266,14 @@ Command AddBenchCommand(CLI::App& root) {
                   {"tg_roofline_pct_interleaved_max", interleaved.max},
                   {"pp_gflops", pp_gflops}, {"peak_fma_gflops", peak},
                   {"pp_peak_pct", 100.0 * pp_gflops / peak}, {"peak_int8_gops", peak_int8},
-                  {"pp_int8_peak_pct", 100.0 * pp_gflops / peak_int8}};
+                  {"pp_int8_peak_pct", 100.0 * pp_gflops / peak_int8}, {"load_s", load_s}};
+              if (mem_loaded.ok() && mem_after.ok()) {
+                j["resident_after_load_bytes"] = mem_loaded->total;
+                j["resident_file_bytes"] = mem_after->file;
+                j["resident_anonymous_bytes"] = mem_after->anonymous;
+                j["resident_bytes"] = mem_after->total;
+                j["resident_peak_bytes"] = mem_after->peak;
+              }
               if (router) {
                 j["router"] = o->router;
                 j["router_params"] = router->n_params();
@@ -283,6 +295,13 @@ Command AddBenchCommand(CLI::App& root) {
             std::printf("model       %s (%s, %.1f MiB, %s)\n", o->model.c_str(), c.arch_name.c_str(),
                         model.total_weight_bytes() / 1048576.0, ActiveSimdTarget().c_str());
             std::printf("threads     %d\n", pool.n_threads());
+            std::printf("load        %.2f s%s%s\n", load_s, mem_loaded.ok() ? ", then " : "",
+                        mem_loaded.ok() ? mem_loaded->Describe().c_str() : "");
+            if (mem_after.ok()) {
+              std::printf("memory      after the runs: %.0f MiB resident (file-backed %.0f MiB, anonymous %.0f MiB; the peak "
+                          "includes the bandwidth probes)\n",
+                          mem_after->total / 1048576.0, mem_after->file / 1048576.0, mem_after->anonymous / 1048576.0);
+            }
             std::printf("kv cache    %s\n", o->run.kv_type.c_str());
             std::printf("bandwidth   %.1f GB/s (best of 7; median %.1f)\n", bw.best_gbps, bw.median_gbps);
             std::printf("pp%-4d      %8.1f tok/s  (range %.1f-%.1f)  %.1f GFLOP/s = %.0f%% of %.0f GFLOP/s FP32 FMA peak,"

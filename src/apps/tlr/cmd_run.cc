@@ -15,6 +15,7 @@
 #include "ops/matmul.h"
 #include "ops/thread_pool.h"
 #include "util/mapped_file.h"
+#include "util/resident_memory.h"
 
 namespace tlr::cli {
 
@@ -65,6 +66,7 @@ Command AddRunCommand(CLI::App& root) {
                            model.total_weight_bytes() / 1048576.0, SecondsSince(t_load),
                            ActiveSimdTarget().c_str(), o->run.threads);
               for (const auto& note : model.load_notes()) std::fprintf(stderr, "note: %s\n", note.c_str());
+              if (auto mem = ReadResidentMemory(); mem.ok()) std::fprintf(stderr, "after load: %s\n", mem->Describe().c_str());
             }
             std::vector<int32_t> ids;
             if (o->chat) {
@@ -142,6 +144,13 @@ Command AddRunCommand(CLI::App& root) {
             std::fprintf(stderr, "\nprompt: %zu tokens, %.1f tok/s; generated: %d tokens, %.1f tok/s\n",
                          ids.size(), ids.size() / pp_s, generated,
                          generated > 0 ? generated / tg_s : 0.0);
+            if (o->verbose) {
+              if (auto mem = ReadResidentMemory(); mem.ok()) {
+                std::fprintf(stderr, "while generating: %s (the KV cache: %.0f MiB)\n", mem->Describe().c_str(),
+                             static_cast<double>(KvCache::BytesPerPosition(model.config(), model.kv_type())) *
+                                 static_cast<double>(o->run.ctx) / 1048576.0);
+              }
+            }
             return 0;
           }};
 }
