@@ -19,6 +19,11 @@
 #include "quant/quantize.h"
 #include "util/hash.h"
 
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
 namespace tlr {
 
 namespace k = gguf_keys;
@@ -50,7 +55,7 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& path, const Opti
   if (!s.ok()) return s.WithPrefix("'" + path + "'");
   m->kv_type_ = opts.kv_type;
   m->fingerprint_ = m->ComputeFingerprint();
-  if (opts.repack) m->Repack();
+  if (opts.repack) m->Repack(path, opts.weight_cache);
   return m;
 }
 
@@ -220,15 +225,64 @@ Status Model::Bind() {
   return Status::Ok();
 }
 
-void Model::Repack() {
+void Model::Repack(const std::string& path, const std::string& cache) {
+  // The matrices in the kernels' layout, by name.
+  std::vector<std::pair<std::string, WeightView*>> mats;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Layer& L = layers_[i];
+    const char* names[] = {"q", "k", "v", "o", "gate", "up", "down"};
+    WeightView* ws[] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down};
+    for (int j = 0; j < 7; ++j) mats.emplace_back("blk." + std::to_string(i) + "." + names[j], ws[j]);
+  }
+  mats.emplace_back("output", &output_);
+  auto is_float = [](const WeightView& w) {
+    return w.type == GgmlType::kF32 || w.type == GgmlType::kF16 || w.type == GgmlType::kBF16;
+  };
+  std::vector<std::pair<std::string, WeightView*>> todo;
+  for (auto& [name, w] : mats) {
+    if ((CanRepack(w->type) || is_float(*w)) && !w->repacked && w->data != nullptr) todo.emplace_back(name, w);
+  }
+  if (todo.empty()) return;
+  std::map<std::string, uint64_t> need;
+  for (auto& [name, w] : todo) need[name] = w->row_bytes * static_cast<uint64_t>(w->n_rows);
+
+  // A cache made before: the weights come straight from its mapping.
+  const bool use_cache = cache != "off";
+  std::string cache_path, why;
+  Expected<WeightCacheKey> key = Status::Error("no cache");
+  if (use_cache) {
+    key = WeightCache::KeyFor(path, fingerprint_, kRepackLayoutVersion, ActiveSimdTarget());
+    cache_path = WeightCache::PathFor(path, fingerprint_, cache == "auto" ? "" : cache);
+    if (key.ok()) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto c = WeightCache::Open(cache_path, *key, need);
+      if (c.ok()) {
+        weight_cache_ = std::make_unique<WeightCache>(std::move(c).value());
+        for (auto& [name, w] : todo) w->data = weight_cache_->Data(name, &w->repacked);
+        char b[160];
+        std::snprintf(b, sizeof b, " (%.0f MiB, checked in %.2f s)", weight_cache_->bytes() / 1048576.0,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        notes_.push_back("weights in the kernel layout from the weight cache " + cache_path + b);
+        return;
+      }
+      std::error_code ec;
+      why = std::filesystem::exists(cache_path, ec) ? "the cache there is " + c.status().message() + ": rebuilt"
+                                                   : "no cache yet";
+    } else {
+      why = key.status().message();
+    }
+  }
+
+  const auto t_repack = std::chrono::steady_clock::now();
   uint64_t bytes = 0, copied_bytes = 0;
   int count = 0, copied = 0;
-  auto repack = [&](WeightView& w) {
+  std::vector<WeightCacheMatrix> made;
+  for (auto& [name, wp] : todo) {
+    WeightView& w = *wp;
     // Float weights keep GGUF's layout but are copied too: from the file mapping's 4 KiB
     // pages decode ran at ~72% of the memory roofline (a TLB miss and a prefetcher stop every
     // 4 KiB), from anonymous memory in huge pages at the kernel's full streaming speed.
-    const bool copy_only = w.type == GgmlType::kF32 || w.type == GgmlType::kF16 || w.type == GgmlType::kBF16;
-    if ((!CanRepack(w.type) && !copy_only) || w.repacked || w.data == nullptr) return;
+    const bool copy_only = is_float(w);
     const size_t n = w.row_bytes * static_cast<size_t>(w.n_rows);
     PageBuffer buf = AllocateHugePages(n);
     if (copy_only) {
@@ -247,22 +301,39 @@ void Model::Repack() {
 #endif
     w.data = buf.get();
     w.repacked = !copy_only;
+    made.push_back({name, {buf.get(), n}, w.repacked});
     repacked_.push_back(std::move(buf));
     (copy_only ? copied_bytes : bytes) += n;
     ++(copy_only ? copied : count);
-  };
-  for (Layer& L : layers_) {
-    for (WeightView* w : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) repack(*w);
   }
-  repack(output_);
+  const double repack_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_repack).count();
+  char b[96];
+  std::snprintf(b, sizeof b, " in %.2f s", repack_s);
   if (count > 0) {
     notes_.push_back("repacked " + std::to_string(count) + " matrices (" +
-                     std::to_string(bytes >> 20) + " MiB copied) into the kernel layout");
+                     std::to_string(bytes >> 20) + " MiB copied) into the kernel layout" + b);
   }
   if (copied > 0) {
     notes_.push_back("copied " + std::to_string(copied) + " float matrices (" + std::to_string(copied_bytes >> 20) +
                      " MiB) into huge-page memory");
   }
+  if (!use_cache || !key.ok()) return;
+  // Kept for the next load; this one moves to the file's mapping too (clean pages).
+  const auto t_write = std::chrono::steady_clock::now();
+  Status st = WeightCache::Write(cache_path, *key, made);
+  if (st.ok()) {
+    auto c = WeightCache::Open(cache_path, *key, need);
+    if (c.ok()) {
+      weight_cache_ = std::make_unique<WeightCache>(std::move(c).value());
+      for (auto& [name, w] : todo) w->data = weight_cache_->Data(name, &w->repacked);
+      repacked_.clear();
+      std::snprintf(b, sizeof b, " in %.2f s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t_write).count());
+      notes_.push_back("wrote the weight cache " + cache_path + b + " (" + why + "); the next load maps it");
+      return;
+    }
+    st = c.status();
+  }
+  notes_.push_back("weight cache not kept (" + st.message() + "): the next load repacks again");
 }
 
 uint64_t Model::weight_bytes_per_token() const {

@@ -23,6 +23,7 @@
 #include "model/kv_cache.h"
 #include "model/tokenizer/tokenizer.h"
 #include "ops/matmul.h"
+#include "model/weight_cache.h"
 #include "util/huge_pages.h"
 #include "util/status.h"
 
@@ -71,6 +72,10 @@ class Model {
     // How NewCache stores keys and values: f16 (default), f32 or q8_0 (see KvCache). Load
     // fails when the model's head dimension does not suit the type.
     GgmlType kv_type = GgmlType::kF16;
+    // The weight cache (weight_cache.h: the repacked weights in a file, mapped at the next
+    // load): "auto" (beside the model, else in the user's cache directory), "off", or a
+    // directory to keep it in. Only with `repack`.
+    std::string weight_cache = "auto";
   };
 
   // Maps and validates a GGUF model: architecture, hyperparameters, every tensor's presence,
@@ -116,7 +121,7 @@ class Model {
   };
   Status Bind();
   uint64_t ComputeFingerprint() const;
-  void Repack();
+  void Repack(const std::string& path, const std::string& cache);
   Expected<const float*> FloatVector(const std::string& name, int64_t n, bool required);
   Expected<WeightView> Matrix(const std::string& name, int64_t n_cols, int64_t n_rows);
 
@@ -130,6 +135,7 @@ class Model {
   std::vector<float> inv_freq_local_;             // [head_dim / 2] sliding-window layers' (gemma3)
   std::vector<std::unique_ptr<float[]>> owned_;   // converted norm/bias vectors
   std::vector<PageBuffer> repacked_;  // repacked matrices, in huge pages (util/huge_pages.h)
+  std::unique_ptr<WeightCache> weight_cache_;  // the matrices' mapping, when they come from it
   std::vector<std::string> notes_;
   uint64_t fingerprint_ = 0;
   GgmlType kv_type_ = GgmlType::kF16;

@@ -45,6 +45,9 @@ struct WeightView {
 // kernel a row goes through within one matrix, so results do not depend on the batch or on
 // the thread count.
 bool CanRepack(GgmlType type);
+// The version of RepackMatrix's output; bump it whenever the layout changes (weight caches made
+// by another version are rebuilt, model/weight_cache.h).
+inline constexpr uint32_t kRepackLayoutVersion = 1;
 // Writes the repacked rows of `w` (GGUF layout) to dst (w.n_rows * w.row_bytes bytes).
 void RepackMatrix(const WeightView& w, uint8_t* dst);
 // Row r of a repacked matrix back in GGUF block layout (row_bytes bytes), for references.

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -40,7 +41,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   return *this;
 }
 
-Expected<MappedFile> MappedFile::Open(const std::string& path) {
+Expected<MappedFile> MappedFile::Open(const std::string& path, bool huge) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::Error("cannot open '" + path + "': " + ErrnoText());
   struct stat st;
@@ -56,7 +57,25 @@ Expected<MappedFile> MappedFile::Open(const std::string& path) {
   MappedFile f;
   f.size_ = static_cast<size_t>(st.st_size);
   if (f.size_ > 0) {
-    void* p = mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    void* want = nullptr;
+    constexpr size_t kHuge = size_t{2} << 20;
+    if (huge) {  // a 2 MiB-aligned address: reserve more, keep the aligned part
+      void* r = mmap(nullptr, f.size_ + kHuge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (r != MAP_FAILED) {
+        const uintptr_t base = reinterpret_cast<uintptr_t>(r);
+        const uintptr_t aligned = (base + kHuge - 1) / kHuge * kHuge;
+        if (aligned > base) munmap(r, aligned - base);
+        const uintptr_t end = base + f.size_ + kHuge, used = aligned + f.size_;
+        const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+        const uintptr_t used_end = (used + page - 1) / page * page;
+        if (end > used_end) munmap(reinterpret_cast<void*>(used_end), end - used_end);
+        want = reinterpret_cast<void*>(aligned);
+      }
+    }
+    void* p = mmap(want, f.size_, PROT_READ, MAP_PRIVATE | (want ? MAP_FIXED : 0), fd, 0);
+#ifdef MADV_HUGEPAGE
+    if (huge && p != MAP_FAILED) madvise(p, f.size_, MADV_HUGEPAGE);
+#endif
     if (p == MAP_FAILED) {
       std::string e = ErrnoText();
       ::close(fd);
@@ -104,6 +123,13 @@ Status AtomicFileWriter::Write(std::span<const uint8_t> bytes) {
     }
     done += static_cast<size_t>(n);
   }
+  return Status::Ok();
+}
+
+Status AtomicFileWriter::Skip(uint64_t n) {
+  if (fd_ < 0) return Status::Error("write to a file that is not open");
+  const off_t at = ::lseek(fd_, static_cast<off_t>(n), SEEK_CUR);
+  if (at < 0 || ::ftruncate(fd_, at) != 0) return Status::Error("cannot extend '" + tmp_ + "': " + ErrnoText());
   return Status::Ok();
 }
 

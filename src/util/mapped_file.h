@@ -23,8 +23,11 @@ class MappedFile {
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
 
-  // Maps `path` read-only. An empty file maps to an empty span.
-  static Expected<MappedFile> Open(const std::string& path);
+  // Maps `path` read-only. An empty file maps to an empty span. With `huge`, the mapping starts
+  // on a 2 MiB boundary and is advised for huge pages (file offsets that are multiples of 2 MiB
+  // then sit on 2 MiB boundaries in memory, where the kernel can map large page-cache folios
+  // with one TLB entry).
+  static Expected<MappedFile> Open(const std::string& path, bool huge = false);
 
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
   size_t size() const { return size_; }
@@ -49,6 +52,8 @@ class AtomicFileWriter {
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
   Status Open(const std::string& path);
   Status Write(std::span<const uint8_t> bytes);
+  // n zero bytes, as a hole where the file system makes one (no disk blocks).
+  Status Skip(uint64_t n);
   Status Commit();
 
  private:

@@ -31,7 +31,10 @@ void AddKvTypeArg(CLI::App* app, std::string* kv_type) {
 
 Model::Options ModelOptions(const std::string& kv_type) {
   auto o = ModelOptionsForKvType(kv_type);  // the flag's check admits only known names
-  return o.ok() ? *o : Model::Options{};
+  Model::Options m = o.ok() ? *o : Model::Options{};
+  // The weight cache for every command: auto (default), off, or a directory.
+  if (const char* e = std::getenv("TLR_WEIGHT_CACHE"); e && *e) m.weight_cache = e;
+  return m;
 }
 
 void AddThreadsOnly(CLI::App* app, int* threads) {

@@ -1,0 +1,137 @@
+// The weight cache (model layer, label model): a model loaded from its cache gives logits
+// bit-identical to one repacked at load and to one with the cache off; a cache that is
+// truncated, bit-flipped, another model's or another layout version's is never used: it is
+// rebuilt, the load says why, and the logits stay the same; a cache that cannot be written
+// leaves the model loading as before.
+#include "model/weight_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "model/model.h"
+#include "ops/thread_pool.h"
+#include "util/temp_dir.h"
+
+namespace tlr {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kDemo = std::string(TLR_SOURCE_DIR) + "/models/demo/";
+
+std::string Notes(const Model& m) {
+  std::string s;
+  for (const auto& n : m.load_notes()) s += n + "\n";
+  return s;
+}
+
+// The last position's logits of a fixed prompt.
+std::vector<float> Logits(const Model& m) {
+  const std::vector<int32_t> ids = m.tokenizer().Encode("Question: Where does a tharko live?");
+  auto cache = m.NewCache(64);
+  EXPECT_TRUE(cache.ok());
+  std::vector<float> logits(static_cast<size_t>(m.config().n_vocab));
+  ThreadPool pool(1);
+  ForwardContext ctx(&pool);
+  SequenceInput in{&*cache, ids, OutputRows::kLast, logits.data(), nullptr};
+  EXPECT_TRUE(m.Forward({&in, 1}, &ctx).ok());
+  return logits;
+}
+
+class WeightCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = dir_.File("llm.gguf");
+    fs::copy_file(kDemo + "llm.gguf", model_);
+    fs::copy_file(kDemo + "slm.gguf", dir_.File("slm.gguf"));
+    Model::Options off;
+    off.weight_cache = "off";
+    auto m = Model::Load(model_, off);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    want_ = Logits(**m);
+    EXPECT_FALSE(fs::exists(model_ + ".tlrw"));
+  }
+  // Loads with the cache on; the logits must be the reference ones. Returns the load notes.
+  std::string LoadAndCheck() {
+    auto m = Model::Load(model_);
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    if (!m.ok()) return "";
+    EXPECT_EQ(Logits(**m), want_);
+    return Notes(**m);
+  }
+  void Damage(uint64_t at, uint8_t x) {
+    std::fstream f(model_ + ".tlrw", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(at));
+    char c;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ x);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.write(&c, 1);
+  }
+  TempDir dir_;
+  std::string model_;
+  std::vector<float> want_;
+};
+
+TEST_F(WeightCacheTest, UsedWhenWholeRebuiltOtherwise) {
+  EXPECT_NE(LoadAndCheck().find("wrote the weight cache"), std::string::npos);
+  const std::string cache = model_ + ".tlrw";
+  ASSERT_TRUE(fs::exists(cache));
+  const uint64_t size = fs::file_size(cache);
+  EXPECT_NE(LoadAndCheck().find("from the weight cache"), std::string::npos);
+
+  fs::resize_file(cache, size / 2);  // truncated
+  std::string notes = LoadAndCheck();
+  EXPECT_NE(notes.find("outside the file"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("rebuilt"), std::string::npos) << notes;
+  EXPECT_EQ(fs::file_size(cache), size);
+  EXPECT_NE(LoadAndCheck().find("from the weight cache"), std::string::npos);
+
+  Damage(size - 4096 - 100, 0x10);  // one bit of the last matrix
+  notes = LoadAndCheck();
+  EXPECT_NE(notes.find("damaged (a checksum differs)"), std::string::npos) << notes;
+
+  Damage(32, 0x01);  // the layout version
+  notes = LoadAndCheck();
+  EXPECT_NE(notes.find("another TLR version"), std::string::npos) << notes;
+
+  Damage(0, 0xff);  // the magic
+  notes = LoadAndCheck();
+  EXPECT_NE(notes.find("not a weight cache"), std::string::npos) << notes;
+
+  // Another model's cache under this model's name.
+  ASSERT_TRUE(Model::Load(dir_.File("slm.gguf")).ok());
+  fs::copy_file(dir_.File("slm.gguf.tlrw"), cache, fs::copy_options::overwrite_existing);
+  notes = LoadAndCheck();
+  EXPECT_NE(notes.find("made for another model"), std::string::npos) << notes;
+
+  // The model file changed (its modification time): rebuilt.
+  fs::last_write_time(model_, fs::last_write_time(model_) + std::chrono::seconds(5));
+  notes = LoadAndCheck();
+  EXPECT_NE(notes.find("the model file changed"), std::string::npos) << notes;
+  EXPECT_NE(LoadAndCheck().find("from the weight cache"), std::string::npos);
+}
+
+TEST_F(WeightCacheTest, UnwritableCacheLeavesTheLoadAsBefore) {
+  Model::Options o;
+  o.weight_cache = "/proc/no-such-dir";
+  auto m = Model::Load(model_, o);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(Logits(**m), want_);
+  EXPECT_NE(Notes(**m).find("weight cache not kept"), std::string::npos) << Notes(**m);
+}
+
+TEST(WeightChecksum, SeesEveryByte) {
+  std::vector<uint8_t> a(1000, 7);
+  const uint64_t h = WeightChecksum(a);
+  for (size_t i : {0u, 31u, 32u, 500u, 999u}) {
+    a[i] ^= 1;
+    EXPECT_NE(WeightChecksum(a), h) << i;
+    a[i] ^= 1;
+  }
+  EXPECT_EQ(WeightChecksum(a), h);
+}
+
+}  // namespace
+}  // namespace tlr
