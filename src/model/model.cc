@@ -55,7 +55,7 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& path, const Opti
   if (!s.ok()) return s.WithPrefix("'" + path + "'");
   m->kv_type_ = opts.kv_type;
   m->fingerprint_ = m->ComputeFingerprint();
-  if (opts.repack) m->Repack(path, opts.weight_cache);
+  if (opts.repack) m->Repack(path, opts.weight_cache, opts.on_progress);
   return m;
 }
 
@@ -225,7 +225,8 @@ Status Model::Bind() {
   return Status::Ok();
 }
 
-void Model::Repack(const std::string& path, const std::string& cache) {
+void Model::Repack(const std::string& path, const std::string& cache,
+                   const std::function<void(const std::string&)>& on_progress) {
   // The matrices in the kernels' layout, by name.
   std::vector<std::pair<std::string, WeightView*>> mats;
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -274,6 +275,14 @@ void Model::Repack(const std::string& path, const std::string& cache) {
   }
 
   const auto t_repack = std::chrono::steady_clock::now();
+  uint64_t total = 0;
+  for (const auto& [name, n] : need) total += n;
+  if (on_progress) {
+    char b[200];
+    std::snprintf(b, sizeof b, "preparing %.0f MiB of weights for this CPU (%s)...", total / 1048576.0,
+                  use_cache ? why.c_str() : "the weight cache is off");
+    on_progress(b);
+  }
   uint64_t bytes = 0, copied_bytes = 0;
   int count = 0, copied = 0;
   std::vector<WeightCacheMatrix> made;
@@ -317,7 +326,10 @@ void Model::Repack(const std::string& path, const std::string& cache) {
     notes_.push_back("copied " + std::to_string(copied) + " float matrices (" + std::to_string(copied_bytes >> 20) +
                      " MiB) into huge-page memory");
   }
-  if (!use_cache || !key.ok()) return;
+  if (!use_cache || !key.ok()) {
+    if (on_progress) on_progress(std::string("done") + b);
+    return;
+  }
   // Kept for the next load; this one moves to the file's mapping too (clean pages).
   const auto t_write = std::chrono::steady_clock::now();
   Status st = WeightCache::Write(cache_path, *key, made);
@@ -329,11 +341,16 @@ void Model::Repack(const std::string& path, const std::string& cache) {
       repacked_.clear();
       std::snprintf(b, sizeof b, " in %.2f s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t_write).count());
       notes_.push_back("wrote the weight cache " + cache_path + b + " (" + why + "); the next load maps it");
+      if (on_progress) {
+        std::snprintf(b, sizeof b, "%.1f s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t_repack).count());
+        on_progress(std::string("done in ") + b + "; kept in " + cache_path + ": the next start maps it");
+      }
       return;
     }
     st = c.status();
   }
   notes_.push_back("weight cache not kept (" + st.message() + "): the next load repacks again");
+  if (on_progress) on_progress("done; the weight cache could not be kept (" + st.message() + ")");
 }
 
 uint64_t Model::weight_bytes_per_token() const {

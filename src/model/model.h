@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <new>
 #include <span>
@@ -76,6 +77,9 @@ class Model {
     // load): "auto" (beside the model, else in the user's cache directory), "off", or a
     // directory to keep it in. Only with `repack`.
     std::string weight_cache = "auto";
+    // Hears what a slow first open is doing (repacking, writing the weight cache) and how long
+    // it took; may be empty. Not called when the weights come from the cache.
+    std::function<void(const std::string&)> on_progress;
   };
 
   // Maps and validates a GGUF model: architecture, hyperparameters, every tensor's presence,
@@ -121,7 +125,8 @@ class Model {
   };
   Status Bind();
   uint64_t ComputeFingerprint() const;
-  void Repack(const std::string& path, const std::string& cache);
+  void Repack(const std::string& path, const std::string& cache,
+              const std::function<void(const std::string&)>& on_progress);
   Expected<const float*> FloatVector(const std::string& name, int64_t n, bool required);
   Expected<WeightView> Matrix(const std::string& name, int64_t n_cols, int64_t n_rows);
 

@@ -34,6 +34,8 @@ Model::Options ModelOptions(const std::string& kv_type) {
   Model::Options m = o.ok() ? *o : Model::Options{};
   // The weight cache for every command: auto (default), off, or a directory.
   if (const char* e = std::getenv("TLR_WEIGHT_CACHE"); e && *e) m.weight_cache = e;
+  // A first open that repacks says so (and how long it took): it happens once per model.
+  m.on_progress = [](const std::string& what) { std::fprintf(stderr, "tlr: %s\n", what.c_str()); };
   return m;
 }
 
