@@ -334,7 +334,7 @@ void Model::Repack(const std::string& path, const std::string& cache,
   const auto t_write = std::chrono::steady_clock::now();
   Status st = WeightCache::Write(cache_path, *key, made);
   if (st.ok()) {
-    auto c = WeightCache::Open(cache_path, *key, need);
+    auto c = WeightCache::Open(cache_path, *key, need, /*checksums=*/false);  // just written from these bytes
     if (c.ok()) {
       weight_cache_ = std::make_unique<WeightCache>(std::move(c).value());
       for (auto& [name, w] : todo) w->data = weight_cache_->Data(name, &w->repacked);

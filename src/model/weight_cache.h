@@ -55,9 +55,10 @@ class WeightCache {
   // Writes a cache (atomically).
   static Status Write(const std::string& path, const WeightCacheKey& key, const std::vector<WeightCacheMatrix>& matrices);
   // Maps and checks a cache against the key and the matrices the model needs (name and byte
-  // count, in any order). The error says why it cannot be used.
+  // count, in any order). The error says why it cannot be used. `checksums` false skips reading
+  // every byte (for a cache this process has just written from the bytes it checksummed).
   static Expected<WeightCache> Open(const std::string& path, const WeightCacheKey& key,
-                                    const std::map<std::string, uint64_t>& need);
+                                    const std::map<std::string, uint64_t>& need, bool checksums = true);
 
   // A matrix's bytes in the mapping, and whether they are repacked.
   const uint8_t* Data(const std::string& name, bool* repacked) const;
