@@ -1,5 +1,8 @@
 // MatMul kernels for float weights (ops layer): F32, F16 and BF16 rows times float
 // activations, compiled for every SIMD target. See matmul_kernels.h.
+#include <type_traits>
+
+#include "hwy/aligned_allocator.h"
 #include "ops/matmul_kernels.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -19,16 +22,21 @@ namespace hn = hwy::HWY_NAMESPACE;
 // of memory that way (Zen 5: F16 decode 94% of the roofline; two chains measured no faster
 // there and halved prefill), AVX2's 8 lanes did not (Zen 3: F16 decode 74%, BF16 80%, from
 // L2 one thread read F16 at 14 GB/s). So below AVX-512 every pair sums in two chains, and
-// the register block is what leaves room for them: 32 registers (AVX-512: 4 rows x 4 tokens
-// x 1 chain; NEON/SVE: 2 x 4 x 2), 16 on AVX2 (1 x 4 x 2).
+// the register block is what leaves room for them: 32 registers (AVX-512: 4 rows x 6 tokens
+// x 1 chain; NEON/SVE: 2 x 4 x 2), 16 on AVX2 (1 x 4 x 2). AVX-512 took 6 tokens over 4 once
+// F16/BF16 prefill ran on widened rows (WidenedRows; Xeon, qwen2.5-0.5b F16 pp128, 2 threads,
+// alternated: 253-255 -> 255-265 tok/s; 8 tokens: 233-236, 3 x 8 and 2 x 12 far slower).
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 constexpr int kFloatRows = 4;
+constexpr int kFloatTokens = 6;
 constexpr int kFloatChains = 1;
 #elif HWY_ARCH_X86
 constexpr int kFloatRows = 1;
+constexpr int kFloatTokens = 4;
 constexpr int kFloatChains = 2;
 #else
 constexpr int kFloatRows = 2;
+constexpr int kFloatTokens = 4;
 constexpr int kFloatChains = 2;
 #endif
 
@@ -61,6 +69,14 @@ HWY_INLINE float WeightAt(const uint8_t* row, int64_t i) {
   if constexpr (kType == GgmlType::kF32) return reinterpret_cast<const float*>(row)[i];
   if constexpr (kType == GgmlType::kF16) return F16Table()[reinterpret_cast<const uint16_t*>(row)[i]];
   return Bf16ToF32(reinterpret_cast<const uint16_t*>(row)[i]);
+}
+
+// sum + w[0] * x[0] + ... in order, out of line: one function for every weight type, so the
+// compiler's choice to fuse a multiply and an add (-ffp-contract) is the same for a row read
+// as F16 and for the same row widened to F32 (WidenedRows' results must be the same bits).
+HWY_NOINLINE float AddProducts(float sum, const float* w, const float* x, int64_t n) {
+  for (int64_t k = 0; k < n; ++k) sum += w[k] * x[k];
+  return sum;
 }
 
 // NR weight rows times NT tokens' float activations, out[t * NR + r]. Each (row, token) pair
@@ -104,32 +120,37 @@ HWY_INLINE void DotRowsF(const uint8_t* const* rows, int64_t n, const float* con
       V total = acc.Get((r * NT + t) * C);
       for (int c = 1; c < C; ++c) total = hn::Add(total, acc.Get((r * NT + t) * C + c));
       float sum = hn::GetLane(hn::SumOfLanes(df, total));
-      for (int64_t k = i; k < n; ++k) sum += WeightAt<kType>(rows[r], k) * x[t][k];  // tail
+      if (i < n) {  // the tail (fewer than L elements)
+        float wt[HWY_MAX_BYTES / sizeof(float)];
+        for (int64_t k = i; k < n; ++k) wt[k - i] = WeightAt<kType>(rows[r], k);
+        sum = AddProducts(sum, wt, x[t] + i, n - i);
+      }
       out[t * NR + r] = sum;
     }
   }
 }
 
-template <GgmlType kType, int NR>
+// nt (1..NT) tokens: the register block compiled for exactly that many.
+template <GgmlType kType, int NR, int NT = kFloatTokens>
 HWY_INLINE void DotRowsFTokens(const uint8_t* const* rows, int64_t n, const float* const* x, int nt, float* out) {
-  switch (nt) {
-    case 4: return DotRowsF<kType, NR, 4>(rows, n, x, out);
-    case 3: return DotRowsF<kType, NR, 3>(rows, n, x, out);
-    case 2: return DotRowsF<kType, NR, 2>(rows, n, x, out);
-    default: return DotRowsF<kType, NR, 1>(rows, n, x, out);
+  if constexpr (NT == 1) {
+    return DotRowsF<kType, NR, 1>(rows, n, x, out);
+  } else {
+    if (nt == NT) return DotRowsF<kType, NR, NT>(rows, n, x, out);
+    return DotRowsFTokens<kType, NR, NT - 1>(rows, n, x, nt, out);
   }
 }
 
 // Blocks of 16 rows outside (they stay in L1/L2 while every token uses them), register blocks
-// of kFloatRows rows x 4 tokens inside.
+// of kFloatRows rows x kFloatTokens tokens inside.
 template <GgmlType kType>
 void Rows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0, int64_t r1) {
   constexpr int64_t kRowBlock = 16;
   for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
     const int64_t re = std::min(r1, rb + kRowBlock);
-    for (int64_t t0 = 0; t0 < in.n_tokens; t0 += 4) {
-      const int nt = static_cast<int>(std::min<int64_t>(4, in.n_tokens - t0));
-      const float* xs[4];
+    for (int64_t t0 = 0; t0 < in.n_tokens; t0 += kFloatTokens) {
+      const int nt = static_cast<int>(std::min<int64_t>(kFloatTokens, in.n_tokens - t0));
+      const float* xs[kFloatTokens];
       for (int t = 0; t < nt; ++t) xs[t] = in.x + (t0 + t) * in.ld;
       for (int64_t r = rb; r < re;) {
         // One token (decode) streams one row at a time: a single sequential read of the
@@ -137,15 +158,15 @@ void Rows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int
         const int nr = nt == 1 ? 1 : static_cast<int>(std::min<int64_t>(kFloatRows, re - r));
         const uint8_t* rows[kFloatRows];
         for (int k = 0; k < nr; ++k) rows[k] = w.Row(r + k);
-        float out[4 * kFloatRows] = {};
+        float out[kFloatTokens * kFloatRows] = {};
         if (nr == kFloatRows && nr > 1) {
           DotRowsFTokens<kType, kFloatRows>(rows, in.n_cols, xs, nt, out);
         } else {
-          for (int k = 0; k < nr; ++k) DotRowsFTokens<kType, 1>(rows + k, in.n_cols, xs, nt, out + k * 4);
+          for (int k = 0; k < nr; ++k) DotRowsFTokens<kType, 1>(rows + k, in.n_cols, xs, nt, out + k * kFloatTokens);
         }
         for (int t = 0; t < nt; ++t) {
           for (int k = 0; k < nr; ++k) {
-            y[(t0 + t) * ldy + r + k] = nr == kFloatRows && nr > 1 ? out[t * kFloatRows + k] : out[k * 4 + t];
+            y[(t0 + t) * ldy + r + k] = nr == kFloatRows && nr > 1 ? out[t * kFloatRows + k] : out[k * kFloatTokens + t];
           }
         }
         r += nr;
@@ -154,11 +175,52 @@ void Rows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int
   }
 }
 
+// Several tokens of F16 or BF16 weights: each block of rows is widened to F32 once into a
+// buffer that stays in L1/L2, and the F32 kernel runs every token over it. Inside the register
+// block a half-precision load costs a conversion on the ports the multiply-adds use (4 of 16
+// multiply-adds' worth at 4 rows x 4 tokens); widened once per block, it is paid once for all
+// the tokens (Xeon, qwen2.5-0.5b F16 pp128, 2 threads, alternated: 220 -> 244 tok/s at 4 x 4).
+// The widening is exact and the F32 kernel sums in the same order, so results are bit-identical
+// to converting in registers, which one token at a time still does (it reads each row once).
+template <GgmlType kType>
+void WidenedRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+  constexpr int64_t kRowBlock = 16;
+  using Half = std::conditional_t<kType == GgmlType::kF16, hwy::float16_t, hwy::bfloat16_t>;
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<Half, decltype(df)> dh;
+  const int64_t n = w.n_cols;
+  const auto L = static_cast<int64_t>(hn::Lanes(df));
+  // Per thread, grown to the widest matrix seen: no allocation per call once warm.
+  thread_local hwy::AlignedFreeUniquePtr<float[]> buf;
+  thread_local size_t capacity = 0;
+  if (capacity < static_cast<size_t>(kRowBlock * n)) {
+    capacity = static_cast<size_t>(kRowBlock * n);
+    buf = hwy::AllocateAligned<float>(capacity);
+  }
+  WeightView f32{GgmlType::kF32, reinterpret_cast<const uint8_t*>(buf.get()), 0, n, static_cast<size_t>(n) * 4};
+  for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
+    const int64_t re = std::min(r1, rb + kRowBlock);
+    for (int64_t r = rb; r < re; ++r) {
+      const auto* src = reinterpret_cast<const Half*>(w.Row(r));
+      float* dst = buf.get() + (r - rb) * n;
+      int64_t i = 0;
+      for (; i + L <= n; i += L) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, src + i)), df, dst + i);
+      for (; i < n; ++i) dst[i] = WeightAt<kType>(w.Row(r), i);
+    }
+    f32.n_rows = re - rb;
+    Rows<GgmlType::kF32>(f32, in, y + rb, ldy, 0, re - rb);
+  }
+}
+
 void FloatRowsImpl(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+  // Below 4 tokens reading the matrix bounds the product and widening would only add traffic.
+  const bool widen = in.n_tokens >= 4;
   switch (w.type) {
     case GgmlType::kF32: return Rows<GgmlType::kF32>(w, in, y, ldy, r0, r1);
-    case GgmlType::kF16: return Rows<GgmlType::kF16>(w, in, y, ldy, r0, r1);
-    case GgmlType::kBF16: return Rows<GgmlType::kBF16>(w, in, y, ldy, r0, r1);
+    case GgmlType::kF16:
+      return widen ? WidenedRows<GgmlType::kF16>(w, in, y, ldy, r0, r1) : Rows<GgmlType::kF16>(w, in, y, ldy, r0, r1);
+    case GgmlType::kBF16:
+      return widen ? WidenedRows<GgmlType::kBF16>(w, in, y, ldy, r0, r1) : Rows<GgmlType::kBF16>(w, in, y, ldy, r0, r1);
     default: return;
   }
 }

@@ -172,6 +172,45 @@ TEST_P(MatMulKernels, PanelLayoutMatchesReferencesAndIsBatchInvariant) {
   }
 }
 
+// Float weights: a (row, token) result is the same bits whatever the batch (register blocks of
+// every token count; F16 and BF16 rows widened to F32 from 4 tokens on, converted in registers
+// below) and whatever row range asked for it (row blocks cut anywhere, a row count that no
+// block divides, a length that is not a whole number of vectors).
+TEST_P(MatMulKernels, FloatKernelsAreBatchInvariant) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> act(0.0f, 1.0f);
+  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
+    for (int64_t cols : {7, 64, 100, 896}) {
+      const int64_t rows = 37;
+      auto wdata = RandomWeights(type, rows, cols, rng);
+      WeightView w{type, wdata.data(), rows, cols, wdata.size() / rows};
+      const int64_t max_tokens = 13, ld = cols + 5;
+      std::vector<float> x(max_tokens * ld);
+      for (auto& v : x) v = act(rng);
+      std::vector<float> single(max_tokens * rows);
+      for (int64_t t = 0; t < max_tokens; ++t) {
+        MatMulInput one;
+        one.Prepare(type, x.data() + t * ld, 1, cols, ld, nullptr);
+        MatMulRows(w, one, single.data() + t * rows, rows, 0, rows);
+      }
+      for (int64_t n_tokens : {2, 3, 4, 5, 6, 7, 12, 13}) {
+        MatMulInput in;
+        in.Prepare(type, x.data(), n_tokens, cols, ld, nullptr);
+        std::vector<float> y(n_tokens * rows, -1.0f);
+        for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 5}, {5, 22}, {22, 37}}) {
+          MatMulRows(w, in, y.data(), rows, r0, r1);
+        }
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          for (int64_t r = 0; r < rows; ++r) {
+            ASSERT_EQ(y[t * rows + r], single[t * rows + r])
+                << GgmlTraits(type).name << " cols " << cols << " tokens " << n_tokens << " token " << t << " row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
 // Long row ranges go through the two-panel kernels where a target has them (AVX-512 VNNI:
 // panel p + i with p + half + i, far apart); short ranges through the one-panel kernels. A
 // row's result is the same bits either way, for one token (decode) and for a batch.
