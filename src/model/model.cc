@@ -55,7 +55,14 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& path, const Opti
   if (!s.ok()) return s.WithPrefix("'" + path + "'");
   m->kv_type_ = opts.kv_type;
   m->fingerprint_ = m->ComputeFingerprint();
-  if (opts.repack) m->Repack(path, opts.weight_cache, opts.on_progress);
+  if (opts.repack) {
+    m->Repack(path, opts.weight_cache, opts.on_progress);
+    // The matrices now come from the weight cache (or copies), the metadata has been parsed:
+    // what reading the header, the tokenizer and the fingerprint's samples brought into memory
+    // (~30 MiB for a Qwen2.5-0.5B file) leaves the resident set. The few pages still read (norms,
+    // embedding rows) come back from the page cache on first use.
+    m->file_.ReleaseResident();
+  }
   return m;
 }
 
@@ -152,6 +159,7 @@ Status Model::Bind() {
       return Status::Error("no output.weight and token_embd.weight's type has no kernel");
     }
     output_ = embd_;
+    tied_ = true;
     notes_.push_back("output.weight absent: the LM head is the (tied) token embedding");
   }
   auto on = FloatVector(k::kOutputNorm, c.n_embd, true);
@@ -353,6 +361,22 @@ void Model::Repack(const std::string& path, const std::string& cache,
   if (on_progress) on_progress("done; the weight cache could not be kept (" + st.message() + ")");
 }
 
+void Model::EmbeddingRow(int32_t token, float* out) const {
+  // A tied embedding is read from the LM head's copy (the weight cache's mapping, which the
+  // head's product keeps resident anyway), not from the GGUF: a lookup there would bring the
+  // page-cache folio around the row into this process, up to 2-4 MiB per token, and over a
+  // conversation most of the embedding. Same bytes either way: UnrepackRow restores GGUF's.
+  const WeightView& w = tied_ ? output_ : embd_;
+  if (!w.repacked) {
+    (void)Dequantize(w.type, w.Row(token), out, w.n_cols);
+    return;
+  }
+  thread_local std::vector<uint8_t> blocks;
+  if (blocks.size() < w.row_bytes) blocks.resize(w.row_bytes);
+  UnrepackRow(w, token, blocks.data());
+  (void)Dequantize(w.type, blocks.data(), out, w.n_cols);
+}
+
 uint64_t Model::weight_bytes_per_token() const {
   uint64_t b = embd_.row_bytes + output_.row_bytes * output_.n_rows;
   for (const Layer& L : layers_) {
@@ -460,7 +484,7 @@ Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const 
   // Embedding rows, and each position's RoPE angles.
   pool->ParallelFor(n, 0, [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
-      (void)Dequantize(embd_.type, embd_.Row(token_at(i)), x + i * E, E);
+      EmbeddingRow(token_at(i), x + i * E);
       if (c.embd_scale != 1.0f) {
         for (int64_t e2 = 0; e2 < E; ++e2) x[i * E + e2] *= c.embd_scale;
       }

@@ -135,6 +135,9 @@ class Model {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::vector<Layer> layers_;
   WeightView embd_, output_;
+  bool tied_ = false;  // output_ is the token embedding (its copy after Repack)
+  // Token `token`'s embedding row as floats (before embd_scale).
+  void EmbeddingRow(int32_t token, float* out) const;
   const float* output_norm_ = nullptr;
   std::vector<float> inv_freq_;                   // [head_dim / 2]
   std::vector<float> inv_freq_local_;             // [head_dim / 2] sliding-window layers' (gemma3)

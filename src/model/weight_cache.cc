@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -15,8 +16,11 @@ namespace tlr {
 namespace {
 
 constexpr char kMagic[4] = {'T', 'L', 'R', 'W'};
-constexpr uint32_t kFormat = 1;
-constexpr uint64_t kAlign = uint64_t{2} << 20;  // 2 MiB: huge-page boundaries in the mapping (holes on disk)
+constexpr uint32_t kFormat = 2;
+constexpr uint64_t kAlign = uint64_t{2} << 20;  // 2 MiB: huge-page boundaries in the mapping
+constexpr uint64_t kPage = 4096;                // every matrix starts on a page
+
+uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 // Little-endian writer / reader of the header and table.
 struct Out {
@@ -61,6 +65,47 @@ struct In {
 uint64_t Rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 
 }  // namespace
+
+std::vector<uint64_t> WeightCacheLayout(const std::vector<uint64_t>& sizes, uint64_t start) {
+  std::vector<uint64_t> offsets(sizes.size(), 0);
+  // Matrices of 2 MiB or more start on 2 MiB boundaries, in order.
+  struct Gap {
+    uint64_t from, to;
+  };
+  std::vector<Gap> gaps;
+  uint64_t off = RoundUp(start, kPage);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] < kAlign) continue;
+    const uint64_t at = RoundUp(off, kAlign);
+    if (at > off) gaps.push_back({off, at});
+    offsets[i] = at;
+    off = RoundUp(at + sizes[i], kPage);
+  }
+  // The smaller ones fill the gaps before those boundaries (largest first, first gap that
+  // holds it), the rest follow the last one: no stretch of the file is left empty, so reading
+  // ahead and mapping around a fault never bring in pages that hold nothing.
+  std::vector<size_t> small;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] < kAlign) small.push_back(i);
+  }
+  std::stable_sort(small.begin(), small.end(), [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
+  for (size_t i : small) {
+    bool placed = false;
+    for (Gap& g : gaps) {
+      if (g.to - g.from >= sizes[i]) {
+        offsets[i] = g.from;
+        g.from = std::min(g.to, RoundUp(g.from + sizes[i], kPage));
+        placed = true;
+        break;
+      }
+    }
+    if (!placed) {
+      offsets[i] = off;
+      off = RoundUp(off + sizes[i], kPage);
+    }
+  }
+  return offsets;
+}
 
 uint64_t WeightChecksum(std::span<const uint8_t> bytes) {
   constexpr uint64_t kP1 = 0x9e3779b185ebca87ull, kP2 = 0xc2b2ae3d27d4eb4full;
@@ -130,35 +175,31 @@ Status WeightCache::Write(const std::string& path, const WeightCacheKey& key, co
   head.U32(key.layout_version);
   head.Str(key.simd_target);
   head.U32(static_cast<uint32_t>(matrices.size()));
-  uint64_t off = (head.b.size() + table.b.size() + kAlign - 1) / kAlign * kAlign;
+  std::vector<uint64_t> sizes;
+  for (const auto& m : matrices) sizes.push_back(m.bytes.size());
+  const std::vector<uint64_t> offsets = WeightCacheLayout(sizes, head.b.size() + table.b.size());
   table.b.clear();
-  std::vector<uint64_t> offsets;
-  for (const auto& m : matrices) {
-    offsets.push_back(off);
-    table.Str(m.name);
-    table.U64(off);
-    table.U64(m.bytes.size());
-    table.U32(m.repacked ? 1 : 0);
-    table.U64(WeightChecksum(m.bytes));
-    off = (off + m.bytes.size() + kAlign - 1) / kAlign * kAlign;
+  for (size_t i = 0; i < matrices.size(); ++i) {
+    table.Str(matrices[i].name);
+    table.U64(offsets[i]);
+    table.U64(matrices[i].bytes.size());
+    table.U32(matrices[i].repacked ? 1 : 0);
+    table.U64(WeightChecksum(matrices[i].bytes));
   }
   AtomicFileWriter out;
   TLR_RETURN_IF_ERROR(out.Open(path));
   std::vector<uint8_t> first = head.b;
   first.insert(first.end(), table.b.begin(), table.b.end());
   TLR_RETURN_IF_ERROR(out.Write(first));
+  // In file order; what lies between two matrices (page padding, a gap nothing filled) is a hole.
+  std::vector<size_t> order(matrices.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return offsets[a] < offsets[b]; });
   uint64_t at = first.size();
-  if (!offsets.empty() && offsets[0] > at) {
-    TLR_RETURN_IF_ERROR(out.Skip(offsets[0] - at));
-    at = offsets[0];
-  }
-  for (size_t i = 0; i < matrices.size(); ++i) {
+  for (size_t i : order) {
+    if (offsets[i] > at) TLR_RETURN_IF_ERROR(out.Skip(offsets[i] - at));
     TLR_RETURN_IF_ERROR(out.Write(matrices[i].bytes));
-    at += matrices[i].bytes.size();
-    if (i + 1 < matrices.size() && offsets[i + 1] > at) {  // the gap to the next boundary: a hole
-      TLR_RETURN_IF_ERROR(out.Skip(offsets[i + 1] - at));
-      at = offsets[i + 1];
-    }
+    at = offsets[i] + matrices[i].bytes.size();
   }
   return out.Commit();
 }
@@ -194,7 +235,7 @@ Expected<WeightCache> WeightCache::Open(const std::string& path, const WeightCac
     if (!in.ok) return Status::Error("truncated table");
     auto it = need.find(name);
     if (it == need.end() || it->second != e.bytes) return Status::Error("matrix '" + name + "' is not the model's");
-    if (e.offset % kAlign != 0 || e.offset > map.size() || e.bytes > map.size() - e.offset) {
+    if (e.offset % kPage != 0 || e.offset > map.size() || e.bytes > map.size() - e.offset) {
       return Status::Error("matrix '" + name + "' lies outside the file (truncated?)");
     }
     sums.emplace_back(e, sum);

@@ -7,9 +7,11 @@
 // $XDG_CACHE_HOME/tlr or ~/.cache/tlr, named by the model's fingerprint):
 //   [header: magic "TLRW", format version, the source's identity (see WeightCacheKey), entry
 //    count, table bytes] [table: per matrix its name, offset, bytes, repacked flag and a 64-bit
-//    checksum of its bytes] [the matrices, each at a 2 MiB boundary (the gaps are holes on
-//    disk): mapped at a 2 MiB-aligned address and advised for huge pages, the kernel can back
-//    them with large page-cache folios, and decode runs as fast as from anonymous huge pages]
+//    checksum of its bytes] [the matrices (WeightCacheLayout): those of 2 MiB or more at 2 MiB
+//    boundaries, the smaller ones in the gaps between, so the file has no empty stretches that
+//    readahead would bring into memory; mapped at a 2 MiB-aligned address and advised for huge
+//    pages, the kernel can back them with large page-cache folios, and decode runs as fast as
+//    from anonymous huge pages]
 // A cache is used only when everything matches: the format, the key (the GGUF's size,
 // modification time and fingerprint, TLR's layout version and SIMD target), every matrix's
 // name, size and layout, the file's length, and every checksum (so a truncated, bit-flipped,
@@ -76,5 +78,10 @@ class WeightCache {
 // A fast 64-bit checksum (not cryptographic): four interleaved multiply-rotate lanes over
 // 8-byte words.
 uint64_t WeightChecksum(std::span<const uint8_t> bytes);
+
+// Where Write puts matrices of these sizes after `start` header bytes: those of 2 MiB or more
+// at 2 MiB boundaries in order, the smaller ones in the gaps before those boundaries (largest
+// first) or after the last; every offset a multiple of 4 KiB, no two overlapping.
+std::vector<uint64_t> WeightCacheLayout(const std::vector<uint64_t>& sizes, uint64_t start);
 
 }  // namespace tlr

@@ -88,7 +88,7 @@ TEST_F(WeightCacheTest, UsedWhenWholeRebuiltOtherwise) {
   EXPECT_EQ(fs::file_size(cache), size);
   EXPECT_NE(LoadAndCheck().find("from the weight cache"), std::string::npos);
 
-  Damage(size - 4096 - 100, 0x10);  // one bit of the last matrix
+  Damage(size - 1, 0x10);  // one bit of the last matrix (the file ends where it does)
   notes = LoadAndCheck();
   EXPECT_NE(notes.find("damaged (a checksum differs)"), std::string::npos) << notes;
 
@@ -120,6 +120,45 @@ TEST_F(WeightCacheTest, UnwritableCacheLeavesTheLoadAsBefore) {
   ASSERT_TRUE(m.ok()) << m.status().message();
   EXPECT_EQ(Logits(**m), want_);
   EXPECT_NE(Notes(**m).find("weight cache not kept"), std::string::npos) << Notes(**m);
+}
+
+// Large matrices on 2 MiB boundaries in order, small ones in the gaps (largest first) or after
+// the last, every one on a page, none overlapping, and no more file than the pages they need
+// plus what the boundaries force.
+TEST(WeightCacheLayout, BigOnBoundariesSmallInTheGaps) {
+  constexpr uint64_t kMiB = 1 << 20;
+  const std::vector<uint64_t> sizes = {3 * kMiB + 5, 100, kMiB / 2, 2 * kMiB, 5000, kMiB + 1, 9 * kMiB, 4096, 1};
+  const std::vector<uint64_t> off = WeightCacheLayout(sizes, 12345);
+  ASSERT_EQ(off.size(), sizes.size());
+  uint64_t prev_big = 0, end = 0, pages = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    EXPECT_EQ(off[i] % 4096, 0u) << i;
+    EXPECT_GE(off[i], 12345u) << i;
+    if (sizes[i] >= 2 * kMiB) {
+      EXPECT_EQ(off[i] % (2 * kMiB), 0u) << i;
+      EXPECT_GT(off[i], prev_big) << i;
+      prev_big = off[i];
+    }
+    for (size_t j = 0; j < i; ++j) {
+      EXPECT_TRUE(off[i] + sizes[i] <= off[j] || off[j] + sizes[j] <= off[i]) << i << " overlaps " << j;
+    }
+    end = std::max(end, off[i] + sizes[i]);
+    pages += (sizes[i] + 4095) / 4096;
+  }
+  // Every small one fits in the gap before the first boundary: the file ends with the 9 MiB
+  // matrix (3 MiB + 5 at 2 MiB, 2 MiB at 6, 9 MiB at 8).
+  for (size_t i : {1, 2, 4, 5, 7, 8}) EXPECT_LT(off[i], 2 * kMiB) << i;
+  EXPECT_EQ(off[0], 2 * kMiB);
+  EXPECT_EQ(off[3], 6 * kMiB);
+  EXPECT_EQ(off[6], 8 * kMiB);
+  EXPECT_EQ(end, 17 * kMiB);
+  // With no gap before the first boundary, small ones follow the last large one.
+  const std::vector<uint64_t> tight = WeightCacheLayout({2 * kMiB, kMiB, 2 * kMiB - 4096}, 2 * kMiB - 4096);
+  EXPECT_EQ(tight[0], 2 * kMiB);
+  EXPECT_EQ(tight[2], 4 * kMiB);  // the larger small one first
+  EXPECT_EQ(tight[1], 6 * kMiB - 4096);
+  EXPECT_LE(pages * 4096, end);
+  EXPECT_TRUE(WeightCacheLayout({}, 10).empty());
 }
 
 TEST(WeightChecksum, SeesEveryByte) {

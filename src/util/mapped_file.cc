@@ -88,6 +88,10 @@ Expected<MappedFile> MappedFile::Open(const std::string& path, bool huge) {
   return f;
 }
 
+void MappedFile::ReleaseResident() const {
+  if (mapped_ && size_ > 0) madvise(const_cast<uint8_t*>(data_), size_, MADV_DONTNEED);
+}
+
 Expected<std::string> ReadFileToString(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::Error("cannot open '" + path + "': " + ErrnoText());

@@ -31,6 +31,10 @@ class MappedFile {
 
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
   size_t size() const { return size_; }
+  // Drops this process's resident pages of the mapping (MADV_DONTNEED): they stop counting in
+  // its resident set and come back from the file (the page cache, usually) when read again.
+  // The contents never change. A no-op for an empty file or where the call is unavailable.
+  void ReleaseResident() const;
 
  private:
   const uint8_t* data_ = nullptr;

@@ -77,6 +77,10 @@ class GgufFile {
   const GgufValue* Find(std::string_view key) const;
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* FindTensor(std::string_view name) const;
+  // See MappedFile::ReleaseResident (a no-op for a file parsed from memory).
+  void ReleaseResident() const {
+    if (map_) map_->ReleaseResident();
+  }
 
   // Typed getters. Each fails with a message naming the key when it is missing or has an
   // incompatible type. Integer getters accept any integer type whose value fits.
