@@ -95,6 +95,12 @@ typedef struct tlr_device_params {
   int kv_slots;
   int64_t kv_budget_mb;
   int64_t n_ctx;
+  /* The weight cache (docs/guide.md#the-weight-cache): the SLM's matrices in the kernels' layout,
+     written at the first open and mapped at later ones (fast start, clean file-backed memory).
+     "auto" (default; NULL too): beside the model, else in $XDG_CACHE_HOME/tlr or ~/.cache/tlr;
+     a directory (e.g. an app's cache directory when the model sits in read-only storage); "off":
+     prepare the weights in memory at every open */
+  const char* weight_cache;
 } tlr_device_params;
 
 TLR_API void tlr_device_params_init(tlr_device_params* params);
@@ -146,6 +152,7 @@ typedef struct tlr_llm_params {
   double sim_jitter_ms;     /* uniform +- jitter on it (default 0) */
   int n_threads;            /* in process: the LLM's worker threads (default 1) */
   const char* kv_type;      /* in process: KV cache storage, as for the device */
+  const char* weight_cache; /* in process: the weight cache, as for the device */
 } tlr_llm_params;
 
 TLR_API void tlr_llm_params_init(tlr_llm_params* params);

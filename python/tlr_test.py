@@ -184,6 +184,19 @@ class BindingTest(unittest.TestCase):
             list(self.dev.generate(PROMPT, llm=self.llm, on_token=boom))
         self.assertEqual(self.dev.run(PROMPT, self.llm, max_tokens=3).generated, 3)
 
+    def test_weight_cache_in_a_directory_of_the_callers_choice(self):
+        with tempfile.TemporaryDirectory() as d:
+            want = [t.id for t in self.dev.generate(PROMPT, mode="small_only", max_tokens=20)]
+            for _ in range(2):  # written at the first open, mapped at the second
+                dev = tlr.Device(demo("slm.gguf"), demo("router.gguf"), weight_cache=d)
+                got = [t.id for t in dev.generate(PROMPT, mode="small_only", max_tokens=20)]
+                dev.close()
+                self.assertEqual(got, want)
+                self.assertEqual(len([f for f in os.listdir(d) if f.endswith(".tlrw")]), 1)
+            llm = tlr.Llm(model=demo("llm.gguf"), weight_cache=d)
+            llm.close()
+            self.assertEqual(len([f for f in os.listdir(d) if f.endswith(".tlrw")]), 2)
+
     def test_missing_file(self):
         with self.assertRaises(tlr.TlrError) as e:
             tlr.Device(demo("no-such-slm.gguf"), demo("router.gguf"))

@@ -63,7 +63,8 @@ _c = ctypes
 class _DeviceParams(_c.Structure):
     _fields_ = [("struct_size", _c.c_size_t), ("slm_path", _c.c_char_p), ("router", _c.c_char_p),
                 ("n_threads", _c.c_int), ("kv_type", _c.c_char_p), ("seed", _c.c_uint64),
-                ("kv_slots", _c.c_int), ("kv_budget_mb", _c.c_int64), ("n_ctx", _c.c_int64)]
+                ("kv_slots", _c.c_int), ("kv_budget_mb", _c.c_int64), ("n_ctx", _c.c_int64),
+                ("weight_cache", _c.c_char_p)]
 
 
 class _DeviceInfo(_c.Structure):
@@ -78,7 +79,7 @@ class _LlmParams(_c.Structure):
                 ("ca_file", _c.c_char_p), ("verify_tls", _c.c_int), ("timeout_s", _c.c_double),
                 ("retries", _c.c_int), ("retry_after_s", _c.c_double), ("connections", _c.c_int),
                 ("sim_rtt_ms", _c.c_double), ("sim_jitter_ms", _c.c_double), ("n_threads", _c.c_int),
-                ("kv_type", _c.c_char_p)]
+                ("kv_type", _c.c_char_p), ("weight_cache", _c.c_char_p)]
 
 
 class _GenerateParams(_c.Structure):
@@ -311,13 +312,16 @@ class Llm(_Handle):
                  api_key: Optional[str] = None, server_model: Optional[str] = None,
                  ca_file: Optional[str] = None, verify_tls: bool = True, timeout_s: float = 10.0,
                  retries: int = 2, retry_after_s: float = 1.0, connections: int = 4,
-                 sim_rtt_ms: float = 0.0, sim_jitter_ms: float = 0.0, threads: int = 1, kv_type: str = "f16"):
+                 sim_rtt_ms: float = 0.0, sim_jitter_ms: float = 0.0, threads: int = 1, kv_type: str = "f16",
+                 weight_cache: str = "auto"):
         lib = _load()
         self._handle = None
         p = _LlmParams()
         lib.tlr_llm_params_init(_c.byref(p))
-        keep = [_b(model), _b(server), _b(backend), _b(api_key), _b(server_model), _b(ca_file), _b(kv_type)]
-        (p.model_path, p.server_url, p.backend, p.api_key, p.server_model, p.ca_file, p.kv_type) = keep
+        keep = [_b(model), _b(server), _b(backend), _b(api_key), _b(server_model), _b(ca_file), _b(kv_type),
+                _b(weight_cache)]
+        (p.model_path, p.server_url, p.backend, p.api_key, p.server_model, p.ca_file, p.kv_type,
+         p.weight_cache) = keep
         p.verify_tls = 1 if verify_tls else 0
         p.timeout_s, p.retries, p.retry_after_s = timeout_s, retries, retry_after_s
         p.connections, p.sim_rtt_ms, p.sim_jitter_ms, p.n_threads = connections, sim_rtt_ms, sim_jitter_ms, threads
@@ -342,18 +346,20 @@ def _stop_generations_at_exit() -> None:
 class Device(_Handle):
     """The device side: an SLM and its router (a router GGUF or "maxprob"/"entropy"/"random").
     The prompt cache keeps up to kv_slots SLM contexts (kv_budget_mb MiB, n_ctx positions each):
-    a prompt continuing an earlier one (a conversation) prefills only what is new."""
+    a prompt continuing an earlier one (a conversation) prefills only what is new. weight_cache:
+    "auto" (beside the model, else the user's cache directory), a directory, or "off" (the
+    weight cache: docs/guide.md#the-weight-cache)."""
     _free = "tlr_device_free"
     _exiting = False
 
     def __init__(self, slm: str, router: str, *, threads: int = 1, kv_type: str = "f16", seed: int = 42,
-                 kv_slots: int = 4, kv_budget_mb: int = 1024, n_ctx: int = 4096):
+                 kv_slots: int = 4, kv_budget_mb: int = 1024, n_ctx: int = 4096, weight_cache: str = "auto"):
         lib = _load()
         self._handle = None
         p = _DeviceParams()
         lib.tlr_device_params_init(_c.byref(p))
-        keep = [_b(slm), _b(router), _b(kv_type)]
-        p.slm_path, p.router, p.kv_type = keep
+        keep = [_b(slm), _b(router), _b(kv_type), _b(weight_cache)]
+        p.slm_path, p.router, p.kv_type, p.weight_cache = keep
         p.n_threads, p.seed = threads, seed
         p.kv_slots, p.kv_budget_mb, p.n_ctx = kv_slots, kv_budget_mb, n_ctx
         h = _c.c_void_p()

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <mutex>
@@ -264,6 +265,45 @@ TEST_F(CapiTest, ConversationSavedAndRestoredGoesOnWithoutPrefill) {
 
 // The prompt cache keeps a conversation's LLM backend; an LLM the caller frees (and another
 // opened after it, maybe at the same address) is never used through a stale backend.
+// weight_cache: "off" writes no cache; a directory gets the cache (not the model's directory);
+// the next open maps it; the tokens are the same every way.
+TEST_F(CapiTest, WeightCacheGoesWhereAskedAndOffWritesNone) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / ("tlr_wc_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "cache");
+  fs::create_directories(dir / "model");
+  fs::copy_file(kDemo + "slm.gguf", dir / "model" / "slm.gguf");
+  const std::string slm = (dir / "model" / "slm.gguf").string(), router = kDemo + "router.gguf";
+  const std::string cache = (dir / "cache").string();
+  auto caches = [](const fs::path& d) {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(d)) n += e.path().extension() == ".tlrw";
+    return n;
+  };
+  tlr_device_params dp;
+  tlr_device_params_init(&dp);
+  EXPECT_STREQ(dp.weight_cache, "auto");
+  dp.slm_path = slm.c_str();
+  dp.router = router.c_str();
+  std::vector<std::vector<Token>> outs;
+  for (const char* wc : {"off", cache.c_str(), cache.c_str()}) {
+    dp.weight_cache = wc;
+    tlr_device* dev = nullptr;
+    ASSERT_EQ(tlr_device_open(&dp, &dev), TLR_OK) << tlr_last_error();
+    const tlr_generate_params p = Params(TLR_MODE_SMALL_ONLY);
+    outs.emplace_back();
+    EXPECT_EQ(tlr_generate(dev, nullptr, kPrompt, &p, Collect, &outs.back(), nullptr), TLR_OK) << tlr_last_error();
+    tlr_device_free(dev);
+    EXPECT_EQ(caches(dir / "model"), 0) << wc;
+    EXPECT_EQ(caches(dir / "cache"), wc == cache.c_str() ? 1 : 0) << wc;
+  }
+  EXPECT_FALSE(outs[0].empty());
+  EXPECT_EQ(outs[1], outs[0]);
+  EXPECT_EQ(outs[2], outs[0]);
+  fs::remove_all(dir);
+}
+
 TEST_F(CapiTest, PromptCacheSurvivesTheLlmBeingFreed) {
   const std::string llm_path = kDemo + "llm.gguf";
   tlr_llm_params lp;

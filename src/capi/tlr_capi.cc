@@ -299,6 +299,7 @@ void tlr_device_params_init(tlr_device_params* p) {
   p->kv_budget_mb = 1024;
   p->n_ctx = 4096;
   p->seed = 42;
+  p->weight_cache = "auto";
 }
 
 int tlr_device_open(const tlr_device_params* params, tlr_device** out) {
@@ -312,6 +313,7 @@ int tlr_device_open(const tlr_device_params* params, tlr_device** out) {
     }
     auto opts = tlr::ModelOptionsForKvType(Str(p.kv_type));
     if (!opts.ok()) return Fail(TLR_ERR_INVALID_ARGUMENT, opts.status().message());
+    if (!Str(p.weight_cache).empty()) opts->weight_cache = Str(p.weight_cache);
     tlr::DeviceModels::Step step = tlr::DeviceModels::Step::kSlm;
     auto models = tlr::DeviceModels::Load(Str(p.slm_path), Str(p.router), *opts, p.seed, &step);
     if (!models.ok()) {
@@ -417,6 +419,7 @@ void tlr_llm_params_init(tlr_llm_params* p) {
   p->connections = 4;
   p->n_threads = 1;
   p->kv_type = "f16";
+  p->weight_cache = "auto";
 }
 
 int tlr_llm_open(const tlr_llm_params* params, tlr_llm** out) {
@@ -447,6 +450,7 @@ int tlr_llm_open(const tlr_llm_params* params, tlr_llm** out) {
     if (!path.empty()) {
       auto opts = tlr::ModelOptionsForKvType(Str(p.kv_type));
       if (!opts.ok()) return Fail(TLR_ERR_INVALID_ARGUMENT, opts.status().message());
+      if (!Str(p.weight_cache).empty()) opts->weight_cache = Str(p.weight_cache);
       auto m = tlr::LoadModelAs("LLM", path, *opts);
       if (!m.ok()) return Fail(TLR_ERR_LOAD, m.status().message());
       llm->target.model = std::move(m).value();
