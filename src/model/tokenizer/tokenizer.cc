@@ -178,17 +178,33 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special,
                                        bool parse_special) const {
   std::vector<int32_t> out;
   if (add_special && vocab_.add_bos) out.push_back(vocab_.bos_id);
+  EncodeText(text, parse_special, /*at_start=*/true, /*normalize=*/true, &out);
+  if (add_special && vocab_.add_eos) out.push_back(vocab_.eos_id);
+  return out;
+}
+
+std::vector<int32_t> Tokenizer::EncodeExact(std::string_view text, bool at_start, bool parse_special) const {
+  std::vector<int32_t> out;
+  EncodeText(text, parse_special, at_start, /*normalize=*/false, &out);
+  return out;
+}
+
+void Tokenizer::EncodeText(std::string_view text, bool parse_special, bool at_start, bool normalize,
+                           std::vector<int32_t>* out_ids) const {
+  std::vector<int32_t>& out = *out_ids;
   const std::vector<Fragment> frags = PartitionSpecial(text, parse_special);
   if (vocab_.model == VocabModel::kBpe) {
     for (const Fragment& f : frags) {
       if (f.token >= 0) {
         out.push_back(f.token);
-      } else {
+      } else if (normalize) {
         EncodeBpe(Normalize(text.substr(f.begin, f.end - f.begin)), &out);
+      } else {
+        EncodeBpe(text.substr(f.begin, f.end - f.begin), &out);
       }
     }
   } else {
-    bool prev_special = true;  // the dummy prefix goes before the first text fragment
+    bool prev_special = at_start;  // the dummy prefix goes before the first text fragment
     for (const Fragment& f : frags) {
       if (f.token >= 0) {
         out.push_back(f.token);
@@ -205,8 +221,6 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special,
       prev_special = false;
     }
   }
-  if (add_special && vocab_.add_eos) out.push_back(vocab_.eos_id);
-  return out;
 }
 
 std::string Tokenizer::Piece(int32_t id, bool render_special) const {

