@@ -37,11 +37,26 @@ bool LlmCall::WaitFor(double seconds) {
 }
 
 void LlmCall::Cancel() {
+  std::function<void()> f;
   {
     std::lock_guard<std::mutex> l(mu_);
     cancelled_ = true;
+    f = std::move(on_cancel_);
+    on_cancel_ = nullptr;
   }
   cv_.notify_all();
+  if (f) f();
+}
+
+void LlmCall::OnCancel(std::function<void()> f) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!cancelled_) {
+      on_cancel_ = std::move(f);
+      return;
+    }
+  }
+  f();
 }
 
 bool LlmCall::cancelled() const {
@@ -247,12 +262,23 @@ Expected<LlmReply> InProcessLlm::Execute(const LlmRequest& req) {
   total_ingested_ += reply.ingested;
   work_.prefilled += reply.ingested;
   std::vector<int32_t> history(context.begin(), context.end());
-  const int64_t total = req.n + lookahead;
+  int64_t total = req.n + lookahead;
+  std::string_view heal = req.prefix;
+  int64_t n_reply = req.n;
+  if (!heal.empty() && !constraint_) constraint_ = std::make_unique<PrefixConstraint>(llm_.tokenizer());
   for (int64_t k = 0; k < total; ++k) {
+    if (!heal.empty() && !constraint_->Mask(heal, logits_.data())) {
+      return Status::Error("no token of the LLM's vocabulary continues the held-back text");
+    }
     const int32_t tok = req.sampling.temperature <= 0 ? ArgMax(logits_.data(), V)
                                                       : sampler_->Sample(logits_.data(), history);
+    if (!heal.empty()) {  // a token spelling the prefix: on top of the n asked for
+      heal = constraint_->After(heal, tok);
+      ++total;
+      ++n_reply;
+    }
     ++work_.generated;
-    if (k < req.n) {
+    if (k < n_reply) {
       reply.tokens.push_back(tok);
       reply.logprobs.push_back(LogProb(logits_.data(), V, tok));
     } else {

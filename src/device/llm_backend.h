@@ -25,6 +25,7 @@
 
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "model/prefix_constraint.h"
 #include "model/sampler.h"
 #include "ops/thread_pool.h"
 #include "util/status.h"
@@ -36,6 +37,10 @@ struct LlmRequest {
   int n = 1;                      // tokens wanted (fewer come back when the LLM ends)
   int lookahead = 0;              // extra tokens of the LLM's own continuation after those n
   SamplerParams sampling;
+  // Bytes the continuation must spell first (token healing, vocab_bridge.h): in process the
+  // tokens are constrained to them (model/prefix_constraint.h); backends without a constraint
+  // send the context as it is and the bridge checks the reply.
+  std::string prefix;
 };
 
 struct LlmReply {
@@ -77,6 +82,9 @@ class LlmCall {
   // finishes (its reply is ignored) or stops at its next wait.
   void Cancel();
   bool cancelled() const;
+  // For backends that hand the work to another call: `f` runs once when this call is cancelled
+  // (at once when it already is), e.g. to cancel that other call.
+  void OnCancel(std::function<void()> f);
   // Submission to completion, in seconds (0 until done).
   double latency_s() const;
 
@@ -91,6 +99,7 @@ class LlmCall {
   bool done_ = false, cancelled_ = false;
   Expected<LlmReply> result_ = Status::Error("the call has not completed");
   std::function<void()> on_done_;
+  std::function<void()> on_cancel_;
   Clock::time_point submitted_, completed_;
 };
 
@@ -125,6 +134,9 @@ class LlmBackend {
   virtual void Reset() = 0;
   // The tokenizer's fingerprint (the device refuses an LLM whose vocabulary differs).
   virtual uint64_t vocab_fingerprint() const = 0;
+  // Whether LlmRequest::prefix constrains the reply (the tokens spelling it then come first,
+  // on top of the n asked for); otherwise the prefix is ignored.
+  virtual bool spells_prefix() const { return false; }
   // The LLM's work so far, as far as the backend can know it: exact in process; over the
   // network what the server reports (a call still running when this is read counts later).
   virtual LlmWork work() const = 0;
@@ -164,6 +176,7 @@ class InProcessLlm : public LlmBackend {
   std::shared_ptr<LlmCall> Submit(LlmRequest request, std::function<void()> on_done) override;
   void Reset() override;
   uint64_t vocab_fingerprint() const override { return llm_.tokenizer().Fingerprint(); }
+  bool spells_prefix() const override { return true; }
   std::string name() const override { return "in-process"; }
   LlmWork work() const override;
   // Tokens ingested over the backend's life (for tests of the delta behaviour).
@@ -177,6 +190,7 @@ class InProcessLlm : public LlmBackend {
   mutable std::mutex mu_;       // the cache and counters (the worker computes under it)
   std::unique_ptr<KvCache> cache_;
   std::vector<int32_t> held_;   // the tokens in cache_
+  std::unique_ptr<PrefixConstraint> constraint_;  // made at the first call with a prefix
   std::vector<float> logits_;
   std::unique_ptr<Sampler> sampler_;
   int64_t total_ingested_ = 0;
@@ -195,6 +209,7 @@ class DelayedLlm : public LlmBackend {
   std::shared_ptr<LlmCall> Submit(LlmRequest request, std::function<void()> on_done) override;
   void Reset() override { inner_->Reset(); }
   uint64_t vocab_fingerprint() const override { return inner_->vocab_fingerprint(); }
+  bool spells_prefix() const override { return inner_->spells_prefix(); }
   LlmWork work() const override { return inner_->work(); }
   std::string name() const override { return inner_->name() + " (simulated network)"; }
   // Simulated network time added so far.

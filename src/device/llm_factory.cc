@@ -1,7 +1,23 @@
 // The LLM backend factory (see llm_factory.h).
 #include "device/llm_factory.h"
 
+#include "model/gguf/gguf_reader.h"
+
 namespace tlr {
+
+Expected<std::unique_ptr<Tokenizer>> LoadTokenizerFile(const std::string& path) {
+  const bool json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+  Expected<Tokenizer> t = Status::Error("");
+  if (json) {
+    t = Tokenizer::FromHfJsonFile(path);
+  } else {
+    auto f = GgufFile::Open(path);
+    if (!f.ok()) return f.status().WithPrefix("the LLM tokenizer '" + path + "'");
+    t = Tokenizer::FromGguf(*f);
+  }
+  if (!t.ok()) return t.status().WithPrefix("the LLM tokenizer '" + path + "'");
+  return std::make_unique<Tokenizer>(std::move(t).value());
+}
 
 Expected<std::unique_ptr<LlmStack>> LlmStack::Create(const LlmSpec& spec, const Tokenizer& vocab) {
   if (!(spec.sim_rtt_s >= 0) || !(spec.sim_jitter_s >= 0)) {
@@ -13,19 +29,31 @@ Expected<std::unique_ptr<LlmStack>> LlmStack::Create(const LlmSpec& spec, const 
     r.http.sim_rtt_s = spec.sim_rtt_s;
     r.http.sim_jitter_s = spec.sim_jitter_s;
     r.http.seed = spec.seed;
-    TLR_ASSIGN_OR_RETURN(s->remote_, RemoteLlm::Connect(r, vocab));
+    // The server is checked against the LLM's tokenizer when one is given (the bridge then
+    // speaks the SLM's ids to the decoder), else against the SLM's.
+    if (!spec.llm_tokenizer.empty()) {
+      TLR_ASSIGN_OR_RETURN(s->llm_vocab_, LoadTokenizerFile(spec.llm_tokenizer));
+    }
+    const Tokenizer& server_vocab = s->llm_vocab_ ? *s->llm_vocab_ : vocab;
+    TLR_ASSIGN_OR_RETURN(s->remote_, RemoteLlm::Connect(r, server_vocab));
     s->top_ = s->remote_.get();
+    if (VocabBridge::Needed(vocab, server_vocab)) {
+      s->bridged_ = std::make_unique<BridgedLlm>(s->top_, vocab, server_vocab);
+      s->top_ = s->bridged_.get();
+    }
     return s;
   }
   if (!spec.model) return Status::Error("no LLM: give a model file or a server URL");
-  if (spec.model->tokenizer().Fingerprint() != vocab.Fingerprint()) {
-    return Status::Error("the LLM's vocabulary differs from the SLM's: token routing needs one tokenizer");
-  }
   s->local_ = std::make_unique<InProcessLlm>(*spec.model, spec.threads, spec.n_ctx);
   s->top_ = s->local_.get();
   if (spec.sim_rtt_s > 0 || spec.sim_jitter_s > 0) {
     s->delayed_ = std::make_unique<DelayedLlm>(s->top_, spec.sim_rtt_s, spec.sim_jitter_s, spec.seed);
     s->top_ = s->delayed_.get();
+  }
+  // Another vocabulary: the model's own tokenizer, bridged.
+  if (VocabBridge::Needed(vocab, spec.model->tokenizer())) {
+    s->bridged_ = std::make_unique<BridgedLlm>(s->top_, vocab, spec.model->tokenizer());
+    s->top_ = s->bridged_.get();
   }
   return s;
 }

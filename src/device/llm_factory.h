@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "device/bridged_llm.h"
 #include "device/llm_backend.h"
 #include "device/remote_llm.h"
 #include "model/model.h"
@@ -21,7 +22,14 @@ struct LlmSpec {
   // (DelayedLlm); behind a server it is added to every HTTP request.
   double sim_rtt_s = 0, sim_jitter_s = 0;
   uint64_t seed = 1;              // for the jitter
+  // Behind a server whose vocabulary differs from the SLM's: the LLM's tokenizer, a GGUF (a
+  // vocabulary-only file or the model) or a tokenizer.json (in process the model's own is
+  // used). Empty: the server's vocabulary must be the SLM's.
+  std::string llm_tokenizer;
 };
+
+// A tokenizer from a GGUF file (its vocabulary) or a Hugging Face tokenizer.json.
+Expected<std::unique_ptr<Tokenizer>> LoadTokenizerFile(const std::string& path);
 
 // Owns the chain of backends one spec makes. Not copyable; the backends live as long as it.
 class LlmStack {
@@ -29,6 +37,7 @@ class LlmStack {
   static Expected<std::unique_ptr<LlmStack>> Create(const LlmSpec& spec, const Tokenizer& vocab);
   LlmBackend* backend() const { return top_; }
   RemoteLlm* remote() const { return remote_.get(); }  // null in process
+  BridgedLlm* bridge() const { return bridged_.get(); }  // null when the vocabularies are equal
   InProcessLlm* local() const { return local_.get(); }  // null behind a server
   std::string warning() const { return remote_ ? remote_->warning() : ""; }
   // Simulated network time added so far (both kinds).
@@ -38,6 +47,8 @@ class LlmStack {
   std::unique_ptr<InProcessLlm> local_;
   std::unique_ptr<DelayedLlm> delayed_;
   std::unique_ptr<RemoteLlm> remote_;
+  std::unique_ptr<Tokenizer> llm_vocab_;
+  std::unique_ptr<BridgedLlm> bridged_;
   LlmBackend* top_ = nullptr;
 };
 

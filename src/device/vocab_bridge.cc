@@ -150,7 +150,7 @@ Expected<BridgedReply> VocabBridge::ToSlm(const BridgedContext& ctx, std::span<c
     text += llm_.SequencePiece(id, false, &at_start);
     reply_ends.push_back(text.size());
   }
-  const bool ended = out.ended || llm_ended;
+  bool ended = out.ended || llm_ended;
   const std::string& pending = ctx.pending;
   if (text.compare(0, pending.size(), pending) != 0 || text.size() < pending.size()) {
     if (!ended && text.size() < pending.size() && pending.compare(0, text.size(), text) == 0) {
@@ -161,12 +161,23 @@ Expected<BridgedReply> VocabBridge::ToSlm(const BridgedContext& ctx, std::span<c
   }
   // Well-formed as a whole, the held-back bytes included (a context may end inside a character
   // that the reply completes; the held-back word itself may start inside one, up to 3 bytes).
-  const size_t complete = Utf8CompletePrefix(text);
+  // Ill-formed bytes after the held-back text end what can be used of the reply (the text before
+  // them still counts); in it, or with nothing before them, the reply is refused.
+  size_t complete = Utf8CompletePrefix(text);
   size_t lead = 0;
   while (lead < 3 && lead < text.size() && (static_cast<unsigned char>(text[lead]) & 0xC0) == 0x80) ++lead;
-  if (lead < complete && !IsValidUtf8(std::string_view(text).substr(lead, complete - lead))) {
-    return Status::Error("the LLM's reply is ill-formed UTF-8");
+  bool cut = false;
+  for (size_t pos = lead; pos < complete;) {
+    const size_t at = pos;
+    char32_t cp;
+    if (!DecodeUtf8(text, &pos, &cp)) {
+      if (at < pending.size() + 1) return Status::Error("the LLM's reply is ill-formed UTF-8");
+      complete = at;
+      cut = true;
+      break;
+    }
   }
+  if (cut) ended = out.ended = false;
   std::string_view fresh = std::string_view(text).substr(pending.size());
   // A character still being completed waits for the rest (unless the LLM ended).
   if (!ended) fresh = fresh.substr(0, complete > pending.size() ? complete - pending.size() : 0);
@@ -194,7 +205,9 @@ Expected<BridgedReply> VocabBridge::ToSlm(const BridgedContext& ctx, std::span<c
     out.ended = true;
     return out;
   }
-  if (ids.empty()) return Status::Error("the LLM's reply is not yet one whole SLM token");
+  if (ids.empty()) {
+    return Status::Error(cut ? "the LLM's reply is ill-formed UTF-8" : "the LLM's reply is not yet one whole SLM token");
+  }
   const size_t covered = pending.size() + ends.back();
   out.llm_tokens_used =
       static_cast<size_t>(std::upper_bound(reply_ends.begin(), reply_ends.end(), covered) - reply_ends.begin());

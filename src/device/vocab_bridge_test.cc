@@ -151,9 +151,14 @@ TEST(VocabBridge, BadRepliesAreErrorsWithTheirReason) {
   ctl.push_back(llm->Find("<|start_header_id|>"));
   ASSERT_GE(ctl.back(), 0);
   EXPECT_NE(msg(ctl).find("control token"), std::string::npos);
-  // Ill-formed UTF-8 (a lone continuation byte, as byte tokens can spell).
-  std::vector<int32_t> bad = llm->EncodeExact(" Tokyo \x80\x80 and", false);
+  // Ill-formed UTF-8 (a lone continuation byte, as byte tokens can spell) right after the
+  // held-back text: refused; further on: the text before it is used, nothing after it.
+  std::vector<int32_t> bad = llm->EncodeExact(" Tokyo\x80\x80 and", false);
   EXPECT_NE(msg(bad).find("ill-formed UTF-8"), std::string::npos) << msg(bad);
+  auto later = bridge.ToSlm(b, llm->EncodeExact(" Tokyo is \x80 and", false), false, 4);
+  ASSERT_TRUE(later.ok()) << later.status().message();
+  EXPECT_EQ(Pieces(*slm, later->slm_ids), std::string("o is").substr(0, Pieces(*slm, later->slm_ids).size()));
+  EXPECT_FALSE(later->ended);
   // Outside the vocabulary.
   EXPECT_NE(msg(std::vector<int32_t>{llm->n_vocab() + 5}).find("outside its vocabulary"), std::string::npos);
   // The right word and more: SLM tokens for " Tokyo"'s rest and beyond.

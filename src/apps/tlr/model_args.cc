@@ -123,6 +123,11 @@ void AddLlmServerArgs(CLI::App* app, LlmArgs* a) {
       ->default_val(0)->check(CLI::Range(0.0, 600000.0));
   app->add_option("--sim-jitter", a->sim_jitter_ms, "Uniform +- jitter on --sim-rtt, in ms")->default_val(0)
       ->check(CLI::Range(0.0, 600000.0));
+  app->add_option("--llm-tokenizer", a->llm_tokenizer,
+                  "--server: the LLM's tokenizer when its vocabulary differs from the SLM's (a GGUF, vocabulary-only "
+                  "or the model, or a tokenizer.json): calls carry the context in the LLM's tokens and its replies "
+                  "become SLM tokens (docs/guide.md#pairs-with-different-vocabularies)")
+      ->check(CLI::ExistingFile);
   app->add_option("--llm-connections", a->connections,
                   "--server: LLM calls in flight at once (one keep-alive connection each)")
       ->default_val(4)->check(CLI::Range(1, 64));
@@ -153,6 +158,7 @@ Expected<LlmSpec> MakeLlmSpec(const LlmArgs& a, const Model* model, int threads,
     r.http.retries = a.retries;
     r.retry_after_s = a.retry_after_s;
     r.max_in_flight = a.connections;
+    spec.llm_tokenizer = a.llm_tokenizer;
   }
   return spec;
 }

@@ -1,0 +1,40 @@
+// An LLM of another vocabulary behind the decoder's LlmBackend interface (device layer): the
+// decoder keeps speaking SLM token ids; each call's context goes to the LLM in its own tokens
+// and its reply comes back as SLM tokens through a VocabBridge (vocab_bridge.h). The inner
+// backend (in process, or a server in the LLM's vocabulary) sees an ordinary conversation in
+// its own tokens, so its KV reuse and a server's delta sync work as with one vocabulary.
+//
+// A call asks the LLM for enough tokens to cover the held-back word and the SLM tokens wanted;
+// no lookahead (a later call's SLM tokens depend on how its context is encoded, so text read
+// ahead would not be its answer). A reply the bridge cannot use fails the call with the bridge's reason (the
+// decoder's FALLBACK). Cancelling a call cancels the inner one. Thread-safe.
+#pragma once
+
+#include <memory>
+#include <mutex>
+
+#include "device/llm_backend.h"
+#include "device/vocab_bridge.h"
+
+namespace tlr {
+
+class BridgedLlm : public LlmBackend {
+ public:
+  // `inner` speaks `llm_vocab`'s ids; the decoder speaks `slm_vocab`'s. All three must outlive it.
+  BridgedLlm(LlmBackend* inner, const Tokenizer& slm_vocab, const Tokenizer& llm_vocab);
+  std::shared_ptr<LlmCall> Submit(LlmRequest request, std::function<void()> on_done) override;
+  void Reset() override;
+  uint64_t vocab_fingerprint() const override { return slm_vocab_.Fingerprint(); }
+  LlmWork work() const override { return inner_->work(); }
+  std::string name() const override { return inner_->name() + " (vocabulary bridge)"; }
+  VocabBridgeStats bridge_stats() const;
+
+ private:
+  LlmBackend* inner_;
+  const Tokenizer& slm_vocab_;
+  const Tokenizer& llm_vocab_;
+  mutable std::mutex mu_;
+  VocabBridge bridge_;
+};
+
+}  // namespace tlr
