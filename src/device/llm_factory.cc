@@ -1,9 +1,44 @@
 // The LLM backend factory (see llm_factory.h).
 #include "device/llm_factory.h"
 
+#include <algorithm>
+
+#include "device/http_transport.h"
+#include "device/remote_replies.h"
 #include "model/gguf/gguf_reader.h"
+#include "net/protocol.h"
 
 namespace tlr {
+
+namespace {
+
+// `tlr serve`'s vocabulary (GET /tlr/v1/vocabulary, a vocabulary-only GGUF), checked against
+// the fingerprint its info reports.
+Expected<std::unique_ptr<Tokenizer>> FetchServerVocabulary(const HttpOptions& http) {
+  HttpTransport t(http);
+  const std::string where = "the LLM server " + http.url;
+  HttpResult info = t.Request("GET", "/tlr/v1/info", "");
+  if (!info.sent) return Status::Error(where + " is unreachable: " + info.error);
+  if (info.status != 200) return Status::Error(where + ": /tlr/v1/info answered " + std::to_string(info.status));
+  auto parsed = remote::ParseInfoReply(info.body);
+  if (!parsed.ok()) return parsed.status();
+  if (std::find(parsed->features.begin(), parsed->features.end(), "vocabulary") == parsed->features.end()) {
+    return Status::Error(where + " does not serve its vocabulary (an older tlr serve?): give --llm-tokenizer FILE");
+  }
+  HttpResult v = t.Request("GET", "/tlr/v1/vocabulary", "");
+  if (!v.sent) return Status::Error(where + " is unreachable: " + v.error);
+  if (v.status != 200) return Status::Error(where + ": /tlr/v1/vocabulary answered " + std::to_string(v.status));
+  auto f = GgufFile::FromBytes({reinterpret_cast<const uint8_t*>(v.body.data()), v.body.size()});
+  if (!f.ok()) return f.status().WithPrefix(where + "'s vocabulary");
+  auto tok = Tokenizer::FromGguf(*f);
+  if (!tok.ok()) return tok.status().WithPrefix(where + "'s vocabulary");
+  if (HashHex(tok->Fingerprint()) != parsed->vocab_fingerprint) {
+    return Status::Error(where + "'s vocabulary does not have the fingerprint its info reports");
+  }
+  return std::make_unique<Tokenizer>(std::move(tok).value());
+}
+
+}  // namespace
 
 Expected<std::unique_ptr<Tokenizer>> LoadTokenizerFile(const std::string& path) {
   const bool json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
@@ -31,7 +66,9 @@ Expected<std::unique_ptr<LlmStack>> LlmStack::Create(const LlmSpec& spec, const 
     r.http.seed = spec.seed;
     // The server is checked against the LLM's tokenizer when one is given (the bridge then
     // speaks the SLM's ids to the decoder), else against the SLM's.
-    if (!spec.llm_tokenizer.empty()) {
+    if (spec.llm_tokenizer == "server") {
+      TLR_ASSIGN_OR_RETURN(s->llm_vocab_, FetchServerVocabulary(r.http));
+    } else if (!spec.llm_tokenizer.empty()) {
       TLR_ASSIGN_OR_RETURN(s->llm_vocab_, LoadTokenizerFile(spec.llm_tokenizer));
     }
     const Tokenizer& server_vocab = s->llm_vocab_ ? *s->llm_vocab_ : vocab;

@@ -24,7 +24,7 @@ struct LlmSpec {
   uint64_t seed = 1;              // for the jitter
   // Behind a server whose vocabulary differs from the SLM's: the LLM's tokenizer, a GGUF (a
   // vocabulary-only file or the model) or a tokenizer.json (in process the model's own is
-  // used). Empty: the server's vocabulary must be the SLM's.
+  // used), or "server" (fetched from `tlr serve`). Empty: the server's vocabulary must be the SLM's.
   std::string llm_tokenizer;
 };
 

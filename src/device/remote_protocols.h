@@ -3,6 +3,7 @@
 // remote_llm.h for what each does and docs/protocol.md for the native protocol.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -23,7 +24,12 @@ class TlrServerLlm : public RemoteLlm {
   void Prepare() override;
   Expected<LlmReply> Execute(const LlmRequest& req, LlmCall& call, CallError* err) override;
 
+ public:
+  // The server spells held-back bytes first ("prefix_bytes" in its info's features).
+  bool spells_prefix() const override { return spells_prefix_.load(); }
+
  private:
+  std::atomic<bool> spells_prefix_{false};
   // Creates a session unless one exists with a generation other than `stale` (the one a 404
   // came from); returns the session id and its generation.
   Status EnsureSession(uint64_t stale, std::string* id, uint64_t* generation, CallError* err);

@@ -40,9 +40,15 @@ Expected<SessionReply> ParseSessionOrInfo(std::string_view body, bool session) {
   TLR_ASSIGN_OR_RETURN(json j, ParseReply(body, what));
   SessionReply r;
   JsonFields f(j, what);
-  f.String("vocab_fingerprint", &r.vocab_fingerprint);
+  const json* features = nullptr;
+  f.String("vocab_fingerprint", &r.vocab_fingerprint).Array("features", &features);
   if (session) f.String("session", &r.session, kRequired);
   TLR_RETURN_IF_ERROR(f.status());
+  if (features) {
+    for (const json& x : *features) {
+      if (x.is_string() && r.features.size() < 64) r.features.push_back(x.get<std::string>());
+    }
+  }
   if (session && r.session.empty()) return Status::Error(std::string(what) + ": 'session' is empty");
   return r;
 }

@@ -25,6 +25,7 @@ std::string ErrorMessage(std::string_view body);
 struct SessionReply {
   std::string session;
   std::string vocab_fingerprint;
+  std::vector<std::string> features;  // info: what the server supports beyond the base protocol
 };
 Expected<SessionReply> ParseInfoReply(std::string_view body);
 Expected<SessionReply> ParseSessionReply(std::string_view body);

@@ -1,5 +1,6 @@
 // The native session protocol of `tlr serve` on the device side (see remote_llm.h and
 // docs/protocol.md): sessions, delta sync with pipelined calls, 409 resync, idempotent retries.
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -45,6 +46,7 @@ Status TlrServerLlm::CheckServer(bool* reachable) {
   if (!*reachable) return Status::Ok();
   auto info = remote::ParseInfoReply(body);
   if (!info.ok()) return info.status();
+  spells_prefix_ = std::find(info->features.begin(), info->features.end(), "prefix_bytes") != info->features.end();
   const std::string& fp = info->vocab_fingerprint;
   if (!fp.empty() && fp != HashHex(vocab_.Fingerprint())) {
     return Status::Error("the server's LLM uses a different vocabulary (fingerprint " + fp + ", the SLM's is " +
@@ -125,6 +127,11 @@ Expected<LlmReply> TlrServerLlm::Execute(const LlmRequest& req, LlmCall& call, C
                  {"timeout_ms", static_cast<int64_t>(opts_.http.timeout_s * 1e3)},
                  {"sampling", SamplingJson(req.sampling)}};
     if (req.lookahead > 0) body["lookahead"] = req.lookahead;
+    if (!req.prefix.empty() && spells_prefix_) {  // bytes: the text may end inside a character
+      std::vector<int> bytes;
+      for (char c : req.prefix) bytes.push_back(static_cast<unsigned char>(c));
+      body["prefix_bytes"] = bytes;
+    }
     CountStat(&RemoteStats::tokens_sent, static_cast<int64_t>(append.size()));
     HttpResult h = http_.PostWithRetries("/tlr/v1/next", body.dump(), &call, &deadline);
     std::unique_lock<std::mutex> l(mu_);

@@ -46,6 +46,7 @@ struct BatchScheduler::Job {
   std::vector<PromptPosition>* scores = nullptr;  // teacher forcing: one per fed prompt token
   int prompt_top = 0;
   std::vector<float> chunk_logits;  // a scoring chunk's rows
+  std::string heal;             // bytes still to spell (BatchCall::heal)
   size_t take = 0;              // tokens in the current pass
   EngineReply reply;
   std::string error;
@@ -102,6 +103,10 @@ std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
     job->on_token = call.on_token;
     job->scores = call.prompt_scores;
     job->prompt_top = call.prompt_top;
+    job->heal = std::move(call.heal);
+    if (!job->heal.empty()) {
+      std::call_once(constraint_once_, [this] { constraint_ = std::make_unique<PrefixConstraint>(model_.tokenizer()); });
+    }
     if (job->scores) job->scores->clear();
     job->logits.resize(static_cast<size_t>(model_.config().n_vocab));
     job->reply.prefilled = static_cast<int64_t>(job->feed.size());
@@ -299,8 +304,18 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
       finished.push_back(j);
       continue;
     }
+    if (!j->heal.empty() && !constraint_->Mask(j->heal, j->logits.data())) {
+      j->error = "no token of the LLM's vocabulary spells the held-back bytes";
+      finished.push_back(j);
+      continue;
+    }
     const int32_t tok = j->sampler ? j->sampler->Sample(j->logits.data(), s->tokens)
                                    : ArgMax(j->logits.data(), V);
+    if (!j->heal.empty()) {  // spelling the healed bytes: on top of the n
+      j->heal = std::string(constraint_->After(j->heal, tok));
+      ++j->remaining;
+      ++j->reply.spelled;
+    }
     float lp = 0;
     std::vector<TopLogprob> top;
     LogProbs(j->logits.data(), V, tok, j->top_logprobs, &lp, &top);

@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "model/prefix_constraint.h"
 #include "server/llm_engine.h"
 #include "server/session_store.h"
 
@@ -48,6 +49,10 @@ struct BatchCall {
   // the call only scores.
   std::vector<PromptPosition>* prompt_scores = nullptr;
   int prompt_top = 0;
+  // Token healing (model/prefix_constraint.h): the reply spells these bytes first, with only
+  // tokens that agree with them; the tokens spelling them come on top of the n
+  // (EngineReply::spelled says how many).
+  std::string heal;
 };
 
 struct BatchOutcome {
@@ -79,6 +84,9 @@ class BatchScheduler {
   void WorkerLoop();
   void Step(std::vector<Job*>& active);
 
+  // Made at the first call that heals (a piece per token).
+  std::once_flag constraint_once_;
+  std::unique_ptr<PrefixConstraint> constraint_;
   const Model& model_;
   ThreadPool* pool_;
   const int64_t max_batch_tokens_;

@@ -168,8 +168,11 @@ EngineResult LlmEngine::Next(const NextRequest& req) {
     return r;
   }
   if (req.lookahead < 0) return Fail(EngineCode::kBadRequest, "'lookahead' must not be negative");
-  // The session ends up holding base + append + n - 1 tokens (the last one is not fed back).
-  const int64_t need = req.base + static_cast<int64_t>(req.append.size()) + req.n - 1;
+  if (req.heal.size() > 256) return Fail(EngineCode::kBadRequest, "'prefix_bytes' holds more than 256 bytes");
+  // The session ends up holding base + append + n - 1 tokens (the last one is not fed back),
+  // and up to one more per healed byte.
+  const int64_t need =
+      req.base + static_cast<int64_t>(req.append.size()) + req.n - 1 + static_cast<int64_t>(req.heal.size());
   if (need > limits_.max_context) {
     return Fail(EngineCode::kBadRequest, "context of " + std::to_string(need + 1) + " tokens (base + append + n) exceeds the server's limit of " + std::to_string(limits_.max_context) + " + 1");
   }
@@ -193,16 +196,19 @@ EngineResult LlmEngine::Next(const NextRequest& req) {
   // Time already spent waiting for the session (an earlier call of the same device) counts.
   const double left = req.timeout_s > 0 ? std::max(1e-6, req.timeout_s - Since(arrived)) : 0;
   std::vector<int32_t> feed(req.append.begin() + (keep - req.base), req.append.end());
-  EngineResult r = Run(s, std::move(feed), req.n + lookahead, req.sampling, req.top_logprobs, nullptr, left, lookahead);
+  EngineResult r = Run(s, std::move(feed), req.n + lookahead, req.sampling, req.top_logprobs, nullptr, left, lookahead,
+                       nullptr, 0, req.heal);
   s->last_used = Clock::now();
   if (r.ok()) {
-    // The first n tokens answer the call; the rest is the lookahead draft.
+    // The tokens spelling the healed bytes and the n answer the call; the rest is the
+    // lookahead draft.
     EngineReply& rep = r.reply;
-    if (static_cast<int>(rep.tokens.size()) > req.n) {
-      rep.lookahead.assign(rep.tokens.begin() + req.n, rep.tokens.end());
-      rep.tokens.resize(static_cast<size_t>(req.n));
-      rep.logprobs.resize(std::min(rep.logprobs.size(), static_cast<size_t>(req.n)));
-      if (rep.top.size() > static_cast<size_t>(req.n)) rep.top.resize(static_cast<size_t>(req.n));
+    const size_t answer = static_cast<size_t>(req.n + rep.spelled);
+    if (rep.tokens.size() > answer) {
+      rep.lookahead.assign(rep.tokens.begin() + static_cast<std::ptrdiff_t>(answer), rep.tokens.end());
+      rep.tokens.resize(answer);
+      rep.logprobs.resize(std::min(rep.logprobs.size(), answer));
+      if (rep.top.size() > answer) rep.top.resize(answer);
       if (metrics_) metrics_->Add("tlr_lookahead_tokens_total", static_cast<double>(rep.lookahead.size()));
     }
     rep.version = s->version;
@@ -329,11 +335,11 @@ EngineResult LlmEngine::Score(const std::vector<std::vector<int32_t>>& seqs, int
 // Runs one call on a locked session through the batch scheduler and waits for it.
 EngineResult LlmEngine::Run(EngineSession* s, std::vector<int32_t> feed, int n, const SamplerParams& sampling,
                             int top_logprobs, const TokenCallback& on_token, double deadline_s, int low_priority,
-                            std::vector<PromptPosition>* prompt_scores, int prompt_top) {
+                            std::vector<PromptPosition>* prompt_scores, int prompt_top, std::string heal) {
   Status valid = sampling.Validate();
   if (!valid.ok()) return Fail(EngineCode::kBadRequest, valid.message());
   std::string why;
-  const int64_t need = static_cast<int64_t>(s->tokens.size() + feed.size()) + n - 1;
+  const int64_t need = static_cast<int64_t>(s->tokens.size() + feed.size()) + n - 1 + static_cast<int64_t>(heal.size());
   if (!store_->MakeRoom(s, need, &why)) return Fail(EngineCode::kOverloaded, why);
   if (!s->cache) {
     // 4 KiB pages touched as positions are written: the KV budget counts positions in use.
@@ -352,6 +358,7 @@ EngineResult LlmEngine::Run(EngineSession* s, std::vector<int32_t> feed, int n, 
   call.deadline_s = deadline_s;
   call.prompt_scores = prompt_scores;
   call.prompt_top = prompt_top;
+  call.heal = std::move(heal);
   BatchOutcome out = scheduler_->Run(std::move(call));
   PublishGauges();
   if (!out.error.empty()) {

@@ -87,6 +87,7 @@ struct EngineReply {
   int64_t prefilled = 0;                       // tokens the server ingested for this call
   double queue_s = 0, compute_s = 0;
   std::string finish = "length";               // "length", "eos" or "stop" (callback said so)
+  int spelled = 0;                             // tokens that spelled NextRequest::heal (before the n)
   bool replayed = false;                       // a repeated request_id: the stored answer
   SessionWork session_work;                    // Next only: the session's, this call included
 };
@@ -113,6 +114,9 @@ struct NextRequest {
   int lookahead = 0;
   SamplerParams sampling;
   int top_logprobs = 0;
+  // Token healing: bytes the reply spells first (the device held them back from its context,
+  // device/vocab_bridge.h); the tokens spelling them come before the n. At most 256.
+  std::string heal;
   // The device gives up after this long (0: never). A call still waiting for its first
   // forward pass when it passes is dropped (503): no work for an answer nobody reads.
   double timeout_s = 0;
@@ -166,7 +170,8 @@ class LlmEngine {
  private:
   EngineResult Run(EngineSession* s, std::vector<int32_t> feed, int n, const SamplerParams& sampling,
                    int top_logprobs, const TokenCallback& on_token, double deadline_s = 0, int low_priority = 0,
-                   std::vector<PromptPosition>* prompt_scores = nullptr, int prompt_top = 0);
+                   std::vector<PromptPosition>* prompt_scores = nullptr, int prompt_top = 0,
+                   std::string heal = {});
   void PublishGauges();
 
   const Model& model_;

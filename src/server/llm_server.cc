@@ -6,6 +6,8 @@
 #include <chrono>
 #include <filesystem>
 
+#include "model/gguf/gguf_writer.h"
+#include "model/tokenizer/vocab.h"
 #include "net/http_front.h"
 #include "net/protocol.h"
 #include "net/server_json.h"
@@ -25,7 +27,8 @@ using Clock = std::chrono::steady_clock;
 // Route label for metrics (ids out of paths, unknown paths in one bucket).
 std::string EndpointLabel(const std::string& path) {
   static const char* kKnown[] = {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions",
-                                 "/tlr/v1/info", "/tlr/v1/sessions", "/tlr/v1/next", "/tlr/v1/score"};
+                                 "/tlr/v1/info", "/tlr/v1/sessions", "/tlr/v1/next", "/tlr/v1/score",
+                                 "/tlr/v1/vocabulary"};
   for (const char* k : kKnown) {
     if (path == k) return k;
   }
@@ -159,6 +162,9 @@ void LlmServer::Routes() {
                 {"fingerprint", model.fingerprint_hex()},
                 {"vocab_fingerprint", HashHex(model.tokenizer().Fingerprint())},
                 {"n_vocab", model.config().n_vocab},
+                // prefix_bytes: /tlr/v1/next spells held-back bytes first (token healing);
+                // vocabulary: GET /tlr/v1/vocabulary serves the tokenizer (a GGUF)
+                {"features", {"prefix_bytes", "vocabulary"}},
                 {"limits",
                  {{"max_context", engine_->limits().max_context},
                   {"max_tokens_per_call", engine_->limits().max_tokens_per_call},
@@ -174,6 +180,21 @@ void LlmServer::Routes() {
              }));
   http_->Get("/tlr/v1/info", timed("/tlr/v1/info", [model_json](const httplib::Request&, httplib::Response& res) {
                SendJson(res, 200, model_json());
+             }));
+  // The LLM's tokenizer as a vocabulary-only GGUF, for devices whose SLM has another
+  // vocabulary (docs/protocol.md): made once.
+  http_->Get("/tlr/v1/vocabulary", timed("/tlr/v1/vocabulary", [this, &model](const httplib::Request&, httplib::Response& res) {
+               std::call_once(vocabulary_once_, [&] {
+                 GgufWriter w;
+                 w.Set("general.architecture", GgufValue::Str(model.config().arch_name));
+                 VocabToGguf(model.tokenizer().vocab(), &w);
+                 if (auto b = w.ToBytes(); b.ok()) vocabulary_gguf_.assign(b->begin(), b->end());
+               });
+               if (vocabulary_gguf_.empty()) {
+                 SendJson(res, 500, {{"error", {{"message", "the vocabulary could not be written"}, {"type", "internal"}}}});
+                 return;
+               }
+               res.set_content(vocabulary_gguf_, "application/octet-stream");
              }));
   http_->Post("/tlr/v1/sessions", timed("/tlr/v1/sessions", [this, model_json](const httplib::Request& req, httplib::Response& res) {
                 // Who the session counts against: its API key, else the client's address.

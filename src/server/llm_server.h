@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -72,6 +73,8 @@ class LlmServer {
   std::thread thread_;
   int port_ = 0;
   std::atomic<uint64_t> next_id_{1};
+  std::once_flag vocabulary_once_;
+  std::string vocabulary_gguf_;  // GET /tlr/v1/vocabulary
 };
 
 }  // namespace tlr

@@ -28,8 +28,18 @@ Expected<NextRequest> ParseNextRequest(const json& j, const EngineLimits& limits
   if (hash.empty()) return Status::Error("'prefix_hash' is required when base > 0");
   if (!ParseHashHex(hash, &nr.prefix_hash)) return Status::Error("'prefix_hash' must be 16 hex digits");
   if (!f.Has("append")) return Status::Error("'append' (token ids) is required");
-  f.TokenIds("append", n_vocab, &nr.append).Object("sampling", &sampling);
+  const json* heal = nullptr;
+  f.TokenIds("append", n_vocab, &nr.append).Object("sampling", &sampling).Array("prefix_bytes", &heal);
   TLR_RETURN_IF_ERROR(f.status());
+  if (heal) {  // bytes, not a string: the held-back text may end inside a UTF-8 character
+    if (heal->size() > 256) return Status::Error("'prefix_bytes' holds more than 256 bytes");
+    for (const json& b : *heal) {
+      if (!b.is_number_integer() || b.get<int64_t>() < 0 || b.get<int64_t>() > 255) {
+        return Status::Error("'prefix_bytes' must be an array of integers 0..255");
+      }
+      nr.heal.push_back(static_cast<char>(b.get<int>()));
+    }
+  }
   if (sampling) TLR_RETURN_IF_ERROR(GetSampling(*sampling, &nr.sampling).WithPrefix("sampling"));
   nr.base = base;
   nr.n = static_cast<int>(n);

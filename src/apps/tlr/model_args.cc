@@ -124,10 +124,10 @@ void AddLlmServerArgs(CLI::App* app, LlmArgs* a) {
   app->add_option("--sim-jitter", a->sim_jitter_ms, "Uniform +- jitter on --sim-rtt, in ms")->default_val(0)
       ->check(CLI::Range(0.0, 600000.0));
   app->add_option("--llm-tokenizer", a->llm_tokenizer,
-                  "--server: the LLM's tokenizer when its vocabulary differs from the SLM's (a GGUF, vocabulary-only "
-                  "or the model, or a tokenizer.json): calls carry the context in the LLM's tokens and its replies "
-                  "become SLM tokens (docs/guide.md#pairs-with-different-vocabularies)")
-      ->check(CLI::ExistingFile);
+                  "--server: the LLM's tokenizer when its vocabulary differs from the SLM's: a GGUF (vocabulary-only "
+                  "or the model), a tokenizer.json, or 'server' (`tlr serve` sends its own). Calls carry the context "
+                  "in the LLM's tokens and its replies become SLM tokens (docs/guide.md#pairs-with-different-vocabularies)")
+      ->check(CLI::ExistingFile | CLI::IsMember({"server"}));
   app->add_option("--llm-connections", a->connections,
                   "--server: LLM calls in flight at once (one keep-alive connection each)")
       ->default_val(4)->check(CLI::Range(1, 64));
