@@ -153,6 +153,10 @@ typedef struct tlr_llm_params {
   int n_threads;            /* in process: the LLM's worker threads (default 1) */
   const char* kv_type;      /* in process: KV cache storage, as for the device */
   const char* weight_cache; /* in process: the weight cache, as for the device */
+  const char* llm_tokenizer; /* server: the LLM's tokenizer when its vocabulary differs from the
+                                SLM's (a GGUF, a tokenizer.json, or "server" to fetch it from
+                                `tlr serve`); NULL: the server's vocabulary must be the SLM's. In
+                                process a model of another vocabulary is bridged by itself */
 } tlr_llm_params;
 
 TLR_API void tlr_llm_params_init(tlr_llm_params* params);

@@ -79,7 +79,7 @@ class _LlmParams(_c.Structure):
                 ("ca_file", _c.c_char_p), ("verify_tls", _c.c_int), ("timeout_s", _c.c_double),
                 ("retries", _c.c_int), ("retry_after_s", _c.c_double), ("connections", _c.c_int),
                 ("sim_rtt_ms", _c.c_double), ("sim_jitter_ms", _c.c_double), ("n_threads", _c.c_int),
-                ("kv_type", _c.c_char_p), ("weight_cache", _c.c_char_p)]
+                ("kv_type", _c.c_char_p), ("weight_cache", _c.c_char_p), ("llm_tokenizer", _c.c_char_p)]
 
 
 class _GenerateParams(_c.Structure):
@@ -313,15 +313,15 @@ class Llm(_Handle):
                  ca_file: Optional[str] = None, verify_tls: bool = True, timeout_s: float = 10.0,
                  retries: int = 2, retry_after_s: float = 1.0, connections: int = 4,
                  sim_rtt_ms: float = 0.0, sim_jitter_ms: float = 0.0, threads: int = 1, kv_type: str = "f16",
-                 weight_cache: str = "auto"):
+                 weight_cache: str = "auto", llm_tokenizer: Optional[str] = None):
         lib = _load()
         self._handle = None
         p = _LlmParams()
         lib.tlr_llm_params_init(_c.byref(p))
         keep = [_b(model), _b(server), _b(backend), _b(api_key), _b(server_model), _b(ca_file), _b(kv_type),
-                _b(weight_cache)]
+                _b(weight_cache), _b(llm_tokenizer)]
         (p.model_path, p.server_url, p.backend, p.api_key, p.server_model, p.ca_file, p.kv_type,
-         p.weight_cache) = keep
+         p.weight_cache, p.llm_tokenizer) = keep
         p.verify_tls = 1 if verify_tls else 0
         p.timeout_s, p.retries, p.retry_after_s = timeout_s, retries, retry_after_s
         p.connections, p.sim_rtt_ms, p.sim_jitter_ms, p.n_threads = connections, sim_rtt_ms, sim_jitter_ms, threads

@@ -175,9 +175,6 @@ int Generate(tlr_device* dev, const tlr_llm* llm, const std::vector<int32_t>& id
                                               " is outside [0, 1] (negative: the router's recommended one)");
   }
   const tlr::Model& slm = *dev->models.slm;
-  if (llm && llm->target.model && llm->target.model->tokenizer().Fingerprint() != slm.tokenizer().Fingerprint()) {
-    return Fail(TLR_ERR_INCOMPATIBLE, "the LLM's vocabulary differs from the SLM's: token routing needs one tokenizer");
-  }
   {
     std::lock_guard<std::mutex> lock(dev->mu);
     if (dev->generating) return Fail(TLR_ERR_BUSY, "the device is already generating (one generation at a time)");
@@ -459,6 +456,7 @@ int tlr_llm_open(const tlr_llm_params* params, tlr_llm** out) {
         return Fail(TLR_ERR_INVALID_ARGUMENT, "server_url '" + url + "' must start with http:// or https://");
       }
       tlr::RemoteOptions& r = spec.remote;
+      spec.llm_tokenizer = Str(p.llm_tokenizer);
       auto protocol = tlr::ParseRemoteProtocol(p.backend ? p.backend : "tlr");
       if (!protocol.ok()) return Fail(TLR_ERR_INVALID_ARGUMENT, protocol.status().message());
       r.protocol = *protocol;

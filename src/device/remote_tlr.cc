@@ -49,8 +49,8 @@ Status TlrServerLlm::CheckServer(bool* reachable) {
   spells_prefix_ = std::find(info->features.begin(), info->features.end(), "prefix_bytes") != info->features.end();
   const std::string& fp = info->vocab_fingerprint;
   if (!fp.empty() && fp != HashHex(vocab_.Fingerprint())) {
-    return Status::Error("the server's LLM uses a different vocabulary (fingerprint " + fp + ", the SLM's is " +
-                         HashHex(vocab_.Fingerprint()) + "): token routing needs one tokenizer");
+    return Status::Error("the server's LLM uses a different vocabulary (fingerprint " + fp + ", expected " +
+                         HashHex(vocab_.Fingerprint()) + "): give the LLM's tokenizer (--llm-tokenizer FILE, or server for tlr serve) to route across vocabularies");
   }
   return Status::Ok();
 }
@@ -79,7 +79,7 @@ Status TlrServerLlm::EnsureSession(uint64_t stale, std::string* id, uint64_t* ge
   if (!reply.ok()) return reply.status();
   if (reply->vocab_fingerprint != HashHex(vocab_.Fingerprint())) {
     err->kind = CallFailure::kServerError;
-    return Status::Error("the server's LLM uses a different vocabulary: token routing needs one tokenizer");
+    return Status::Error("the server's LLM uses a different vocabulary than the one this device expects");
   }
   CountStat(&RemoteStats::sessions_created);
   std::lock_guard<std::mutex> l(mu_);

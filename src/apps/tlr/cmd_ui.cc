@@ -160,9 +160,6 @@ Command AddUiCommand(CLI::App& root) {
             if (!remote) {
               auto m = Model::Load(o->llm, ModelOptions(o->run.kv_type));
               if (!m.ok()) return ReportError(cmd, "LLM: " + m.status().message());
-              if ((*m)->tokenizer().Fingerprint() != (*slm)->tokenizer().Fingerprint()) {
-                return ReportError(cmd, "the LLM's vocabulary differs from the SLM's: token routing needs one tokenizer");
-              }
               llm.model = std::move(m).value();
             }
             auto spec = MakeLlmSpec(o->net, nullptr, o->run.threads, 0, o->run.sampling.seed);

