@@ -4,17 +4,20 @@
 namespace tlr {
 
 BridgedLlm::BridgedLlm(LlmBackend* inner, const Tokenizer& slm_vocab, const Tokenizer& llm_vocab)
-    : inner_(inner), slm_vocab_(slm_vocab), llm_vocab_(llm_vocab), bridge_(slm_vocab, llm_vocab) {}
+    : inner_(inner),
+      slm_vocab_(slm_vocab),
+      llm_vocab_(llm_vocab),
+      bridge_(std::make_shared<VocabBridge>(slm_vocab, llm_vocab)) {}
 
 void BridgedLlm::Reset() {
   inner_->Reset();
   std::lock_guard<std::mutex> l(mu_);
-  bridge_.Reset();
+  bridge_->Reset();
 }
 
 VocabBridgeStats BridgedLlm::bridge_stats() const {
   std::lock_guard<std::mutex> l(mu_);
-  return bridge_.stats();
+  return bridge_->stats();
 }
 
 std::shared_ptr<LlmCall> BridgedLlm::Submit(LlmRequest request, std::function<void()> on_done) {
@@ -23,11 +26,11 @@ std::shared_ptr<LlmCall> BridgedLlm::Submit(LlmRequest request, std::function<vo
   LlmRequest inner_req;
   {
     std::lock_guard<std::mutex> l(mu_);
-    *ctx = bridge_.ToLlm(request.context);
+    *ctx = bridge_->ToLlm(request.context);
     // The tokens that spell the held-back text come on top of n where the inner backend
     // constrains its reply; otherwise they are part of what is asked. One more than the SLM
     // tokens wanted: the last piece is kept back.
-    inner_req.n = inner_->spells_prefix() ? request.n + 1 : bridge_.LlmTokensFor(*ctx, request.n);
+    inner_req.n = inner_->spells_prefix() ? request.n + 1 : bridge_->LlmTokensFor(*ctx, request.n);
     // No lookahead: the SLM tokens a later call gives depend on how that call's context is
     // encoded, so a continuation read ahead would not be its answer.
     inner_req.lookahead = 0;
@@ -42,14 +45,14 @@ std::shared_ptr<LlmCall> BridgedLlm::Submit(LlmRequest request, std::function<vo
   const int n = request.n;
   const size_t asked = static_cast<size_t>(inner_req.n);
   // Turns the inner call's reply into the outer call's.
-  auto finish = [this, outer, ctx, n, asked](const Expected<LlmReply>& r) {
+  auto finish = [bridge = bridge_, outer, ctx, n, asked](const Expected<LlmReply>& r) {
     if (!r.ok()) {
       outer->Complete(r.status());
       return;
     }
     // Fewer tokens than asked without an end token: the LLM stopped (its context is full).
     const bool stopped = r->tokens.size() < asked;
-    auto b = bridge_.ToSlm(*ctx, r->tokens, stopped, static_cast<size_t>(n));
+    auto b = bridge->ToSlm(*ctx, r->tokens, stopped, static_cast<size_t>(n));
     if (!b.ok()) {
       outer->Complete(b.status());
       return;

@@ -33,8 +33,10 @@ class BridgedLlm : public LlmBackend {
   LlmBackend* inner_;
   const Tokenizer& slm_vocab_;
   const Tokenizer& llm_vocab_;
-  mutable std::mutex mu_;
-  VocabBridge bridge_;
+  mutable std::mutex mu_;  // bridge_'s incremental state (ToLlm)
+  // Shared with the completions of calls in flight, which may run after this object is gone
+  // (an inner backend destroyed later finishes them); they only read the tokenizers (ToSlm).
+  std::shared_ptr<VocabBridge> bridge_;
 };
 
 }  // namespace tlr

@@ -44,11 +44,13 @@ class LlmStack {
   double sim_delay_s() const;
 
  private:
+  // Declared so that the backends go first (their threads finish the calls in flight, whose
+  // completions still run through the bridge), then the bridge, then the tokenizer both use.
+  std::unique_ptr<Tokenizer> llm_vocab_;
+  std::unique_ptr<BridgedLlm> bridged_;
   std::unique_ptr<InProcessLlm> local_;
   std::unique_ptr<DelayedLlm> delayed_;
   std::unique_ptr<RemoteLlm> remote_;
-  std::unique_ptr<Tokenizer> llm_vocab_;
-  std::unique_ptr<BridgedLlm> bridged_;
   LlmBackend* top_ = nullptr;
 };
 

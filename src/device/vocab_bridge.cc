@@ -101,7 +101,10 @@ BridgedContext VocabBridge::ToLlm(std::span<const int32_t> slm_ids) {
     }
   }
   BridgedContext out;
-  if (llm_.vocab().add_bos && llm_.bos() >= 0) out.llm_ids.push_back(llm_.bos());
+  const bool bos = llm_.vocab().add_bos && llm_.bos() >= 0;
+  // An LLM without a BOS needs one token of the context to start from: nothing held back then.
+  if (!bos && p == 0) p = ids.size();
+  if (bos) out.llm_ids.push_back(llm_.bos());
   out.llm_ids.insert(out.llm_ids.end(), ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(p));
   const size_t from = p == 0 ? 0 : ends[p - 1];
   // Offsets that do not add up to the text (a vocabulary without byte fallback gave an unknown
