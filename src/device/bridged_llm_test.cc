@@ -40,7 +40,8 @@ class BridgedLlmTest : public ::testing::Test {
       o.type = "f32";
       o.seed = m.seed;
       o.tokenizer_path = kNpm + "tokenizer-" + m.pkg + "/models/tokenizer.json";
-      ASSERT_TRUE(WriteRandomModel(o, dir_->File(m.file)).ok());
+      const Status st = WriteRandomModel(o, dir_->File(m.file));
+      ASSERT_TRUE(st.ok()) << st.message();
     }
     gemma_ = Model::Load(dir_->File("gemma.gguf"))->release();
     qwen_ = Model::Load(dir_->File("qwen.gguf"))->release();

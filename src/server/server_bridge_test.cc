@@ -39,7 +39,8 @@ class ServerBridgeTest : public ::testing::Test {
       o.type = "f32";
       o.seed = seed;
       o.tokenizer_path = kNpm + "tokenizer-" + arch + "/models/tokenizer.json";
-      ASSERT_TRUE(WriteRandomModel(o, dir_->File(file)).ok());
+      const Status st = WriteRandomModel(o, dir_->File(file));
+      ASSERT_TRUE(st.ok()) << st.message();
     }
     slm_ = Model::Load(dir_->File("slm.gguf"))->release();
     llm_ = Model::Load(dir_->File("llm.gguf"))->release();
