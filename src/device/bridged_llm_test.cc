@@ -14,7 +14,7 @@
 #include <random>
 
 #include "device/decoder.h"
-#include "model/random_model.h"
+#include "model/random_pair_fixture.h"
 #include "ops/thread_pool.h"
 #include "util/temp_dir.h"
 
@@ -34,14 +34,8 @@ class BridgedLlmTest : public ::testing::Test {
       uint64_t seed;
     } models[] = {{"gemma3", "gemma3", "gemma.gguf", 3}, {"qwen3", "qwen3", "qwen.gguf", 4}};
     for (const auto& m : models) {
-      RandomModelOptions o;
-      o.preset = "tiny";
-      o.arch = m.arch;
-      o.type = "f32";
-      o.seed = m.seed;
-      o.tokenizer_path = kNpm + "tokenizer-" + m.pkg + "/models/tokenizer.json";
-      const Status st = WriteRandomModel(o, dir_->File(m.file));
-      ASSERT_TRUE(st.ok()) << st.message();
+      WriteTinyWithTokenizer(m.arch, kNpm + "tokenizer-" + m.pkg + "/models/tokenizer.json", m.seed, dir_->File(m.file));
+      if (HasFatalFailure()) return;
     }
     gemma_ = Model::Load(dir_->File("gemma.gguf"))->release();
     qwen_ = Model::Load(dir_->File("qwen.gguf"))->release();

@@ -14,6 +14,20 @@
 
 namespace tlr {
 
+// A tiny random F32 model of `arch` with a real tokenizer (a tokenizer.json), for tests of pairs
+// whose vocabularies differ.
+inline void WriteTinyWithTokenizer(const std::string& arch, const std::string& tokenizer_json, uint64_t seed,
+                                   const std::string& path) {
+  RandomModelOptions o;
+  o.preset = "tiny";
+  o.arch = arch;
+  o.type = "f32";
+  o.seed = seed;
+  o.tokenizer_path = tokenizer_json;
+  const Status st = WriteRandomModel(o, path);
+  ASSERT_TRUE(st.ok()) << st.message();
+}
+
 inline constexpr char kTinyPreset[] = "tiny";
 inline constexpr char kTinyQwen3[] = "tiny-qwen3";
 inline constexpr char kTinyGemma3[] = "tiny-gemma3";

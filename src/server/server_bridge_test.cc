@@ -16,7 +16,7 @@
 
 #include "device/decoder.h"
 #include "device/llm_factory.h"
-#include "model/random_model.h"
+#include "model/random_pair_fixture.h"
 #include "ops/thread_pool.h"
 #include "server/llm_engine.h"
 #include "server/llm_server.h"
@@ -33,14 +33,8 @@ class ServerBridgeTest : public ::testing::Test {
     dir_ = new TempDir("tlr_server_bridge");
     for (const auto& [arch, file, seed] : {std::tuple<const char*, const char*, uint64_t>{"gemma3", "slm.gguf", 3},
                                            {"qwen3", "llm.gguf", 4}}) {
-      RandomModelOptions o;
-      o.preset = "tiny";
-      o.arch = arch;
-      o.type = "f32";
-      o.seed = seed;
-      o.tokenizer_path = kNpm + "tokenizer-" + arch + "/models/tokenizer.json";
-      const Status st = WriteRandomModel(o, dir_->File(file));
-      ASSERT_TRUE(st.ok()) << st.message();
+      WriteTinyWithTokenizer(arch, kNpm + "tokenizer-" + arch + "/models/tokenizer.json", seed, dir_->File(file));
+      if (HasFatalFailure()) return;
     }
     slm_ = Model::Load(dir_->File("slm.gguf"))->release();
     llm_ = Model::Load(dir_->File("llm.gguf"))->release();
