@@ -61,7 +61,9 @@ def main():
     ap.add_argument("--pairs", default="gemma3-270m:qwen3-0.6b,llama3.2-1b:qwen2.5-0.5b")
     ap.add_argument("--threshold", type=float, default=0.3)
     ap.add_argument("--keep", help="keep the models in this directory (and reuse them)")
+    ap.add_argument("--tlr", default=TLR, help="the tlr binary (default %(default)s; a copy lets a rebuild run meanwhile)")
     a = ap.parse_args()
+    globals()["TLR"] = a.tlr
     texts = [c["text"] for c in json.load(open("build/testdata/npm-tokenizer-ids.json"))["tokenizer-qwen3"]]
     prompts = (EXTRA + [t for t in texts if t.strip()])[: a.prompts]
     work = a.keep or tempfile.mkdtemp(prefix="tlr-xvocab-")

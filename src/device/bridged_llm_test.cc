@@ -2,6 +2,8 @@
 // tokenizer tests fetch): random-weight tiny models with real tokenizers, an SLM with Gemma 3's
 // vocabulary and an LLM with Qwen3's (and the reverse), the LLM in process behind BridgedLlm
 // and a simulated network. For multilingual prompts with emoji and CJK:
+//   - router training's labels come from the calls the decoder makes (BridgedLabelLlm), asked
+//     only where the SLM is wrong, and a resumed run asks nothing again;
 //   - tokens really come from the LLM (its token healing constraint spells the held-back
 //     text, so calls do not fail on it), and the output is the SLM tokens' text;
 //   - the pipeline gives the blocking loop's tokens and sources, greedy and sampled;
@@ -13,9 +15,12 @@
 
 #include <random>
 
+#include "device/bridged_label_llm.h"
 #include "device/decoder.h"
 #include "model/random_pair_fixture.h"
 #include "ops/thread_pool.h"
+#include "routing/label_cache.h"
+#include "routing/router_train.h"
 #include "util/temp_dir.h"
 
 namespace tlr {
@@ -127,6 +132,118 @@ TEST_F(BridgedLlmTest, RoutesAcrossVocabulariesAndThePipelineChangesNothing) {
   EXPECT_GT(llm_tokens, 40);
   EXPECT_LE(static_cast<double>(prefilled), 1.1 * static_cast<double>(contexts))
       << "prefilled " << prefilled << " for final contexts of " << contexts;
+}
+
+// Counts the contexts router training asks about.
+class CountingNext : public LabelLlm {
+ public:
+  explicit CountingNext(LabelLlm* inner) : inner_(inner) {}
+  std::string name() const override { return inner_->name(); }
+  std::string model_id() const override { return inner_->model_id(); }
+  bool next_only() const override { return inner_->next_only(); }
+  Expected<std::vector<std::vector<int32_t>>> Predict(const std::vector<std::vector<int32_t>>& s,
+                                                      const AnswerFn& f = {}) override {
+    ADD_FAILURE() << "a bridged LLM is asked per context, not per sequence";
+    return inner_->Predict(s, f);
+  }
+  Expected<std::vector<std::vector<int32_t>>> Greedy(const std::vector<std::vector<int32_t>>& p, int n,
+                                                     const AnswerFn& f = {}) override {
+    return inner_->Greedy(p, n, f);
+  }
+  Expected<std::vector<std::vector<int32_t>>> PredictNext(const std::vector<std::vector<int32_t>>& c,
+                                                          const AnswerFn& f = {}) override {
+    asked += static_cast<int64_t>(c.size());
+    return inner_->PredictNext(c, f);
+  }
+  int64_t asked = 0;
+
+ private:
+  LabelLlm* inner_;
+};
+
+TEST_F(BridgedLlmTest, RouterLabelsAreTheRoutedCallsAnswers) {
+  const Model &slm = *gemma_, &llm = *qwen_;
+  InProcessLlm local(llm, 1, 1024);
+  BridgedLabelLlm labels(&local, slm.tokenizer(), llm.tokenizer(), "fingerprint " + llm.fingerprint_hex());
+  ASSERT_TRUE(labels.next_only());
+  // The token a label is decided by is the one a routed call gives (the decoder's BridgedLlm,
+  // through another backend), for contexts that end inside words, emoji and CJK.
+  InProcessLlm local2(llm, 1, 1024);
+  BridgedLlm routed(&local2, slm.tokenizer(), llm.tokenizer());
+  std::vector<std::vector<int32_t>> contexts;
+  for (const std::string& p : {"Question: where is the zinth", "東京は 😀 今日は晴", "Привет, мир! café naï"}) {
+    const std::vector<int32_t> ids = slm.tokenizer().Encode(p, true);
+    for (size_t n = 2; n <= ids.size(); n += 2) contexts.emplace_back(ids.begin(), ids.begin() + n);
+  }
+  auto next = labels.PredictNext(contexts);
+  ASSERT_TRUE(next.ok()) << next.status().message();
+  ASSERT_EQ(next->size(), contexts.size());
+  int given = 0;
+  for (size_t i = 0; i < contexts.size(); ++i) {
+    SamplerParams greedy;
+    auto r = routed.Next(contexts[i], 1, greedy);
+    ASSERT_LE((*next)[i].size(), 1u);
+    if (!r.ok() || r->tokens.empty()) {
+      EXPECT_TRUE((*next)[i].empty()) << "context " << i;
+      continue;
+    }
+    ASSERT_EQ((*next)[i].size(), 1u) << "context " << i << ": the routed call gave a token";
+    EXPECT_EQ((*next)[i][0], r->tokens[0]) << "context " << i;
+    ++given;
+  }
+  EXPECT_GT(given, static_cast<int>(contexts.size()) / 2);
+
+  // Router training: references are the LLM's own bridged answers for half of the questions
+  // (so the LLM is right where the SLM is not), a text for the others.
+  std::vector<QaRow> rows;
+  for (int i = 0; i < 8; ++i) {
+    QaRow r;
+    r.id = "q" + std::to_string(i);
+    r.question = "Where would you find a " + std::string(i % 2 ? "zinthar" : "kovel") + std::string(i / 2, '?');
+    r.labels = {"A", "B", "C", "D", "E"};
+    r.texts = {"marsh", "forest", "cave", "river", "beach"};
+    r.answer_key = "C";
+    if (i % 2 == 0) {
+      auto g = labels.Greedy({slm.tokenizer().Encode(QaPrompt(r))}, 10);
+      ASSERT_TRUE(g.ok()) << g.status().message();
+      ASSERT_FALSE((*g)[0].empty());
+      r.reference = slm.tokenizer().Decode((*g)[0]);
+    } else {
+      r.reference = "Answer: a cave. 洞窟 🦇";
+    }
+    rows.push_back(std::move(r));
+  }
+  RouterTrainOptions o;
+  o.mlp.max_epochs = 3;
+  o.mlp.batch = 16;
+  o.max_answer_tokens = 12;
+  o.val_fraction = 0.3f;
+  o.batch_questions = 3;
+  TempDir work("tlr_bridged_labels");
+  RouterTrainReport first;
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE(run == 0 ? "first run" : "resumed");
+    auto cached = CachedLabelLlm::Open(&labels, work.path().string());
+    ASSERT_TRUE(cached.ok()) << cached.status().message();
+    CountingNext counting(cached->get());
+    auto t = TrainRouter(slm, counting, rows, o, &pool_);
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    const RouterTrainReport& rep = t->report;
+    // Asked exactly where the SLM is wrong: the LLM is right there (route), or both are wrong
+    // (a rollout decides: kept, or route too) or the position is dropped.
+    const int64_t llm_right = rep.route - (rep.both_wrong - rep.both_wrong_kept);
+    EXPECT_EQ(counting.asked, llm_right + rep.both_wrong + rep.dropped_tokens);
+    EXPECT_GT(llm_right, 0) << "the LLM's own answers: it is right where the SLM is not";
+    EXPECT_GT(rep.keep, 0);
+    if (run == 0) {
+      first = rep;
+      EXPECT_GT((*cached)->asked(), 0);
+    } else {
+      EXPECT_EQ((*cached)->asked(), 0) << "a resumed run asks nothing again";
+      EXPECT_EQ(rep.route, first.route);
+      EXPECT_EQ(rep.keep, first.keep);
+    }
+  }
 }
 
 }  // namespace

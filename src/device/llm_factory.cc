@@ -73,8 +73,9 @@ Expected<std::unique_ptr<LlmStack>> LlmStack::Create(const LlmSpec& spec, const 
     }
     const Tokenizer& server_vocab = s->llm_vocab_ ? *s->llm_vocab_ : vocab;
     TLR_ASSIGN_OR_RETURN(s->remote_, RemoteLlm::Connect(r, server_vocab));
-    s->top_ = s->remote_.get();
+    s->top_ = s->unbridged_ = s->remote_.get();
     if (VocabBridge::Needed(vocab, server_vocab)) {
+      s->llm_vocab_used_ = &server_vocab;
       s->bridged_ = std::make_unique<BridgedLlm>(s->top_, vocab, server_vocab);
       s->top_ = s->bridged_.get();
     }
@@ -87,8 +88,10 @@ Expected<std::unique_ptr<LlmStack>> LlmStack::Create(const LlmSpec& spec, const 
     s->delayed_ = std::make_unique<DelayedLlm>(s->top_, spec.sim_rtt_s, spec.sim_jitter_s, spec.seed);
     s->top_ = s->delayed_.get();
   }
+  s->unbridged_ = s->top_;
   // Another vocabulary: the model's own tokenizer, bridged.
   if (VocabBridge::Needed(vocab, spec.model->tokenizer())) {
+    s->llm_vocab_used_ = &spec.model->tokenizer();
     s->bridged_ = std::make_unique<BridgedLlm>(s->top_, vocab, spec.model->tokenizer());
     s->top_ = s->bridged_.get();
   }

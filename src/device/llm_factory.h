@@ -39,6 +39,10 @@ class LlmStack {
   RemoteLlm* remote() const { return remote_.get(); }  // null in process
   BridgedLlm* bridge() const { return bridged_.get(); }  // null when the vocabularies are equal
   InProcessLlm* local() const { return local_.get(); }  // null behind a server
+  // The backend under the bridge, speaking the LLM's ids (backend() when not bridged), and the
+  // LLM's vocabulary (null when it is the SLM's).
+  LlmBackend* unbridged() const { return unbridged_; }
+  const Tokenizer* llm_vocab() const { return llm_vocab_used_; }
   std::string warning() const { return remote_ ? remote_->warning() : ""; }
   // Simulated network time added so far (both kinds).
   double sim_delay_s() const;
@@ -52,6 +56,8 @@ class LlmStack {
   std::unique_ptr<DelayedLlm> delayed_;
   std::unique_ptr<RemoteLlm> remote_;
   LlmBackend* top_ = nullptr;
+  LlmBackend* unbridged_ = nullptr;
+  const Tokenizer* llm_vocab_used_ = nullptr;
 };
 
 }  // namespace tlr

@@ -174,4 +174,13 @@ Expected<std::vector<std::vector<int32_t>>> CachedLabelLlm::Greedy(const std::ve
                  on_answer);
 }
 
+Expected<std::vector<std::vector<int32_t>>> CachedLabelLlm::PredictNext(const std::vector<std::vector<int32_t>>& contexts,
+                                                                        const AnswerFn& on_answer) {
+  // An LLM that scores whole sequences at once answers through Predict (cached per sequence);
+  // a bridged one is asked, and cached, per context.
+  if (!inner_->next_only()) return LabelLlm::PredictNext(contexts, on_answer);
+  return Through('N', 0, contexts, [this](const auto& m, const AnswerFn& f) { return inner_->PredictNext(m, f); },
+                 on_answer);
+}
+
 }  // namespace tlr

@@ -35,6 +35,9 @@ class CachedLabelLlm : public LabelLlm {
                                                       const AnswerFn& on_answer = {}) override;
   Expected<std::vector<std::vector<int32_t>>> Greedy(const std::vector<std::vector<int32_t>>& prompts,
                                                      int max_tokens, const AnswerFn& on_answer = {}) override;
+  Expected<std::vector<std::vector<int32_t>>> PredictNext(const std::vector<std::vector<int32_t>>& contexts,
+                                                          const AnswerFn& on_answer = {}) override;
+  bool next_only() const override { return inner_->next_only(); }
 
   int64_t loaded() const { return loaded_; }    // answers read back from the directory
   int64_t reused() const { return reused_; }    // questions answered from them

@@ -10,6 +10,20 @@
 
 namespace tlr {
 
+Expected<std::vector<std::vector<int32_t>>> LabelLlm::PredictNext(const std::vector<std::vector<int32_t>>& contexts,
+                                                                  const AnswerFn& on_answer) {
+  TLR_ASSIGN_OR_RETURN(auto all, Predict(contexts));
+  if (all.size() != contexts.size()) return Status::Error("the LLM answered " + std::to_string(all.size()) + " of " +
+                                                          std::to_string(contexts.size()) + " sequences");
+  std::vector<std::vector<int32_t>> out(contexts.size());
+  for (size_t i = 0; i < contexts.size(); ++i) {
+    if (all[i].size() != contexts[i].size()) return Status::Error("the LLM's predictions do not match the sequence");
+    if (!all[i].empty()) out[i].push_back(all[i].back());
+    if (on_answer) on_answer(i, out[i]);
+  }
+  return out;
+}
+
 std::string InProcessLabelLlm::name() const { return "in-process " + model_.config().arch_name; }
 std::string InProcessLabelLlm::model_id() const { return "fingerprint " + model_.fingerprint_hex(); }
 

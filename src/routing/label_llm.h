@@ -1,7 +1,8 @@
 // LabelLlm (routing layer): what router training asks of the LLM, wherever the LLM runs. Two
 // questions: the LLM's greedy continuation of a prompt (a reference answer, a rollout), and its
 // teacher-forced predictions along a sequence (the token it would pick after every prefix: the
-// CITER label at each position). In this process (InProcessLabelLlm, below) the LLM's Forward
+// CITER label at each position), or after one prefix. Token ids are the SLM's: an LLM of
+// another vocabulary answers through the device layer's BridgedLabelLlm (bridged_label_llm.h). In this process (InProcessLabelLlm, below) the LLM's Forward
 // answers them; behind a server the device layer's RemoteLabelLlm (device/remote_label_llm.h)
 // asks `tlr serve` or a vLLM-compatible engine, so an LLM that lives on GPUs elsewhere labels
 // a router here.
@@ -40,6 +41,14 @@ class LabelLlm {
   // end-of-generation token (included).
   virtual Expected<std::vector<std::vector<int32_t>>> Greedy(const std::vector<std::vector<int32_t>>& prompts,
                                                              int max_tokens, const AnswerFn& on_answer = {}) = 0;
+  // For each context, the token the LLM gives right after it: out[i] holds that one token, or
+  // none when the LLM gives none there (an LLM of another vocabulary whose reply turns into no
+  // SLM token: the decoder would fall back to the SLM's). Default: Predict, keep the last.
+  virtual Expected<std::vector<std::vector<int32_t>>> PredictNext(const std::vector<std::vector<int32_t>>& contexts,
+                                                                  const AnswerFn& on_answer = {});
+  // True when Predict costs a call per position (an LLM of another vocabulary, bridged): router
+  // training then asks PredictNext only where the SLM is wrong instead of Predict everywhere.
+  virtual bool next_only() const { return false; }
 };
 
 // The LLM in this process: batched prefills and greedy decoding over `model` (not owned).

@@ -116,9 +116,9 @@ Expected<std::vector<int32_t>> JointRollout(const Model& slm, LabelLlm& llm, Rou
     slm_seen = static_cast<int64_t>(seq.size());
     int32_t next = ArgMax(logits.data(), V);
     if (router->Confidence(hidden.data(), logits.data(), V, pool) < threshold) {
-      TLR_ASSIGN_OR_RETURN(auto pred, llm.Predict({seq}));
-      if (pred.size() != 1 || pred[0].size() != seq.size()) return Status::Error("the LLM's predictions do not match the sequence");
-      next = pred[0].back();
+      TLR_ASSIGN_OR_RETURN(auto pred, llm.PredictNext({seq}));
+      if (pred.size() != 1 || pred[0].size() > 1) return Status::Error("the LLM's prediction does not match the sequence");
+      if (!pred[0].empty()) next = pred[0][0];  // none: the SLM's token (the decoder's fallback)
     }
     out.push_back(next);
     seq.push_back(next);
@@ -182,7 +182,8 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, const Model& llm,
                                         const std::vector<QaRow>& rows,
                                         const RouterTrainOptions& opts, ThreadPool* pool) {
   if (slm.tokenizer().Fingerprint() != llm.tokenizer().Fingerprint()) {
-    return Status::Error("the SLM and the LLM have different tokenizers: token routing needs one vocabulary");
+    return Status::Error("the SLM and the LLM have different tokenizers: label through a vocabulary bridge "
+                         "(device/bridged_label_llm.h; `tlr router train` does)");
   }
   InProcessLabelLlm labels(llm, pool);
   return TrainRouter(slm, labels, rows, opts, pool);
@@ -274,7 +275,9 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const s
     if (outs.size() != prompts.size()) return Status::Error("the LLM answered " + std::to_string(outs.size()) +
                                                              " of " + std::to_string(prompts.size()) + " prompts");
     for (size_t i = b; i < e; ++i) {
-      if (outs[i - b].empty() || static_cast<int>(outs[i - b].size()) > maxt) {
+      // An empty answer (an LLM of another vocabulary whose reply turned into no SLM token) is
+      // dropped below as a wrong one.
+      if (static_cast<int>(outs[i - b].size()) > maxt) {
         return Status::Error("the LLM's answer to a prompt has " + std::to_string(outs[i - b].size()) +
                              " tokens (1.." + std::to_string(maxt) + " expected)");
       }
@@ -286,7 +289,7 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const s
     std::vector<Question> kept;
     for (Question& q : qs) {
       // An answer that can be graded must be right; an ungraded chat row keeps the LLM's.
-      if (q.ref_from_llm && q.row->gradable() && !Graded(tok, *q.row, q.ref)) {
+      if (q.ref_from_llm && (q.ref.empty() || (q.row->gradable() && !Graded(tok, *q.row, q.ref)))) {
         ++rep.dropped_llm_wrong;
         continue;
       }
@@ -351,7 +354,36 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const s
     }
     TLR_RETURN_IF_ERROR(slm.Forward(seqs, &ctx));
     std::vector<std::vector<int32_t>> llm_pred;  // the LLM's argmax after each prefix
-    if (!llm_inputs.empty()) {
+    // A bridged LLM is asked only where the SLM is wrong: llm_next[i - b][j] is its token after
+    // question i's prompt + reference[0..j) there (-1: none), -2 where not asked.
+    std::vector<std::vector<int32_t>> llm_next;
+    if (llm.next_only()) {
+      std::vector<std::vector<int32_t>> asks;
+      std::vector<std::pair<size_t, int64_t>> ask_at;
+      int64_t o = 0;
+      for (size_t i = b; i < e; ++i) {
+        const Question& q = qs[i];
+        const int64_t P = static_cast<int64_t>(q.prompt.size());
+        llm_next.emplace_back(q.ref.size(), -2);
+        for (int64_t j = 0; !q.ref_from_llm && j < static_cast<int64_t>(q.ref.size()); ++j) {
+          if (ArgMax(logits.data() + (o + P - 1 + j) * V, V) == q.ref[j]) continue;
+          asks.emplace_back(inputs[i - b].begin(), inputs[i - b].begin() + P + j);
+          ask_at.emplace_back(i - b, j);
+        }
+        o += static_cast<int64_t>(inputs[i - b].size());
+      }
+      if (!asks.empty()) {
+        TLR_ASSIGN_OR_RETURN(auto next, llm.PredictNext(asks));
+        if (next.size() != asks.size()) return Status::Error("the LLM answered " + std::to_string(next.size()) + " of " +
+                                                             std::to_string(asks.size()) + " contexts");
+        for (size_t k = 0; k < next.size(); ++k) {
+          if (next[k].size() > 1 || (next[k].size() == 1 && (next[k][0] < 0 || next[k][0] >= V))) {
+            return Status::Error("the LLM's next token does not fit the SLM's vocabulary");
+          }
+          llm_next[ask_at[k].first][ask_at[k].second] = next[k].empty() ? -1 : next[k][0];
+        }
+      }
+    } else if (!llm_inputs.empty()) {
       TLR_ASSIGN_OR_RETURN(llm_pred, llm.Predict(llm_inputs));
       bool fits = llm_pred.size() == llm_inputs.size();
       for (size_t k = 0; fits && k < llm_pred.size(); ++k) {
@@ -375,7 +407,8 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const s
         int label;
         if (s_tok == want) {
           label = 1;
-        } else if (q.ref_from_llm || llm_pred[llm_of[i - b]][P - 1 + j] == want) {
+        } else if (q.ref_from_llm || (llm.next_only() ? llm_next[i - b][j] == want
+                                                       : llm_pred[llm_of[i - b]][P - 1 + j] == want)) {
           label = 0;
         } else if (opts.both_wrong == BothWrong::kDrop || !q.row->gradable()) {  // no grader: dropped
           ++rep.dropped_tokens;

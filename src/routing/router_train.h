@@ -11,7 +11,9 @@
 //        loop, CITER's iterative rounds) and keep iff the final answer is right; or drop the
 //        position (BothWrong::kDrop).
 // When the reference is the LLM's own greedy answer, its argmax equals the reference by
-// construction and the LLM pass is skipped. Features are the SLM's final hidden states; the
+// construction and the LLM pass is skipped. An LLM of another vocabulary (label_llm.h's
+// next_only) is asked only at the positions where the SLM is wrong, each as a routed call would
+// be: "the LLM is right here" is decided on text, by the SLM token its reply turns into. Features are the SLM's final hidden states; the
 // network trains with mlp_train.h on a split by question; AUROC on the held-out questions'
 // tokens is reported for the router and for the maxprob and entropy baselines.
 #pragma once
@@ -75,12 +77,13 @@ struct RouterTrainResult {
   RouterTrainReport report;
 };
 
-// With the LLM in this process (its tokenizer must be the SLM's).
+// With the LLM in this process (its tokenizer must be the SLM's; another vocabulary goes
+// through the device layer's BridgedLabelLlm and the overload below).
 Expected<RouterTrainResult> TrainRouter(const Model& slm, const Model& llm,
                                         const std::vector<QaRow>& rows,
                                         const RouterTrainOptions& opts, ThreadPool* pool);
-// With the LLM anywhere (label_llm.h: in process or behind a server); the caller checks that it
-// shares the SLM's vocabulary.
+// With the LLM anywhere (label_llm.h: in process or behind a server) answering in the SLM's
+// token ids (the caller checks the vocabulary, or bridges it).
 Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const std::vector<QaRow>& rows,
                                         const RouterTrainOptions& opts, ThreadPool* pool);
 

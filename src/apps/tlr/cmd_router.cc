@@ -10,6 +10,8 @@
 #include "apps/tlr/progress.h"
 #include "model/model.h"
 #include "ops/thread_pool.h"
+#include "device/bridged_label_llm.h"
+#include "device/llm_factory.h"
 #include "device/remote_label_llm.h"
 #include "routing/label_cache.h"
 #include "routing/label_llm.h"
@@ -40,6 +42,13 @@ class CountingLabelLlm : public LabelLlm {
     if (r.ok()) Count(prompts);
     return r;
   }
+  Expected<std::vector<std::vector<int32_t>>> PredictNext(const std::vector<std::vector<int32_t>>& contexts,
+                                                          const AnswerFn& on_answer = {}) override {
+    auto r = inner_->PredictNext(contexts, on_answer);
+    if (r.ok()) Count(contexts);
+    return r;
+  }
+  bool next_only() const override { return inner_->next_only(); }
   // "12345 LLM tokens read, 6789/s"
   std::string Rate() const {
     const double s = SecondsSince(t0_);
@@ -80,7 +89,8 @@ Command AddRouterCommand(CLI::App& root) {
   CLI::App* train = app->add_subcommand(
       "train", "Train a router for an SLM/LLM pair on questions or chat rows (CITER labels)");
   train->add_option("--slm", o->slm, "Small model GGUF")->required();
-  train->add_option("--llm", o->llm, "Large model GGUF (same tokenizer), run in this process; or --server");
+  train->add_option("--llm", o->llm, "Large model GGUF, run in this process (another vocabulary is bridged: labels "
+                                    "are decided on text); or --server");
   train->add_option("--data", o->data,
                     "Training rows, JSONL: CommonsenseQA questions (flattened or nested schema; a row's optional "
                     "\"reference\" text replaces the LLM's own answer as the reference) and/or chat rows in the "
@@ -132,6 +142,8 @@ Command AddRouterCommand(CLI::App& root) {
   train->footer("The LLM's labels come from --llm (in this process) or --server: `tlr serve` (--backend tlr:\n"
                 "teacher-forced scoring, many sequences per request) or a vLLM-compatible engine (--backend\n"
                 "openai: /v1/completions with prompt_logprobs). Either way the labels are the same.\n"
+                "An LLM of another vocabulary (--llm, or --server with --llm-tokenizer) is asked, where the SLM\n"
+                "is wrong, exactly as a routed call asks it; its reply's text decides the label.\n"
                 "Examples:\n  tlr router train --slm models/demo/slm.gguf --llm models/demo/llm.gguf \\\n"
                 "      --data train.jsonl --out router.gguf\n"
                 "  tlr router train --slm qwen2.5-0.5b.gguf --server http://gpu-box:8000 --backend openai \\\n"
@@ -187,13 +199,22 @@ Command AddRouterCommand(CLI::App& root) {
             ThreadPool pool(o->threads);
             std::unique_ptr<Model> llm_model;
             std::unique_ptr<LabelLlm> llm;
+            // An LLM of another vocabulary: its calls go through a vocabulary bridge (the same
+            // routed calls the decoder makes), over this stack.
+            std::unique_ptr<LlmStack> stack;
             if (remote) {
               auto spec = MakeLlmSpec(o->net, nullptr, o->threads, 0, o->seed);
               TLR_CLI_CHECK(cmd, spec.status());
               RemoteOptions ro = spec->remote;
               ro.http.sim_rtt_s = spec->sim_rtt_s;  // --sim-rtt: per HTTP request, as the device's calls
               ro.http.sim_jitter_s = spec->sim_jitter_s;
-              auto r = RemoteLabelLlm::Connect(ro, (*slm)->tokenizer());
+              if (!o->net.llm_tokenizer.empty()) {
+                auto st = MakeLlm(o->net, nullptr, o->threads, 0, (*slm)->tokenizer(), o->seed);
+                if (!st.ok()) return ReportError(cmd, "LLM: " + st.status().message());
+                stack = std::move(st).value();
+              }
+              const Tokenizer& server_vocab = stack && stack->llm_vocab() ? *stack->llm_vocab() : (*slm)->tokenizer();
+              auto r = RemoteLabelLlm::Connect(ro, server_vocab);
               if (!r.ok()) return ReportError(cmd, "LLM: " + r.status().message());
               llm = std::move(r).value();
             } else {
@@ -201,9 +222,17 @@ Command AddRouterCommand(CLI::App& root) {
               if (!m.ok()) return ReportError(cmd, "LLM: " + m.status().message());
               llm_model = std::move(m).value();
               if (llm_model->tokenizer().Fingerprint() != (*slm)->tokenizer().Fingerprint()) {
-                return ReportError(cmd, "the SLM and the LLM have different tokenizers: token routing needs one vocabulary");
+                auto st = MakeLlm(o->net, llm_model.get(), o->threads, 8192, (*slm)->tokenizer(), o->seed);
+                if (!st.ok()) return ReportError(cmd, "LLM: " + st.status().message());
+                stack = std::move(st).value();
               }
               llm = std::make_unique<InProcessLabelLlm>(*llm_model, &pool);
+            }
+            if (stack && stack->bridge()) {
+              const std::string id = llm->model_id();  // the LLM's own (checked the server's vocabulary)
+              llm = std::make_unique<BridgedLabelLlm>(stack->unbridged(), (*slm)->tokenizer(), *stack->llm_vocab(), id);
+              std::fprintf(stderr, "router train: the LLM's vocabulary differs from the SLM's: labels through a "
+                                   "vocabulary bridge (each position where the SLM is wrong is asked as a routed call)\n");
             }
             std::unique_ptr<CachedLabelLlm> cached;
             LabelLlm* labels = llm.get();
@@ -257,6 +286,15 @@ Command AddRouterCommand(CLI::App& root) {
             if (cached) {
               std::fprintf(stderr, "LLM answers: %lld asked, %lld reused from %s\n", static_cast<long long>(cached->asked()),
                            static_cast<long long>(cached->reused()), o->work_dir.c_str());
+            }
+            if (auto* b = dynamic_cast<BridgedLabelLlm*>(llm.get())) {
+              const VocabBridgeStats& bs = b->bridge_stats();
+              std::fprintf(stderr, "vocabulary bridge: %lld routed calls, %lld LLM tokens re-encoded, %lld kept\n",
+                           static_cast<long long>(bs.contexts), static_cast<long long>(bs.llm_tokens_encoded),
+                           static_cast<long long>(bs.llm_tokens_kept));
+              for (const auto& [why, n] : b->bridge_failures()) {
+                std::fprintf(stderr, "  %lld calls gave no SLM token: %s\n", static_cast<long long>(n), why.c_str());
+              }
             }
             if (!result.ok()) return ReportError(cmd, result.status().message());
             TLR_CLI_CHECK(cmd, result->router.Save(o->out));
