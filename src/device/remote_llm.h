@@ -46,6 +46,10 @@ struct RemoteOptions {
   std::string model;             // openai: the model name (default: the first of /v1/models)
   double retry_after_s = 1.0;    // after giving up: fail fast this long, then probe again
   int max_in_flight = 4;         // calls running at once (one connection each)
+  // openai: send the context as text (decoded with the server's vocabulary, its BOS left to the
+  // engine) for engines that take no token-id prompts; the engine tokenizes it again. A context
+  // that ends inside a UTF-8 character cannot be sent as text: that call fails (FALLBACK).
+  bool text_prompt = false;
 };
 
 // Why a call failed, for the device's summary ("9 fallbacks: 7 timeouts, 2 malformed replies").

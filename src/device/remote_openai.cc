@@ -1,9 +1,11 @@
-// The OpenAI-compatible remote backend: /v1/completions with token-id prompts (see remote_llm.h).
+// The OpenAI-compatible remote backend: /v1/completions with token-id prompts, or text prompts
+// (RemoteOptions::text_prompt) (see remote_llm.h).
 #include <nlohmann/json.hpp>
 
 #include "device/remote_protocols.h"
 #include "device/remote_replies.h"
 #include "net/protocol.h"
+#include "util/utf8.h"
 
 namespace tlr {
 
@@ -34,13 +36,25 @@ Expected<LlmReply> OpenAiLlm::Execute(const LlmRequest& req, LlmCall& call, Call
   const SamplerParams& sampling = req.sampling;
   const int want = req.n + req.lookahead;
   json body = {{"model", opts_.model},
-               {"prompt", req.context},
                {"max_tokens", want},
                {"temperature", sampling.temperature},
                {"top_p", sampling.top_p},
                {"seed", sampling.seed & 0x7fffffffffffffffull},
-               {"logprobs", 1},
-               {"return_tokens_as_token_ids", true}};
+               {"logprobs", 1}};
+  if (opts_.text_prompt) {
+    // The engine adds its own BOS; control tokens go as their text (engines parse them back).
+    std::span<const int32_t> ids(req.context);
+    if (!ids.empty() && ids[0] == vocab_.bos() && vocab_.bos() >= 0) ids = ids.subspan(1);
+    std::string text = vocab_.Decode(ids, /*render_special=*/true);
+    if (!IsValidUtf8(text)) {
+      err->kind = CallFailure::kMalformed;
+      return Status::Error("the context ends inside a UTF-8 character: a text prompt cannot carry it");
+    }
+    body["prompt"] = std::move(text);
+  } else {
+    body["prompt"] = req.context;
+    body["return_tokens_as_token_ids"] = true;  // vLLM's extension: the reply's tokens as ids
+  }
   if (sampling.temperature > 0 && sampling.top_k > 0) body["top_k"] = sampling.top_k;
   CountStat(&RemoteStats::tokens_sent, static_cast<int64_t>(req.context.size()));
   HttpResult h = http_.PostWithRetries("/v1/completions", body.dump(), &call);

@@ -5,6 +5,8 @@
 //     file, sends contexts in the LLM's tokens with the held-back bytes (prefix_bytes), and gets
 //     the same tokens and sources as with the LLM in process, pipeline on and off, greedy and
 //     sampled; the server prefilled about the final context once;
+//   - over the OpenAI backend (no constraint: check and trim), text prompts give what token-id
+//     prompts give;
 //   - a tokenizer file that is not the server's, a damaged one, and malformed prefix_bytes are
 //     clear errors.
 #include <gtest/gtest.h>
@@ -56,10 +58,13 @@ class ServerBridgeTest : public ::testing::Test {
   struct Out {
     std::vector<int32_t> ids;
     std::vector<TokenSource> src;
+    std::vector<std::string> errors;
     DecodeStats st;
   };
   // One generation; `server_tokenizer` empty: the LLM in process.
-  Out Run(const std::string& server_tokenizer, const std::string& prompt, bool pipeline, float temperature) {
+  // `protocol`, `text_prompt`: how the device talks to the server.
+  Out Run(const std::string& server_tokenizer, const std::string& prompt, bool pipeline, float temperature,
+          RemoteProtocol protocol = RemoteProtocol::kTlr, bool text_prompt = false) {
     LlmSpec spec;
     spec.n_ctx = 1024;
     if (server_tokenizer.empty()) {
@@ -67,6 +72,8 @@ class ServerBridgeTest : public ::testing::Test {
     } else {
       spec.remote.http.url = url_;
       spec.remote.http.timeout_s = 10;
+      spec.remote.protocol = protocol;
+      spec.remote.text_prompt = text_prompt;
       spec.llm_tokenizer = server_tokenizer;
     }
     auto stack = LlmStack::Create(spec, slm_->tokenizer());
@@ -85,6 +92,7 @@ class ServerBridgeTest : public ::testing::Test {
     auto st = dec.Generate(slm_->tokenizer().Encode(prompt, true), d, [&](const TokenEvent& ev) {
       out.ids.push_back(ev.id);
       out.src.push_back(ev.source);
+      if (!ev.llm_error.empty()) out.errors.push_back(ev.llm_error);
       return true;
     });
     EXPECT_TRUE(st.ok()) << st.status().message();
@@ -122,6 +130,47 @@ TEST_F(ServerBridgeTest, SameTokensAsInProcessWithTheServersVocabulary) {
     }
   }
   EXPECT_GT(llm_tokens, 10);
+}
+
+TEST_F(ServerBridgeTest, OpenAiBackendWithTokenIdsOrTextPrompts) {
+  // An OpenAI-compatible engine has no constraint: the held-back word is checked and trimmed
+  // (random weights never reproduce it: every routed call falls back, for the reason given).
+  // The bridge's LLM tokens are the text's own encoding, so a text prompt (the engine encodes
+  // it again) gives what token ids give.
+  const std::string tokenizer_file = dir_->File("llm.gguf");
+  // One call without the bridge: the engine answers a text prompt as it answers its token ids.
+  std::string replies[2];
+  for (bool text_prompt : {false, true}) {
+    LlmSpec spec;
+    spec.remote.http.url = url_;
+    spec.remote.protocol = RemoteProtocol::kOpenAi;
+    spec.remote.text_prompt = text_prompt;
+    spec.llm_tokenizer = tokenizer_file;
+    auto stack = LlmStack::Create(spec, slm_->tokenizer());
+    ASSERT_TRUE(stack.ok()) << stack.status().message();
+    auto r = (*stack)->unbridged()->Next(llm_->tokenizer().Encode("Привет, мир! 東京は 😀", true), 6, SamplerParams{});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    replies[text_prompt] = llm_->tokenizer().Decode(r->tokens);
+  }
+  EXPECT_FALSE(replies[0].empty());
+  EXPECT_EQ(replies[1], replies[0]);
+  for (const std::string prompt : {"Hello world, the quick brown fox", "東京は 😀 今日は晴れ", "Привет, мир! café"}) {
+    SCOPED_TRACE(prompt);
+    const Out ids = Run(tokenizer_file, prompt, false, 0.0f, RemoteProtocol::kOpenAi, false);
+    const Out text = Run(tokenizer_file, prompt, false, 0.0f, RemoteProtocol::kOpenAi, true);
+    const Out text_pipelined = Run(tokenizer_file, prompt, true, 0.0f, RemoteProtocol::kOpenAi, true);
+    EXPECT_EQ(text.ids, ids.ids);
+    EXPECT_EQ(text.src, ids.src);
+    EXPECT_EQ(text_pipelined.ids, text.ids);
+    EXPECT_EQ(text_pipelined.src, text.src);
+    for (const std::string& e : text.errors) {
+      // What an unconstrained reply can do: not reproduce the held-back text, stop inside an SLM
+      // token, or (random weights) choose bytes that are not UTF-8.
+      EXPECT_TRUE(e.find("held-back") != std::string::npos || e.find("not yet one whole SLM token") != std::string::npos ||
+                  e.find("ill-formed UTF-8") != std::string::npos)
+          << e;
+    }
+  }
 }
 
 TEST_F(ServerBridgeTest, WrongOrDamagedTokenizersAndBadPrefixBytesAreErrors) {

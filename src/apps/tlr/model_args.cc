@@ -128,6 +128,11 @@ void AddLlmServerArgs(CLI::App* app, LlmArgs* a) {
                   "or the model), a tokenizer.json, or 'server' (`tlr serve` sends its own). Calls carry the context "
                   "in the LLM's tokens and its replies become SLM tokens (docs/guide.md#pairs-with-different-vocabularies)")
       ->check(CLI::ExistingFile | CLI::IsMember({"server"}));
+  app->add_option("--llm-prompt", a->llm_prompt,
+                  "--backend openai: how contexts are sent: ids (token ids; vLLM, SGLang, llama.cpp server, tlr serve) "
+                  "or text (engines that take only text prompts; the engine tokenizes again, and an LLM of another "
+                  "vocabulary has its held-back word checked and trimmed instead of constrained)")
+      ->default_val("ids")->check(CLI::IsMember({"ids", "text"}));
   app->add_option("--llm-connections", a->connections,
                   "--server: LLM calls in flight at once (one keep-alive connection each)")
       ->default_val(4)->check(CLI::Range(1, 64));
@@ -158,6 +163,10 @@ Expected<LlmSpec> MakeLlmSpec(const LlmArgs& a, const Model* model, int threads,
     r.http.retries = a.retries;
     r.retry_after_s = a.retry_after_s;
     r.max_in_flight = a.connections;
+    if (a.llm_prompt == "text" && r.protocol != RemoteProtocol::kOpenAi) {
+      return Status::Error("--llm-prompt text needs --backend openai (tlr serve's protocol sends token ids)");
+    }
+    r.text_prompt = a.llm_prompt == "text";
     spec.llm_tokenizer = a.llm_tokenizer;
   }
   return spec;

@@ -53,7 +53,7 @@ void AddThinkArgs(CLI::App* app, CLI::Option* chat_flag, std::optional<bool>* en
 
 // Where the LLM runs for generate / eval / ui: in this process (--llm) or behind a server.
 struct LlmArgs {
-  std::string server, backend = "tlr", api_key, model, ca_file, llm_tokenizer;
+  std::string server, backend = "tlr", api_key, model, ca_file, llm_tokenizer, llm_prompt = "ids";
   double timeout_s = 10, retry_after_s = 1, sim_rtt_ms = 0, sim_jitter_ms = 0;
   int retries = 2, connections = 4;
   bool no_verify_tls = false;
