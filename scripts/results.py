@@ -482,9 +482,60 @@ def paper_work(picks, small, large, net_res):
     return lines
 
 
+def at_routed(joint, routed):
+    """The accuracy of a joint curve at a routed share, linear between its two nearest rows."""
+    pts = sorted((r['routed_pct'], r['accuracy']) for r in joint)
+    if routed <= pts[0][0]:
+        return pts[0][1]
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if x0 <= routed <= x1:
+            return y0 if x1 == x0 else y0 + (y1 - y0) * (routed - x0) / (x1 - x0)
+    return pts[-1][1]
+
+
+def xvocab_section(d, out, shared_joint):
+    """The cross-vocabulary pair against the shared-vocabulary one (issue 33's acceptance)."""
+    res = load(d, 'the cross-vocabulary evaluation')
+    rows = res['rows']
+    path = os.path.join(d, 'results.json')
+    rel = os.path.relpath(d, os.path.dirname(out))
+    small, large = one(rows, 'small_only', path), one(rows, 'large_only', path)
+    joint = sorted((r for r in rows if r['mode'] == 'joint'), key=lambda r: r['threshold'])
+    if not joint:
+        die('%s: no joint rows' % path)
+    L = ['## Pairs with different vocabularies', '',
+         'The same SLM (512-token BPE) with `%s` as the LLM: the same world, trained by `tools/train` with its own '
+         '1024-token BPE, so the two vocabularies differ (fingerprints unequal) and every routed call goes through the '
+         'vocabulary bridge (the context re-encoded in the LLM\'s tokens, the last word held back and spelled again '
+         'under the LLM\'s constraint, the reply turned into SLM tokens; docs/guide.md). Router: `%s`, trained with '
+         'labels decided on text (`tlr router train` through the bridge). All %d test questions, in process, %s. '
+         'Files: `%s/`.' % (res.get('llm'), res.get('router'), small['n'], setting_text(res), rel), '']
+    L += table([small, large] + joint)
+    L.append('')
+    best10 = max((r for r in joint if r['routed_pct'] <= 10), key=lambda r: r['accuracy'], default=None)
+    L.append('- The LLM alone through the bridge (every token a routed call): %.1f%%; the SLM alone %.1f%%.' % (
+        100 * large['accuracy'], 100 * small['accuracy']))
+    if best10:
+        shared = at_routed(shared_joint, best10['routed_pct'])
+        L.append('- At <= 10%% routed: %.1f%% (threshold %.2f, %.1f%% routed), **%.2fx** the SLM alone; the '
+                 'shared-vocabulary pair at the same routed share (its curve above, linear between its rows): %.1f%%, '
+                 'a difference of **%.1f points**.' % (
+                     100 * best10['accuracy'], best10['threshold'], best10['routed_pct'],
+                     best10['accuracy'] / max(small['accuracy'], 1e-9), 100 * shared,
+                     100 * (shared - best10['accuracy'])))
+        g = gen_per_routed(best10)
+        if g is not None:
+            L.append('- What the bridge costs the LLM there: %.2f tokens generated per routed token (the held-back word '
+                     'spelled again, one piece more than the SLM tokens it gives) and %s LLM tokens prefilled per '
+                     'question; %d routed calls fell back to the SLM\'s token.' % (
+                         g, fmt(per_q(best10, 'llm_prefilled_tokens'), '%.1f'), best10.get('fallbacks', 0)))
+    L.append('')
+    return L
+
+
 def main():
     if len(sys.argv) < 3:
-        die('usage: results.py RESULTS_DIR OUT.md [NET_DIR [PIPELINE_DIR]]')
+        die('usage: results.py RESULTS_DIR OUT.md [NET_DIR [PIPELINE_DIR [XVOCAB_DIR]]]')
     d, out = sys.argv[1], sys.argv[2]
     res = load(d, 'the in-process evaluation')
     path = os.path.join(d, 'results.json')
@@ -560,6 +611,8 @@ def main():
         L += network_section(sys.argv[3], out)
     if len(sys.argv) > 4:
         L += pipeline_section(sys.argv[4], out)
+    if len(sys.argv) > 5:
+        L += xvocab_section(sys.argv[5], out, joint)
     with open(out, 'w') as f:
         f.write('\n'.join(L) + '\n')
     print('wrote', out)

@@ -10,6 +10,9 @@
 #      -> docs/results-pipeline/{off,on,auto}-{own,20ms}/ (with every answer's tokens, compared),
 #      and the LLM alone on the same 200 questions over the same server (no simulated round trip:
 #      only its work is used, for the LLM cost against the LLM alone) -> docs/results-pipeline/llm-alone/
+#   4. the cross-vocabulary pair: the same SLM with models/demo/llm-bpe1024.gguf (its own
+#      1024-token vocabulary, bridged) and its router, in process, all 607 test questions
+#      -> docs/results-xvocab/
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tlr=build/bin/tlr
@@ -43,4 +46,6 @@ done
 # The baselines alone (--thresholds ''): small_only and large_only rows.
 $tlr eval --limit 200 --max-tokens 40 -t 1 --thresholds '' --server "$url" --pipeline off \
   --out docs/results-pipeline/llm-alone
-$py scripts/results.py docs/results docs/RESULTS.md docs/results-network docs/results-pipeline
+$tlr eval --limit 0 --max-tokens 40 --llm models/demo/llm-bpe1024.gguf --router models/demo/router-bpe1024.gguf \
+  --thresholds 0,0.05,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95,0.99 --out docs/results-xvocab
+$py scripts/results.py docs/results docs/RESULTS.md docs/results-network docs/results-pipeline docs/results-xvocab

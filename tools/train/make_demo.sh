@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Rebuilds the bundled demo pair in models/demo/ from nothing (about 75 minutes on 2 cores):
+# Rebuilds the bundled demo pair in models/demo/ from nothing (about 75 minutes on 2 cores, and
+# about 2 hours more for the second LLM with its own vocabulary):
 # world + questions (seeded), tokenizer, the two models trained side by side (one thread
 # each), golden fixtures for the engine test, the router, and the evaluation splits.
 # Usage: tools/train/make_demo.sh [WORKDIR]   (needs build/bin/tlr; Debian python3-torch)
@@ -48,5 +49,18 @@ $py tools/worldgen/variants.py --data "$W/dev.jsonl" --n 12 --seed 7 --reference
 $tlr router train --slm models/demo/slm.gguf --llm models/demo/llm.gguf --data "$W/router_train.jsonl" \
   --out models/demo/router.gguf --lr 1e-4
 
-# 5. The numbers in models/demo/README.md.
+# 5. A second LLM with its own vocabulary (issue 33: pairs with different vocabularies): the same
+#    world and corpus, a 1024-token BPE instead of 512, one run; its router is trained through the
+#    vocabulary bridge (labels decided on text), on the same variants.
+X=$W/bpe1024
+mkdir -p "$X"
+cp "$W"/corpus.txt "$W"/corpus_partial.txt "$W"/train.jsonl "$W"/dev.jsonl "$W"/test.jsonl "$W"/world.json "$X"/
+$py tools/train/bpe.py --corpus "$X/corpus.txt" --vocab 1024 --out "$X/tokenizer.json"
+$py tools/train/train.py --data "$X" --tlr "$tlr" --embd 256 --layers 4 --heads 8 --kv-heads 2 --ff 704 \
+  --tokens 9e6 --lr 2e-3 --out "$X/llm" > "$X/llm.out" 2>&1
+cp "$X/llm/model.gguf" models/demo/llm-bpe1024.gguf
+$tlr router train --slm models/demo/slm.gguf --llm models/demo/llm-bpe1024.gguf --data "$W/router_train.jsonl" \
+  --out models/demo/router-bpe1024.gguf --lr 1e-4
+
+# 6. The numbers in models/demo/README.md.
 $tlr eval --data models/demo/test.jsonl --limit 0 --max-tokens 40 --thresholds 0.1,0.2,0.3,0.5,0.7,0.9
