@@ -104,6 +104,7 @@ Status UiServer::Start() {
   front_ = front.get();
   http_ = std::move(front);
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    server::IgnoreRanges(req);
     if (server::RefuseBodyWithoutLength(req, res)) return httplib::Server::HandlerResponse::Handled;
     // DNS-rebinding guard: a page of another site whose name resolves to 127.0.0.1 sends its own
     // host name, not ours.

@@ -36,6 +36,12 @@ inline void SendError(httplib::Response& res, int status, const std::string& cod
 // httplib would read until the client closes the connection. For such a request fills `res`
 // with a 400 (and asks to close the connection) and returns true. For pre-routing handlers,
 // which run before the body is read.
+// Range requests are ignored (RFC 9110 lets a server send the whole representation): httplib
+// would otherwise build a multipart reply of every range asked, overlapping ones included, in
+// memory (an 8 KB request for thousands of "0-" ranges made a 30 MB reply). httplib parsed the
+// header into the request before routing; the request object is the server's own, not const.
+inline void IgnoreRanges(const httplib::Request& req) { const_cast<httplib::Request&>(req).ranges.clear(); }
+
 inline bool RefuseBodyWithoutLength(const httplib::Request& req, httplib::Response& res) {
   if (req.method != "POST" && req.method != "PUT" && req.method != "PATCH") return false;
   if (req.has_header("Content-Length") || req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos) {

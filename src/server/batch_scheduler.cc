@@ -2,6 +2,7 @@
 #include "server/batch_scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "ops/thread_pool.h"
 
@@ -54,6 +55,7 @@ struct BatchScheduler::Job {
   bool started_set = false;
   bool done = false;
   bool shutdown = false;       // failed because the server stops or is overloaded (503)
+  bool refused = false;        // failed because of what the call asked (400)
   bool has_deadline = false;
   Clock::time_point deadline;
   std::mutex mu;
@@ -137,6 +139,7 @@ std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
     outs[i].reply = std::move(job.reply);
     outs[i].error = std::move(job.error);
     outs[i].overload = job.shutdown;
+    outs[i].bad_request = job.refused;
     outs[i].started = job.started_set;
   }
   return outs;
@@ -305,7 +308,8 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
       continue;
     }
     if (!j->heal.empty() && !constraint_->Mask(j->heal, j->logits.data())) {
-      j->error = "no token of the LLM's vocabulary spells the held-back bytes";
+      j->error = "no token of the LLM's vocabulary spells the held-back bytes ('prefix_bytes')";
+      j->refused = true;
       finished.push_back(j);
       continue;
     }
@@ -319,6 +323,9 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
     float lp = 0;
     std::vector<TopLogprob> top;
     LogProbs(j->logits.data(), V, tok, j->top_logprobs, &lp, &top);
+    // While spelling held-back bytes the distribution is the constrained one: tokens it rules
+    // out (probability 0) are not among the alternatives.
+    std::erase_if(top, [](const TopLogprob& t) { return !std::isfinite(t.logprob); });
     j->reply.tokens.push_back(tok);
     j->reply.logprobs.push_back(lp);
     if (j->top_logprobs > 0) j->reply.top.push_back(top);

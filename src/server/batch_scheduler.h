@@ -59,6 +59,7 @@ struct BatchOutcome {
   EngineReply reply;
   std::string error;     // empty on success
   bool overload = false; // failed because the server stops or the call timed out (503)
+  bool bad_request = false;  // failed because of what the call asked (400)
   bool started = false;  // took part in a forward pass (the cache may be partly written)
 };
 

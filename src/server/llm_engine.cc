@@ -174,7 +174,9 @@ EngineResult LlmEngine::Next(const NextRequest& req) {
   const int64_t need =
       req.base + static_cast<int64_t>(req.append.size()) + req.n - 1 + static_cast<int64_t>(req.heal.size());
   if (need > limits_.max_context) {
-    return Fail(EngineCode::kBadRequest, "context of " + std::to_string(need + 1) + " tokens (base + append + n) exceeds the server's limit of " + std::to_string(limits_.max_context) + " + 1");
+    return Fail(EngineCode::kBadRequest, "context of " + std::to_string(need + 1) + " tokens (base + append + n" +
+                                             (req.heal.empty() ? std::string() : " + one per prefix byte") +
+                                             ") exceeds the server's limit of " + std::to_string(limits_.max_context) + " + 1");
   }
   // Lookahead is a hint: as much as the per-call and context limits leave.
   const int lookahead = static_cast<int>(std::max<int64_t>(
@@ -364,7 +366,8 @@ EngineResult LlmEngine::Run(EngineSession* s, std::vector<int32_t> feed, int n, 
   if (!out.error.empty()) {
     // A started call may have partly written the cache: forget it (the device resyncs).
     if (out.started) SessionStore::EvictCache(s);
-    return Fail(out.overload ? EngineCode::kOverloaded : EngineCode::kInternal, out.error);
+    return Fail(out.overload ? EngineCode::kOverloaded : out.bad_request ? EngineCode::kBadRequest : EngineCode::kInternal,
+                out.error);
   }
   EngineResult r;
   r.reply = std::move(out.reply);

@@ -96,6 +96,7 @@ Status LlmServer::Start() {
   }
   // Auth first (everything but /health needs a key when keys are set).
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    server::IgnoreRanges(req);
     if (server::RefuseBodyWithoutLength(req, res)) return httplib::Server::HandlerResponse::Handled;
     // httplib's own model (TLS) would read a chunked body whatever its size; HttpFront bounds it.
     if (!front_ && req.has_header("Transfer-Encoding")) {
@@ -271,6 +272,7 @@ void LlmServer::Routes() {
                   out["top_logprobs"] = tl;
                 }
                 if (lookahead > 0) out["lookahead"] = r.reply.lookahead;
+                if (!nr.heal.empty()) out["spelled"] = r.reply.spelled;
                 SendJson(res, 200, out);
               }));
   // Teacher-forced scoring (router labels): per sequence, the model's argmax after every prefix,

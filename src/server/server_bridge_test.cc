@@ -8,7 +8,7 @@
 //   - over the OpenAI backend (no constraint: check and trim), text prompts give what token-id
 //     prompts give;
 //   - a tokenizer file that is not the server's, a damaged one, and malformed prefix_bytes are
-//     clear errors.
+//     clear errors; replies say how many tokens spelled the bytes; Range headers are ignored.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -219,6 +219,35 @@ TEST_F(ServerBridgeTest, WrongOrDamagedTokenizersAndBadPrefixBytesAreErrors) {
   std::string spelled;
   for (int32_t t : j["tokens"]) spelled += llm_->tokenizer().Piece(t);
   EXPECT_EQ(spelled.compare(0, 2, "Hi"), 0) << spelled;
+  // How many tokens spelled them, and alternatives only among tokens the constraint allows.
+  r = c.Post("/tlr/v1/next", "{\"session\": \"" + id + "\", \"append\": [1, 2], \"n\": 2, \"top_logprobs\": 20, "
+             "\"prefix_bytes\": [255]}", "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const auto k = nlohmann::json::parse(r->body);
+  ASSERT_TRUE(k.contains("spelled")) << r->body;
+  const int n_spelled = k["spelled"].get<int>();
+  EXPECT_GE(n_spelled, 1);
+  EXPECT_EQ(k["tokens"].size(), static_cast<size_t>(n_spelled + 2)) << r->body;
+  for (const auto& per : k["top_logprobs"]) {
+    for (const auto& alt : per) EXPECT_TRUE(alt["logprob"].is_number()) << r->body;
+  }
+  // The element that is wrong is named.
+  r = c.Post("/tlr/v1/next", "{\"session\": \"" + id + "\", \"append\": [1], \"prefix_bytes\": [65, 66, 300]}",
+             "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("element 2 is 300"), std::string::npos) << r->body;
+  // Range headers are ignored: the whole representation, once, however many ranges are asked.
+  std::string ranges = "bytes=0-";
+  for (int i = 0; i < 500; ++i) ranges += ",0-";
+  for (const char* path : {"/tlr/v1/vocabulary", "/tlr/v1/info", "/health"}) {
+    auto whole = c.Get(path);
+    auto ranged = c.Get(path, {{"Range", ranges}});
+    ASSERT_TRUE(whole && ranged) << path;
+    EXPECT_EQ(ranged->status, 200) << path;
+    EXPECT_EQ(ranged->body.size(), whole->body.size()) << path;
+  }
 }
 
 }  // namespace

@@ -33,9 +33,11 @@ Expected<NextRequest> ParseNextRequest(const json& j, const EngineLimits& limits
   TLR_RETURN_IF_ERROR(f.status());
   if (heal) {  // bytes, not a string: the held-back text may end inside a UTF-8 character
     if (heal->size() > 256) return Status::Error("'prefix_bytes' holds more than 256 bytes");
-    for (const json& b : *heal) {
+    for (size_t i = 0; i < heal->size(); ++i) {
+      const json& b = (*heal)[i];
       if (!b.is_number_integer() || b.get<int64_t>() < 0 || b.get<int64_t>() > 255) {
-        return Status::Error("'prefix_bytes' must be an array of integers 0..255");
+        return Status::Error("'prefix_bytes' must be an array of integers 0..255 (element " + std::to_string(i) +
+                             " is " + b.dump().substr(0, 40) + ")");
       }
       nr.heal.push_back(static_cast<char>(b.get<int>()));
     }
