@@ -127,10 +127,7 @@ Status UiServer::Start() {
     return httplib::Server::HandlerResponse::Unhandled;
   });
   http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    if (res.status == 404) SendError(res, 404, "not_found", "no endpoint " + req.method + " " + req.path);
-    else if (res.status == 413) SendError(res, 413, "body_too_large", "the request body is larger than 1 MiB");
-    else SendError(res, res.status, "http_error", "HTTP error " + std::to_string(res.status));
+    server::DescribeHttpError(req, res, "the request body is larger than 1 MiB");
   });
   http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
     SendError(res, 500, "internal", "internal error while handling the request");

@@ -42,6 +42,24 @@ inline void SendError(httplib::Response& res, int status, const std::string& cod
 // header into the request before routing; the request object is the server's own, not const.
 inline void IgnoreRanges(const httplib::Request& req) { const_cast<httplib::Request&>(req).ranges.clear(); }
 
+// A JSON body for the errors httplib produces itself, before any handler ran. `too_large`:
+// what the 413 says (the body limit).
+inline void DescribeHttpError(const httplib::Request& req, httplib::Response& res, const std::string& too_large) {
+  if (!res.body.empty()) return;
+  switch (res.status) {
+    case 404: SendError(res, 404, "not_found", "no endpoint " + req.method + " " + req.path); break;
+    case 413: SendError(res, 413, "body_too_large", too_large); break;
+    case 400:
+      SendError(res, 400, "bad_http_request",
+                "malformed HTTP request: the request line (METHOD /path HTTP/1.1) or a header line (8 KB at most "
+                "each) could not be read, or a POST has no Content-Length (send {} for an empty body)");
+      break;
+    case 414: SendError(res, 414, "uri_too_long", "the request target (path and query) is longer than 8 KB"); break;
+    case 416: SendError(res, 416, "bad_range", "the Range header cannot be read (a readable one is ignored)"); break;
+    default: SendError(res, res.status, "http_error", "HTTP error " + std::to_string(res.status));
+  }
+}
+
 inline bool RefuseBodyWithoutLength(const httplib::Request& req, httplib::Response& res) {
   if (req.method != "POST" && req.method != "PUT" && req.method != "PATCH") return false;
   if (req.has_header("Content-Length") || req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos) {

@@ -114,16 +114,7 @@ Status LlmServer::Start() {
   // Errors httplib produces itself (unknown path, body too large, bad request line) get a
   // JSON body too.
   http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    if (res.status == 404) {
-      SendError(res, 404, "not_found", "no endpoint " + req.method + " " + req.path);
-    } else if (res.status == 413) {
-      SendError(res, 413, "body_too_large", "the request body exceeds the server's limit (--max-body)");
-    } else if (res.status == 400) {
-      SendError(res, 400, "bad_http_request", "malformed HTTP request (a POST needs a body with a Content-Length, e.g. {})");
-    } else {
-      SendError(res, res.status, "http_error", "HTTP error " + std::to_string(res.status));
-    }
+    server::DescribeHttpError(req, res, "the request body exceeds the server's limit (--max-body)");
   });
   http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
     SendError(res, 500, "internal", "internal error while handling the request");
