@@ -513,8 +513,17 @@ def xvocab_section(d, out, shared_joint):
     L += table([small, large] + joint)
     L.append('')
     best10 = max((r for r in joint if r['routed_pct'] <= 10), key=lambda r: r['accuracy'], default=None)
-    L.append('- The LLM alone through the bridge (every token a routed call): %.1f%%; the SLM alone %.1f%%.' % (
-        100 * large['accuracy'], 100 * small['accuracy']))
+    native = None
+    if os.path.isdir(os.path.join(d, 'native')):
+        nres = load(os.path.join(d, 'native'), 'the cross-vocabulary LLM alone in its own vocabulary')
+        native = one(nres['rows'], 'large_only', os.path.join(d, 'native', 'results.json'))
+    L.append('- The LLM alone through the bridge (every token a routed call, each spelling the held-back word again): '
+             '%.1f%%%s; the SLM alone %.1f%%.' % (
+                 100 * large['accuracy'],
+                 '; in its own vocabulary, without the bridge (`%s/native/`): %.1f%%, %s LLM tokens generated and %s '
+                 'prefilled per question' % (rel, 100 * native['accuracy'], fmt(per_q(native, 'llm_generated_tokens'), '%.1f'),
+                                             fmt(per_q(native, 'llm_prefilled_tokens'), '%.1f')) if native else '',
+                 100 * small['accuracy']))
     if best10:
         shared = at_routed(shared_joint, best10['routed_pct'])
         L.append('- At <= 10%% routed: %.1f%% (threshold %.2f, %.1f%% routed), **%.2fx** the SLM alone; the '
@@ -527,8 +536,11 @@ def xvocab_section(d, out, shared_joint):
         if g is not None:
             L.append('- What the bridge costs the LLM there: %.2f tokens generated per routed token (the held-back word '
                      'spelled again, one piece more than the SLM tokens it gives) and %s LLM tokens prefilled per '
-                     'question; %d routed calls fell back to the SLM\'s token.' % (
-                         g, fmt(per_q(best10, 'llm_prefilled_tokens'), '%.1f'), best10.get('fallbacks', 0)))
+                     'question; %d routed calls fell back to the SLM\'s token%s.' % (
+                         g, fmt(per_q(best10, 'llm_prefilled_tokens'), '%.1f'), best10.get('fallbacks', 0),
+                         '; an LLM cost of %s of the LLM alone answering in its own vocabulary (the table\'s "vs alone" '
+                         'column compares with the bridged LLM alone)' % pct(cost_vs_alone(
+                             dict(best10, llm_cost_vs_llm_alone=None), native)) if native and llm_cost(native) else ''))
     L.append('')
     return L
 

@@ -12,7 +12,7 @@
 #      only its work is used, for the LLM cost against the LLM alone) -> docs/results-pipeline/llm-alone/
 #   4. the cross-vocabulary pair: the same SLM with models/demo/llm-bpe1024.gguf (its own
 #      1024-token vocabulary, bridged) and its router, in process, all 607 test questions
-#      -> docs/results-xvocab/
+#      -> docs/results-xvocab/, and that LLM alone in its own vocabulary -> docs/results-xvocab/native/
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tlr=build/bin/tlr
@@ -48,4 +48,7 @@ $tlr eval --limit 200 --max-tokens 40 -t 1 --thresholds '' --server "$url" --pip
   --out docs/results-pipeline/llm-alone
 $tlr eval --limit 0 --max-tokens 40 --llm models/demo/llm-bpe1024.gguf --router models/demo/router-bpe1024.gguf \
   --thresholds 0,0.05,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95,0.99 --out docs/results-xvocab
+# That LLM alone in its own vocabulary (no bridge: its large_only row is what it costs natively).
+$tlr eval --limit 0 --max-tokens 40 --slm models/demo/llm-bpe1024.gguf --llm models/demo/llm-bpe1024.gguf \
+  --router random --thresholds '' --out docs/results-xvocab/native
 $py scripts/results.py docs/results docs/RESULTS.md docs/results-network docs/results-pipeline docs/results-xvocab
