@@ -142,6 +142,7 @@ Command AddEvalCommand(CLI::App& root) {
             e.on_progress = [&](int64_t done, int64_t total) { progress.Update("eval", done, total); };
             auto result = RunEval(**slm, &*router, backend, *rows, e, &pool, o->answers.empty() ? nullptr : &answers);
             progress.Done();
+            if ((*stack)->bridge()) std::fprintf(stderr, "%s\n", BridgeSummary((*stack)->bridge()->bridge_stats()).c_str());
             if (!result.ok()) return ReportError(cmd, result.status().message());
             if (!o->answers.empty()) {
               std::string lines;

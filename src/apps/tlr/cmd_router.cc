@@ -288,10 +288,7 @@ Command AddRouterCommand(CLI::App& root) {
                            static_cast<long long>(cached->reused()), o->work_dir.c_str());
             }
             if (auto* b = dynamic_cast<BridgedLabelLlm*>(llm.get())) {
-              const VocabBridgeStats& bs = b->bridge_stats();
-              std::fprintf(stderr, "vocabulary bridge: %lld routed calls, %lld LLM tokens re-encoded, %lld kept\n",
-                           static_cast<long long>(bs.contexts), static_cast<long long>(bs.llm_tokens_encoded),
-                           static_cast<long long>(bs.llm_tokens_kept));
+              std::fprintf(stderr, "%s\n", BridgeSummary(b->bridge_stats()).c_str());
               for (const auto& [why, n] : b->bridge_failures()) {
                 std::fprintf(stderr, "  %lld calls gave no SLM token: %s\n", static_cast<long long>(n), why.c_str());
               }

@@ -172,6 +172,18 @@ Expected<LlmSpec> MakeLlmSpec(const LlmArgs& a, const Model* model, int threads,
   return spec;
 }
 
+std::string BridgeSummary(const VocabBridgeStats& s) {
+  const double calls = static_cast<double>(std::max<int64_t>(1, s.contexts));
+  char b[320];
+  std::snprintf(b, sizeof b,
+                "vocabulary bridge: %lld routed calls; per call %.1f LLM tokens re-encoded, %.1f kept from the call "
+                "before, %.1f bytes held back and spelled again; %lld contexts encoded from the start",
+                static_cast<long long>(s.contexts), static_cast<double>(s.llm_tokens_encoded) / calls,
+                static_cast<double>(s.llm_tokens_kept) / calls, static_cast<double>(s.pending_bytes) / calls,
+                static_cast<long long>(s.full_encodes));
+  return b;
+}
+
 Expected<std::unique_ptr<LlmStack>> MakeLlm(const LlmArgs& a, const Model* model, int threads, int64_t n_ctx,
                                             const Tokenizer& vocab, uint64_t seed) {
   TLR_ASSIGN_OR_RETURN(LlmSpec spec, MakeLlmSpec(a, model, threads, n_ctx, seed));

@@ -63,6 +63,8 @@ void AddLlmServerArgs(CLI::App* app, LlmArgs* args);
 Expected<LlmSpec> MakeLlmSpec(const LlmArgs& args, const Model* model, int threads, int64_t n_ctx, uint64_t seed);
 // The LLM the arguments describe: `model` in process (threads, n_ctx), or --server. Prints the
 // backend's warning, if any, to stderr.
+// "vocabulary bridge: 174 routed calls; LLM tokens re-encoded 6.1 per call (...)" (stderr lines).
+std::string BridgeSummary(const VocabBridgeStats& s);
 Expected<std::unique_ptr<LlmStack>> MakeLlm(const LlmArgs& args, const Model* model, int threads, int64_t n_ctx,
                                             const Tokenizer& vocab, uint64_t seed);
 
