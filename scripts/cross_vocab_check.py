@@ -17,6 +17,7 @@ Usage: /usr/bin/python3 scripts/cross_vocab_check.py [--prompts N] [--max-tokens
 Needs build/bin/tlr and the tokenizer data (make test fetches it; or scripts/fetch-test-tokenizers.sh).
 """
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -60,7 +61,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--pairs", default="gemma3-270m:qwen3-0.6b,llama3.2-1b:qwen2.5-0.5b")
     ap.add_argument("--threshold", type=float, default=0.3)
-    ap.add_argument("--keep", help="keep the models in this directory (and reuse them)")
+    ap.add_argument("--keep", help="keep the models in this directory (and reuse them), and each prompt's outcome: "
+                    "a stopped run resumes where it stopped")
     ap.add_argument("--tlr", default=TLR, help="the tlr binary (default %(default)s; a copy lets a rebuild run meanwhile)")
     a = ap.parse_args()
     globals()["TLR"] = a.tlr
@@ -92,7 +94,28 @@ def main():
                 except OSError:
                     time.sleep(0.1)
             stats = {"prompts": 0, "llm_tokens": 0, "fallback": 0, "routed": 0, "prefilled": 0, "context": 0}
+            # With --keep, each prompt's outcome is kept: a stopped run resumes where it stopped.
+            done_path = os.path.join(work, f"done-{slm_preset}-{llm_preset}-{a.max_tokens}-{a.threshold}.jsonl")
+            done, binaries = {}, set()
+            if a.keep and os.path.exists(done_path):
+                for line in open(done_path, encoding="utf-8"):
+                    try:
+                        d = json.loads(line)
+                        done[d["prompt_sha"]] = d
+                    except (ValueError, KeyError):
+                        pass  # a line cut by a stop: that prompt runs again
+            tlr_sha = hashlib.sha256(open(TLR, "rb").read()).hexdigest()[:12]
             for i, prompt in enumerate(prompts):
+                sha = hashlib.sha256(prompt.encode("utf-8", errors="surrogateescape")).hexdigest()
+                if sha in done:
+                    d = done[sha]
+                    for k in stats:
+                        stats[k] += d["stats"][k]
+                    for k, v in d["reasons"].items():
+                        reasons[k] = reasons.get(k, 0) + v
+                    binaries.add(d["tlr"])
+                    continue
+                binaries.add(tlr_sha)
                 pf = os.path.join(work, "prompt.txt")
                 with open(pf, "wb") as fh:
                     fh.write(prompt.encode())
@@ -119,23 +142,30 @@ def main():
                     fh.write((prompt + out).encode("utf-8", errors="surrogateescape"))
                 t = run([TLR, "tokenize", "-m", files["llm"], "-f", pf, "--ids-only", "--add-special"])
                 context = len(t.stdout.split())
-                stats["prompts"] += 1
-                stats["llm_tokens"] += sum(s == "LLM" for _, s in ids)
-                stats["fallback"] += sum(s == "FALLBACK" for _, s in ids)
-                stats["routed"] += sum(s in ("LLM", "FALLBACK") for _, s in ids)
-                stats["prefilled"] += prefilled
-                stats["context"] += context
+                one = {"prompts": 1, "llm_tokens": sum(s == "LLM" for _, s in ids),
+                       "fallback": sum(s == "FALLBACK" for _, s in ids),
+                       "routed": sum(s in ("LLM", "FALLBACK") for _, s in ids), "prefilled": prefilled,
+                       "context": context}
+                why = {}
                 for r in (json.loads(l) for l in open(os.path.join(work, "trace-off.jsonl"), encoding="utf-8",
                                                          errors="surrogateescape")):
                     if r.get("llm_error"):
-                        key = re.sub(r"\d+", "N", r["llm_error"])[:80]
-                        reasons[key] = reasons.get(key, 0) + 1
+                        key = re.sub(r"(?<!UTF-)\d+", "N", r["llm_error"])[:80]
+                        why[key] = why.get(key, 0) + 1
+                for k in stats:
+                    stats[k] += one[k]
+                for k, v in why.items():
+                    reasons[k] = reasons.get(k, 0) + v
+                if a.keep:
+                    with open(done_path, "a", encoding="utf-8") as fh:
+                        fh.write(json.dumps({"prompt_sha": sha, "stats": one, "reasons": why, "tlr": tlr_sha}) + "\n")
                 if (i + 1) % 20 == 0:
                     print(f"{pair}: {i + 1}/{len(prompts)} prompts", flush=True)
             print(f"{pair}: {stats['prompts']} prompts, output = tokens' text and pipeline on = off for all; "
                   f"routed {stats['routed']} ({stats['llm_tokens']} from the LLM, {stats['fallback']} FALLBACK); "
                   f"server prefilled {stats['prefilled']} for final LLM contexts of {stats['context']} "
-                  f"({stats['prefilled'] / max(1, stats['context']):.2f}x)", flush=True)
+                  f"({stats['prefilled'] / max(1, stats['context']):.2f}x); tlr binaries (sha256) {sorted(binaries)}",
+                  flush=True)
             for k in total:
                 total[k] += stats[k]
         finally:
