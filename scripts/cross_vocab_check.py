@@ -124,7 +124,10 @@ def main():
                     trace = os.path.join(work, f"trace-{pl}.jsonl")
                     p = run([TLR, "generate", "--slm", files["slm"], "--server", url, "--llm-tokenizer", "server",
                              "--router", "random", "--threshold", str(a.threshold), "-f", pf, "--max-tokens",
-                             str(a.max_tokens), "--pipeline", pl, "--trace", trace, "-t", "1"])
+                             str(a.max_tokens), "--pipeline", pl, "--trace", trace, "-t", "1",
+                             # Not what is checked: a call that times out on a busy machine would
+                             # be a FALLBACK in one of the two runs only.
+                             "--llm-timeout", "300"])
                     rows = [json.loads(l) for l in open(trace, encoding="utf-8", errors="surrogateescape")]
                     out = p.stdout.decode("utf-8", errors="surrogateescape")
                     if out.endswith("\n"):

@@ -493,7 +493,7 @@ def at_routed(joint, routed):
     return pts[-1][1]
 
 
-def xvocab_section(d, out, shared_joint):
+def xvocab_section(d, out, shared_joint, shared_large):
     """The cross-vocabulary pair against the shared-vocabulary one (issue 33's acceptance)."""
     res = load(d, 'the cross-vocabulary evaluation')
     rows = res['rows']
@@ -526,12 +526,21 @@ def xvocab_section(d, out, shared_joint):
                  100 * small['accuracy']))
     if best10:
         shared = at_routed(shared_joint, best10['routed_pct'])
+        diff = 100 * (best10['accuracy'] - shared)
         L.append('- At <= 10%% routed: %.1f%% (threshold %.2f, %.1f%% routed), **%.2fx** the SLM alone; the '
                  'shared-vocabulary pair at the same routed share (its curve above, linear between its rows): %.1f%%, '
-                 'a difference of **%.1f points**.' % (
+                 '**%.1f points %s**.' % (
                      100 * best10['accuracy'], best10['threshold'], best10['routed_pct'],
-                     best10['accuracy'] / max(small['accuracy'], 1e-9), 100 * shared,
-                     100 * (shared - best10['accuracy'])))
+                     best10['accuracy'] / max(small['accuracy'], 1e-9), 100 * shared, abs(diff),
+                     'above' if diff >= 0 else 'below'))
+
+        def closed(joint_acc, llm_acc):
+            return (joint_acc - small['accuracy']) / max(llm_acc - small['accuracy'], 1e-9)
+        L.append('- The two LLMs differ (%.1f%% alone here, %.1f%% for the shared pair\'s), so also the share of the gap '
+                 'between the SLM and its LLM that routing closes at that routed share: %.1f%% here, %.1f%% for the '
+                 'shared-vocabulary pair.' % (
+                     100 * large['accuracy'], 100 * shared_large['accuracy'],
+                     100 * closed(best10['accuracy'], large['accuracy']), 100 * closed(shared, shared_large['accuracy'])))
         g = gen_per_routed(best10)
         if g is not None:
             L.append('- What the bridge costs the LLM there: %.2f tokens generated per routed token (the held-back word '
@@ -541,7 +550,7 @@ def xvocab_section(d, out, shared_joint):
                          '; an LLM cost of %s of the LLM alone answering in its own vocabulary (the table\'s "vs alone" '
                          'column compares with the bridged LLM alone)' % pct(cost_vs_alone(
                              dict(best10, llm_cost_vs_llm_alone=None), native)) if native and llm_cost(native) else ''))
-    L.append('')
+    L += ['', '![Accuracy vs routed share, cross-vocabulary pair](%s/accuracy_vs_routed.svg)' % rel, '']
     return L
 
 
@@ -624,7 +633,7 @@ def main():
     if len(sys.argv) > 4:
         L += pipeline_section(sys.argv[4], out)
     if len(sys.argv) > 5:
-        L += xvocab_section(sys.argv[5], out, joint)
+        L += xvocab_section(sys.argv[5], out, joint, large)
     with open(out, 'w') as f:
         f.write('\n'.join(L) + '\n')
     print('wrote', out)
