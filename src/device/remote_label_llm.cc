@@ -70,8 +70,9 @@ Expected<std::unique_ptr<RemoteLabelLlm>> RemoteLabelLlm::Connect(const RemoteOp
     r->model_id_ = "served model " + r->opts_.model;
   }
   if (!fp.empty() && fp != HashHex(vocab.Fingerprint())) {
-    return Status::Error("the server's LLM uses a different vocabulary (fingerprint " + fp + ", the SLM's is " +
-                         HashHex(vocab.Fingerprint()) + "): a router is trained for one tokenizer");
+    return Status::Error("the server's LLM uses a different vocabulary (fingerprint " + fp + ", expected " +
+                         HashHex(vocab.Fingerprint()) + "): give the LLM's tokenizer (--llm-tokenizer FILE, or server "
+                         "for tlr serve) to label through a vocabulary bridge");
   }
   return r;
 }
