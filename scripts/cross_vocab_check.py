@@ -66,8 +66,11 @@ def main():
     ap.add_argument("--tlr", default=TLR, help="the tlr binary (default %(default)s; a copy lets a rebuild run meanwhile)")
     a = ap.parse_args()
     globals()["TLR"] = a.tlr
-    texts = [c["text"] for c in json.load(open("build/testdata/npm-tokenizer-ids.json"))["tokenizer-qwen3"]]
-    prompts = (EXTRA + [t for t in texts if t.strip()])[: a.prompts]
+    # Distinct texts (the test vectors repeat some), from every tokenizer's set.
+    texts = [c["text"] for v in json.load(open("build/testdata/npm-tokenizer-ids.json")).values() for c in v]
+    prompts = list(dict.fromkeys(EXTRA + [t for t in texts if t.strip()]))[: a.prompts]
+    if len(prompts) < a.prompts:
+        sys.exit(f"cross_vocab_check: only {len(prompts)} distinct prompts")
     work = a.keep or tempfile.mkdtemp(prefix="tlr-xvocab-")
     os.makedirs(work, exist_ok=True)
     total = {"prompts": 0, "llm_tokens": 0, "fallback": 0, "routed": 0, "prefilled": 0, "context": 0}
