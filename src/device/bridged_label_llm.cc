@@ -18,8 +18,7 @@ Expected<std::vector<int32_t>> BridgedLabelLlm::Call(const std::vector<int32_t>&
   LlmRequest req;
   req.context = ctx.llm_ids;
   req.prefix = ctx.pending;
-  // As BridgedLlm asks: the spelling tokens on top where the backend constrains its reply.
-  req.n = llm_->spells_prefix() ? n + 1 : bridge_.LlmTokensFor(ctx, n);
+  req.n = bridge_.LlmTokensFor(ctx, n, llm_->spells_prefix());  // as BridgedLlm asks
   req.sampling.temperature = 0.0f;  // greedy
   const size_t asked = static_cast<size_t>(req.n);
   const std::shared_ptr<LlmCall> call = llm_->Submit(std::move(req), {});

@@ -27,10 +27,7 @@ std::shared_ptr<LlmCall> BridgedLlm::Submit(LlmRequest request, std::function<vo
   {
     std::lock_guard<std::mutex> l(mu_);
     *ctx = bridge_->ToLlm(request.context);
-    // The tokens that spell the held-back text come on top of n where the inner backend
-    // constrains its reply; otherwise they are part of what is asked. One more than the SLM
-    // tokens wanted: the last piece is kept back.
-    inner_req.n = inner_->spells_prefix() ? request.n + 1 : bridge_->LlmTokensFor(*ctx, request.n);
+    inner_req.n = bridge_->LlmTokensFor(*ctx, request.n, inner_->spells_prefix());
     // No lookahead: the SLM tokens a later call gives depend on how that call's context is
     // encoded, so a continuation read ahead would not be its answer.
     inner_req.lookahead = 0;

@@ -124,7 +124,8 @@ BridgedContext VocabBridge::ToLlm(std::span<const int32_t> slm_ids) {
   return out;
 }
 
-int VocabBridge::LlmTokensFor(const BridgedContext& ctx, int n) const {
+int VocabBridge::LlmTokensFor(const BridgedContext& ctx, int n, bool backend_spells_prefix) const {
+  if (backend_spells_prefix) return n + 1;
   const size_t held = llm_.EncodeExact(ctx.pending, false, false).size();
   return static_cast<int>(held) + n + 1;
 }

@@ -65,9 +65,10 @@ class VocabBridge {
   // its own without an end token, e.g. its context is full), at most `max_tokens` SLM tokens.
   Expected<BridgedReply> ToSlm(const BridgedContext& ctx, std::span<const int32_t> reply, bool llm_ended,
                                size_t max_tokens) const;
-  // How many LLM tokens a reply should have to give `n` SLM tokens after `ctx` (its held-back
-  // bytes, then n tokens' worth, and one more that may be held back).
-  int LlmTokensFor(const BridgedContext& ctx, int n) const;
+  // How many LLM tokens to ask for to get `n` SLM tokens after `ctx`: n tokens' worth and one
+  // more that may be held back, plus the tokens spelling the held-back bytes unless the backend
+  // spells them on top of what is asked (`backend_spells_prefix`: it constrains its reply).
+  int LlmTokensFor(const BridgedContext& ctx, int n, bool backend_spells_prefix) const;
 
   const VocabBridgeStats& stats() const { return stats_; }
   void Reset();
