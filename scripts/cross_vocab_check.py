@@ -73,8 +73,6 @@ def main():
         sys.exit(f"cross_vocab_check: only {len(prompts)} distinct prompts")
     work = a.keep or tempfile.mkdtemp(prefix="tlr-xvocab-")
     os.makedirs(work, exist_ok=True)
-    total = {"prompts": 0, "llm_tokens": 0, "fallback": 0, "routed": 0, "prefilled": 0, "context": 0}
-    reasons = {}
     for pair in a.pairs.split(","):
         slm_preset, llm_preset = pair.split(":")
         files = {}
@@ -97,6 +95,7 @@ def main():
                 except OSError:
                     time.sleep(0.1)
             stats = {"prompts": 0, "llm_tokens": 0, "fallback": 0, "routed": 0, "prefilled": 0, "context": 0}
+            reasons = {}
             # With --keep, each prompt's outcome is kept: a stopped run resumes where it stopped.
             done_path = os.path.join(work, f"done-{slm_preset}-{llm_preset}-{a.max_tokens}-{a.threshold}.jsonl")
             done, binaries = {}, set()
@@ -172,12 +171,10 @@ def main():
                   f"server prefilled {stats['prefilled']} for final LLM contexts of {stats['context']} "
                   f"({stats['prefilled'] / max(1, stats['context']):.2f}x); tlr binaries (sha256) {sorted(binaries)}",
                   flush=True)
-            for k in total:
-                total[k] += stats[k]
+            print(f"{pair}: FALLBACK reasons:", json.dumps(reasons, ensure_ascii=False), flush=True)
         finally:
             serve.terminate()
             serve.wait()
-    print("FALLBACK reasons:", json.dumps(reasons, ensure_ascii=False, indent=1))
 
 
 if __name__ == "__main__":
