@@ -1,6 +1,8 @@
 // BridgedLabelLlm (see bridged_label_llm.h).
 #include "device/bridged_label_llm.h"
 
+#include "device/bridged_llm.h"
+
 namespace tlr {
 
 BridgedLabelLlm::BridgedLabelLlm(LlmBackend* llm, const Tokenizer& slm_vocab, const Tokenizer& llm_vocab,
@@ -24,7 +26,7 @@ Expected<std::vector<int32_t>> BridgedLabelLlm::Call(const std::vector<int32_t>&
   const std::shared_ptr<LlmCall> call = llm_->Submit(std::move(req), {});
   const Expected<LlmReply>& r = call->Wait();
   if (!r.ok()) return r.status();
-  auto b = bridge_.ToSlm(ctx, r->tokens, r->tokens.size() < asked, static_cast<size_t>(n));
+  auto b = SlmReplyOf(bridge_, ctx, *r, asked, static_cast<size_t>(n));
   if (!b.ok()) {
     ++failures_[b.status().message()];
     return std::vector<int32_t>{};

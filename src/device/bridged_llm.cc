@@ -3,6 +3,11 @@
 
 namespace tlr {
 
+Expected<BridgedReply> SlmReplyOf(const VocabBridge& bridge, const BridgedContext& ctx, const LlmReply& reply,
+                                  size_t asked, size_t n) {
+  return bridge.ToSlm(ctx, reply.tokens, reply.tokens.size() < asked && !reply.hit_limit, n);
+}
+
 BridgedLlm::BridgedLlm(LlmBackend* inner, const Tokenizer& slm_vocab, const Tokenizer& llm_vocab)
     : inner_(inner),
       slm_vocab_(slm_vocab),
@@ -47,9 +52,7 @@ std::shared_ptr<LlmCall> BridgedLlm::Submit(LlmRequest request, std::function<vo
       outer->Complete(r.status());
       return;
     }
-    // Fewer tokens than asked without an end token: the LLM stopped (its context is full).
-    const bool stopped = r->tokens.size() < asked;
-    auto b = bridge->ToSlm(*ctx, r->tokens, stopped, static_cast<size_t>(n));
+    auto b = SlmReplyOf(*bridge, *ctx, *r, asked, static_cast<size_t>(n));
     if (!b.ok()) {
       outer->Complete(b.status());
       return;

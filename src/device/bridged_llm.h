@@ -18,6 +18,11 @@
 
 namespace tlr {
 
+// The SLM tokens of a bridged call's reply, at most n (`asked`: the LLM tokens the call asked
+// for, LlmTokensFor; fewer without an end token, not at that limit: the LLM stopped on its own).
+Expected<BridgedReply> SlmReplyOf(const VocabBridge& bridge, const BridgedContext& ctx, const LlmReply& reply,
+                                  size_t asked, size_t n);
+
 class BridgedLlm : public LlmBackend {
  public:
   // `inner` speaks `llm_vocab`'s ids; the decoder speaks `slm_vocab`'s. All three must outlive it.

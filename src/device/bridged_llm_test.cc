@@ -145,7 +145,7 @@ TEST_F(BridgedLlmTest, RouterLabelsAreTheRoutedCallsAnswers) {
   InProcessLlm local2(llm, 1, 1024);
   BridgedLlm routed(&local2, slm.tokenizer(), llm.tokenizer());
   std::vector<std::vector<int32_t>> contexts;
-  for (const std::string& p : {"Question: where is the zinth", "東京は 😀 今日は晴", "Привет, мир! café naï"}) {
+  for (const char* p : {"Question: where is the zinth", "東京は 😀 今日は晴", "Привет, мир! café naï"}) {
     const std::vector<int32_t> ids = slm.tokenizer().Encode(p, true);
     for (size_t n = 2; n <= ids.size(); n += 2) contexts.emplace_back(ids.begin(), ids.begin() + n);
   }
@@ -187,6 +187,14 @@ TEST_F(BridgedLlmTest, RouterLabelsAreTheRoutedCallsAnswers) {
     }
     rows.push_back(std::move(r));
   }
+  // Chat rows ending with the user's turn: the LLM answers them (references by multi-token
+  // bridged calls), and is still asked, one token at a time, where the SLM is wrong.
+  for (int i = 0; i < 3; ++i) {
+    QaRow r;
+    r.id = "chat" + std::to_string(i);
+    r.messages = {{"user", "Name a place like the zinth marsh" + std::string(i, '!')}};
+    rows.push_back(std::move(r));
+  }
   RouterTrainOptions o;
   o.mlp.max_epochs = 3;
   o.mlp.batch = 16;
@@ -208,6 +216,7 @@ TEST_F(BridgedLlmTest, RouterLabelsAreTheRoutedCallsAnswers) {
     const int64_t llm_right = rep.route - (rep.both_wrong - rep.both_wrong_kept);
     EXPECT_EQ(counting.asked, llm_right + rep.both_wrong + rep.dropped_tokens);
     EXPECT_GT(llm_right, 0) << "the LLM's own answers: it is right where the SLM is not";
+    EXPECT_GT(rep.questions, 8) << "the chat rows with the LLM's references are kept";
     EXPECT_GT(rep.keep, 0);
     if (run == 0) {
       first = rep;

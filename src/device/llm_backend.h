@@ -49,6 +49,9 @@ struct LlmReply {
   std::vector<int32_t> lookahead;  // what the LLM generates after `tokens` (up to the number
                                    // asked; none when `tokens` ended the text)
   int64_t ingested = 0;            // context tokens the LLM had to read for this call
+  // The LLM stopped at the number asked, not on its own, even if `tokens` holds fewer (an
+  // engine's reply text read back into tokens may give fewer than it generated).
+  bool hit_limit = false;
 };
 
 // The LLM's work for a backend's calls, summed over the backend's life: tokens it prefilled

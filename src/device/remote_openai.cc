@@ -74,6 +74,7 @@ Expected<LlmReply> OpenAiLlm::Execute(const LlmRequest& req, LlmCall& call, Call
   // The first n are the call's answer; the rest is the LLM's continuation (lookahead).
   LlmReply reply;
   reply.ingested = static_cast<int64_t>(req.context.size());
+  reply.hit_limit = parsed->hit_length;
   const size_t n = std::min(tokens.size(), static_cast<size_t>(req.n));
   reply.tokens.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(n));
   reply.lookahead.assign(tokens.begin() + static_cast<std::ptrdiff_t>(n), tokens.end());

@@ -248,7 +248,8 @@ Expected<CompletionReply> ParseCompletionReply(std::string_view body, const Toke
   } else if (raw.text.empty()) {
     r.tokens.push_back(vocab.eos());  // an empty completion: the engine stopped at its end token
   } else {
-    r.tokens = vocab.Encode(raw.text);
+    // The text continues the prompt: no dummy prefix, no normalization.
+    r.tokens = vocab.EncodeExact(raw.text, /*at_start=*/false);
     if (r.tokens.empty()) r.tokens.push_back(vocab.eos());
   }
   if (static_cast<int>(r.tokens.size()) > want) r.tokens.resize(static_cast<size_t>(want));
@@ -257,6 +258,7 @@ Expected<CompletionReply> ParseCompletionReply(std::string_view body, const Toke
   if (static_cast<int>(r.tokens.size()) < want && raw.finish == "stop" && !vocab.IsEndOfGeneration(r.tokens.back())) {
     r.tokens.push_back(vocab.eos());
   }
+  r.hit_length = raw.finish == "length";
   r.logprobs = std::move(raw.logprobs);
   if (raw.tlr_prefilled >= 0) {
     r.prefilled = raw.tlr_prefilled;

@@ -69,6 +69,9 @@ struct CompletionReply {
   // tokens it generated (usage.completion_tokens; -1 when absent). Streamed replies: the last
   // event that reports them.
   int64_t prefilled = -1, generated = -1;
+  // finish_reason "length": the engine generated every token asked for, though tokens read back
+  // from its text (no id labels) may number fewer.
+  bool hit_length = false;
 };
 Expected<CompletionReply> ParseCompletionReply(std::string_view body, const Tokenizer& vocab, int want);
 

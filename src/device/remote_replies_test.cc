@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "model/gguf/gguf_reader.h"
 #include "model/model.h"
 
 namespace tlr::remote {
@@ -94,6 +95,29 @@ TEST(RemoteReplies, CompletionsByIdsLabelsTextAndStream) {
   EXPECT_EQ(r->tokens, (std::vector<int32_t>{3, 4}));
   EXPECT_EQ(r->prefilled, -1);  // no usage reported
   EXPECT_EQ(r->generated, -1);
+}
+
+// Text without id labels continues the prompt: read back with no SentencePiece dummy prefix and
+// no normalization, and "length" says the engine gave all it was asked for even where the text
+// reads back as fewer tokens.
+TEST(RemoteReplies, TextRepliesContinueThePrompt) {
+  auto f = GgufFile::Open(std::string(TLR_SHARED_DIR) + "/tokenizer-vectors/ggml-vocab-llama-spm.gguf");
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  auto spm = Tokenizer::FromGguf(*f);
+  ASSERT_TRUE(spm.ok()) << spm.status().message();
+  const std::string text = "ndon is big";  // "Lo" + this: a word the prompt's end cut
+  auto r = ParseCompletionReply(R"({"choices":[{"text":"ndon is big","finish_reason":"length"}]})", *spm, 8);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(spm->Decode(r->tokens), text);
+  EXPECT_EQ(r->tokens, spm->EncodeExact(text, false));
+  EXPECT_NE(spm->Piece(r->tokens[0]).front(), ' ') << "no dummy prefix in the middle of a text";
+  EXPECT_LT(r->tokens.size(), 8u);
+  EXPECT_TRUE(r->hit_length);
+  EXPECT_FALSE(spm->IsEndOfGeneration(r->tokens.back())) << "cut at the limit: not ended";
+  r = ParseCompletionReply(R"({"choices":[{"text":"ndon","finish_reason":"stop"}]})", *spm, 8);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->hit_length);
+  EXPECT_EQ(r->tokens.back(), spm->eos()) << "stopped on its own: ended";
 }
 
 // What a completion cost the engine: tlr serve's own count, else OpenAI's usage less vLLM's or

@@ -9,9 +9,6 @@ namespace tlr {
 
 namespace {
 
-// Re-encoding starts this many bytes before the first byte that changed, and two tokens
-// earlier still: the pre-tokenizer's split of the text before that point cannot depend on it.
-constexpr size_t kMargin = 16;
 // At most this many LLM tokens are held back (a word longer than that is cut inside).
 constexpr size_t kMaxHeldBack = 4;
 
@@ -40,6 +37,7 @@ void VocabBridge::Reset() {
   text_.clear();
   ids_.clear();
   ends_.clear();
+  restarts_.clear();
 }
 
 BridgedContext VocabBridge::ToLlm(std::span<const int32_t> slm_ids) {
@@ -48,23 +46,26 @@ BridgedContext VocabBridge::ToLlm(std::span<const int32_t> slm_ids) {
   size_t lcp = 0;
   const size_t common = std::min(text.size(), text_.size());
   while (lcp < common && text[lcp] == text_[lcp]) ++lcp;
-  // Previous tokens that end kMargin bytes before the change, less two.
-  size_t keep = 0;
-  if (lcp > kMargin) {
-    keep = static_cast<size_t>(std::upper_bound(ends_.begin(), ends_.end(), lcp - kMargin) - ends_.begin());
-    keep = keep > 2 ? keep - 2 : 0;
-  }
+  // Encoding resumes at the last of the previous text's restart points (tokenizer.h) that the
+  // new text cannot have changed: the tokens before it stay, exactly as a whole encoding gives
+  // them, whatever contexts came before.
   std::vector<int32_t> ids;
-  std::vector<size_t> ends;
+  std::vector<size_t> ends, restarts;
   bool reused = false;
-  if (keep > 0) {
-    const size_t start = ends_[keep - 1];
-    std::vector<int32_t> tail = llm_.EncodeExact(std::string_view(text).substr(start), /*at_start=*/false, true);
-    // The restart must resynchronise with the previous encoding (its first token the same);
-    // otherwise the boundary cut a pre-token and the whole text is encoded again.
-    if (!tail.empty() && keep < ids_.size() && tail[0] == ids_[keep]) {
+  const size_t margin = llm_.RestartMargin();
+  if (lcp > margin) {
+    const auto r = std::upper_bound(restarts_.begin(), restarts_.end(), lcp - margin);
+    const size_t start = r == restarts_.begin() ? 0 : *(r - 1);
+    const auto e = std::lower_bound(ends_.begin(), ends_.end(), start);
+    if (start > 0 && e != ends_.end() && *e == start) {
+      const size_t keep = static_cast<size_t>(e - ends_.begin()) + 1;
+      std::vector<size_t> tail_restarts;
+      const std::vector<int32_t> tail =
+          llm_.EncodeExact(std::string_view(text).substr(start), /*at_start=*/false, true, &tail_restarts);
       ids.assign(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(keep));
       ends.assign(ends_.begin(), ends_.begin() + static_cast<std::ptrdiff_t>(keep));
+      restarts.assign(restarts_.begin(), r - 1);
+      for (size_t t : tail_restarts) restarts.push_back(start + t);
       size_t at = start;
       bool at_start = false;
       for (int32_t id : tail) {
@@ -78,7 +79,7 @@ BridgedContext VocabBridge::ToLlm(std::span<const int32_t> slm_ids) {
     }
   }
   if (!reused) {
-    ids = llm_.EncodeExact(text, /*at_start=*/true, /*parse_special=*/true);
+    ids = llm_.EncodeExact(text, /*at_start=*/true, /*parse_special=*/true, &restarts);
     size_t at = 0;
     bool at_start = true;
     for (int32_t id : ids) {
@@ -110,9 +111,7 @@ BridgedContext VocabBridge::ToLlm(std::span<const int32_t> slm_ids) {
   // Offsets that do not add up to the text (a vocabulary without byte fallback gave an unknown
   // token): nothing is held back and the next context is encoded from the start.
   if (ends.empty() ? !text.empty() : ends.back() != text.size()) {
-    text_.clear();
-    ids_.clear();
-    ends_.clear();
+    Reset();
     out.llm_ids.insert(out.llm_ids.end(), ids.begin() + static_cast<std::ptrdiff_t>(p), ids.end());
     return out;
   }
@@ -121,6 +120,7 @@ BridgedContext VocabBridge::ToLlm(std::span<const int32_t> slm_ids) {
   text_ = text;
   ids_ = std::move(ids);
   ends_ = std::move(ends);
+  restarts_ = std::move(restarts);
   return out;
 }
 

@@ -7,9 +7,11 @@
 // context ends inside what is one token for the LLM ("Hel|lo"), the LLM's encoding of the
 // prefix would end in a token it would not produce with the rest of the word, so the prompt
 // stops at the word's start and the reply must begin with the held-back bytes (token healing by
-// check and trim). Consecutive contexts share their beginning: only the tail after the
-// longest common text prefix (less a margin) is encoded again, so the LLM-side context keeps
-// its tokens and a server's delta sync and KV reuse work as with one vocabulary.
+// check and trim). Consecutive contexts share their beginning: only the tail from the last
+// pre-token the change cannot reach (the tokenizer's restart points) is encoded again, so the
+// LLM-side context keeps its tokens and a server's delta sync and KV reuse work as with one
+// vocabulary; the tokens are exactly the whole text's encoding, whatever contexts came before
+// (a SentencePiece LLM, encoded whole, has no restart points: every context is encoded whole).
 //
 // Back to the SLM: the reply's text after the held-back bytes is encoded with the SLM's
 // tokenizer, exactly (the tokens' pieces concatenate to the text byte for byte, UTF-8 split
@@ -80,6 +82,7 @@ class VocabBridge {
   std::string text_;
   std::vector<int32_t> ids_;
   std::vector<size_t> ends_;
+  std::vector<size_t> restarts_;  // where its encoding can resume (Tokenizer::EncodeExact)
   VocabBridgeStats stats_;
 };
 

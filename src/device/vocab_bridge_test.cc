@@ -67,6 +67,19 @@ std::string Pieces(const Tokenizer& t, std::span<const int32_t> ids) {
   return s;
 }
 
+// A byte-level BPE LLM keeps most of its tokens from one context to the next (the tails
+// re-encoded are short); a SentencePiece one is encoded whole every time.
+void ExpectReuse(const VocabBridgeStats& st, const Tokenizer& llm, const std::string& pair) {
+  if (llm.vocab().model == VocabModel::kSpm) {
+    EXPECT_EQ(st.llm_tokens_kept, 0) << pair;
+    EXPECT_EQ(st.full_encodes, st.contexts) << pair;
+    return;
+  }
+  EXPECT_GT(st.llm_tokens_kept, st.llm_tokens_encoded)
+      << pair << ": the tails re-encoded should be short (kept " << st.llm_tokens_kept << ", encoded "
+      << st.llm_tokens_encoded << ", full " << st.full_encodes << ")";
+}
+
 TEST(VocabBridge, ContextsAndRepliesKeepEveryByte) {
   auto& all = Tokenizers();
   for (const auto& s : all) {
@@ -120,10 +133,80 @@ TEST(VocabBridge, ContextsAndRepliesKeepEveryByte) {
         }
       }
       EXPECT_GT(checked_replies, 100) << s.name << " -> " << l.name;
-      const VocabBridgeStats& st = bridge.stats();
-      EXPECT_GT(st.llm_tokens_kept, st.llm_tokens_encoded)
-          << s.name << " -> " << l.name << ": the tails re-encoded should be short (kept " << st.llm_tokens_kept
-          << ", encoded " << st.llm_tokens_encoded << ", full " << st.full_encodes << ")";
+      ExpectReuse(bridge.stats(), llm, s.name + " -> " + l.name);
+    }
+  }
+}
+
+// A context's LLM tokens do not depend on the contexts before it (the pipeline sends
+// speculative contexts that branch and come back: its output must equal the blocking loop's):
+// random walks of contexts that grow, back off and take another branch, over text with long
+// runs that one pre-token covers (CJK without spaces, long words, digits, whitespace), each
+// compared with a bridge that saw only it.
+TEST(VocabBridge, ContextsDoNotDependOnTheContextsBefore) {
+  static const std::vector<std::string> parts = {
+      "者多日都三小同现前所", "東京は今日は晴れ", "抗", "沃", "沃沃", "你好世界", "한국어", "हिन्दी", "1️⃣", "πρστ", "4567891",
+      "supercalifragilistic", "expialidocious", "    ", "\n", " ", "…", "😀👍🏽", ".", "<|im_", "start|>"};
+  auto& all = Tokenizers();
+  for (const auto& s : all) {
+    for (const auto& l : all) {
+      if (!s.tok || !l.tok || s.name == l.name) continue;
+      const Tokenizer &slm = *s.tok, &llm = *l.tok;
+      VocabBridge bridge(slm, llm);
+      std::mt19937 rng(5);
+      for (int walk = 0; walk < 6; ++walk) {
+        std::string text;
+        for (int i = 0; i < 24; ++i) text += parts[rng() % parts.size()];
+        std::vector<int32_t> ctx = slm.Encode(text, /*add_special=*/true);
+        const size_t base = ctx.size() / 2;
+        ctx.resize(base);
+        for (int step = 0; step < 40; ++step) {
+          if (rng() % 3 == 0 && ctx.size() > base + 2) {
+            ctx.resize(ctx.size() - 1 - rng() % 3);  // back off: another branch follows
+          } else {
+            const std::string more = parts[rng() % parts.size()];
+            const std::vector<int32_t> add = slm.EncodeExact(more.substr(0, 1 + rng() % more.size()), false);
+            ctx.insert(ctx.end(), add.begin(), add.begin() + static_cast<std::ptrdiff_t>(1 + rng() % add.size()));
+          }
+          const BridgedContext b = bridge.ToLlm(ctx);
+          VocabBridge fresh(slm, llm);
+          const BridgedContext f = fresh.ToLlm(ctx);
+          ASSERT_EQ(b.llm_ids, f.llm_ids) << s.name << " -> " << l.name << " walk " << walk << " step " << step;
+          ASSERT_EQ(b.pending, f.pending);
+        }
+      }
+      ExpectReuse(bridge.stats(), llm, s.name + " -> " + l.name);
+    }
+  }
+}
+
+// One pre-token can cover a long, growing run: Qwen's and Llama 3's pre-tokenizers join a
+// combining mark and the letters after it, so "हिन्दी" + CJK is "ी" + the whole CJK run (what a
+// random-weight pair's pipelined run found: contexts the speculation had visited changed the
+// encoding of the next). The run grows and shrinks in random order.
+TEST(VocabBridge, ContextsInsideOneLongPreToken) {
+  auto& all = Tokenizers();
+  for (const auto& s : all) {
+    for (const auto& l : all) {
+      if (!s.tok || !l.tok || s.name == l.name) continue;
+      const Tokenizer &slm = *s.tok, &llm = *l.tok;
+      std::vector<int32_t> base = slm.Encode("Q: 4567891️⃣πρστ\n24596959हिन्दी", true);
+      for (int k = 0; k < 4; ++k) {
+        const std::vector<int32_t> c = slm.EncodeExact("抗", false);
+        base.insert(base.end(), c.begin(), c.end());
+      }
+      const std::vector<int32_t> wo = slm.EncodeExact("沃", false);
+      VocabBridge bridge(slm, llm);
+      std::mt19937 rng(1);
+      for (int it = 0; it < 60; ++it) {
+        std::vector<int32_t> ctx = base;
+        for (int k = 0, m = static_cast<int>(rng() % 14); k < m; ++k) ctx.insert(ctx.end(), wo.begin(), wo.end());
+        const BridgedContext b = bridge.ToLlm(ctx);
+        VocabBridge fresh(slm, llm);
+        const BridgedContext f = fresh.ToLlm(ctx);
+        ASSERT_EQ(b.llm_ids, f.llm_ids) << s.name << " -> " << l.name << " step " << it;
+        ASSERT_EQ(b.pending, f.pending);
+      }
     }
   }
 }

@@ -365,7 +365,10 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const s
         const Question& q = qs[i];
         const int64_t P = static_cast<int64_t>(q.prompt.size());
         llm_next.emplace_back(q.ref.size(), -2);
-        for (int64_t j = 0; !q.ref_from_llm && j < static_cast<int64_t>(q.ref.size()); ++j) {
+        // Also where the reference is the LLM's own: its greedy answer came from calls asking for
+        // many tokens, and a one-token call after a prefix of it (re-encoded, its last word held
+        // back) need not give the same next token.
+        for (int64_t j = 0; j < static_cast<int64_t>(q.ref.size()); ++j) {
           if (ArgMax(logits.data() + (o + P - 1 + j) * V, V) == q.ref[j]) continue;
           asks.emplace_back(inputs[i - b].begin(), inputs[i - b].begin() + P + j);
           ask_at.emplace_back(i - b, j);
@@ -407,8 +410,8 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const s
         int label;
         if (s_tok == want) {
           label = 1;
-        } else if (q.ref_from_llm || (llm.next_only() ? llm_next[i - b][j] == want
-                                                       : llm_pred[llm_of[i - b]][P - 1 + j] == want)) {
+        } else if (llm.next_only() ? llm_next[i - b][j] == want
+                                   : q.ref_from_llm || llm_pred[llm_of[i - b]][P - 1 + j] == want) {
           label = 0;
         } else if (opts.both_wrong == BothWrong::kDrop || !q.row->gradable()) {  // no grader: dropped
           ++rep.dropped_tokens;

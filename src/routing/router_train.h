@@ -13,9 +13,10 @@
 // When the reference is the LLM's own greedy answer, its argmax equals the reference by
 // construction and the LLM pass is skipped. An LLM of another vocabulary (label_llm.h's
 // next_only) is asked only at the positions where the SLM is wrong, each as a routed call would
-// be: "the LLM is right here" is decided on text, by the SLM token its reply turns into. Features are the SLM's final hidden states; the
-// network trains with mlp_train.h on a split by question; AUROC on the held-out questions'
-// tokens is reported for the router and for the maxprob and entropy baselines.
+// be, its own references included: "the LLM is right here" is decided on text, by the SLM token
+// its reply turns into. Features are the SLM's final hidden states; the network trains with
+// mlp_train.h on a split by question; AUROC on the held-out questions' tokens is reported for
+// the router and for the maxprob and entropy baselines.
 #pragma once
 
 #include <cstdint>

@@ -50,8 +50,13 @@ int BpeCharToByte(char32_t cp) {
   return -1;
 }
 
-void Tokenizer::EncodeBpe(std::string_view text, std::vector<int32_t>* out) const {
-  for (const auto& [b, e] : splitter_->Split(text)) EncodeBpeWord(text.substr(b, e - b), out);
+void Tokenizer::EncodeBpe(std::string_view text, std::vector<int32_t>* out, std::vector<size_t>* restarts,
+                          size_t base) const {
+  const size_t first = restarts ? restarts->size() : 0;
+  for (const auto& [b, e] : splitter_->Split(text, restarts)) EncodeBpeWord(text.substr(b, e - b), out);
+  if (restarts) {
+    for (size_t i = first; i < restarts->size(); ++i) (*restarts)[i] += base;
+  }
 }
 
 void Tokenizer::EncodeBpeWord(std::string_view word, std::vector<int32_t>* out) const {

@@ -112,7 +112,7 @@ Expected<RegexSplitter> RegexSplitter::Create(const std::vector<std::string>& pa
   return s;
 }
 
-std::vector<std::pair<size_t, size_t>> RegexSplitter::Split(std::string_view text) const {
+std::vector<std::pair<size_t, size_t>> RegexSplitter::Split(std::string_view text, std::vector<size_t>* restarts) const {
   // UTF-16 copy of the text plus the byte offset of every UTF-16 unit, so ICU's match
   // positions map back to byte ranges exactly (ill-formed bytes become one U+FFFD each).
   icu::UnicodeString u;
@@ -153,7 +153,11 @@ std::vector<std::pair<size_t, size_t>> RegexSplitter::Split(std::string_view tex
       if (prev < e) next.emplace_back(prev, e);
     }
     spans = std::move(next);
+    if (restarts && &pattern == &impl_->patterns.front()) {
+      for (const auto& span : spans) restarts->push_back(byte_at[span.first]);
+    }
   }
+  if (restarts && impl_->patterns.empty() && !text.empty()) restarts->push_back(0);
   std::vector<std::pair<size_t, size_t>> out;
   out.reserve(spans.size());
   for (const auto& [b, e] : spans) out.emplace_back(byte_at[b], byte_at[e]);

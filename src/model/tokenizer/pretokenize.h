@@ -33,8 +33,11 @@ class RegexSplitter {
 
   static Expected<RegexSplitter> Create(const std::vector<std::string>& patterns);
   // Byte ranges [begin, end) of the pieces, in order, covering all of `text`. Ill-formed
-  // UTF-8 bytes are matched as U+FFFD but keep their own byte ranges.
-  std::vector<std::pair<size_t, size_t>> Split(std::string_view text) const;
+  // UTF-8 bytes are matched as U+FFFD but keep their own byte ranges. `restarts` (optional)
+  // gets the byte offsets where the first pattern's pieces start: splitting a text that begins
+  // with text[0, r + 16 bytes) from such an r on gives the same pieces after r as splitting it
+  // whole (matching is left to right and reads at most one character past a match).
+  std::vector<std::pair<size_t, size_t>> Split(std::string_view text, std::vector<size_t>* restarts = nullptr) const;
 
  private:
   struct Impl;

@@ -77,6 +77,11 @@ Expected<Tokenizer> Tokenizer::FromVocab(Vocab vocab, const TokenizerOptions& op
   std::stable_sort(t.special_.begin(), t.special_.end(), [&](int32_t a, int32_t b) {
     return v.tokens[a].size() > v.tokens[b].size();
   });
+  if (!t.special_.empty()) t.restart_margin_ = std::max<size_t>(16, v.tokens[t.special_.front()].size() + 8);
+  for (int32_t id : t.special_) {
+    const auto at = static_cast<size_t>(id);
+    t.strips_ = t.strips_ || (at < v.lstrip.size() && v.lstrip[at]) || (at < v.rstrip.size() && v.rstrip[at]);
+  }
 
   uint64_t h = kFnvOffset;
   h = Fnv1a(h, v.model == VocabModel::kBpe ? "bpe" : "spm");
@@ -189,18 +194,27 @@ std::vector<int32_t> Tokenizer::EncodeExact(std::string_view text, bool at_start
   return out;
 }
 
+std::vector<int32_t> Tokenizer::EncodeExact(std::string_view text, bool at_start, bool parse_special,
+                                            std::vector<size_t>* restarts) const {
+  std::vector<int32_t> out;
+  const bool resumable = restarts && vocab_.model == VocabModel::kBpe && !strips_;
+  EncodeText(text, parse_special, at_start, /*normalize=*/false, &out, resumable ? restarts : nullptr);
+  return out;
+}
+
 void Tokenizer::EncodeText(std::string_view text, bool parse_special, bool at_start, bool normalize,
-                           std::vector<int32_t>* out_ids) const {
+                           std::vector<int32_t>* out_ids, std::vector<size_t>* restarts) const {
   std::vector<int32_t>& out = *out_ids;
   const std::vector<Fragment> frags = PartitionSpecial(text, parse_special);
   if (vocab_.model == VocabModel::kBpe) {
     for (const Fragment& f : frags) {
       if (f.token >= 0) {
         out.push_back(f.token);
+        if (restarts) restarts->push_back(f.begin);
       } else if (normalize) {
         EncodeBpe(Normalize(text.substr(f.begin, f.end - f.begin)), &out);
       } else {
-        EncodeBpe(text.substr(f.begin, f.end - f.begin), &out);
+        EncodeBpe(text.substr(f.begin, f.end - f.begin), &out, restarts, f.begin);
       }
     }
   } else {

@@ -53,6 +53,14 @@ class Tokenizer {
   // SentencePiece dummy prefix only `at_start` (text continuing other text gets none). A
   // vocabulary that cannot represent some bytes (no byte fallback) gives its unknown token.
   std::vector<int32_t> EncodeExact(std::string_view text, bool at_start, bool parse_special = false) const;
+  // EncodeExact, and where its encoding can resume: byte offsets r (ascending) such that any
+  // text beginning with text[0, r + RestartMargin()) encodes to the tokens of text[0, r) (they
+  // end exactly at r) followed by EncodeExact(rest from r, false, parse_special). The starts of
+  // the pieces a byte-level BPE encodes on their own (pre-tokens, special tokens); none for
+  // SentencePiece vocabularies (encoded whole) or added tokens that strip whitespace.
+  std::vector<int32_t> EncodeExact(std::string_view text, bool at_start, bool parse_special,
+                                   std::vector<size_t>* restarts) const;
+  size_t RestartMargin() const { return restart_margin_; }
 
   // Bytes of one token. Control tokens render as "" unless render_special. Ids outside the
   // vocabulary render as "".
@@ -87,8 +95,9 @@ class Tokenizer {
   };
   std::vector<Fragment> PartitionSpecial(std::string_view text, bool parse_special) const;
   void EncodeText(std::string_view text, bool parse_special, bool at_start, bool normalize,
-                  std::vector<int32_t>* out) const;
-  void EncodeBpe(std::string_view text, std::vector<int32_t>* out) const;
+                  std::vector<int32_t>* out, std::vector<size_t>* restarts = nullptr) const;
+  void EncodeBpe(std::string_view text, std::vector<int32_t>* out, std::vector<size_t>* restarts = nullptr,
+                 size_t base = 0) const;
   void EncodeBpeWord(std::string_view word, std::vector<int32_t>* out) const;
   void EncodeSpm(std::string_view text, std::vector<int32_t>* out) const;
   std::string Normalize(std::string_view text) const;
@@ -101,6 +110,10 @@ class Tokenizer {
   std::unique_ptr<RegexSplitter> splitter_;
   int32_t byte_token_[256];       // SentencePiece <0xXX> ids (-1 if absent)
   uint64_t fingerprint_ = 0;
+  bool strips_ = false;             // an added token eats whitespace beside it: no restarts
+  // The pre-tokenizer's lookahead (a character or two) and a special token that may begin
+  // before a restart point: 8 bytes more than the longest special token's text, at least 16.
+  size_t restart_margin_ = 16;
 };
 
 // Incremental decoder for streaming output: Push returns only whole UTF-8 characters (bytes

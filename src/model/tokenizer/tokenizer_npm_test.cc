@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <random>
 
 #include "model/gguf/gguf_reader.h"
@@ -119,6 +120,52 @@ TEST(TokenizerNpm, Gemma3TokenizerJsonMatchesLenmlTokenizers) {
   CheckAll(tok, "tokenizer-gemma3", "tokenizer.json");
   CheckAll(ThroughGguf("tokenizer-gemma3"), "tokenizer-gemma3", "GGUF metadata");
   CheckIllFormed(tok, "tokenizer-gemma3");
+}
+
+// Encoding resumes at the restart points EncodeExact reports: any text that keeps the first
+// r + RestartMargin() bytes encodes to the tokens before r and the encoding of the rest from r
+// (the vocabulary bridge re-encodes only a context's tail this way). Every text of the npm
+// sets, continued by another, at every restart point; a SentencePiece vocabulary has none.
+void CheckRestarts(const Tokenizer& tok, const std::string& pkg) {
+  const auto& all = NpmIds()["tokenizer-qwen3"];  // the texts (the npm sets hold the same ones)
+  ASSERT_GT(all.size(), 600u) << pkg;
+  std::mt19937 rng(3);
+  size_t checked = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const std::string text = all[i]["text"];
+    const std::string other = all[rng() % all.size()]["text"];
+    std::vector<size_t> restarts;
+    const std::vector<int32_t> ids = tok.EncodeExact(text, true, true, &restarts);
+    ASSERT_EQ(ids, tok.EncodeExact(text, true, true)) << pkg;
+    ASSERT_TRUE(std::is_sorted(restarts.begin(), restarts.end())) << pkg;
+    if (tok.vocab().model == VocabModel::kSpm) {
+      ASSERT_TRUE(restarts.empty()) << pkg;
+      continue;
+    }
+    if (!text.empty()) ASSERT_EQ(restarts.front(), 0u) << pkg;
+    std::vector<size_t> ends;
+    size_t at = 0;
+    for (int32_t id : ids) ends.push_back(at += tok.Piece(id, true).size());
+    for (size_t r : restarts) {
+      if (r == 0 || r + tok.RestartMargin() > text.size()) continue;
+      const std::string changed = text.substr(0, r + tok.RestartMargin()) + other;
+      const auto k = std::find(ends.begin(), ends.end(), r);
+      ASSERT_NE(k, ends.end()) << pkg << ": a token crosses restart point " << r << " of '" << text << "'";
+      std::vector<int32_t> resumed(ids.begin(), ids.begin() + (k - ends.begin()) + 1);
+      const std::vector<int32_t> rest = tok.EncodeExact(std::string_view(changed).substr(r), false, true);
+      resumed.insert(resumed.end(), rest.begin(), rest.end());
+      ASSERT_EQ(resumed, tok.EncodeExact(changed, true, true)) << pkg << ": '" << changed << "' resumed at " << r;
+      ++checked;
+    }
+  }
+  if (tok.vocab().model != VocabModel::kSpm) EXPECT_GT(checked, 1000u) << pkg;
+}
+
+TEST(TokenizerNpm, EncodingResumesAtItsRestartPoints) {
+  for (const char* pkg : {"tokenizer-qwen3", "tokenizer-llama3", "tokenizer-gemma3"}) {
+    SCOPED_TRACE(pkg);
+    CheckRestarts(FromJson(pkg), pkg);
+  }
 }
 
 }  // namespace
