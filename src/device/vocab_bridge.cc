@@ -90,7 +90,8 @@ BridgedContext VocabBridge::ToLlm(std::span<const int32_t> slm_ids) {
     stats_.llm_tokens_encoded += static_cast<int64_t>(ids.size());
   }
   // The held-back word: the last token unless it is a control token, and the tokens before it
-  // back to the start of its word (at most kMaxHeldBack), never a control token.
+  // back to the start of its word (at most kMaxHeldBack, and more to a character's start),
+  // never a control token.
   const auto piece = [&](size_t k) { return llm_.Piece(ids[k], true); };
   size_t p = ids.size();
   if (p > 0 && !IsControl(llm_, ids[p - 1])) {
@@ -98,6 +99,12 @@ BridgedContext VocabBridge::ToLlm(std::span<const int32_t> slm_ids) {
     while (p > 0 && ids.size() - p < kMaxHeldBack && !IsControl(llm_, ids[p - 1])) {
       const std::string here = piece(p), before = piece(p - 1);
       if ((!here.empty() && Separates(here[0])) || (!before.empty() && Separates(before.back()))) break;
+      --p;
+    }
+    // Never inside a character (byte tokens spell one in pieces): the prompt is whole
+    // characters, as an engine given text needs, and what is held back starts one.
+    while (p > 0 && ends[p - 1] < text.size() && (static_cast<unsigned char>(text[ends[p - 1]]) & 0xC0) == 0x80 &&
+           !IsControl(llm_, ids[p - 1])) {
       --p;
     }
   }

@@ -17,6 +17,7 @@
 #include <random>
 
 #include "model/gguf/gguf_reader.h"
+#include "util/utf8.h"
 
 namespace tlr {
 namespace {
@@ -101,6 +102,9 @@ TEST(VocabBridge, ContextsAndRepliesKeepEveryByte) {
           const BridgedContext b = bridge.ToLlm(ctx);
           std::string llm_text = llm.Decode(b.llm_ids, /*render_special=*/false);
           ASSERT_EQ(llm_text + b.pending, text) << s.name << " -> " << l.name << " cut " << cut;
+          // Never cut inside a character: the prompt is whole characters (an engine given text
+          // needs them).
+          EXPECT_TRUE(b.pending.empty() || IsValidUtf8(llm_text)) << s.name << " -> " << l.name << " cut " << cut;
           VocabBridge fresh(slm, llm);
           const BridgedContext f = fresh.ToLlm(ctx);
           EXPECT_EQ(f.llm_ids, b.llm_ids) << s.name << " -> " << l.name << ": incremental differs from scratch";
