@@ -2,12 +2,41 @@
 #include "device/bridged_label_llm.h"
 
 #include "device/bridged_llm.h"
+#include "net/protocol.h"
 
 namespace tlr {
 
+namespace {
+
+// A failure's reason without what varies from call to call (quoted text, counts), so the
+// reasons stay few.
+std::string ReasonOf(const std::string& message) {
+  std::string out;
+  bool quoted = false;
+  for (size_t i = 0; i < message.size(); ++i) {
+    const char c = message[i];
+    if (c == '\'' && (quoted || i == 0 || message[i - 1] == ' ')) {
+      if (!quoted) out += "'...'";
+      quoted = !quoted;
+    } else if (quoted) {
+      continue;
+    } else if (c >= '0' && c <= '9') {
+      if (out.empty() || out.back() != 'N') out += 'N';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 BridgedLabelLlm::BridgedLabelLlm(LlmBackend* llm, const Tokenizer& slm_vocab, const Tokenizer& llm_vocab,
                                  std::string model_id)
-    : llm_(llm), slm_vocab_(slm_vocab), bridge_(slm_vocab, llm_vocab), model_id_(std::move(model_id)) {}
+    : llm_(llm),
+      slm_vocab_(slm_vocab),
+      bridge_(slm_vocab, llm_vocab),
+      model_id_(std::move(model_id) + ", answering in SLM vocabulary " + HashHex(slm_vocab.Fingerprint())) {}
 
 Expected<std::vector<int32_t>> BridgedLabelLlm::Call(const std::vector<int32_t>& context, int n, bool* ended) {
   *ended = false;
@@ -28,7 +57,7 @@ Expected<std::vector<int32_t>> BridgedLabelLlm::Call(const std::vector<int32_t>&
   if (!r.ok()) return r.status();
   auto b = SlmReplyOf(bridge_, ctx, *r, asked, static_cast<size_t>(n));
   if (!b.ok()) {
-    ++failures_[b.status().message()];
+    ++failures_[ReasonOf(b.status().message())];
     return std::vector<int32_t>{};
   }
   *ended = b->ended;

@@ -30,7 +30,9 @@ namespace tlr {
 
 class BridgedLabelLlm : public LabelLlm {
  public:
-  // `llm` speaks `llm_vocab`'s ids; `model_id` identifies its weights (label_llm.h). All outlive this.
+  // `llm` speaks `llm_vocab`'s ids; `model_id` identifies its weights (label_llm.h). All outlive
+  // this. model_id() adds the SLM's vocabulary: the answers are its tokens (a label cache of
+  // the same LLM and another SLM is another cache).
   BridgedLabelLlm(LlmBackend* llm, const Tokenizer& slm_vocab, const Tokenizer& llm_vocab, std::string model_id);
 
   std::string name() const override { return llm_->name() + " (vocabulary bridge)"; }

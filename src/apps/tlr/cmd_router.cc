@@ -213,6 +213,11 @@ Command AddRouterCommand(CLI::App& root) {
                 if (!st.ok()) return ReportError(cmd, "LLM: " + st.status().message());
                 stack = std::move(st).value();
               }
+              if (o->net.llm_prompt == "text" && !(stack && stack->bridge())) {
+                return ReportError(cmd, "--llm-prompt text: router training with an LLM of the SLM's vocabulary asks "
+                                        "for teacher-forced predictions, which need token-id prompts (text prompts "
+                                        "are for an LLM of another vocabulary, with --llm-tokenizer)");
+              }
               const Tokenizer& server_vocab = stack && stack->llm_vocab() ? *stack->llm_vocab() : (*slm)->tokenizer();
               auto r = RemoteLabelLlm::Connect(ro, server_vocab);
               if (!r.ok()) return ReportError(cmd, "LLM: " + r.status().message());

@@ -112,6 +112,10 @@ echo '{"key": "00"}' >>"$tmp/work/llm_answers.jsonl"
 if "${train[@]}" --server "$url" --out "$tmp/bad.gguf" --work-dir "$tmp/work" 2>"$tmp/bad.log"; then fail "a damaged work directory was read"; fi
 grep -q "llm_answers.jsonl line .* is not an answer" "$tmp/bad.log" || { cat "$tmp/bad.log" >&2; fail "no clear error for a damaged work directory"; }
 [ ! -e "$tmp/bad.gguf" ] || fail "a router was written from a damaged work directory"
+if "${train[@]}" --server "$url" --backend openai --llm-prompt text --out "$tmp/text.gguf" 2>"$tmp/text.log"; then
+  fail "--llm-prompt text was taken where training needs token-id prompts"
+fi
+grep -q "llm-prompt text: .*token-id prompts" "$tmp/text.log" || { cat "$tmp/text.log" >&2; fail "no clear error for --llm-prompt text"; }
 "$tlr" make-random --preset tiny -o "$tmp/other.gguf" >/dev/null
 start_serve other -m "$tmp/other.gguf"
 for backend in tlr openai; do
@@ -121,5 +125,5 @@ for backend in tlr openai; do
   grep -q "different vocabulary" "$tmp/other.log" || { cat "$tmp/other.log" >&2; fail "no clear error for another vocabulary ($backend)"; }
   [ ! -e "$tmp/other-$backend.gguf" ] || fail "a router was written for another vocabulary"
 done
-echo "ok   bad input: a damaged work directory, a server with another vocabulary"
+echo "ok   bad input: a damaged work directory, --llm-prompt text with one vocabulary, a server with another vocabulary"
 echo "router_server_test: passed"
