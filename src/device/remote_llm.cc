@@ -42,6 +42,7 @@ std::string_view CallFailureName(CallFailure f, bool plural) {
     case CallFailure::kServerError: return plural ? "server errors" : "server error";
     case CallFailure::kMalformed: return plural ? "malformed replies" : "malformed reply";
     case CallFailure::kFailFast: return "skipped while the server was down";
+    case CallFailure::kUnsendable: return plural ? "contexts not sendable as text" : "context not sendable as text";
   }
   return "?";
 }

@@ -48,13 +48,15 @@ struct RemoteOptions {
   int max_in_flight = 4;         // calls running at once (one connection each)
   // openai: send the context as text (decoded with the server's vocabulary, its BOS left to the
   // engine) for engines that take no token-id prompts; the engine tokenizes it again. A context
-  // that ends inside a UTF-8 character cannot be sent as text: that call fails (FALLBACK).
+  // that is not whole UTF-8 characters cannot be sent as text: that call fails (FALLBACK; the
+  // vocabulary bridge never cuts a context inside a character).
   bool text_prompt = false;
 };
 
 // Why a call failed, for the device's summary ("9 fallbacks: 7 timeouts, 2 malformed replies").
-enum class CallFailure { kUnreachable, kTimeout, kServerError, kMalformed, kFailFast };
-inline constexpr int kCallFailureKinds = 5;
+// kUnsendable: the request could not be made (a context a text prompt cannot carry).
+enum class CallFailure { kUnreachable, kTimeout, kServerError, kMalformed, kFailFast, kUnsendable };
+inline constexpr int kCallFailureKinds = 6;
 std::string_view CallFailureName(CallFailure f, bool plural);  // "timeout", "malformed replies", ...
 
 // What a failed call's protocol reports to the common part.

@@ -47,8 +47,9 @@ Expected<LlmReply> OpenAiLlm::Execute(const LlmRequest& req, LlmCall& call, Call
     if (!ids.empty() && ids[0] == vocab_.bos() && vocab_.bos() >= 0) ids = ids.subspan(1);
     std::string text = vocab_.Decode(ids, /*render_special=*/true);
     if (!IsValidUtf8(text)) {
-      err->kind = CallFailure::kMalformed;
-      return Status::Error("the context ends inside a UTF-8 character: a text prompt cannot carry it");
+      err->kind = CallFailure::kUnsendable;
+      return Status::Error("the context is not whole UTF-8 characters (it ends inside one, or holds bytes that are not "
+                           "UTF-8): a text prompt cannot carry it");
     }
     body["prompt"] = std::move(text);
   } else {

@@ -32,10 +32,6 @@ inline void SendError(httplib::Response& res, int status, const std::string& cod
   SendJson(res, status, {{"error", {{"code", code}, {"message", message}, {"type", code}}}});
 }
 
-// A POST/PUT/PATCH must say how long its body is (Content-Length, or chunked); otherwise
-// httplib would read until the client closes the connection. For such a request fills `res`
-// with a 400 (and asks to close the connection) and returns true. For pre-routing handlers,
-// which run before the body is read.
 // Range requests are ignored (RFC 9110 lets a server send the whole representation): httplib
 // would otherwise build a multipart reply of every range asked, overlapping ones included, in
 // memory (an 8 KB request for thousands of "0-" ranges made a 30 MB reply). httplib parsed the
@@ -43,7 +39,8 @@ inline void SendError(httplib::Response& res, int status, const std::string& cod
 inline void IgnoreRanges(const httplib::Request& req) { const_cast<httplib::Request&>(req).ranges.clear(); }
 
 // A JSON body for the errors httplib produces itself, before any handler ran. `too_large`:
-// what the 413 says (the body limit).
+// what the 413 says (the body limit). (httplib keeps the connection open after its own 400 or
+// 414 until its read timeout; a Connection: close set here is sent but not acted on.)
 inline void DescribeHttpError(const httplib::Request& req, httplib::Response& res, const std::string& too_large) {
   if (!res.body.empty()) return;
   switch (res.status) {
@@ -60,6 +57,10 @@ inline void DescribeHttpError(const httplib::Request& req, httplib::Response& re
   }
 }
 
+// A POST/PUT/PATCH must say how long its body is (Content-Length, or chunked); otherwise
+// httplib would read until the client closes the connection. For such a request fills `res`
+// with a 400 (and asks to close the connection) and returns true. For pre-routing handlers,
+// which run before the body is read.
 inline bool RefuseBodyWithoutLength(const httplib::Request& req, httplib::Response& res) {
   if (req.method != "POST" && req.method != "PUT" && req.method != "PATCH") return false;
   if (req.has_header("Content-Length") || req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos) {
