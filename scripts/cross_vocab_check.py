@@ -13,7 +13,7 @@ llama.cpp vector texts the tokenizer tests compare (build/testdata/npm-tokenizer
 plus emoji and CJK.
 
 Usage: /usr/bin/python3 scripts/cross_vocab_check.py [--prompts N] [--max-tokens N]
-           [--pairs gemma3-270m:qwen3-0.6b,llama3.2-1b:qwen2.5-0.5b] [--keep DIR]
+           [--pairs gemma3-270m:qwen3-0.6b,llama3.2-1b:qwen2.5-0.5b] [--keep DIR [--reverse]]
 Needs build/bin/tlr and the tokenizer data (make test fetches it; or scripts/fetch-test-tokenizers.sh).
 """
 import argparse
@@ -63,6 +63,8 @@ def main():
     ap.add_argument("--threshold", type=float, default=0.3)
     ap.add_argument("--keep", help="keep the models in this directory (and reuse them), and each prompt's outcome: "
                     "a stopped run resumes where it stopped")
+    ap.add_argument("--reverse", action="store_true", help="take the prompts last first: a second run beside "
+                    "another on the same --keep directory (each skips what the other has done)")
     ap.add_argument("--tlr", default=TLR, help="the tlr binary (default %(default)s; a copy lets a rebuild run meanwhile)")
     a = ap.parse_args()
     globals()["TLR"] = a.tlr
@@ -98,17 +100,24 @@ def main():
             reasons = {}
             # With --keep, each prompt's outcome is kept: a stopped run resumes where it stopped.
             done_path = os.path.join(work, f"done-{slm_preset}-{llm_preset}-{a.max_tokens}-{a.threshold}.jsonl")
-            done, binaries = {}, set()
-            if a.keep and os.path.exists(done_path):
-                for line in open(done_path, encoding="utf-8"):
-                    try:
-                        d = json.loads(line)
-                        done[d["prompt_sha"]] = d
-                    except (ValueError, KeyError):
-                        pass  # a line cut by a stop: that prompt runs again
+            binaries = set()
+
+            def load_done():  # read again before each prompt: another run may share the directory
+                done = {}
+                if a.keep and os.path.exists(done_path):
+                    for line in open(done_path, encoding="utf-8"):
+                        try:
+                            d = json.loads(line)
+                            done[d["prompt_sha"]] = d
+                        except (ValueError, KeyError):
+                            pass  # a line cut by a stop: that prompt runs again
+                return done
+
             tlr_sha = hashlib.sha256(open(TLR, "rb").read()).hexdigest()[:12]
-            for i, prompt in enumerate(prompts):
+            order = list(enumerate(prompts))
+            for i, prompt in (order[::-1] if a.reverse else order):
                 sha = hashlib.sha256(prompt.encode("utf-8", errors="surrogateescape")).hexdigest()
+                done = load_done()
                 if sha in done:
                     d = done[sha]
                     for k in stats:
@@ -118,12 +127,12 @@ def main():
                     binaries.add(d["tlr"])
                     continue
                 binaries.add(tlr_sha)
-                pf = os.path.join(work, "prompt.txt")
+                pf = os.path.join(work, f"prompt-{os.getpid()}.txt")  # per run: two may share the directory
                 with open(pf, "wb") as fh:
                     fh.write(prompt.encode())
                 outs = {}
                 for pl in ("off", "on"):
-                    trace = os.path.join(work, f"trace-{pl}.jsonl")
+                    trace = os.path.join(work, f"trace-{pl}-{os.getpid()}.jsonl")
                     p = run([TLR, "generate", "--slm", files["slm"], "--server", url, "--llm-tokenizer", "server",
                              "--router", "random", "--threshold", str(a.threshold), "-f", pf, "--max-tokens",
                              str(a.max_tokens), "--pipeline", pl, "--trace", trace, "-t", "1",
@@ -152,7 +161,7 @@ def main():
                        "routed": sum(s in ("LLM", "FALLBACK") for _, s in ids), "prefilled": prefilled,
                        "context": context}
                 why = {}
-                for r in (json.loads(l) for l in open(os.path.join(work, "trace-off.jsonl"), encoding="utf-8",
+                for r in (json.loads(l) for l in open(os.path.join(work, f"trace-off-{os.getpid()}.jsonl"), encoding="utf-8",
                                                          errors="surrogateescape")):
                     if r.get("llm_error"):
                         key = re.sub(r"(?<!UTF-)\d+", "N", r["llm_error"])[:80]
