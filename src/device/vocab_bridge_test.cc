@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <random>
 
@@ -81,65 +82,70 @@ void ExpectReuse(const VocabBridgeStats& st, const Tokenizer& llm, const std::st
       << st.llm_tokens_encoded << ", full " << st.full_encodes << ")";
 }
 
-TEST(VocabBridge, ContextsAndRepliesKeepEveryByte) {
-  auto& all = Tokenizers();
-  for (const auto& s : all) {
-    for (const auto& l : all) {
-      if (!s.tok || !l.tok || s.name == l.name) continue;
-      const Tokenizer &slm = *s.tok, &llm = *l.tok;
-      ASSERT_TRUE(VocabBridge::Needed(slm, llm));
-      VocabBridge bridge(slm, llm);
-      std::mt19937 rng(11);
-      int checked_replies = 0;
-      for (int doc = 0; doc < 12; ++doc) {
-        const std::string full = RandomText(rng, 40);
-        const std::vector<int32_t> slm_ids = slm.Encode(full, /*add_special=*/true);
-        ASSERT_EQ(bridge.SlmText(slm_ids), full) << s.name;
-        // Growing contexts, as a decoder's calls see them.
-        for (size_t cut = 1; cut < slm_ids.size(); cut += 1 + rng() % 4) {
-          const std::span<const int32_t> ctx(slm_ids.data(), cut);
-          const std::string text = bridge.SlmText(ctx);
-          const BridgedContext b = bridge.ToLlm(ctx);
-          std::string llm_text = llm.Decode(b.llm_ids, /*render_special=*/false);
-          ASSERT_EQ(llm_text + b.pending, text) << s.name << " -> " << l.name << " cut " << cut;
-          // Never cut inside a character: the prompt is whole characters (an engine given text
-          // needs them).
-          EXPECT_TRUE(b.pending.empty() || IsValidUtf8(llm_text)) << s.name << " -> " << l.name << " cut " << cut;
-          VocabBridge fresh(slm, llm);
-          const BridgedContext f = fresh.ToLlm(ctx);
-          EXPECT_EQ(f.llm_ids, b.llm_ids) << s.name << " -> " << l.name << ": incremental differs from scratch";
-          EXPECT_EQ(f.pending, b.pending);
-          // The LLM's own tokens for what follows, after the held-back bytes.
-          const std::string next = full.substr(text.size());
-          if (next.empty()) continue;
-          const std::vector<int32_t> reply = llm.EncodeExact(b.pending + next, /*at_start=*/b.llm_ids.size() <= 1 && llm.vocab().add_bos);
-          auto r = bridge.ToSlm(b, reply, /*llm_ended=*/false, 8);
-          if (!r.ok()) {
-            // Only when the continuation is too short to give a whole SLM token.
-            EXPECT_NE(r.status().message().find("not yet one whole SLM token"), std::string::npos)
-                << s.name << " -> " << l.name << ": " << r.status().message();
-            continue;
-          }
-          const std::string got = Pieces(slm, r->slm_ids);
-          ASSERT_EQ(got, next.substr(0, got.size())) << s.name << " -> " << l.name << " cut " << cut;
-          EXPECT_FALSE(r->ended);
-          EXPECT_LE(r->slm_ids.size(), 8u);
-          EXPECT_LE(r->llm_tokens_used, reply.size());
-          ++checked_replies;
-          // Ended: everything comes back, then the SLM's end.
-          std::vector<int32_t> ended = reply;
-          ended.push_back(llm.eos());
-          auto e = bridge.ToSlm(b, ended, false, 1000);
-          ASSERT_TRUE(e.ok()) << e.status().message();
-          ASSERT_TRUE(e->ended);
-          ASSERT_EQ(e->slm_ids.back(), slm.eos());
-          EXPECT_EQ(Pieces(slm, std::span<const int32_t>(e->slm_ids).first(e->slm_ids.size() - 1)), next);
-        }
-      }
-      EXPECT_GT(checked_replies, 100) << s.name << " -> " << l.name;
-      ExpectReuse(bridge.stats(), llm, s.name + " -> " + l.name);
+// Every ordered pair of different vocabularies.
+void ForEachPair(const std::function<void(const Named& slm, const Named& llm)>& f) {
+  for (const auto& s : Tokenizers()) {
+    for (const auto& l : Tokenizers()) {
+      if (s.tok && l.tok && s.name != l.name) f(s, l);
     }
   }
+}
+
+TEST(VocabBridge, ContextsAndRepliesKeepEveryByte) {
+  ForEachPair([&](const Named& s, const Named& l) {
+    const Tokenizer &slm = *s.tok, &llm = *l.tok;
+    ASSERT_TRUE(VocabBridge::Needed(slm, llm));
+    VocabBridge bridge(slm, llm);
+    std::mt19937 rng(11);
+    int checked_replies = 0;
+    for (int doc = 0; doc < 12; ++doc) {
+      const std::string full = RandomText(rng, 40);
+      const std::vector<int32_t> slm_ids = slm.Encode(full, /*add_special=*/true);
+      ASSERT_EQ(bridge.SlmText(slm_ids), full) << s.name;
+      // Growing contexts, as a decoder's calls see them.
+      for (size_t cut = 1; cut < slm_ids.size(); cut += 1 + rng() % 4) {
+        const std::span<const int32_t> ctx(slm_ids.data(), cut);
+        const std::string text = bridge.SlmText(ctx);
+        const BridgedContext b = bridge.ToLlm(ctx);
+        std::string llm_text = llm.Decode(b.llm_ids, /*render_special=*/false);
+        ASSERT_EQ(llm_text + b.pending, text) << s.name << " -> " << l.name << " cut " << cut;
+        // Never cut inside a character: the prompt is whole characters (an engine given text
+        // needs them).
+        EXPECT_TRUE(b.pending.empty() || IsValidUtf8(llm_text)) << s.name << " -> " << l.name << " cut " << cut;
+        VocabBridge fresh(slm, llm);
+        const BridgedContext f = fresh.ToLlm(ctx);
+        EXPECT_EQ(f.llm_ids, b.llm_ids) << s.name << " -> " << l.name << ": incremental differs from scratch";
+        EXPECT_EQ(f.pending, b.pending);
+        // The LLM's own tokens for what follows, after the held-back bytes.
+        const std::string next = full.substr(text.size());
+        if (next.empty()) continue;
+        const std::vector<int32_t> reply = llm.EncodeExact(b.pending + next, /*at_start=*/b.llm_ids.size() <= 1 && llm.vocab().add_bos);
+        auto r = bridge.ToSlm(b, reply, /*llm_ended=*/false, 8);
+        if (!r.ok()) {
+          // Only when the continuation is too short to give a whole SLM token.
+          EXPECT_NE(r.status().message().find("not yet one whole SLM token"), std::string::npos)
+              << s.name << " -> " << l.name << ": " << r.status().message();
+          continue;
+        }
+        const std::string got = Pieces(slm, r->slm_ids);
+        ASSERT_EQ(got, next.substr(0, got.size())) << s.name << " -> " << l.name << " cut " << cut;
+        EXPECT_FALSE(r->ended);
+        EXPECT_LE(r->slm_ids.size(), 8u);
+        EXPECT_LE(r->llm_tokens_used, reply.size());
+        ++checked_replies;
+        // Ended: everything comes back, then the SLM's end.
+        std::vector<int32_t> ended = reply;
+        ended.push_back(llm.eos());
+        auto e = bridge.ToSlm(b, ended, false, 1000);
+        ASSERT_TRUE(e.ok()) << e.status().message();
+        ASSERT_TRUE(e->ended);
+        ASSERT_EQ(e->slm_ids.back(), slm.eos());
+        EXPECT_EQ(Pieces(slm, std::span<const int32_t>(e->slm_ids).first(e->slm_ids.size() - 1)), next);
+      }
+    }
+    EXPECT_GT(checked_replies, 100) << s.name << " -> " << l.name;
+    ExpectReuse(bridge.stats(), llm, s.name + " -> " + l.name);
+  });
 }
 
 // A context's LLM tokens do not depend on the contexts before it (the pipeline sends
@@ -151,37 +157,33 @@ TEST(VocabBridge, ContextsDoNotDependOnTheContextsBefore) {
   static const std::vector<std::string> parts = {
       "者多日都三小同现前所", "東京は今日は晴れ", "抗", "沃", "沃沃", "你好世界", "한국어", "हिन्दी", "1️⃣", "πρστ", "4567891",
       "supercalifragilistic", "expialidocious", "    ", "\n", " ", "…", "😀👍🏽", ".", "<|im_", "start|>"};
-  auto& all = Tokenizers();
-  for (const auto& s : all) {
-    for (const auto& l : all) {
-      if (!s.tok || !l.tok || s.name == l.name) continue;
-      const Tokenizer &slm = *s.tok, &llm = *l.tok;
-      VocabBridge bridge(slm, llm);
-      std::mt19937 rng(5);
-      for (int walk = 0; walk < 6; ++walk) {
-        std::string text;
-        for (int i = 0; i < 24; ++i) text += parts[rng() % parts.size()];
-        std::vector<int32_t> ctx = slm.Encode(text, /*add_special=*/true);
-        const size_t base = ctx.size() / 2;
-        ctx.resize(base);
-        for (int step = 0; step < 40; ++step) {
-          if (rng() % 3 == 0 && ctx.size() > base + 2) {
-            ctx.resize(ctx.size() - 1 - rng() % 3);  // back off: another branch follows
-          } else {
-            const std::string more = parts[rng() % parts.size()];
-            const std::vector<int32_t> add = slm.EncodeExact(more.substr(0, 1 + rng() % more.size()), false);
-            ctx.insert(ctx.end(), add.begin(), add.begin() + static_cast<std::ptrdiff_t>(1 + rng() % add.size()));
-          }
-          const BridgedContext b = bridge.ToLlm(ctx);
-          VocabBridge fresh(slm, llm);
-          const BridgedContext f = fresh.ToLlm(ctx);
-          ASSERT_EQ(b.llm_ids, f.llm_ids) << s.name << " -> " << l.name << " walk " << walk << " step " << step;
-          ASSERT_EQ(b.pending, f.pending);
+  ForEachPair([&](const Named& s, const Named& l) {
+    const Tokenizer &slm = *s.tok, &llm = *l.tok;
+    VocabBridge bridge(slm, llm);
+    std::mt19937 rng(5);
+    for (int walk = 0; walk < 6; ++walk) {
+      std::string text;
+      for (int i = 0; i < 24; ++i) text += parts[rng() % parts.size()];
+      std::vector<int32_t> ctx = slm.Encode(text, /*add_special=*/true);
+      const size_t base = ctx.size() / 2;
+      ctx.resize(base);
+      for (int step = 0; step < 40; ++step) {
+        if (rng() % 3 == 0 && ctx.size() > base + 2) {
+          ctx.resize(ctx.size() - 1 - rng() % 3);  // back off: another branch follows
+        } else {
+          const std::string more = parts[rng() % parts.size()];
+          const std::vector<int32_t> add = slm.EncodeExact(more.substr(0, 1 + rng() % more.size()), false);
+          ctx.insert(ctx.end(), add.begin(), add.begin() + static_cast<std::ptrdiff_t>(1 + rng() % add.size()));
         }
+        const BridgedContext b = bridge.ToLlm(ctx);
+        VocabBridge fresh(slm, llm);
+        const BridgedContext f = fresh.ToLlm(ctx);
+        ASSERT_EQ(b.llm_ids, f.llm_ids) << s.name << " -> " << l.name << " walk " << walk << " step " << step;
+        ASSERT_EQ(b.pending, f.pending);
       }
-      ExpectReuse(bridge.stats(), llm, s.name + " -> " + l.name);
     }
-  }
+    ExpectReuse(bridge.stats(), llm, s.name + " -> " + l.name);
+  });
 }
 
 // One pre-token can cover a long, growing run: Qwen's and Llama 3's pre-tokenizers join a
@@ -189,30 +191,26 @@ TEST(VocabBridge, ContextsDoNotDependOnTheContextsBefore) {
 // random-weight pair's pipelined run found: contexts the speculation had visited changed the
 // encoding of the next). The run grows and shrinks in random order.
 TEST(VocabBridge, ContextsInsideOneLongPreToken) {
-  auto& all = Tokenizers();
-  for (const auto& s : all) {
-    for (const auto& l : all) {
-      if (!s.tok || !l.tok || s.name == l.name) continue;
-      const Tokenizer &slm = *s.tok, &llm = *l.tok;
-      std::vector<int32_t> base = slm.Encode("Q: 4567891️⃣πρστ\n24596959हिन्दी", true);
-      for (int k = 0; k < 4; ++k) {
-        const std::vector<int32_t> c = slm.EncodeExact("抗", false);
-        base.insert(base.end(), c.begin(), c.end());
-      }
-      const std::vector<int32_t> wo = slm.EncodeExact("沃", false);
-      VocabBridge bridge(slm, llm);
-      std::mt19937 rng(1);
-      for (int it = 0; it < 60; ++it) {
-        std::vector<int32_t> ctx = base;
-        for (int k = 0, m = static_cast<int>(rng() % 14); k < m; ++k) ctx.insert(ctx.end(), wo.begin(), wo.end());
-        const BridgedContext b = bridge.ToLlm(ctx);
-        VocabBridge fresh(slm, llm);
-        const BridgedContext f = fresh.ToLlm(ctx);
-        ASSERT_EQ(b.llm_ids, f.llm_ids) << s.name << " -> " << l.name << " step " << it;
-        ASSERT_EQ(b.pending, f.pending);
-      }
+  ForEachPair([&](const Named& s, const Named& l) {
+    const Tokenizer &slm = *s.tok, &llm = *l.tok;
+    std::vector<int32_t> base = slm.Encode("Q: 4567891️⃣πρστ\n24596959हिन्दी", true);
+    for (int k = 0; k < 4; ++k) {
+      const std::vector<int32_t> c = slm.EncodeExact("抗", false);
+      base.insert(base.end(), c.begin(), c.end());
     }
-  }
+    const std::vector<int32_t> wo = slm.EncodeExact("沃", false);
+    VocabBridge bridge(slm, llm);
+    std::mt19937 rng(1);
+    for (int it = 0; it < 60; ++it) {
+      std::vector<int32_t> ctx = base;
+      for (int k = 0, m = static_cast<int>(rng() % 14); k < m; ++k) ctx.insert(ctx.end(), wo.begin(), wo.end());
+      const BridgedContext b = bridge.ToLlm(ctx);
+      VocabBridge fresh(slm, llm);
+      const BridgedContext f = fresh.ToLlm(ctx);
+      ASSERT_EQ(b.llm_ids, f.llm_ids) << s.name << " -> " << l.name << " step " << it;
+      ASSERT_EQ(b.pending, f.pending);
+    }
+  });
 }
 
 TEST(VocabBridge, BadRepliesAreErrorsWithTheirReason) {
