@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <map>
 #include <thread>
 
@@ -157,6 +158,21 @@ double HttpTransport::sim_delay_s() const {
   return sim_delay_s_;
 }
 
+double ParseRetryAfter(const std::string& retry_after_ms, const std::string& retry_after) {
+  const auto number = [](const std::string& v, double* out) {
+    if (v.empty() || v.size() > 16) return false;
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    if (end != v.c_str() + v.size() || !(x >= 0) || x > 1e9) return false;
+    *out = x;
+    return true;
+  };
+  double x = 0;
+  if (number(retry_after_ms, &x)) return x / 1e3;
+  if (number(retry_after, &x)) return x;
+  return -1;
+}
+
 HttpTransport::Clock::time_point HttpTransport::Deadline() const { return Clock::now() + Us(opts_.timeout_s); }
 
 HttpResult HttpTransport::Request(const std::string& method, const std::string& path, const std::string& body,
@@ -182,6 +198,10 @@ HttpResult HttpTransport::Request(const std::string& method, const std::string& 
   if (method == "POST") {
     req.body = body;
     req.set_header("Content-Type", "application/json");
+    // How long this request may take: servers that honour it (tlr serve's OpenAI endpoints)
+    // refuse at once what they cannot answer in that time.
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - Clock::now()).count();
+    req.set_header("X-TLR-Timeout-Ms", std::to_string(std::max<int64_t>(1, left)));
   }
   // The body is collected here rather than by httplib, so that a reply over the cap stops
   // being read (httplib would take any length the server announces or sends).
@@ -221,6 +241,7 @@ HttpResult HttpTransport::Request(const std::string& method, const std::string& 
     h.sent = true;
     h.status = res.status;
     h.body = std::move(reply);
+    h.retry_after_s = ParseRetryAfter(res.get_header_value("retry-after-ms"), res.get_header_value("Retry-After"));
     Return(std::move(c));
   }
   Pause(call, d / 2);  // the answer's way back (cut short for a cancelled call: nobody reads it)

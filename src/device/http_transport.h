@@ -50,7 +50,13 @@ struct HttpResult {
   bool timed_out = false;  // the deadline passed
   bool too_large = false;  // the reply body exceeded max_reply_bytes
   bool cancelled = false;  // the call was cancelled before the request was sent
+  // The server's Retry-After (retry-after-ms, else Retry-After in seconds); -1: none given.
+  double retry_after_s = -1;
 };
+
+// A reply's wait from its retry-after-ms and Retry-After header values (either may be empty;
+// an HTTP date or a malformed value counts as none): seconds, or -1.
+double ParseRetryAfter(const std::string& retry_after_ms, const std::string& retry_after);
 
 class HttpTransport {
  public:
@@ -69,7 +75,8 @@ class HttpTransport {
   HttpResult Request(const std::string& method, const std::string& path, const std::string& body,
                      LlmCall* call = nullptr, Clock::time_point* deadline = nullptr);
   // POSTs until a response that is not a server-side transient error (500, 502, 504) comes back,
-  // the retries are used up or the deadline passes. 503 is the server shedding load: not retried.
+  // the retries are used up or the deadline passes. 429 and 503 are the server shedding load: not
+  // retried (the caller waits their Retry-After).
   HttpResult PostWithRetries(const std::string& path, const std::string& body, LlmCall* call = nullptr,
                              Clock::time_point* deadline = nullptr);
   // DELETE with a short timeout (goodbyes).

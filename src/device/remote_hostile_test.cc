@@ -355,3 +355,67 @@ TEST_F(RemoteHostileTest, LabelRepliesOfEveryBadShapeAreErrors) {
 
 }  // namespace
 }  // namespace tlr
+
+namespace tlr {
+namespace {
+
+// A server shedding load: the call fails at once (FALLBACK) and the device does not call again
+// before the Retry-After (retry-after-ms first), stretched by at most half and 20 ms of jitter.
+// (The windows are checked against their bounds, not timed.)
+TEST_F(RemoteHostileTest, RefusalsWithRetryAfterAreWaitedOut) {
+  for (const std::string protocol : {"tlr", "openai"}) {
+    SCOPED_TRACE(protocol);
+    const std::string path = protocol == "tlr" ? "/tlr/v1/next" : "/v1/completions";
+    std::atomic<int> hits{0};
+    std::atomic<int> status{429};
+    std::atomic<bool> with_ms{true};
+    server_.SetSpecial(path, [&](httplib::Response& res) {
+      ++hits;
+      res.status = status.load();
+      res.set_header("Retry-After", "1");
+      if (with_ms) res.set_header("retry-after-ms", "1000");
+      res.set_content(R"({"error":{"code":"overloaded","message":"the server is overloaded: busy"}})", "application/json");
+    });
+    Healthy(protocol);
+    auto llm = Connect(protocol);
+    ASSERT_TRUE(llm.ok()) << llm.status().message();
+    RemoteLlm* r = llm->get();
+    EXPECT_NE(CallError(r).find("overloaded"), std::string::npos);
+    EXPECT_EQ(hits.load(), 1);
+    EXPECT_EQ(r->stats().failures[static_cast<int>(CallFailure::kRefused)], 1);
+    const double wait = r->deferred_s();
+    EXPECT_GT(wait, 0);
+    EXPECT_LE(wait, 1.0 * 1.5 + 0.02 + 1e-3);
+    // Calls before the Retry-After do not reach the server: every routed token is the SLM's.
+    GenerationFallsBack(r);
+    EXPECT_EQ(hits.load(), 1);
+    EXPECT_GE(r->stats().failures[static_cast<int>(CallFailure::kDeferred)], 1);
+    EXPECT_NE(r->stats().FailureSummary().find("refused (server overloaded)"), std::string::npos)
+        << r->stats().FailureSummary();
+    // After it, the server is asked again.
+    std::this_thread::sleep_for(std::chrono::duration<double>(r->deferred_s() + 0.01));
+    EXPECT_FALSE(CallError(r).empty());
+    EXPECT_EQ(hits.load(), 2);
+    // Retry-After alone (whole seconds), and a 503 with one: the same.
+    with_ms = false;
+    status = 503;
+    std::this_thread::sleep_for(std::chrono::duration<double>(r->deferred_s() + 0.01));
+    EXPECT_FALSE(CallError(r).empty());
+    EXPECT_EQ(r->stats().failures[static_cast<int>(CallFailure::kRefused)], 3);
+    EXPECT_GT(r->deferred_s(), 0);
+    EXPECT_LE(r->deferred_s(), 1.52 + 1e-3);
+    EXPECT_EQ(r->stats().failures[static_cast<int>(CallFailure::kServerError)], 0);
+  }
+}
+
+TEST(RetryAfter, HeaderValues) {
+  EXPECT_DOUBLE_EQ(ParseRetryAfter("250", "3"), 0.25);
+  EXPECT_DOUBLE_EQ(ParseRetryAfter("", "3"), 3.0);
+  EXPECT_DOUBLE_EQ(ParseRetryAfter("x", "2"), 2.0);
+  EXPECT_DOUBLE_EQ(ParseRetryAfter("", "Wed, 21 Oct 2015 07:28:00 GMT"), -1);
+  EXPECT_DOUBLE_EQ(ParseRetryAfter("", ""), -1);
+  EXPECT_DOUBLE_EQ(ParseRetryAfter("-5", "-1"), -1);
+}
+
+}  // namespace
+}  // namespace tlr

@@ -2,6 +2,8 @@
 // statistics (see remote_llm.h). The protocols are remote_tlr.cc and remote_openai.cc.
 #include "device/remote_llm.h"
 
+#include <random>
+
 #include "device/remote_protocols.h"
 #include "device/remote_replies.h"
 
@@ -18,7 +20,10 @@ Expected<RemoteProtocol> ParseRemoteProtocol(std::string_view name) {
 std::string_view RemoteProtocolName(RemoteProtocol p) { return p == RemoteProtocol::kTlr ? "tlr" : "openai"; }
 
 RemoteLlm::RemoteLlm(const RemoteOptions& opts, const Tokenizer& vocab)
-    : opts_(opts), vocab_(vocab), http_(opts.http), retry_after_s_(opts.retry_after_s) {}
+    : opts_(opts), vocab_(vocab), http_(opts.http), retry_after_s_(opts.retry_after_s) {
+  std::random_device rd;
+  jitter_state_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
 
 RemoteLlm::~RemoteLlm() { StopWorkers(); }
 
@@ -43,6 +48,8 @@ std::string_view CallFailureName(CallFailure f, bool plural) {
     case CallFailure::kMalformed: return plural ? "malformed replies" : "malformed reply";
     case CallFailure::kFailFast: return "skipped while the server was down";
     case CallFailure::kUnsendable: return plural ? "contexts not sendable as text" : "context not sendable as text";
+    case CallFailure::kRefused: return plural ? "refused (server overloaded)" : "refused (server overloaded)";
+    case CallFailure::kDeferred: return "skipped until the server's Retry-After";
   }
   return "?";
 }
@@ -83,9 +90,26 @@ Status RemoteLlm::NoReply(const HttpResult& h, CallError* err) {
 }
 
 Status RemoteLlm::ErrorStatus(const HttpResult& h, const std::string& what, CallError* err) {
+  // Shedding load: 429, or 503 with a Retry-After (a 503 without one is an outage: a proxy with
+  // no server behind it).
+  if (h.status == 429 || (h.status == 503 && h.retry_after_s >= 0)) {
+    err->outage = false;
+    err->kind = CallFailure::kRefused;
+    err->retry_after_s = h.retry_after_s >= 0 ? h.retry_after_s : 1.0;
+    return Status::Error("the LLM server is overloaded (" + std::to_string(h.status) + ", retry after " +
+                         std::to_string(static_cast<int>(err->retry_after_s * 1e3)) + " ms): " + ErrorMessage(h.body));
+  }
   err->outage = h.status >= 500;
   err->kind = CallFailure::kServerError;
   return Status::Error(what + " (" + std::to_string(h.status) + "): " + ErrorMessage(h.body));
+}
+
+double RemoteLlm::deferred_s() const {
+  std::lock_guard<std::mutex> l(stats_mu_);
+  const auto now = Clock::now();
+  auto until = busy_until_;
+  if (down_) until = std::max(until, retry_at_);
+  return until > now ? std::chrono::duration<double>(until - now).count() : 0;
 }
 
 Status RemoteLlm::GetForCheck(const std::string& path, const std::string& not_200, bool* reachable,
@@ -187,6 +211,13 @@ Expected<LlmReply> RemoteLlm::Run(const LlmRequest& req, LlmCall& call) {
       if (stats_.first_failure.empty()) stats_.first_failure = s.message();
       return s;
     }
+    if (Clock::now() < busy_until_) {
+      Status s = Status::Error("the LLM server is overloaded: not calling it before its Retry-After");
+      ++stats_.failed_calls;
+      ++stats_.failures[static_cast<int>(CallFailure::kDeferred)];
+      if (stats_.first_failure.empty()) stats_.first_failure = s.message();
+      return s;
+    }
     probe = down_;
   }
   CallError err;
@@ -206,6 +237,14 @@ Expected<LlmReply> RemoteLlm::Run(const LlmRequest& req, LlmCall& call) {
     // Only an outage (no answer, 5xx) makes the next calls fail fast; a refused call does not.
     // A failed probe doubles the window; calls that were already on their way when the server
     // went down fail together and open it once.
+    if (err.kind == CallFailure::kRefused) {
+      // Not before the server's Retry-After, plus 0-50% of it and up to 20 ms (jitter): refused
+      // devices spread out instead of coming back together.
+      jitter_state_ = jitter_state_ * 6364136223846793005ull + 1442695040888963407ull;
+      const double u = static_cast<double>(jitter_state_ >> 11) / 9007199254740992.0;
+      const double wait = err.retry_after_s * (1 + 0.5 * u) + 0.02 * u;
+      busy_until_ = std::max(busy_until_, Clock::now() + std::chrono::microseconds(static_cast<int64_t>(wait * 1e6)));
+    }
     if (outage && (!down_ || probe)) {
       if (down_) retry_after_s_ = std::min(retry_after_s_ * 2, 30.0);
       down_ = true;

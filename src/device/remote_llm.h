@@ -18,7 +18,9 @@
 // Robustness: a timeout per attempt, retries with exponential backoff (a retried call keeps its
 // request_id, so the server never appends twice). When the server stays unreachable, calls
 // fail fast for a while (the decoder then uses the SLM's token, source FALLBACK) and probe again
-// later; the session resyncs when it is back. --sim-rtt adds a simulated network delay per HTTP
+// later; the session resyncs when it is back. A server that sheds load (429, or 503 with a
+// Retry-After) fails the call at once (FALLBACK) and is not called again before its Retry-After,
+// stretched by a random 0-50% so that refused devices do not all come back at the same moment. --sim-rtt adds a simulated network delay per HTTP
 // round trip (for evaluations).
 #pragma once
 
@@ -55,14 +57,17 @@ struct RemoteOptions {
 
 // Why a call failed, for the device's summary ("9 fallbacks: 7 timeouts, 2 malformed replies").
 // kUnsendable: the request could not be made (a context a text prompt cannot carry).
-enum class CallFailure { kUnreachable, kTimeout, kServerError, kMalformed, kFailFast, kUnsendable };
-inline constexpr int kCallFailureKinds = 6;
+// kRefused: the server was overloaded and said when to come back (429, 503 with Retry-After);
+// kDeferred: not sent, because that time had not come yet.
+enum class CallFailure { kUnreachable, kTimeout, kServerError, kMalformed, kFailFast, kUnsendable, kRefused, kDeferred };
+inline constexpr int kCallFailureKinds = 8;
 std::string_view CallFailureName(CallFailure f, bool plural);  // "timeout", "malformed replies", ...
 
 // What a failed call's protocol reports to the common part.
 struct CallError {
   bool outage = false;  // the server is unreachable or failing (no answer, 5xx): fail fast a while
   CallFailure kind = CallFailure::kMalformed;
+  double retry_after_s = -1;  // kRefused: the server's Retry-After
 };
 
 struct RemoteStats {
@@ -105,6 +110,9 @@ class RemoteLlm : public LlmBackend {
   LlmWork work() const override;
 
   RemoteStats stats() const;
+  // Seconds until this backend calls the server again: after a refusal, its Retry-After with
+  // jitter; after an outage, the fail-fast window. 0 when it would call now.
+  double deferred_s() const;
   // Set when Connect could not verify something (server down, engine without a vocabulary
   // fingerprint); empty otherwise.
   const std::string& warning() const { return warning_; }
@@ -151,6 +159,8 @@ class RemoteLlm : public LlmBackend {
   uint64_t work_generation_ = 0;  // the session session_work_ belongs to
   bool down_ = false;  // under stats_mu_
   std::chrono::steady_clock::time_point retry_at_;
+  std::chrono::steady_clock::time_point busy_until_;  // after a refusal (under stats_mu_)
+  uint64_t jitter_state_ = 0;                         // under stats_mu_
   double retry_after_s_ = 1.0;
   std::unique_ptr<CallExecutor> exec_;
 };

@@ -124,7 +124,9 @@ Expected<LlmReply> TlrServerLlm::Execute(const LlmRequest& req, LlmCall& call, C
                  {"prefix_hash", HashHex(TokenPrefixHash(all.first(base)))},
                  {"append", std::vector<int32_t>(append.begin(), append.end())},
                  {"n", req.n},
-                 {"timeout_ms", static_cast<int64_t>(opts_.http.timeout_s * 1e3)},
+                 // What is left of this call's time (earlier rounds used some).
+                 {"timeout_ms", std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                         deadline - HttpTransport::Clock::now()).count())},
                  {"sampling", SamplingJson(req.sampling)}};
     if (req.lookahead > 0) body["lookahead"] = req.lookahead;
     if (!req.prefix.empty() && spells_prefix_) {  // bytes: the text may end inside a character

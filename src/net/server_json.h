@@ -5,6 +5,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -30,6 +31,18 @@ inline void SendJson(httplib::Response& res, int status, const json& j) {
 // are not UTF-8 instead of throwing.
 inline void SendError(httplib::Response& res, int status, const std::string& code, const std::string& message) {
   SendJson(res, status, {{"error", {{"code", code}, {"message", message}, {"type", code}}}});
+}
+
+// A refusal to retry later (429, 503): Retry-After in whole seconds (at least 1, as HTTP has
+// it), retry-after-ms (which OpenAI's client libraries read first) and retry_after_ms in the
+// body, for clients that want the precise wait.
+inline void SendRetryLater(httplib::Response& res, int status, const std::string& code, const std::string& message,
+                           double retry_after_s) {
+  const double s = retry_after_s > 0 ? retry_after_s : 1.0;
+  res.set_header("Retry-After", std::to_string(static_cast<long long>(std::ceil(std::max(1.0, s)))));
+  res.set_header("retry-after-ms", std::to_string(static_cast<long long>(std::ceil(s * 1e3))));
+  SendJson(res, status,
+           {{"error", {{"code", code}, {"message", message}, {"type", code}, {"retry_after_ms", std::ceil(s * 1e3)}}}});
 }
 
 // Range requests are ignored (RFC 9110 lets a server send the whole representation): httplib

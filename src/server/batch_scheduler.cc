@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "ops/thread_pool.h"
 
@@ -56,20 +57,57 @@ struct BatchScheduler::Job {
   bool done = false;
   bool shutdown = false;       // failed because the server stops or is overloaded (503)
   bool refused = false;        // failed because of what the call asked (400)
-  bool has_deadline = false;
-  Clock::time_point deadline;
+  // Admission (admission.h): deadline on the scheduler's clock (inf: none; set to inf once the
+  // first token is out when only that is bounded) and deadline changes under queue_mu_.
+  double deadline = std::numeric_limits<double>::infinity();
+  double budget_s = 0;
+  bool first_token_only = false;
+  bool warm = true;
+  uint64_t seq = 0;
+  int64_t keep = -1;
+  std::atomic<int64_t> left_tokens{0};  // prefill tokens not yet ingested
+  std::atomic<int> left_steps{0};       // generation passes still due (low priority excluded)
+  std::atomic<bool> gone{false};        // the client went away
+  bool expired = false;        // dropped past its deadline
+  bool failed_pass = false;    // a forward pass it was in failed
   std::mutex mu;
   std::condition_variable cv;
 };
 
-BatchScheduler::BatchScheduler(const Model& model, ThreadPool* pool, int64_t max_batch_tokens, Metrics* metrics,
+double BatchScheduler::HeadUnits(const ModelConfig& c) {
+  const double layer = static_cast<double>(c.n_layers) *
+                       (static_cast<double>(c.n_embd) * static_cast<double>(c.q_dim() + 2 * c.kv_dim()) +
+                        static_cast<double>(c.q_dim() * c.n_embd) + 3.0 * static_cast<double>(c.n_embd * c.n_ff));
+  return layer > 0 ? static_cast<double>(c.n_vocab * c.n_embd) / layer : 0;
+}
+
+double BatchScheduler::Now() const {
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+AdmissionWork BatchScheduler::WorkOf(const Job& j) const {
+  AdmissionWork w;
+  w.deadline = j.deadline;
+  w.budget_s = j.budget_s;
+  w.warm = j.warm;
+  w.tokens = j.left_tokens.load();
+  w.steps = j.left_steps.load();
+  w.seq = j.seq;
+  return w;
+}
+
+BatchScheduler::BatchScheduler(const Model& model, ThreadPool* pool, const SchedulerOptions& opts, Metrics* metrics,
                                std::function<void()> housekeeping)
     : model_(model),
       pool_(pool),
-      max_batch_tokens_(max_batch_tokens),
+      opts_(opts),
       metrics_(metrics),
-      housekeeping_(std::move(housekeeping)) {
+      housekeeping_(std::move(housekeeping)),
+      pass_model_(HeadUnits(model.config())) {
   worker_ = std::thread([this] { WorkerLoop(); });
+  // Serving starts once the passes are timed: calls arriving before would all be admitted.
+  std::unique_lock<std::mutex> l(queue_mu_);
+  queue_cv_.wait(l, [this] { return calibrated_; });
 }
 
 BatchScheduler::~BatchScheduler() {
@@ -90,6 +128,7 @@ BatchOutcome BatchScheduler::Run(BatchCall call) {
 std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
   std::vector<std::unique_ptr<Job>> jobs;
   const auto now = Clock::now();
+  const double now_s = Now();
   for (BatchCall& call : calls) {
     auto job = std::make_unique<Job>();
     job->s = call.session;
@@ -114,12 +153,20 @@ std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
     job->reply.prefilled = static_cast<int64_t>(job->feed.size());
     job->enqueued = now;
     if (call.deadline_s > 0) {
-      job->has_deadline = true;
-      job->deadline = now + std::chrono::microseconds(static_cast<int64_t>(call.deadline_s * 1e6));
+      job->deadline = now_s + call.deadline_s;
+      job->budget_s = call.deadline_s;
+      job->first_token_only = call.deadline_first_token;
     }
+    job->warm = static_cast<int64_t>(job->feed.size()) <= opts_.admission.warm_tokens;
+    job->keep = call.keep;
+    job->left_tokens = static_cast<int64_t>(job->feed.size());
+    // Generation passes after the prefill (its last pass gives the first token); a streaming
+    // call's deadline covers its first token only.
+    job->left_steps = job->first_token_only ? 0 : std::max(0, call.n - job->low_priority - 1);
     jobs.push_back(std::move(job));
   }
   std::vector<BatchOutcome> outs(jobs.size());
+  std::vector<bool> admitted(jobs.size(), false);
   {
     std::lock_guard<std::mutex> l(queue_mu_);
     if (stop_) {
@@ -129,24 +176,90 @@ std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
       }
       return outs;
     }
-    for (auto& job : jobs) queue_.push_back(job.get());
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      Job& job = *jobs[i];
+      job.seq = next_seq_++;
+      std::vector<AdmissionWork> work;
+      work.reserve(admitted_.size());
+      double shortest = job.budget_s > 0 ? job.budget_s : std::numeric_limits<double>::infinity();
+      for (const Job* a : admitted_) {
+        work.push_back(WorkOf(*a));
+        if (a->budget_s > 0 && std::isfinite(a->deadline)) shortest = std::min(shortest, a->budget_s);
+      }
+      AdmissionPolicy policy = opts_.admission;
+      policy.pass_tokens = PassTokens(shortest, work.size() + 1, 0);
+      const double pass_left = pass_started_ >= 0 ? std::max(0.0, pass_started_ + pass_expected_s_ - now_s) : 0;
+      const AdmissionVerdict v = Admit(work, WorkOf(job), now_s, pass_left, pass_model_, policy);
+      if (!v.admit) {
+        outs[i].refused = true;
+        outs[i].retry_after_s = v.retry_after_s;
+        outs[i].error = "the server is overloaded: " + v.why;
+        if (metrics_) metrics_->Add("tlr_calls_refused_total", 1, {{"class", job.warm ? "warm" : "cold"}});
+        continue;
+      }
+      admitted[i] = true;
+      if (job.keep >= 0) {  // only an admitted call changes its session
+        if (job.s->cache) job.s->cache->Truncate(job.keep);
+        job.s->tokens.resize(static_cast<size_t>(job.keep));
+      }
+      admitted_.push_back(&job);
+      queue_.push_back(&job);
+    }
   }
   queue_cv_.notify_one();
   for (size_t i = 0; i < jobs.size(); ++i) {
+    if (calls[i].on_decided) calls[i].on_decided(admitted[i]);
+  }
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (!admitted[i]) continue;
     Job& job = *jobs[i];
     std::unique_lock<std::mutex> jl(job.mu);
-    job.cv.wait(jl, [&] { return job.done; });
+    const std::function<bool()>& gone = calls[i].client_gone;
+    while (!job.done) {
+      if (!gone) {
+        job.cv.wait(jl);
+        continue;
+      }
+      if (job.cv.wait_for(jl, std::chrono::milliseconds(50), [&] { return job.done; })) break;
+      if (!job.gone.load()) {
+        jl.unlock();
+        if (gone()) job.gone = true;
+        jl.lock();
+      }
+    }
     outs[i].reply = std::move(job.reply);
     outs[i].error = std::move(job.error);
     outs[i].overload = job.shutdown;
     outs[i].bad_request = job.refused;
     outs[i].started = job.started_set;
+    outs[i].gone = job.gone.load() && !outs[i].error.empty();
+    outs[i].failed_pass = job.failed_pass;
+    if (job.expired) outs[i].retry_after_s = 1;
   }
   return outs;
 }
 
+int64_t BatchScheduler::PassTokens(double shortest_budget_s, size_t sequences, int64_t queued_tokens) const {
+  int64_t b = opts_.max_batch_tokens;
+  if (std::isfinite(shortest_budget_s) && pass_model_.calibrated()) {
+    // A pass takes at most a quarter of the shortest timeout waiting (a call arriving just after
+    // a pass started waits for it and then needs its own), unless the pass's fixed cost alone
+    // is near that: then cutting tokens would only cost throughput.
+    const double per_token = queued_tokens > 0 ? std::min(1.0, static_cast<double>(sequences) / static_cast<double>(queued_tokens)) : 0.1;
+    const double target = std::max(0.25 * shortest_budget_s, 2 * pass_model_.fixed_s());
+    b = std::min(b, pass_model_.TokensWithin(target, per_token));
+  }
+  return std::max<int64_t>(b, std::min<int64_t>(16, opts_.max_batch_tokens));
+}
+
 void BatchScheduler::WorkerLoop() {
   ctx_ = std::make_unique<ForwardContext>(pool_);  // scratch reused by every pass
+  if (opts_.calibrate) Calibrate();
+  {
+    std::lock_guard<std::mutex> l(queue_mu_);
+    calibrated_ = true;
+  }
+  queue_cv_.notify_all();
   std::vector<Job*> active;
   auto last_sweep = Clock::now();
   for (;;) {
@@ -156,6 +269,7 @@ void BatchScheduler::WorkerLoop() {
       if (stop_) {
         for (Job* j : queue_) active.push_back(j);
         queue_.clear();
+        admitted_.clear();
         l.unlock();
         for (Job* j : active) {
           std::lock_guard<std::mutex> jl(j->mu);
@@ -179,28 +293,84 @@ void BatchScheduler::WorkerLoop() {
   }
 }
 
+// Times a few passes on a scratch cache before serving, so that admission has a pass time
+// from the first call on (a wave of calls arriving at start would otherwise all be admitted).
+void BatchScheduler::Calibrate() {
+  const int64_t n = std::min<int64_t>(32, std::max<int64_t>(2, opts_.max_batch_tokens));
+  auto cache = model_.NewCache(n + 2, KvMemory::kOnDemand);
+  if (!cache.ok()) return;
+  std::vector<float> logits(static_cast<size_t>(model_.config().n_vocab));
+  std::vector<int32_t> tokens(static_cast<size_t>(n), 0);
+  const auto pass = [&](int64_t len, bool measure) {
+    cache->Truncate(0);
+    SequenceInput in{&*cache, std::span<const int32_t>(tokens.data(), static_cast<size_t>(len)), OutputRows::kLast,
+                     logits.data(), nullptr};
+    const auto t0 = Clock::now();
+    if (!model_.Forward(std::span<SequenceInput>(&in, 1), ctx_.get()).ok()) return false;
+    if (opts_.test_pass_delay_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(opts_.test_pass_delay_s));
+    if (measure) {
+      std::lock_guard<std::mutex> l(queue_mu_);
+      pass_model_.Observe(len, 1, Since(t0));
+    }
+    return true;
+  };
+  // The first pass pays for touching the weights: not measured.
+  if (!pass(1, false)) return;
+  pass(1, true);
+  pass(n, true);
+}
+
+void BatchScheduler::Finish(Job* j) {
+  {
+    std::lock_guard<std::mutex> l(queue_mu_);
+    admitted_.erase(std::remove(admitted_.begin(), admitted_.end(), j), admitted_.end());
+  }
+  std::lock_guard<std::mutex> jl(j->mu);
+  j->done = true;
+  j->cv.notify_all();
+}
+
 void BatchScheduler::Step(std::vector<Job*>& active) {
-  // Calls whose device has given up (their timeout_ms is how long it waits) get no more
-  // passes: unstarted ones are dropped before anything is computed, started ones between
-  // passes (their session's cache is partly written: the engine evicts it). An overloaded
-  // server otherwise spends its passes on answers nobody reads.
-  const auto now = Clock::now();
+  // Calls whose client has gone or whose device has given up (their deadline passed; admission
+  // makes that rare) get no more passes: unstarted ones are dropped before anything is
+  // computed, started ones between passes. What they computed stays in their session (its
+  // tokens and cache agree), so the device's next call sends only what is new.
+  const double now = Now();
   for (size_t i = 0; i < active.size();) {
     Job* j = active[i];
-    if (!j->has_deadline || now < j->deadline) {
+    const bool in_tail = j->decoding && j->remaining <= j->low_priority;
+    double deadline;
+    {
+      std::lock_guard<std::mutex> l(queue_mu_);
+      deadline = j->deadline;
+    }
+    const bool gone = j->gone.load();
+    if (!gone && (now < deadline || in_tail)) {
       ++i;
       continue;
     }
     active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
-    const double waited = std::chrono::duration<double>(now - j->enqueued).count();
-    if (metrics_) metrics_->Add(j->started_set ? "tlr_calls_abandoned_total" : "tlr_calls_expired_total", 1);
-    std::lock_guard<std::mutex> jl(j->mu);
-    j->error = j->started_set
-                   ? "the call ran " + std::to_string(waited) + " s, past its timeout (the device stopped waiting): the server is overloaded"
-                   : "the call waited " + std::to_string(waited) + " s in the queue, past its timeout: the server is overloaded";
+    if (!gone) {  // only the lookahead was left: answer with what there is
+      if (in_tail) {
+        if (metrics_) metrics_->Add("tlr_lookahead_cut_total", static_cast<double>(j->remaining));
+        j->reply.compute_s = Since(j->started);
+        Finish(j);
+        continue;
+      }
+    }
+    const double waited = std::chrono::duration<double>(Clock::now() - j->enqueued).count();
+    if (gone) {
+      if (metrics_) metrics_->Add("tlr_calls_cancelled_total", 1);
+      j->error = "the client closed its connection";
+    } else {
+      if (metrics_) metrics_->Add(j->started_set ? "tlr_calls_abandoned_total" : "tlr_calls_expired_total", 1);
+      j->error = j->started_set
+                     ? "the call ran " + std::to_string(waited) + " s, past its timeout (the device stopped waiting): the server is overloaded"
+                     : "the call waited " + std::to_string(waited) + " s in the queue, past its timeout: the server is overloaded";
+      j->expired = true;
+    }
     j->shutdown = true;
-    j->done = true;
-    j->cv.notify_all();
+    Finish(j);
   }
   if (active.empty()) return;
   // Low-priority tails (lookahead) give way to every other call: cut where they stand.
@@ -215,17 +385,29 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
       active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
       if (metrics_) metrics_->Add("tlr_lookahead_cut_total", static_cast<double>(j->remaining));
       j->reply.compute_s = Since(j->started);
-      std::lock_guard<std::mutex> jl(j->mu);
-      j->done = true;
-      j->cv.notify_all();
+      Finish(j);
     }
+  }
+  // Prefill in admission order (warm first, then by deadline), within a budget that keeps the
+  // pass short next to the shortest timeout waiting.
+  std::vector<Job*> order = active;
+  int64_t budget;
+  {
+    std::lock_guard<std::mutex> l(queue_mu_);
+    std::stable_sort(order.begin(), order.end(), [&](const Job* a, const Job* b) { return ServedBefore(WorkOf(*a), WorkOf(*b)); });
+    double shortest = std::numeric_limits<double>::infinity();
+    int64_t queued = 0;
+    for (const Job* j : active) {
+      if (std::isfinite(j->deadline) && j->budget_s > 0) shortest = std::min(shortest, j->budget_s);
+      queued += static_cast<int64_t>(j->feed.size() - j->fed);
+    }
+    budget = PassTokens(shortest, active.size(), queued);
   }
   std::vector<SequenceInput> ins;
   std::vector<Job*> batch;
-  int64_t budget = max_batch_tokens_;
-  int64_t tokens = 0;
+  int64_t tokens = 0, outputs = 0;
   for (int pass = 0; pass < 2; ++pass) {
-    for (Job* j : active) {
+    for (Job* j : order) {
       if (j->decoding != (pass == 0)) continue;
       const size_t rest = j->feed.size() - j->fed;
       size_t take = std::min<size_t>(rest, static_cast<size_t>(std::max<int64_t>(budget, 0)));
@@ -242,7 +424,9 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
       if (scoring) {
         j->chunk_logits.resize(take * static_cast<size_t>(V));
         ins.push_back({j->s->cache.get(), chunk, OutputRows::kAll, j->chunk_logits.data(), nullptr});
+        outputs += static_cast<int64_t>(take);
       } else {
+        outputs += last ? 1 : 0;
         ins.push_back({j->s->cache.get(), chunk, last ? OutputRows::kLast : OutputRows::kNone,
                        last ? j->logits.data() : nullptr, nullptr});
       }
@@ -255,9 +439,20 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
       }
     }
   }
+  {
+    std::lock_guard<std::mutex> l(queue_mu_);
+    pass_started_ = Now();
+    pass_expected_s_ = pass_model_.Predict(tokens, outputs);
+  }
   const auto pass_start = Clock::now();
   Status st = model_.Forward(ins, ctx_.get());
+  if (opts_.test_pass_delay_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(opts_.test_pass_delay_s));
   const double pass_s = Since(pass_start);
+  {
+    std::lock_guard<std::mutex> l(queue_mu_);
+    pass_started_ = -1;
+    if (st.ok()) pass_model_.Observe(tokens, outputs, pass_s);
+  }
   if (metrics_) {
     metrics_->Add("tlr_forward_passes_total", 1);
     metrics_->Add("tlr_forward_seconds_total", pass_s);
@@ -268,6 +463,7 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
   for (Job* j : batch) {
     if (!st.ok()) {
       j->error = "forward pass failed: " + st.message();
+      j->failed_pass = true;
       finished.push_back(j);
       continue;
     }
@@ -301,6 +497,7 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
     (j->decoding ? decode_tokens_ : prefill_tokens_) += static_cast<int64_t>(j->take);
     if (metrics_) metrics_->Add(j->decoding ? "tlr_decode_tokens_total" : "tlr_prefill_tokens_total", static_cast<double>(j->take));
     j->fed += j->take;
+    if (!j->decoding) j->left_tokens = static_cast<int64_t>(j->feed.size() - j->fed);
     if (j->fed < j->feed.size()) continue;
     if (j->remaining <= 0) {  // a scoring call: nothing to generate
       j->reply.finish = "length";
@@ -330,6 +527,12 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
     j->reply.logprobs.push_back(lp);
     if (j->top_logprobs > 0) j->reply.top.push_back(top);
     --j->remaining;
+    j->left_steps = std::max(0, j->left_steps.load() - (j->decoding ? 1 : 0));
+    if (j->first_token_only) {  // the deadline was for the first token: it is out
+      std::lock_guard<std::mutex> l(queue_mu_);
+      j->deadline = std::numeric_limits<double>::infinity();
+      j->first_token_only = false;
+    }
     ++s->work.generated;
     if (metrics_) metrics_->Add("tlr_generated_tokens_total", 1);
     bool go_on = true;
@@ -354,9 +557,7 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
   for (Job* j : finished) {
     j->reply.compute_s = Since(j->started);
     active.erase(std::find(active.begin(), active.end(), j));
-    std::lock_guard<std::mutex> jl(j->mu);
-    j->done = true;
-    j->cv.notify_all();
+    Finish(j);
   }
 }
 

@@ -31,6 +31,7 @@ int HttpStatusOf(EngineCode code) {
     case EngineCode::kBadRequest: return 400;
     case EngineCode::kNotFound: return 404;
     case EngineCode::kConflict: return 409;
+    case EngineCode::kBusy: return 429;
     case EngineCode::kOverloaded: return 503;
     case EngineCode::kInternal: return 500;
   }
@@ -43,6 +44,7 @@ std::string_view EngineCodeName(EngineCode code) {
     case EngineCode::kBadRequest: return "invalid_request";
     case EngineCode::kNotFound: return "unknown_session";
     case EngineCode::kConflict: return "resync";
+    case EngineCode::kBusy: return "overloaded";
     case EngineCode::kOverloaded: return "overloaded";
     case EngineCode::kInternal: return "internal";
   }
@@ -62,8 +64,10 @@ LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& l
     metrics_->DeclareCounter("tlr_resyncs_total", "Next-token calls answered with a conflict (device resends)");
     metrics_->DeclareCounter("tlr_forward_passes_total", "Batched forward passes");
     metrics_->DeclareCounter("tlr_forward_seconds_total", "Time spent in batched forward passes (the LLM's compute)");
-    metrics_->DeclareCounter("tlr_calls_expired_total", "Calls dropped unstarted after their timeout_ms (overload)");
-    metrics_->DeclareCounter("tlr_calls_abandoned_total", "Calls stopped between forward passes after their timeout_ms");
+    metrics_->DeclareCounter("tlr_calls_expired_total", "Admitted calls dropped unstarted past their deadline (the admission model was wrong)");
+    metrics_->DeclareCounter("tlr_calls_abandoned_total", "Admitted calls stopped between forward passes past their deadline");
+    metrics_->DeclareCounter("tlr_calls_refused_total", "Calls refused at once (429) because they could not be answered before their deadline, by class (warm: a few new tokens; cold: a conversation's prefill)");
+    metrics_->DeclareCounter("tlr_calls_cancelled_total", "Calls dropped because their client closed its connection");
     metrics_->DeclareCounter("tlr_lookahead_tokens_total", "Lookahead tokens generated for devices' drafts (native protocol)");
     metrics_->DeclareCounter("tlr_prompt_cache_copied_tokens_total", "Prompt tokens a new prompt-cache slot copied from another slot's KV instead of prefilling");
     metrics_->DeclareCounter("tlr_lookahead_cut_total", "Lookahead tokens not generated because other calls were waiting (lookahead is low priority)");
@@ -79,7 +83,7 @@ LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& l
                                {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
     for (const char* c : {"tlr_prefill_tokens_total", "tlr_decode_tokens_total", "tlr_generated_tokens_total",
                           "tlr_evictions_total", "tlr_sessions_expired_total", "tlr_resyncs_total", "tlr_forward_passes_total", "tlr_forward_seconds_total", "tlr_calls_expired_total",
-                          "tlr_calls_abandoned_total", "tlr_lookahead_tokens_total", "tlr_rewound_tokens_total",
+                          "tlr_calls_abandoned_total", "tlr_calls_cancelled_total", "tlr_lookahead_tokens_total", "tlr_rewound_tokens_total",
                           "tlr_kept_tokens_total", "tlr_lookahead_cut_total", "tlr_prompt_cache_copied_tokens_total"}) {
       metrics_->Add(c, 0);  // present from the start
     }
@@ -88,7 +92,16 @@ LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& l
     metrics_->Set("tlr_kv_bytes", 0);
   }
   store_ = std::make_unique<SessionStore>(limits_, bytes_per_token_, metrics_);
-  scheduler_ = std::make_unique<BatchScheduler>(model_, pool, limits_.max_batch_tokens, metrics_, [this] {
+  SchedulerOptions so;
+  so.max_batch_tokens = limits_.max_batch_tokens;
+  so.admission.pass_tokens = limits_.max_batch_tokens;
+  so.admission.cold_share = limits_.cold_share;
+  so.calibrate = limits_.calibrate;
+  so.test_pass_delay_s = limits_.test_pass_delay_s;
+  if (metrics_) {
+    for (const char* c : {"warm", "cold"}) metrics_->Add("tlr_calls_refused_total", 0, {{"class", c}});
+  }
+  scheduler_ = std::make_unique<BatchScheduler>(model_, pool, so, metrics_, [this] {
     if (store_->SweepExpired() > 0) PublishGauges();
   });
 }
@@ -190,17 +203,20 @@ EngineResult LlmEngine::Next(const NextRequest& req) {
   while (keep < held && keep < last && s->tokens[static_cast<size_t>(keep)] == req.append[static_cast<size_t>(keep - req.base)]) {
     ++keep;
   }
-  if (metrics_ && held > keep) metrics_->Add("tlr_rewound_tokens_total", static_cast<double>(held - keep));
-  if (metrics_ && keep > req.base) metrics_->Add("tlr_kept_tokens_total", static_cast<double>(keep - req.base));
-  if (s->cache) s->cache->Truncate(keep);
-  s->tokens.resize(static_cast<size_t>(keep));
-  ++s->version;
   // Time already spent waiting for the session (an earlier call of the same device) counts.
-  const double left = req.timeout_s > 0 ? std::max(1e-6, req.timeout_s - Since(arrived)) : 0;
+  CallControl control;
+  control.timeout_s = req.timeout_s > 0 ? std::max(1e-6, req.timeout_s - Since(arrived)) : 0;
+  control.client_gone = req.client_gone;
   std::vector<int32_t> feed(req.append.begin() + (keep - req.base), req.append.end());
-  EngineResult r = Run(s, std::move(feed), req.n + lookahead, req.sampling, req.top_logprobs, nullptr, left, lookahead,
-                       nullptr, 0, req.heal);
+  bool admitted = false;
+  EngineResult r = Run(s, keep, std::move(feed), req.n + lookahead, req.sampling, req.top_logprobs, nullptr, control,
+                       lookahead, nullptr, 0, req.heal, &admitted);
   s->last_used = Clock::now();
+  if (admitted) {  // a refused call left the session as it was
+    ++s->version;
+    if (metrics_ && held > keep) metrics_->Add("tlr_rewound_tokens_total", static_cast<double>(held - keep));
+    if (metrics_ && keep > req.base) metrics_->Add("tlr_kept_tokens_total", static_cast<double>(keep - req.base));
+  }
   if (r.ok()) {
     // The tokens spelling the healed bytes and the n answer the call; the rest is the
     // lookahead draft.
@@ -227,7 +243,7 @@ EngineResult LlmEngine::Next(const NextRequest& req) {
 
 EngineResult LlmEngine::Complete(std::span<const int32_t> prompt, int max_tokens, const SamplerParams& sampling,
                                  int top_logprobs, const TokenCallback& on_token,
-                                 std::vector<PromptPosition>* prompt_scores, int prompt_top) {
+                                 std::vector<PromptPosition>* prompt_scores, int prompt_top, const CallControl& control) {
   if (prompt.empty()) return Fail(EngineCode::kBadRequest, "the prompt is empty");
   if (max_tokens < 1 || max_tokens > limits_.max_tokens_per_call) {
     return Fail(EngineCode::kBadRequest, "'max_tokens' must be in 1.." + std::to_string(limits_.max_tokens_per_call));
@@ -264,10 +280,9 @@ EngineResult LlmEngine::Complete(std::span<const int32_t> prompt, int max_tokens
   }
   // Scoring the prompt reads all of it (a cached prefix has no logits to report).
   const size_t common = prompt_scores ? 0 : std::min(best_common, prompt.size() - 1);
-  if (s->cache) s->cache->Truncate(static_cast<int64_t>(common));
-  s->tokens.resize(common);
   std::vector<int32_t> feed(prompt.begin() + static_cast<std::ptrdiff_t>(common), prompt.end());
-  EngineResult r = Run(s, std::move(feed), max_tokens, sampling, top_logprobs, on_token, 0, 0, prompt_scores, prompt_top);
+  EngineResult r = Run(s, static_cast<int64_t>(common), std::move(feed), max_tokens, sampling, top_logprobs, on_token,
+                       control, 0, prompt_scores, prompt_top);
   s->last_used = Clock::now();
   if (temporary) store_->ReleaseTemporary(best);
   return r;
@@ -335,13 +350,13 @@ EngineResult LlmEngine::Score(const std::vector<std::vector<int32_t>>& seqs, int
 }
 
 // Runs one call on a locked session through the batch scheduler and waits for it.
-EngineResult LlmEngine::Run(EngineSession* s, std::vector<int32_t> feed, int n, const SamplerParams& sampling,
-                            int top_logprobs, const TokenCallback& on_token, double deadline_s, int low_priority,
-                            std::vector<PromptPosition>* prompt_scores, int prompt_top, std::string heal) {
+EngineResult LlmEngine::Run(EngineSession* s, int64_t keep, std::vector<int32_t> feed, int n, const SamplerParams& sampling,
+                            int top_logprobs, const TokenCallback& on_token, const CallControl& control, int low_priority,
+                            std::vector<PromptPosition>* prompt_scores, int prompt_top, std::string heal, bool* admitted) {
   Status valid = sampling.Validate();
   if (!valid.ok()) return Fail(EngineCode::kBadRequest, valid.message());
   std::string why;
-  const int64_t need = static_cast<int64_t>(s->tokens.size() + feed.size()) + n - 1 + static_cast<int64_t>(heal.size());
+  const int64_t need = keep + static_cast<int64_t>(feed.size()) + n - 1 + static_cast<int64_t>(heal.size());
   if (!store_->MakeRoom(s, need, &why)) return Fail(EngineCode::kOverloaded, why);
   if (!s->cache) {
     // 4 KiB pages touched as positions are written: the KV budget counts positions in use.
@@ -357,17 +372,27 @@ EngineResult LlmEngine::Run(EngineSession* s, std::vector<int32_t> feed, int n, 
   call.sampling = sampling;
   call.top_logprobs = top_logprobs;
   call.on_token = on_token ? &on_token : nullptr;
-  call.deadline_s = deadline_s;
+  call.deadline_s = control.timeout_s;
+  call.deadline_first_token = control.first_token_only;
+  call.keep = keep;
+  call.client_gone = control.client_gone;
+  call.on_decided = control.on_decided;
   call.prompt_scores = prompt_scores;
   call.prompt_top = prompt_top;
   call.heal = std::move(heal);
   BatchOutcome out = scheduler_->Run(std::move(call));
+  if (admitted) *admitted = !out.refused;
   PublishGauges();
   if (!out.error.empty()) {
-    // A started call may have partly written the cache: forget it (the device resyncs).
-    if (out.started) SessionStore::EvictCache(s);
-    return Fail(out.overload ? EngineCode::kOverloaded : out.bad_request ? EngineCode::kBadRequest : EngineCode::kInternal,
-                out.error);
+    // Only a failed forward pass may leave the cache written past the session's tokens: forget
+    // it then (the device resyncs). A call dropped between passes leaves them in agreement.
+    if (out.failed_pass) SessionStore::EvictCache(s);
+    EngineResult r = Fail(out.refused ? EngineCode::kBusy
+                          : out.overload ? EngineCode::kOverloaded
+                          : out.bad_request ? EngineCode::kBadRequest : EngineCode::kInternal,
+                          out.error);
+    r.retry_after_s = out.retry_after_s;
+    return r;
   }
   EngineResult r;
   r.reply = std::move(out.reply);

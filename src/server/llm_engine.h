@@ -50,9 +50,16 @@ struct EngineLimits {
   int prompt_cache_slots = 0;         // most KV caches reused by the OpenAI endpoints (by prefix);
                                       // 0: bounded only by the KV budget (and max_sessions)
   int recent_replies = 16;            // per session, for request_id idempotency
+  // Admission (admission.h): a new or resynced conversation's prefill must be projected to
+  // finish within this share of its timeout (the rest is left to warm sessions' routed tokens).
+  double cold_share = 0.5;
+  bool calibrate = true;              // time two passes at start (admission's first pass time)
+  double test_pass_delay_s = 0;       // tests only: every forward pass takes this much longer
 };
 
-enum class EngineCode { kOk, kBadRequest, kNotFound, kConflict, kOverloaded, kInternal };
+// kBusy: refused at once because it could not be answered before its deadline (429 with
+// Retry-After); kOverloaded: the server could not serve it (503).
+enum class EngineCode { kOk, kBadRequest, kNotFound, kConflict, kBusy, kOverloaded, kInternal };
 
 struct TopLogprob {
   int32_t id = 0;
@@ -100,7 +107,16 @@ struct EngineResult {
   int64_t held = 0;
   uint64_t held_hash = 0;
   int64_t version = 0;
+  double retry_after_s = 0;  // kBusy, kOverloaded: when to come back (0: not known)
   bool ok() const { return code == EngineCode::kOk; }
+};
+
+// How long the caller of Complete waits, and what it learns while it does.
+struct CallControl {
+  double timeout_s = 0;                          // 0: no deadline
+  bool first_token_only = false;                 // the timeout bounds the first token (streaming)
+  std::function<bool()> client_gone;             // polled while the call waits (may be empty)
+  std::function<void(bool admitted)> on_decided; // once admitted or refused (may be empty)
 };
 
 struct NextRequest {
@@ -117,9 +133,10 @@ struct NextRequest {
   // Token healing: bytes the reply spells first (the device held them back from its context,
   // device/vocab_bridge.h); the tokens spelling them come before the n. At most 256.
   std::string heal;
-  // The device gives up after this long (0: never). A call still waiting for its first
-  // forward pass when it passes is dropped (503): no work for an answer nobody reads.
+  // The device gives up after this long (0: never). A call the server cannot answer in that
+  // time is refused at once (kBusy); one still running when it passes is dropped (503).
   double timeout_s = 0;
+  std::function<bool()> client_gone;  // polled while the call waits: true drops it (may be empty)
 };
 
 struct SessionInfo {
@@ -151,7 +168,8 @@ class LlmEngine {
   // per prompt token with `prompt_top` alternatives (vLLM's prompt_logprobs).
   EngineResult Complete(std::span<const int32_t> prompt, int max_tokens, const SamplerParams& sampling,
                         int top_logprobs, const TokenCallback& on_token,
-                        std::vector<PromptPosition>* prompt_scores = nullptr, int prompt_top = 0);
+                        std::vector<PromptPosition>* prompt_scores = nullptr, int prompt_top = 0,
+                        const CallControl& control = {});
 
   // Teacher-forced scoring of several sequences (router labels): each in a cache of its own,
   // sharing forward passes; out[i] has one PromptPosition per token of seqs[i].
@@ -168,10 +186,11 @@ class LlmEngine {
   int64_t decode_tokens() const;
 
  private:
-  EngineResult Run(EngineSession* s, std::vector<int32_t> feed, int n, const SamplerParams& sampling,
-                   int top_logprobs, const TokenCallback& on_token, double deadline_s = 0, int low_priority = 0,
-                   std::vector<PromptPosition>* prompt_scores = nullptr, int prompt_top = 0,
-                   std::string heal = {});
+  // Runs one call on a locked session: its cache is first cut to `keep` tokens, once admitted.
+  EngineResult Run(EngineSession* s, int64_t keep, std::vector<int32_t> feed, int n, const SamplerParams& sampling,
+                   int top_logprobs, const TokenCallback& on_token, const CallControl& control, int low_priority = 0,
+                   std::vector<PromptPosition>* prompt_scores = nullptr, int prompt_top = 0, std::string heal = {},
+                   bool* admitted = nullptr);
   void PublishGauges();
 
   const Model& model_;
@@ -183,7 +202,7 @@ class LlmEngine {
   std::unique_ptr<BatchScheduler> scheduler_;
 };
 
-// Status code for an engine result (200, 400, 404, 409, 503, 500).
+// Status code for an engine result (200, 400, 404, 409, 429, 503, 500).
 int HttpStatusOf(EngineCode code);
 std::string_view EngineCodeName(EngineCode code);  // "ok", "bad_request", ...
 

@@ -357,45 +357,86 @@ TEST_F(EngineTest, ConcurrentSessionsShareForwardPassesAndGetTheirOwnAnswers) {
   EXPECT_LT(h.count, static_cast<uint64_t>(kDevices * kCalls));
 }
 
-TEST_F(EngineTest, CallsPastTheirTimeoutAreDroppedBeforeTheyRun) {
+TEST_F(EngineTest, CallsThatCannotBeAnsweredInTimeAreRefusedAtOnce) {
   Metrics metrics;
   EngineLimits lim;
-  lim.max_batch_tokens = 16;  // a long prefill takes many passes and goes first (FIFO)
+  lim.max_batch_tokens = 16;  // a long prefill takes many passes
   LlmEngine engine(*llm_, nullptr, lim, &metrics);
   SessionInfo a, b;
   ASSERT_TRUE(engine.CreateSession(&a).ok());
   ASSERT_TRUE(engine.CreateSession(&b).ok());
+  // Session b holds a context; then a long prompt keeps the model busy.
+  ASSERT_TRUE(engine.Next(Call(b.id, {}, {1, 2, 3, 4}, 1, "b0")).ok());
   std::thread long_call([&] { EXPECT_TRUE(engine.Next(Call(a.id, {}, std::vector<int32_t>(3000, 7), 1, "")).ok()); });
-  while (engine.prefill_tokens() == 0) std::this_thread::yield();
+  while (engine.prefill_tokens() < 100) std::this_thread::yield();
+  // A call from base 2 (the session would be cut to 2 tokens) that cannot be answered in 1 ms.
+  NextRequest quick = Call(b.id, {1, 2}, std::vector<int32_t>(40, 5), 1, "q");
+  quick.timeout_s = 0.001;
+  EngineResult r = engine.Next(quick);
+  long_call.join();
+  EXPECT_EQ(r.code, EngineCode::kBusy) << r.message;
+  EXPECT_EQ(HttpStatusOf(r.code), 429);
+  EXPECT_GT(r.retry_after_s, 0);
+  EXPECT_NE(r.message.find("overloaded"), std::string::npos) << r.message;
+  EXPECT_EQ(metrics.Value("tlr_calls_refused_total", {{"class", "cold"}}), 1);
+  EXPECT_EQ(metrics.Value("tlr_calls_expired_total"), 0);
+  // Nothing was computed for it, and its session still holds what it held: a call from base 4
+  // is a plain delta.
+  EXPECT_EQ(engine.prefill_tokens(), 3004);
+  EngineResult again = engine.Next(Call(b.id, {1, 2, 3, 4}, {1, 2, 3, 4, 9}, 1, "q2"));
+  ASSERT_TRUE(again.ok()) << again.message;
+  EXPECT_EQ(again.reply.prefilled, 1);
+  EXPECT_EQ(again.reply.tokens, Reference({1, 2, 3, 4, 9}, 1));
+}
+
+TEST_F(EngineTest, AdmittedCallsPastTheirDeadlineAreDroppedBeforeTheyRun) {
+  // Before a pass has been timed admission lets everything in (no calibration here, and the
+  // first pass is slowed down): a call that then waits past its deadline is dropped unrun.
+  Metrics metrics;
+  EngineLimits lim;
+  lim.calibrate = false;
+  lim.test_pass_delay_s = 0.3;
+  LlmEngine engine(*llm_, nullptr, lim, &metrics);
+  SessionInfo a, b;
+  ASSERT_TRUE(engine.CreateSession(&a).ok());
+  ASSERT_TRUE(engine.CreateSession(&b).ok());
+  std::thread long_call([&] { EXPECT_TRUE(engine.Next(Call(a.id, {}, {7, 7, 7}, 1, "")).ok()); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the first pass is under way
   NextRequest quick = Call(b.id, {}, {1, 2, 3}, 1, "q");
   quick.timeout_s = 0.001;
   EngineResult r = engine.Next(quick);
   long_call.join();
   EXPECT_EQ(r.code, EngineCode::kOverloaded) << r.message;
   EXPECT_EQ(metrics.Value("tlr_calls_expired_total"), 1);
-  // Nothing was computed for it, and the session is fine afterwards.
-  EXPECT_EQ(engine.prefill_tokens(), 3000);
+  EXPECT_EQ(engine.prefill_tokens(), 3);
   EngineResult again = engine.Next(Call(b.id, {}, {1, 2, 3}, 1, "q2"));
   ASSERT_TRUE(again.ok()) << again.message;
   EXPECT_EQ(again.reply.tokens, Reference({1, 2, 3}, 1));
 }
 
-TEST_F(EngineTest, StartedCallsPastTheirTimeoutStopBetweenPasses) {
-  // The device waits timeout_ms; a call still running then computes for nobody. It gets no
-  // further pass, its session's partly written cache is dropped (the next call resyncs),
-  // and the calls behind it run.
-  Metrics metrics;
+TEST_F(EngineTest, StartedCallsPastTheirDeadlineStopBetweenPassesAndKeepWhatTheyComputed) {
+  // A call still running when its device stops waiting computes for nobody: it gets no further
+  // pass. What it computed stays in its session (tokens and cache agree), so the device's next
+  // call is a delta, not a resync of the whole context.
   EngineLimits lim;
   lim.max_batch_tokens = 16;  // 3000 prompt tokens take ~190 passes
+  // How long the whole call takes here: the timeout is a quarter.
+  double full_s = 0;
+  {
+    LlmEngine timing(*llm_, nullptr, lim, nullptr);
+    SessionInfo t;
+    ASSERT_TRUE(timing.CreateSession(&t).ok());
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(timing.Next(Call(t.id, {}, std::vector<int32_t>(3000, 7), 1, "full")).ok());
+    full_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  // A server that has timed no pass yet admits the call (admission would refuse it otherwise).
+  Metrics metrics;
+  lim.calibrate = false;
   LlmEngine engine(*llm_, nullptr, lim, &metrics);
   SessionInfo a, b;
   ASSERT_TRUE(engine.CreateSession(&a).ok());
   ASSERT_TRUE(engine.CreateSession(&b).ok());
-  // How long the whole call takes here, on the other session: the timeout is a quarter.
-  const auto t0 = std::chrono::steady_clock::now();
-  ASSERT_TRUE(engine.Next(Call(b.id, {}, std::vector<int32_t>(3000, 7), 1, "full")).ok());
-  const double full_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const int64_t before = engine.prefill_tokens();
   NextRequest slow = Call(a.id, {}, std::vector<int32_t>(3000, 7), 1, "slow");
   slow.timeout_s = full_s / 4;
   EngineResult r = engine.Next(slow);
@@ -403,13 +444,15 @@ TEST_F(EngineTest, StartedCallsPastTheirTimeoutStopBetweenPasses) {
   EXPECT_NE(r.message.find("past its timeout"), std::string::npos) << r.message;
   EXPECT_EQ(metrics.Value("tlr_calls_abandoned_total"), 1);
   EXPECT_EQ(metrics.Value("tlr_calls_expired_total"), 0);
-  const int64_t computed = engine.prefill_tokens() - before;
-  EXPECT_GT(computed, 0);
+  const int64_t computed = engine.prefill_tokens();
+  EXPECT_GT(computed, 16);
   EXPECT_LT(computed, 3000) << "the abandoned call ran to the end";
-  // The session lost its partial cache: a call building on it is told to resend...
-  EngineResult stale = engine.Next(Call(a.id, std::vector<int32_t>(16, 7), std::vector<int32_t>(20, 7), 1, "s"));
-  EXPECT_EQ(stale.code, EngineCode::kConflict) << stale.message;
-  EXPECT_EQ(stale.held, 0);
+  // The session holds the computed tokens: a call building on 16 of them is a plain delta...
+  EngineResult kept = engine.Next(Call(a.id, std::vector<int32_t>(16, 7), std::vector<int32_t>(20, 7), 1, "s"));
+  ASSERT_TRUE(kept.ok()) << kept.message;
+  EXPECT_EQ(kept.reply.tokens, Reference(std::vector<int32_t>(20, 7), 1));
+  EXPECT_EQ(metrics.Value("tlr_resyncs_total"), 0);
+  EXPECT_EQ(engine.prefill_tokens(), computed + 1);  // only the last token is fed again
   // ...and both sessions answer correctly afterwards.
   EngineResult again = engine.Next(Call(a.id, {}, {4, 5, 6}, 2, "a2"));
   ASSERT_TRUE(again.ok()) << again.message;

@@ -38,6 +38,13 @@ std::string EndpointLabel(const std::string& path) {
 
 }  // namespace
 
+void SendEngineError(httplib::Response& res, const EngineResult& r, const std::string& code) {
+  const int status = HttpStatusOf(r.code);
+  const std::string c = code.empty() ? std::string(EngineCodeName(r.code)) : code;
+  if (status == 429 || status == 503) return server::SendRetryLater(res, status, c, r.message, r.retry_after_s);
+  SendError(res, status, c, r.message);
+}
+
 LlmServer::LlmServer(LlmEngine* engine, Metrics* metrics, ServerOptions opts)
     : engine_(engine), metrics_(metrics), opts_(std::move(opts)) {
   if (opts_.model_name.empty()) opts_.model_name = "tlr-llm";
@@ -205,7 +212,7 @@ void LlmServer::Routes() {
                 EngineResult r = engine_->CreateSession(&info);
                 if (!r.ok()) {
                   quota_->Cancel(client);
-                  return SendError(res, HttpStatusOf(r.code), std::string(EngineCodeName(r.code)), r.message);
+                  return SendEngineError(res, r);
                 }
                 quota_->Commit(client, info.id);
                 json j = model_json();
@@ -228,7 +235,9 @@ void LlmServer::Routes() {
                 if (!body) return;
                 auto parsed = server::ParseNextRequest(*body, engine_->limits(), model.config().n_vocab);
                 if (!parsed.ok()) return SendError(res, 400, "invalid_request", parsed.status().message());
-                const NextRequest& nr = *parsed;
+                NextRequest& nr = *parsed;
+                if (nr.timeout_s <= 0) nr.timeout_s = opts_.default_timeout_s;
+                if (front_) nr.client_gone = [] { return HttpFront::CurrentClientGone(); };
                 const int top = nr.top_logprobs, lookahead = nr.lookahead;
                 EngineResult r = engine_->Next(nr);
                 if (r.code == EngineCode::kConflict) {
@@ -238,7 +247,7 @@ void LlmServer::Routes() {
                             {"version", r.version}};
                   return SendJson(res, 409, e);
                 }
-                if (!r.ok()) return SendError(res, HttpStatusOf(r.code), std::string(EngineCodeName(r.code)), r.message);
+                if (!r.ok()) return SendEngineError(res, r);
                 json out = {{"tokens", r.reply.tokens},
                             {"logprobs", r.reply.logprobs},
                             {"position", r.reply.position},
@@ -275,7 +284,7 @@ void LlmServer::Routes() {
                 if (!parsed.ok()) return SendError(res, 400, "invalid_request", parsed.status().message());
                 std::vector<std::vector<PromptPosition>> scores;
                 EngineResult r = engine_->Score(parsed->sequences, parsed->top_logprobs, &scores);
-                if (!r.ok()) return SendError(res, HttpStatusOf(r.code), std::string(EngineCodeName(r.code)), r.message);
+                if (!r.ok()) return SendEngineError(res, r);
                 json results = json::array();
                 for (const auto& seq : scores) {
                   json argmax = json::array(), lps = json::array(), tops = json::array();

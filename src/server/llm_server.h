@@ -21,6 +21,7 @@
 
 namespace httplib {
 class Server;
+struct Response;
 }
 
 namespace tlr {
@@ -43,7 +44,14 @@ struct ServerOptions {
   int64_t session_quota = 0;            // open sessions per API key (per client address without
                                         // keys), 429 past it; 0: a quarter of max_sessions
   std::string model_name;               // reported by /v1/models (default: the file's name)
+  // The deadline of a call that gives none (native: timeout_ms; OpenAI: the X-TLR-Timeout-Ms or
+  // X-Stainless-Timeout header): admission refuses what cannot be answered within it.
+  double default_timeout_s = 30;
 };
+
+// An engine's error as an HTTP reply (429 and 503 with Retry-After); `code` overrides the error
+// code (the OpenAI endpoints name a bad request their way).
+void SendEngineError(httplib::Response& res, const EngineResult& r, const std::string& code = {});
 
 class LlmServer {
  public:

@@ -2,11 +2,14 @@
 // /v1/chat/completions, with Server-Sent Events streaming (see llm_server.h). The prompt
 // cache (LlmEngine::Complete) keeps a device that resends a growing context cheap.
 #include <chrono>
+#include <condition_variable>
+#include <cstdlib>
 #include <ctime>
 #include <mutex>
 #include <thread>
 
 #include "model/chat_template.h"
+#include "net/http_front.h"
 #include "net/openai_requests.h"
 #include "net/protocol.h"
 #include "net/server_json.h"
@@ -26,6 +29,31 @@ std::string TokenLabel(const Tokenizer& tok, int32_t id, bool as_id) {
 }
 
 std::string Sse(const json& j) { return "data: " + DumpJson(j) + "\n\n"; }
+
+// How long the client waits: X-TLR-Timeout-Ms, else X-Stainless-Timeout (seconds; OpenAI's
+// client libraries send their timeout in it), else the server's default.
+Expected<double> RequestTimeout(const httplib::Request& req, double fallback) {
+  for (const auto& [name, scale] : {std::pair<const char*, double>{"X-TLR-Timeout-Ms", 1e-3}, {"X-Stainless-Timeout", 1.0}}) {
+    if (!req.has_header(name)) continue;
+    const std::string v = req.get_header_value(name);
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    if (v.empty() || end != v.c_str() + v.size() || !(x > 0) || x * scale > 86400) {
+      return Status::Error(std::string("header ") + name + " must be a positive number (" +
+                           (scale < 1 ? "milliseconds" : "seconds") + ", at most a day), not '" + v + "'");
+    }
+    return x * scale;
+  }
+  return fallback;
+}
+
+// What a streamed request's handler waits for before it answers: admission (then the stream
+// starts) or an early end (a refusal or error, answered with a status of its own).
+struct StreamStart {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool decided = false, admitted = false;
+};
 
 }  // namespace
 
@@ -74,6 +102,10 @@ void LlmServer::RoutesOpenAi() {
                        "prompt of " + std::to_string(p.prompt.size()) + " tokens + max_tokens " + std::to_string(p.max_tokens) +
                            " exceeds the server's context of " + std::to_string(engine_->limits().max_context) + " tokens");
     }
+    auto timeout = RequestTimeout(req, opts_.default_timeout_s);
+    if (!timeout.ok()) return SendError(res, 400, "invalid_request_error", timeout.status().message());
+    CallControl control;
+    control.timeout_s = *timeout;
     const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
     const int64_t created = static_cast<int64_t>(std::time(nullptr));
     const std::string object = chat ? "chat.completion" : "text_completion";
@@ -109,17 +141,16 @@ void LlmServer::RoutesOpenAi() {
       std::vector<json> lps;
       std::vector<int32_t> ids;
       std::vector<PromptPosition> prompt_scores;
+      if (front_) control.client_gone = [] { return HttpFront::CurrentClientGone(); };
       EngineResult r = engine_->Complete(p.prompt, p.max_tokens, p.sampling, std::max(0, p.logprobs),
                                          [&](int32_t t, float lp, const std::vector<TopLogprob>& top) {
                                            ids.push_back(t);
                                            if (p.logprobs >= 0) lps.push_back(token_logprob(t, lp, top));
                                            return text.Push(t, tok.IsEndOfGeneration(t));
                                          },
-                                         p.prompt_logprobs >= 0 ? &prompt_scores : nullptr, std::max(0, p.prompt_logprobs));
-      if (!r.ok()) {
-        return SendError(res, HttpStatusOf(r.code),
-                         r.code == EngineCode::kBadRequest ? "invalid_request_error" : std::string(EngineCodeName(r.code)), r.message);
-      }
+                                         p.prompt_logprobs >= 0 ? &prompt_scores : nullptr, std::max(0, p.prompt_logprobs),
+                                         control);
+      if (!r.ok()) return SendEngineError(res, r, r.code == EngineCode::kBadRequest ? "invalid_request_error" : "");
       text.Finish();
       const std::string finish = r.reply.finish == "length" ? "length" : "stop";
       json logprobs = nullptr;
@@ -173,8 +204,20 @@ void LlmServer::RoutesOpenAi() {
       }
       return;
     }
-    // Streaming: generation on its own thread; httplib's thread sends chunks as they come.
+    // Streaming: generation on its own thread; httplib's thread sends chunks as they come, once
+    // the call is admitted (a refusal or an early error is answered with its own status). The
+    // timeout bounds the first token; after it a client that goes away stops the generation.
     auto st = std::make_shared<SseStream>();
+    auto start = std::make_shared<StreamStart>();
+    auto early = std::make_shared<EngineResult>();
+    control.first_token_only = true;
+    control.client_gone = [st] { return st->cancelled.load(); };
+    control.on_decided = [start](bool admitted) {
+      std::lock_guard<std::mutex> l(start->mu);
+      start->decided = true;
+      start->admitted = admitted;
+      start->cv.notify_all();
+    };
     const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
     auto chunk = [=, this](const std::string& delta, const json& lp, const json& finish) {
       json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", lp}};
@@ -183,7 +226,7 @@ void LlmServer::RoutesOpenAi() {
       return json{{"id", id}, {"object", chunk_object}, {"created", created}, {"model", opts_.model_name},
                   {"choices", json::array({choice})}};
     };
-    st->worker = std::thread([this, st, p, chunk, token_logprob, &tok, usage, chat, t0] {
+    st->worker = std::thread([this, st, p, chunk, token_logprob, &tok, usage, chat, t0, control, start, early] {
       CompletionText text(tok, p.stop);
       if (chat) st->Push(Sse(chunk("", nullptr, nullptr)));
       int64_t n_tokens = 0;
@@ -200,7 +243,22 @@ void LlmServer::RoutesOpenAi() {
                                            }
                                            if (!delta.empty() || !lpj.is_null()) st->Push(Sse(chunk(delta, lpj, nullptr)));
                                            return go && !st->cancelled.load();
-                                         });
+                                         },
+                                         nullptr, 0, control);
+      {
+        std::lock_guard<std::mutex> l(start->mu);
+        if (!start->decided) {  // ended before admission (a bad request, no room): the handler answers
+          *early = r;
+          start->decided = true;
+          start->cv.notify_all();
+          return;
+        }
+        if (!start->admitted) {
+          start->cv.notify_all();
+          *early = r;
+          return;
+        }
+      }
       if (r.ok()) {
         text.Finish();
         std::string rest = text.TakeReady(true);
@@ -220,7 +278,19 @@ void LlmServer::RoutesOpenAi() {
       }
       st->Finish();
     });
-    SseStream::Serve(res, st);
+    {
+      std::unique_lock<std::mutex> l(start->mu);
+      start->cv.wait(l, [&] { return start->decided; });
+      if (!start->admitted) {
+        // Refused (or failed before it ran): the worker ends at once; its result is the answer.
+        l.unlock();
+        st->StopWorker();
+        const EngineResult& r = *early;
+        if (r.ok()) return SendError(res, 500, "internal", "the request ended before it started");
+        return SendEngineError(res, r, r.code == EngineCode::kBadRequest ? "invalid_request_error" : "");
+      }
+    }
+    SseStream::Serve(res, st, 1.0);
   };
   http_->Post("/v1/completions", [handle](const httplib::Request& req, httplib::Response& res) { handle(false, req, res); });
   http_->Post("/v1/chat/completions", [handle](const httplib::Request& req, httplib::Response& res) { handle(true, req, res); });

@@ -147,9 +147,11 @@ namespace {
 
 struct DeviceResult {
   std::vector<float> latency_ms;  // of each successful call
+  std::vector<float> refused_ms;  // of each refused call
   bool lookahead = false;         // this device asked for lookahead
-  int64_t calls = 0, errors = 0, conversations = 0, steady_calls = 0;
-  std::string first_error;
+  int64_t calls = 0, errors = 0, refused = 0, timed_out = 0, failed = 0, conversations = 0, steady_calls = 0;
+  double waited_s = 0;
+  std::string first_error, first_timeout, first_failure;
   RemoteStats stats;
 };
 
@@ -184,6 +186,7 @@ void RunDevice(RemoteLlm* llm, const LoadOptions& o, int32_t n_vocab, uint64_t s
     for (int i = 0; i < o.gen_tokens; ++i) context.push_back(id(rng));  // the SLM's tokens
     if (o.slm_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.slm_ms * o.gen_tokens));
     const Clock::time_point t0 = Clock::now();
+    const RemoteStats before = llm->stats();
     auto reply = llm->Next(context, n, sampling, r->lookahead ? o.lookahead : 0);
     const double ms = Seconds(t0) * 1e3;
     ++r->calls;
@@ -192,13 +195,30 @@ void RunDevice(RemoteLlm* llm, const LoadOptions& o, int32_t n_vocab, uint64_t s
       if (Clock::now() >= steady) ++r->steady_calls;
       context.insert(context.end(), reply->tokens.begin(), reply->tokens.end());
       calls->fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    ++r->errors;
+    errors->fetch_add(1, std::memory_order_relaxed);
+    const RemoteStats d = llm->stats() - before;
+    const std::string& why = reply.status().message();
+    if (d.failures[static_cast<int>(CallFailure::kRefused)] > 0) {
+      ++r->refused;
+      r->refused_ms.push_back(static_cast<float>(ms));
+      if (r->first_error.empty()) r->first_error = why;
+    } else if (d.failures[static_cast<int>(CallFailure::kTimeout)] > 0) {
+      ++r->timed_out;
+      if (r->first_timeout.empty()) r->first_timeout = why;
     } else {
-      ++r->errors;
-      errors->fetch_add(1, std::memory_order_relaxed);
-      if (r->first_error.empty()) r->first_error = reply.status().message();
-      context.push_back(id(rng));  // the device keeps its SLM's token (FALLBACK)
-      // A failed client fails fast for a while; do not spin on it.
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      ++r->failed;
+      if (r->first_failure.empty()) r->first_failure = why;
+    }
+    context.push_back(id(rng));  // the device keeps its SLM's token (FALLBACK)
+    // Not before the server's Retry-After (or the end of the backend's fail-fast window): a
+    // device's SLM goes on meanwhile without calling.
+    const double wait = std::min(llm->deferred_s(), std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count()));
+    if (wait > 0) {
+      r->waited_s += wait;
+      std::this_thread::sleep_for(std::chrono::duration<double>(wait));
     }
   }
   r->stats = llm->stats();
@@ -261,7 +281,7 @@ Expected<LoadRun> RunLoad(const LoadOptions& o, const Tokenizer& vocab, int sess
     const double el = Seconds(t0);
     if (el >= next_report) {
       const int64_t c = calls.load();
-      Log(o, Format("loadtest: %d session%s  %5.1f s  calls %lld  %.1f/s (last 5 s: %.1f/s)  errors %lld",
+      Log(o, Format("loadtest: %d session%s  %5.1f s  answered %lld  %.1f/s (last 5 s: %.1f/s)  not answered %lld",
                    sessions, sessions == 1 ? "" : "s", el, static_cast<long long>(c), c / el, (c - last_calls) / 5.0,
                    static_cast<long long>(errors.load())));
       last_calls = c;
@@ -288,6 +308,9 @@ Expected<LoadRun> RunLoad(const LoadOptions& o, const Tokenizer& vocab, int sess
       run.generated = Delta(before, after, "tlr_generated_tokens_total");
       run.server_resyncs = Delta(before, after, "tlr_resyncs_total");
       run.evictions = Delta(before, after, "tlr_evictions_total");
+      run.server_refused = DeltaFamily(before, after, "tlr_calls_refused_total", "");
+      run.server_dropped = Delta(before, after, "tlr_calls_expired_total") + Delta(before, after, "tlr_calls_abandoned_total");
+      run.server_cancelled = Delta(before, after, "tlr_calls_cancelled_total");
       run.queue_sum = Delta(before, after, "tlr_queue_seconds_sum");
       run.queue_count = Delta(before, after, "tlr_queue_seconds_count");
       run.next_s_sum = DeltaFamily(before, after, "tlr_http_request_seconds_sum", "/tlr/v1/next");
@@ -305,16 +328,25 @@ Expected<LoadRun> RunLoad(const LoadOptions& o, const Tokenizer& vocab, int sess
     run.calls += r.calls - r.errors;
     run.steady_calls += r.steady_calls;
     run.errors += r.errors;
+    run.refused += r.refused;
+    run.timed_out += r.timed_out;
+    run.failed += r.failed;
+    run.waited_s += r.waited_s;
+    run.refused_ms.insert(run.refused_ms.end(), r.refused_ms.begin(), r.refused_ms.end());
+    for (const std::string* e : {&r.first_timeout, &r.first_failure}) {
+      if (!e->empty() && run.error_samples.size() < 5) run.error_samples.push_back(*e);
+    }
     run.conversations += r.conversations;
     run.resyncs += r.stats.resyncs;
     run.retries += r.stats.retries;
     run.http_requests += r.stats.http_requests;
     run.tokens_sent += r.stats.tokens_sent;
-    if (!r.first_error.empty() && run.error_samples.size() < 5) run.error_samples.push_back(r.first_error);
+    if (run.refusal_sample.empty()) run.refusal_sample = r.first_error;
     run.latency_ms.insert(run.latency_ms.end(), r.latency_ms.begin(), r.latency_ms.end());
     if (!r.lookahead) run.latency_plain_ms.insert(run.latency_plain_ms.end(), r.latency_ms.begin(), r.latency_ms.end());
   }
   std::sort(run.latency_ms.begin(), run.latency_ms.end());
+  std::sort(run.refused_ms.begin(), run.refused_ms.end());
   std::sort(run.latency_plain_ms.begin(), run.latency_plain_ms.end());
   devices.clear();  // closes the sessions on the server
   return run;
@@ -335,11 +367,17 @@ std::string FormatLoadRun(const LoadRun& r, const LoadOptions& o) {
   for (float v : l) mean += v;
   mean = l.empty() ? 0 : mean / l.size();
   Appendf(&out, "\n== %d session%s, %.2f s ==\n", r.sessions, r.sessions == 1 ? "" : "s", r.wall_s);
-  Appendf(&out, "routed calls     %lld  (%.1f calls/s, %.1f per session", static_cast<long long>(r.calls),
+  Appendf(&out, "answered         %lld  (goodput %.1f calls/s, %.1f per session", static_cast<long long>(r.calls),
               r.calls_per_s(), r.calls_per_s() / r.sessions);
   if (r.ramp_s > 0) Appendf(&out, "; after the %.1f s ramp-up", r.ramp_s);
   Appendf(&out, ")\n");
-  Appendf(&out, "errors           %lld", static_cast<long long>(r.errors));
+  Appendf(&out, "refused          %lld  (429/503 overloaded; answered in p50 %.1f ms, p99 %.1f ms; devices waited "
+                "out Retry-After %.1f s in all)",
+          static_cast<long long>(r.refused), Percentile(r.refused_ms, 50), Percentile(r.refused_ms, 99), r.waited_s);
+  if (!r.refusal_sample.empty()) Appendf(&out, "\n  e.g. %s", r.refusal_sample.c_str());
+  Appendf(&out, "\ntimed out        %lld  (no answer within the device's %.1f s timeout)\n", static_cast<long long>(r.timed_out),
+          o.timeout_s);
+  Appendf(&out, "failed           %lld", static_cast<long long>(r.failed));
   for (const auto& e : r.error_samples) Appendf(&out, "\n  e.g. %s", e.c_str());
   Appendf(&out, "\nresyncs          %lld  (retries %lld, conversations %lld, tokens sent %lld, HTTP requests %lld)\n",
               static_cast<long long>(r.resyncs), static_cast<long long>(r.retries),
@@ -368,6 +406,9 @@ std::string FormatLoadRun(const LoadRun& r, const LoadOptions& o) {
     Appendf(&out, "server tokens    prefill %.0f  decode %.0f  generated %.0f; server resyncs %.0f, evictions %.0f; "
                 "KV in use after %.1f MiB\n",
                 r.prefill, r.decode, r.generated, r.server_resyncs, r.evictions, r.kv_bytes / 1048576.0);
+    Appendf(&out, "server shedding  refused %.0f at once; admitted but dropped past their deadline %.0f; dropped for a "
+                "closed connection %.0f\n",
+                r.server_refused, r.server_dropped, r.server_cancelled);
   }
   if (o.server_pid > 0) {
     Appendf(&out, "server memory    VmRSS %.1f -> %.1f MiB (peak sampled %.1f MiB), VmHWM %.1f MiB\n",
@@ -382,9 +423,17 @@ json LoadRunJson(const LoadRun& r) {
             {"wall_s", r.wall_s},
             {"calls", r.calls},
             {"calls_per_s", r.calls_per_s()},
+            {"goodput_per_s", r.calls_per_s()},
             {"ramp_up_s", r.ramp_s},
             {"steady_calls", r.steady_calls},
             {"errors", r.errors},
+            {"refused", r.refused},
+            {"timed_out", r.timed_out},
+            {"failed", r.failed},
+            {"refused_ms", {{"p50", Percentile(r.refused_ms, 50)}, {"p99", Percentile(r.refused_ms, 99)},
+                            {"max", r.refused_ms.empty() ? 0.0f : r.refused_ms.back()}}},
+            {"retry_after_waited_s", r.waited_s},
+            {"refusal_sample", r.refusal_sample},
             {"error_samples", r.error_samples},
             {"resyncs", r.resyncs},
             {"retries", r.retries},
@@ -415,6 +464,9 @@ json LoadRunJson(const LoadRun& r) {
                    {"generated_tokens", r.generated},
                    {"resyncs", r.server_resyncs},
                    {"evictions", r.evictions},
+                   {"refused", r.server_refused},
+                   {"dropped_past_deadline", r.server_dropped},
+                   {"dropped_client_gone", r.server_cancelled},
                    {"next_mean_ms", r.next_count > 0 ? 1e3 * r.next_s_sum / r.next_count : 0.0},
                    {"queue_mean_ms", r.queue_count > 0 ? 1e3 * r.queue_sum / r.queue_count : 0.0},
                    {"kv_bytes_after", r.kv_bytes}};

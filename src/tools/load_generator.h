@@ -4,9 +4,13 @@
 // calls it "generates" gen_tokens random ids (taking slm_ms each; by default no time, so devices
 // call back to back: the server's worst case), which the next call appends together with the
 // LLM's previous token; past max_context the device starts a new conversation (a new random
-// prompt from base 0, in the same session). A run reports routed calls/s, errors, client latency
-// percentiles, the server's batch-size distribution (from /metrics, scraped before and after)
-// and, for a server on this machine (server_pid), its memory.
+// prompt from base 0, in the same session). A call the server refuses (429/503, overloaded)
+// leaves the device its SLM's token, and the device does not call again before the server's
+// Retry-After (with jitter), as real devices do; after any other failure it waits out the
+// backend's fail-fast window. A run reports goodput (calls answered, which is within the device's
+// timeout, per second), refused, timed-out and otherwise failed calls apart (one per call),
+// client latency percentiles, the server's batch-size distribution (from /metrics, scraped
+// before and after) and, for a server on this machine (server_pid), its memory.
 //
 // Thread-safety: RunLoad may be called from any thread; it starts and joins its own threads.
 #pragma once
@@ -33,7 +37,7 @@ struct LoadOptions {
   // and their latency is reported apart: what others' lookahead costs them.
   int lookahead = 0;
   int64_t max_context = 1024;
-  double duration_s = 60, timeout_s = 10, slm_ms = 0, sim_rtt_ms = 0;
+  double duration_s = 60, timeout_s = 2, slm_ms = 0, sim_rtt_ms = 0;
   // Devices start evenly spread over the first ramp_s seconds (at most half the run), and
   // calls/s counts the calls that end after it: a fleet arriving at once is a prefill wave
   // (32 x 64 prompt tokens took a 1.5B Q8_0 server on 2 cores ~15 s, past the devices'
@@ -76,20 +80,26 @@ ProcMemory ReadProcMemory(int pid);
 struct LoadRun {
   int sessions = 0;
   double wall_s = 0;
-  int64_t calls = 0, errors = 0, conversations = 0, resyncs = 0, retries = 0, http_requests = 0, tokens_sent = 0;
+  // calls: answered; errors: failed calls of every kind, which are refused (429/503: the server
+  // shed them at once), timed_out (no answer within the device's timeout) and failed (the rest).
+  int64_t calls = 0, errors = 0, refused = 0, timed_out = 0, failed = 0;
+  int64_t conversations = 0, resyncs = 0, retries = 0, http_requests = 0, tokens_sent = 0;
+  double waited_s = 0;       // devices' time spent waiting out Retry-After (summed)
+  std::vector<float> refused_ms;  // sorted: how long a refusal took to arrive
   double ramp_s = 0;         // the ramp-up used
   int64_t steady_calls = 0;  // successful calls that ended after it
-  std::vector<std::string> error_samples;
+  std::vector<std::string> error_samples;  // of timeouts and failures
+  std::string refusal_sample;
   std::vector<float> latency_ms;  // sorted
   std::vector<float> latency_plain_ms;  // sorted: of devices that ask no lookahead
   bool have_metrics = false;
   std::vector<LoadBucket> batch_sequences;
   double passes = 0, batch_seq_sum = 0, batch_tok_sum = 0, batch_tok_count = 0, prefill = 0, decode = 0,
-         generated = 0, server_resyncs = 0, evictions = 0, queue_sum = 0, queue_count = 0, next_s_sum = 0,
+         generated = 0, server_resyncs = 0, evictions = 0, server_refused = 0, server_dropped = 0, server_cancelled = 0, queue_sum = 0, queue_count = 0, next_s_sum = 0,
          next_count = 0, kv_bytes = 0;
   ProcMemory mem_before, mem_after;
   int64_t rss_peak_kib = 0;  // sampled during the run
-  // Successful calls per second after the ramp-up.
+  // Goodput: calls answered (within the device's timeout) per second after the ramp-up.
   double calls_per_s() const { return wall_s > ramp_s ? steady_calls / (wall_s - ramp_s) : 0; }
 };
 

@@ -50,11 +50,14 @@ TEST(LoadGeneratorTest, MissingVocabularyIsAnError) {
 
 class LoadGeneratorServerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { Start(EngineLimits{}); }
+  void Start(const EngineLimits& lim) {
+    server_.reset();
+    engine_.reset();
     auto m = Model::Load(kDemo + "llm.gguf");
     ASSERT_TRUE(m.ok()) << m.status().message();
     llm_ = std::move(m).value();
-    engine_ = std::make_unique<LlmEngine>(*llm_, nullptr, EngineLimits{}, &metrics_);
+    engine_ = std::make_unique<LlmEngine>(*llm_, nullptr, lim, &metrics_);
     ServerOptions so;
     so.port = 0;
     server_ = std::make_unique<LlmServer>(engine_.get(), &metrics_, so);
@@ -85,7 +88,7 @@ TEST_F(LoadGeneratorServerTest, TwoDevicesMakeCallsWithoutErrors) {
   ASSERT_TRUE(r->have_metrics);
   EXPECT_GT(r->passes, 0);
   EXPECT_GT(r->generated, 0);
-  EXPECT_NE(FormatLoadRun(*r, o).find("routed calls"), std::string::npos);
+  EXPECT_NE(FormatLoadRun(*r, o).find("goodput"), std::string::npos);
   const nlohmann::json j = LoadRunJson(*r);
   EXPECT_EQ(j["calls"].get<int64_t>(), r->calls);
   EXPECT_TRUE(j.contains("server"));
@@ -112,6 +115,38 @@ TEST_F(LoadGeneratorServerTest, RampUpStartsDevicesLateAndRatesOnlyTheCallsAfter
   EXPECT_GE(r->conversations, kDevices);  // every device ran, the late ones too
   EXPECT_NE(FormatLoadRun(*r, o).find("after the 0.6 s ramp-up"), std::string::npos);
   EXPECT_EQ(LoadRunJson(*r)["steady_calls"].get<int64_t>(), r->steady_calls);
+}
+
+// A server slower than its devices' timeout allows: it refuses what it cannot answer in time;
+// the devices count each refused call once and wait out its Retry-After (no failing fast in a
+// loop), and nothing the server admitted times out.
+TEST_F(LoadGeneratorServerTest, RefusedCallsAreCountedOnceAndWaitedOut) {
+  EngineLimits lim;
+  lim.test_pass_delay_s = 0.05;
+  lim.max_batch_tokens = 16;
+  Start(lim);
+  LoadOptions o;
+  o.server = "http://127.0.0.1:" + std::to_string(server_->port());
+  o.duration_s = 1.5;
+  o.timeout_s = 0.4;
+  o.prompt_tokens = 40;  // a new conversation needs 3 passes: 150 ms of the 200 ms it may use
+  o.gen_tokens = 4;
+  o.max_context = 80;
+  auto r = RunLoad(o, llm_->tokenizer(), 8, 5);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_GT(r->calls, 0);
+  EXPECT_GT(r->refused, 0);
+  EXPECT_EQ(r->timed_out, 0) << (r->error_samples.empty() ? "" : r->error_samples[0]);
+  EXPECT_EQ(r->failed, 0) << (r->error_samples.empty() ? "" : r->error_samples[0]);
+  EXPECT_EQ(r->errors, r->refused);
+  EXPECT_EQ(static_cast<int64_t>(r->refused_ms.size()), r->refused);
+  EXPECT_GT(r->waited_s, 0);
+  EXPECT_DOUBLE_EQ(r->server_refused, static_cast<double>(r->refused));  // one request per refused call
+  EXPECT_EQ(r->server_dropped, 0);
+  EXPECT_NE(r->refusal_sample.find("overloaded"), std::string::npos) << r->refusal_sample;
+  const nlohmann::json j = LoadRunJson(*r);
+  EXPECT_EQ(j["refused"].get<int64_t>(), r->refused);
+  EXPECT_EQ(j["timed_out"].get<int64_t>(), 0);
 }
 
 TEST_F(LoadGeneratorServerTest, UnreachableServerIsAnError) {

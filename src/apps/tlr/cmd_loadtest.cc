@@ -1,11 +1,14 @@
 // `tlr loadtest`: load-tests a `tlr serve` server with many simulated devices (apps layer): parses
-// the flags and runs the load generator (tools/load_generator.h), once or twice
-// (--compare-single), printing each run's report and optionally writing them all as JSON.
+// the flags and runs the load generator (tools/load_generator.h), once, twice (--compare-single)
+// or once per device count (--sweep: goodput against offered load), printing each run's report
+// and optionally writing them all as JSON.
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <algorithm>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,7 +22,7 @@ using nlohmann::json;
 
 Command AddLoadtestCommand(CLI::App& root) {
   struct Opts : LoadOptions {
-    std::string vocab, json_path;
+    std::string vocab, json_path, sweep;
     int sessions = 32;
     bool compare_single = false;
     uint64_t seed = 1;
@@ -58,6 +61,9 @@ Command AddLoadtestCommand(CLI::App& root) {
       ->default_val(0)->check(CLI::Range(0.0, 60000.0));
   app->add_option("--sim-rtt", o->sim_rtt_ms, "Simulated network round trip per HTTP request, in ms (in the latency)")
       ->default_val(0)->check(CLI::Range(0.0, 600000.0));
+  app->add_option("--sweep", o->sweep,
+                  "Device counts to run one after another, e.g. 4,8,16,32,64,128 (each for --duration): the goodput "
+                  "curve against offered load, printed as a table and written with --json (replaces --sessions)");
   app->add_flag("--compare-single", o->compare_single,
                 "First run 1 session for the same duration and report calls/s(N) / calls/s(1)");
   app->add_option("--server-pid", o->server_pid, "Report the server's memory (VmRSS, VmHWM) from /proc/PID")
@@ -67,13 +73,18 @@ Command AddLoadtestCommand(CLI::App& root) {
                   "calls after it: all at once, their prompts arrive as one prefill wave that a slow server cannot "
                   "finish within --timeout (0: all at once)")
       ->default_val(10)->check(CLI::Range(0.0, 86400.0));
-  app->add_option("--timeout", o->timeout_s, "Seconds per HTTP attempt")->default_val(10)->check(CLI::Range(0.001, 3600.0));
+  app->add_option("--timeout", o->timeout_s,
+                  "Seconds a device waits for one call (its --llm-timeout; the server refuses at once what it cannot "
+                  "answer in that time)")
+      ->default_val(2)->check(CLI::Range(0.001, 3600.0));
   app->add_option("--json", o->json_path, "Also write every number to this JSON file");
   app->add_option("--seed", o->seed, "Seed of the random tokens")->default_val(1);
   app->footer(
       "Example (demo LLM):\n"
       "  tlr serve --port 8080 -t 2 &\n"
-      "  tlr loadtest --server http://127.0.0.1:8080 --sessions 32 --duration 60 --compare-single --server-pid $!");
+      "  tlr loadtest --server http://127.0.0.1:8080 --sessions 32 --duration 60 --compare-single --server-pid $!\n"
+      "  tlr loadtest --server http://127.0.0.1:8080 --sweep 4,8,16,32,64,128 --duration 20 --ramp-up 0 --json sweep.json\n"
+      "Exit status 1 when a call timed out or failed; refused calls (the server shedding load) are not failures.");
   return {app, [o]() -> int {
             const char* cmd = "loadtest";
             if (o->api_key.empty()) {
@@ -94,8 +105,22 @@ Command AddLoadtestCommand(CLI::App& root) {
             o->log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
             std::vector<LoadRun> runs;
             std::vector<int> plan;
-            if (o->compare_single) plan.push_back(1);
-            plan.push_back(o->sessions);
+            if (!o->sweep.empty()) {
+              if (o->compare_single) return ReportError(cmd, "--sweep and --compare-single do not go together");
+              std::string item;
+              std::istringstream in(o->sweep);
+              while (std::getline(in, item, ',')) {
+                char* end = nullptr;
+                const long v = std::strtol(item.c_str(), &end, 10);
+                if (item.empty() || *end != '\0' || v < 1 || v > 4096) {
+                  return ReportError(cmd, "--sweep: '" + item + "' is not a device count in 1..4096 (e.g. 4,8,16,32)");
+                }
+                plan.push_back(static_cast<int>(v));
+              }
+            } else {
+              if (o->compare_single) plan.push_back(1);
+              plan.push_back(o->sessions);
+            }
             for (size_t i = 0; i < plan.size(); ++i) {
               auto r = RunLoad(*o, *vocab, plan[i], o->seed + 7919 * i);
               if (!r.ok()) return ReportError(cmd, r.status().message());
@@ -115,21 +140,45 @@ Command AddLoadtestCommand(CLI::App& root) {
                         {"seed", o->seed},
                         {"runs", json::array()}};
             for (const LoadRun& r : runs) out["runs"].push_back(LoadRunJson(r));
-            int64_t errors = 0;
-            for (const LoadRun& r : runs) errors += r.errors;
+            int64_t refused = 0, failed = 0;
+            for (const LoadRun& r : runs) {
+              refused += r.refused;
+              failed += r.timed_out + r.failed;
+            }
+            if (plan.size() > 1 && !o->sweep.empty()) {
+              double peak = 0;
+              for (const LoadRun& r : runs) peak = std::max(peak, r.calls_per_s());
+              std::printf("\n== goodput against offered load (%.0f s per point) ==\n", o->duration_s);
+              std::printf("devices  goodput/s  of peak  answered  refused  timed out  failed  p50 ms  p99 ms  refusal p99 ms\n");
+              json curve = json::array();
+              for (const LoadRun& r : runs) {
+                std::printf("%7d  %9.1f  %6.2fx  %8lld  %7lld  %9lld  %6lld  %6.0f  %6.0f  %14.1f\n", r.sessions, r.calls_per_s(),
+                            peak > 0 ? r.calls_per_s() / peak : 0.0, static_cast<long long>(r.calls),
+                            static_cast<long long>(r.refused), static_cast<long long>(r.timed_out),
+                            static_cast<long long>(r.failed), Percentile(r.latency_ms, 50), Percentile(r.latency_ms, 99),
+                            Percentile(r.refused_ms, 99));
+                curve.push_back({{"devices", r.sessions}, {"goodput_per_s", r.calls_per_s()},
+                                 {"of_peak", peak > 0 ? r.calls_per_s() / peak : 0.0}, {"refused", r.refused},
+                                 {"timed_out", r.timed_out}, {"failed", r.failed}});
+              }
+              out["sweep"] = curve;
+              out["peak_goodput_per_s"] = peak;
+            }
             if (runs.size() == 2) {
               const double ratio = runs[0].calls_per_s() > 0 ? runs[1].calls_per_s() / runs[0].calls_per_s() : 0;
               std::printf("\nscaling          %d sessions / 1 session: %.2fx routed calls/s (%.1f vs %.1f; goal >= 8x)\n",
                           o->sessions, ratio, runs[1].calls_per_s(), runs[0].calls_per_s());
               out["speedup_vs_single"] = ratio;
             }
-            std::printf("%s\n", errors == 0 ? "zero errors" : (std::to_string(errors) + " errors").c_str());
+            std::printf("%s; %lld refused (shed by the server)\n",
+                        failed == 0 ? "no call timed out or failed" : (std::to_string(failed) + " calls timed out or failed").c_str(),
+                        static_cast<long long>(refused));
             if (!o->json_path.empty()) {
               std::ofstream f(o->json_path);
               f << out.dump(2) << "\n";
               if (!f) return ReportError(cmd, "cannot write '" + o->json_path + "'");
             }
-            return errors == 0 ? 0 : 1;
+            return failed == 0 ? 0 : 1;
           }};
 }
 

@@ -25,7 +25,7 @@ Command AddServeCommand(CLI::App& root) {
     int port = 8080, threads = 2, http_threads = 64, max_tokens = 256, prompt_cache = 0, max_connections = 1024,
         backlog = 1024;
     int64_t ctx = 4096, max_sessions = 1024, batch_tokens = 512, session_quota = 0;
-    double ttl = 600, request_timeout = 10, keep_alive = 30;
+    double ttl = 600, request_timeout = 10, keep_alive = 30, default_timeout = 30, cold_share = 0.5;
     bool insecure = false;
   };
   auto o = std::make_shared<Opts>();
@@ -51,6 +51,15 @@ Command AddServeCommand(CLI::App& root) {
   app->add_option("--max-body", o->max_body, "Largest request body (e.g. 4M)")->default_val("4M");
   app->add_option("--batch-tokens", o->batch_tokens, "Tokens per batched forward pass")->default_val(512)
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  app->add_option("--default-timeout", o->default_timeout,
+                  "Seconds a call may take when it does not say (native: timeout_ms; OpenAI: the X-TLR-Timeout-Ms "
+                  "or X-Stainless-Timeout header); a call that cannot be answered within its time is refused at once "
+                  "(429 overloaded, with Retry-After)")
+      ->default_val(30)->check(CLI::Range(0.01, 86400.0));
+  app->add_option("--cold-share", o->cold_share,
+                  "Under load, a new or resynced conversation's prefill is admitted only when it can finish within "
+                  "this share of its time; the rest is kept for warm sessions' routed tokens")
+      ->default_val(0.5)->check(CLI::Range(0.05, 1.0));
   app->add_option("--prompt-cache", o->prompt_cache,
                   "Most KV caches the OpenAI endpoints keep for reuse by prefix (one per client resending a growing "
                   "context); 0: as many as --kv-budget holds (least recently used evicted first)")
@@ -113,6 +122,7 @@ Command AddServeCommand(CLI::App& root) {
             so.idle_timeout_s = o->keep_alive;
             so.listen_backlog = o->backlog;
             so.session_quota = o->session_quota;
+            so.default_timeout_s = o->default_timeout;
             if (!ParseBytes(o->max_body, &so.max_body_bytes)) return ReportError(cmd, "--max-body: not a size: '" + o->max_body + "' (e.g. 4M)");
             EngineLimits lim;
             if (!ParseBytes(o->kv_budget, &lim.kv_budget_bytes)) return ReportError(cmd, "--kv-budget: not a size: '" + o->kv_budget + "' (e.g. 4G)");
@@ -122,6 +132,7 @@ Command AddServeCommand(CLI::App& root) {
             lim.max_tokens_per_call = o->max_tokens;
             lim.max_batch_tokens = o->batch_tokens;
             lim.prompt_cache_slots = o->prompt_cache;
+            lim.cold_share = o->cold_share;
             auto model = Model::Load(o->model, ModelOptions(o->kv_type));
             if (!model.ok()) return ReportError(cmd, model.status().message());
             so.model_name = o->name.empty() ? std::filesystem::path(o->model).stem().string() : o->name;

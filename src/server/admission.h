@@ -1,0 +1,93 @@
+// Admission (server layer, part of the batch scheduler): whether a call can be answered before
+// its deadline, decided at once when it arrives, from the scheduler's measured speed and the
+// work it has already admitted. A call that cannot is refused (429 with Retry-After) instead of
+// queued: queued, it would wait behind older calls until its device stopped waiting, and an
+// overloaded server would spend its passes on answers nobody reads (congestion collapse).
+//
+// The model: a forward pass takes fixed + per_unit x (tokens + head_units x output rows)
+// seconds (PassTimeModel, fitted to every pass as it runs; output rows cost the LM head). Calls
+// are served in ServedBefore order: warm calls (a routed token on a session that holds its
+// context: a few new tokens) before cold ones (a new or resynced conversation's prefill), then
+// by deadline. A call's finish is projected by walking that order with the tokens of every call
+// ahead of it, in passes of at most pass_tokens. A candidate is admitted when its own projected
+// finish and that of every admitted call it would overtake stay within their deadlines (less a
+// margin for the reply's way back, with a safety factor on the projection), so whatever is
+// admitted is answered in time as long as the model holds. A cold call must moreover finish
+// within cold_share of its time: the rest is left to warm calls that arrive later and overtake
+// it, so under overload warm sessions' routed tokens keep being served and new conversations
+// are admitted as capacity allows.
+//
+// Pure functions of their arguments (times are seconds on the scheduler's clock): the unit
+// tests drive them with a fake clock.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace tlr {
+
+// Seconds per forward pass, fitted online by least squares with exponential forgetting (recent
+// passes weigh more: the machine's load changes).
+class PassTimeModel {
+ public:
+  // head_units: what one output row (the LM head over the vocabulary) costs in tokens' work.
+  explicit PassTimeModel(double head_units = 0, double forget = 0.97);
+  void Observe(int64_t tokens, int64_t outputs, double seconds);
+  // Predicted seconds of a pass (0 until a pass was observed).
+  double Predict(int64_t tokens, int64_t outputs) const;
+  // Tokens (each sequence's last one with an output row) that fit within `seconds`; at least 1.
+  int64_t TokensWithin(double seconds, double outputs_per_token) const;
+  bool calibrated() const { return n_ > 0; }
+  double fixed_s() const;
+  double per_unit_s() const;
+  double head_units() const { return head_units_; }
+
+ private:
+  double head_units_, forget_;
+  double w_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
+  int64_t n_ = 0;
+};
+
+// One call as admission sees it.
+struct AdmissionWork {
+  double deadline = std::numeric_limits<double>::infinity();  // absolute; inf: none
+  double budget_s = 0;   // the time the call was given (timeout), for the margin; 0: none
+  bool warm = true;
+  int64_t tokens = 0;    // prefill tokens still to ingest
+  int steps = 0;         // generation passes still due after the prefill (low priority excluded)
+  uint64_t seq = 0;      // arrival order
+};
+
+// Warm before cold, then earlier deadline, then arrival.
+bool ServedBefore(const AdmissionWork& a, const AdmissionWork& b);
+
+struct AdmissionPolicy {
+  int64_t pass_tokens = 512;  // tokens per pass (the scheduler's budget)
+  double cold_share = 0.5;    // a cold call must be projected to finish within this share of its time
+  double margin_s = 0.02;     // kept free before every deadline (the reply's way back) ...
+  double margin_share = 0.05; // ... plus this share of the call's budget
+  double safety = 1.2;        // projected durations are stretched by this
+  int64_t warm_tokens = 32;   // a call feeding at most this many tokens is warm
+};
+
+struct AdmissionVerdict {
+  bool admit = true;
+  double expected_s = 0;     // projected time until the candidate is answered
+  double retry_after_s = 0;  // refused: when a call like it may fit again
+  std::string why;           // refused: in words
+};
+
+// Decides on `candidate` against the calls already admitted (in any order), at time `now`, with
+// the pass in flight expected to end in `pass_left_s`. Without a calibrated model every call is
+// admitted.
+AdmissionVerdict Admit(const std::vector<AdmissionWork>& admitted, const AdmissionWork& candidate, double now,
+                       double pass_left_s, const PassTimeModel& model, const AdmissionPolicy& policy);
+
+// Projected finish times (absolute) of `work` served in ServedBefore order from `now`, indexed
+// like `work`.
+std::vector<double> ProjectFinish(const std::vector<AdmissionWork>& work, double now, double pass_left_s,
+                                  const PassTimeModel& model, int64_t pass_tokens);
+
+}  // namespace tlr

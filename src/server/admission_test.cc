@@ -1,0 +1,171 @@
+// Admission under a fake clock: the pass-time fit, the order calls are served in, and which
+// calls are refused and when they may come back (admission.h).
+#include "server/admission.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace tlr {
+namespace {
+
+// 10 ms per pass plus 1 ms per token; output rows free.
+PassTimeModel LinearModel() {
+  PassTimeModel m(0.0, 1.0);
+  for (int64_t t : {1, 8, 32, 64, 128}) m.Observe(t, 1, 0.010 + 0.001 * static_cast<double>(t));
+  return m;
+}
+
+AdmissionWork Call(double now, double timeout, int64_t tokens, bool warm, uint64_t seq, int steps = 0) {
+  AdmissionWork w;
+  w.deadline = now + timeout;
+  w.budget_s = timeout;
+  w.tokens = tokens;
+  w.warm = warm;
+  w.seq = seq;
+  w.steps = steps;
+  return w;
+}
+
+AdmissionPolicy Exact() {
+  AdmissionPolicy p;
+  p.pass_tokens = 64;
+  p.safety = 1.0;
+  p.margin_s = 0;
+  p.margin_share = 0;
+  p.cold_share = 0.5;
+  return p;
+}
+
+TEST(PassTimeModel, FitsFixedAndPerTokenCost) {
+  const PassTimeModel m = LinearModel();
+  EXPECT_NEAR(m.fixed_s(), 0.010, 1e-9);
+  EXPECT_NEAR(m.per_unit_s(), 0.001, 1e-9);
+  EXPECT_NEAR(m.Predict(100, 1), 0.110, 1e-9);
+  EXPECT_EQ(m.TokensWithin(0.0505, 0), 40);
+}
+
+TEST(PassTimeModel, OutputRowsCostTheHead) {
+  PassTimeModel m(2.0, 1.0);  // an output row costs two tokens' work
+  for (int64_t t : {1, 16, 64}) m.Observe(t, 1, 0.001 * static_cast<double>(t + 2));
+  EXPECT_NEAR(m.Predict(10, 3), 0.016, 1e-9);
+}
+
+TEST(PassTimeModel, SameSizedPassesGiveTheMeanPerToken) {
+  PassTimeModel m(0.0, 1.0);
+  m.Observe(32, 1, 0.064);
+  m.Observe(32, 1, 0.064);
+  EXPECT_NEAR(m.Predict(16, 1), 0.032, 1e-9);
+}
+
+TEST(PassTimeModel, RecentPassesWeighMore) {
+  PassTimeModel m(0.0, 0.5);
+  for (int i = 0; i < 20; ++i) m.Observe(10, 1, 0.010);
+  for (int i = 0; i < 20; ++i) m.Observe(10, 1, 0.040);  // the machine got slower
+  EXPECT_NEAR(m.Predict(10, 1), 0.040, 1e-4);
+}
+
+TEST(Admission, EverythingIsAdmittedBeforeAPassWasTimed) {
+  PassTimeModel none;
+  const AdmissionVerdict v = Admit({}, Call(0, 0.001, 100000, false, 0), 0, 0, none, Exact());
+  EXPECT_TRUE(v.admit);
+}
+
+TEST(Admission, WarmBeforeColdThenByDeadline) {
+  const AdmissionWork cold_early = Call(0, 1, 100, false, 0), warm_late = Call(0, 5, 8, true, 1),
+                      warm_early = Call(0, 2, 8, true, 2);
+  EXPECT_TRUE(ServedBefore(warm_late, cold_early));
+  EXPECT_TRUE(ServedBefore(warm_early, warm_late));
+  EXPECT_FALSE(ServedBefore(cold_early, warm_early));
+  const std::vector<double> f = ProjectFinish({cold_early, warm_late, warm_early}, 0, 0, LinearModel(), 64);
+  EXPECT_LT(f[2], f[1]);
+  EXPECT_LT(f[1], f[0]);
+  // Two warm calls of 8 tokens share a pass (10 ms + 16 ms); the cold call's 100 tokens take two
+  // more passes (116 tokens in all: 2 x 10 ms + 116 ms).
+  EXPECT_NEAR(f[1], 0.026, 1e-9);
+  EXPECT_NEAR(f[0], 0.136, 1e-9);
+}
+
+TEST(Admission, ThePassInFlightAndGenerationStepsCount) {
+  const std::vector<double> f = ProjectFinish({Call(0, 1, 10, true, 0, 3)}, 5.0, 0.1, LinearModel(), 64);
+  // 0.1 s left of the pass running, 20 ms for the prefill, 3 steps priced as passes of 11
+  // tokens (21 ms).
+  EXPECT_NEAR(f[0], 5.0 + 0.1 + 0.020 + 3 * 0.021, 1e-9);
+}
+
+TEST(Admission, ColdCallsFillOnlyTheirShareAndComeBackWhenTheQueueDrains) {
+  const PassTimeModel m = LinearModel();
+  const AdmissionPolicy p = Exact();
+  std::vector<AdmissionWork> admitted;
+  // 1 s timeouts: a cold call must finish within 0.5 s. Each 64-token prompt is one 74 ms pass.
+  int n = 0;
+  for (uint64_t seq = 0; seq < 20; ++seq) {
+    const AdmissionWork c = Call(0, 1.0, 64, false, seq);
+    const AdmissionVerdict v = Admit(admitted, c, 0, 0, m, p);
+    if (!v.admit) {
+      // The sixth would finish at 6 x 74 ms = 444 ms ... the seventh at 518 ms: 18 ms too late.
+      EXPECT_EQ(n, 6);
+      // 18 ms, but a Retry-After is at least 50 ms.
+      EXPECT_NEAR(v.retry_after_s, 0.05, 1e-9);
+      EXPECT_NE(v.why.find("50% of its timeout"), std::string::npos) << v.why;
+      // It fits once the queue ahead has drained by that much.
+      std::vector<AdmissionWork> later = admitted;
+      later.erase(later.begin());  // the first prompt is done after its 74 ms pass
+      const AdmissionWork again = Call(0.074, 1.0, 64, false, seq);
+      EXPECT_TRUE(Admit(later, again, 0.074, 0, m, p).admit);
+      break;
+    }
+    admitted.push_back(c);
+    ++n;
+  }
+  EXPECT_EQ(n, 6);
+  // A warm call still gets in: it goes first and the cold calls have room to their deadlines.
+  EXPECT_TRUE(Admit(admitted, Call(0, 1.0, 8, true, 99), 0, 0, m, p).admit);
+}
+
+TEST(Admission, AWarmCallThatWouldMakeAnAdmittedCallLateIsRefused) {
+  const PassTimeModel m = LinearModel();
+  AdmissionPolicy p = Exact();
+  p.cold_share = 1.0;
+  // A cold prompt finishing at 0.180 s (three passes, 150 tokens) with 0.2 s to go.
+  const std::vector<AdmissionWork> admitted = {Call(0, 0.2, 150, false, 0)};
+  const AdmissionVerdict small = Admit(admitted, Call(0, 1.0, 1, true, 1), 0, 0, m, p);
+  EXPECT_TRUE(small.admit) << small.why;  // one more token: 0.181 s
+  const AdmissionVerdict big = Admit(admitted, Call(0, 1.0, 30, true, 1), 0, 0, m, p);
+  EXPECT_FALSE(big.admit);
+  EXPECT_NE(big.why.find("already admitted"), std::string::npos) << big.why;
+  EXPECT_NEAR(big.retry_after_s, 0.05, 1e-9);  // 10 ms late; a Retry-After is at least 50 ms
+  const AdmissionVerdict bigger = Admit(admitted, Call(0, 1.0, 120, true, 1), 0, 0, m, p);
+  EXPECT_NEAR(bigger.retry_after_s, 0.320 - 0.2, 1e-9);  // 270 tokens in 5 passes: 50 + 270 ms
+  // A call already late whatever comes does not block others.
+  const std::vector<AdmissionWork> late = {Call(0, 0.1, 150, false, 0)};
+  EXPECT_TRUE(Admit(late, Call(0, 1.0, 30, true, 1), 0, 0, m, p).admit);
+}
+
+TEST(Admission, MarginAndSafetyAreKeptFree) {
+  const PassTimeModel m = LinearModel();
+  AdmissionPolicy p = Exact();
+  const AdmissionWork c = Call(0, 0.105, 80, true, 0);  // 2 passes: 0.100 s
+  p.cold_share = 1.0;
+  EXPECT_TRUE(Admit({}, c, 0, 0, m, p).admit);
+  p.margin_s = 0.01;
+  EXPECT_FALSE(Admit({}, c, 0, 0, m, p).admit);
+  p.margin_s = 0;
+  p.safety = 1.2;
+  const AdmissionVerdict v = Admit({}, c, 0, 0, m, p);
+  EXPECT_FALSE(v.admit);
+  EXPECT_NEAR(v.expected_s, 0.120, 1e-9);
+}
+
+TEST(Admission, CallsWithoutDeadlineAreAlwaysAdmittedAndGoLast) {
+  const PassTimeModel m = LinearModel();
+  AdmissionWork forever;
+  forever.tokens = 100000;
+  forever.warm = false;
+  EXPECT_TRUE(Admit({Call(0, 0.05, 8, true, 0)}, forever, 0, 0, m, Exact()).admit);
+  // It does not delay a call with a deadline that comes after it.
+  EXPECT_TRUE(Admit({forever}, Call(0, 0.05, 8, true, 1), 0, 0, m, Exact()).admit);
+}
+
+}  // namespace
+}  // namespace tlr

@@ -1,0 +1,189 @@
+// The real server on a loopback port with every forward pass slowed down (a test-only delay),
+// under more calls than it can answer in time: it refuses at once what would miss its
+// deadline (429 overloaded, Retry-After), answers everything it admitted, drops a request whose
+// client closed its connection before any pass ran for it, and keeps the sessions of refused
+// calls as they were (their next call is a plain delta, not a resync).
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "net/protocol.h"
+#include "server/llm_server.h"
+
+namespace tlr {
+namespace {
+
+using nlohmann::json;
+const std::string kDemo = std::string(TLR_SOURCE_DIR) + "/models/demo/";
+
+class OverloadTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { llm_ = Model::Load(kDemo + "llm.gguf")->release(); }
+  static void TearDownTestSuite() { delete llm_; }
+
+  void Start(double pass_delay_s, int64_t batch_tokens) {
+    EngineLimits lim;
+    lim.test_pass_delay_s = pass_delay_s;
+    lim.max_batch_tokens = batch_tokens;
+    engine_ = std::make_unique<LlmEngine>(*llm_, nullptr, lim, &metrics_);
+    ServerOptions so;
+    so.port = 0;
+    server_ = std::make_unique<LlmServer>(engine_.get(), &metrics_, so);
+    ASSERT_TRUE(server_->Start().ok());
+    port_ = server_->port();
+  }
+  std::unique_ptr<httplib::Client> Client() {
+    auto c = std::make_unique<httplib::Client>("127.0.0.1", port_);
+    c->set_read_timeout(std::chrono::seconds(30));
+    return c;
+  }
+  std::string NewSession() {
+    auto r = Client()->Post("/tlr/v1/sessions", "{}", "application/json");
+    EXPECT_TRUE(r && r->status == 201);
+    return r ? json::parse(r->body).value("session", "") : "";
+  }
+  // A prompt of `n` ordinary tokens, different per `salt`.
+  std::vector<int32_t> Tokens(int n, int salt) const {
+    std::vector<int32_t> t;
+    for (int i = 0; i < n; ++i) t.push_back(10 + (salt * 31 + i * 7) % 200);
+    return t;
+  }
+  static std::string NextBody(const std::string& session, const std::vector<int32_t>& append, int64_t timeout_ms,
+                              int n = 1) {
+    return json{{"session", session}, {"base", 0}, {"prefix_hash", HashHex(TokenPrefixHash({}))}, {"append", append},
+                {"n", n}, {"timeout_ms", timeout_ms}}
+        .dump();
+  }
+  double Metric(const std::string& name) const { return metrics_.Value(name); }
+
+  static Model* llm_;
+  Metrics metrics_;
+  std::unique_ptr<LlmEngine> engine_;
+  std::unique_ptr<LlmServer> server_;
+  int port_ = 0;
+};
+Model* OverloadTest::llm_ = nullptr;
+
+TEST_F(OverloadTest, RefusesAtOnceWhatItCannotAnswerInTimeAndAnswersWhatItAdmits) {
+  // Each pass takes at least 100 ms and holds 64 tokens: a burst of 16 new conversations of 60
+  // tokens needs 16 passes, 1.6 s, and each device waits 1 s, of which a new conversation may
+  // use half.
+  Start(0.1, 64);
+  constexpr int kCalls = 16;
+  std::vector<std::string> sessions;
+  for (int i = 0; i < kCalls; ++i) sessions.push_back(NewSession());
+  std::vector<int> status(kCalls, 0);
+  std::vector<json> replies(kCalls);
+  std::vector<std::string> retry_after(kCalls), retry_after_ms(kCalls);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kCalls; ++i) {
+    threads.emplace_back([&, i] {
+      auto r = Client()->Post("/tlr/v1/next", NextBody(sessions[i], Tokens(60, i), 1000), "application/json");
+      if (!r) return;
+      status[i] = r->status;
+      replies[i] = json::parse(r->body, nullptr, false);
+      retry_after[i] = r->get_header_value("Retry-After");
+      retry_after_ms[i] = r->get_header_value("retry-after-ms");
+    });
+  }
+  for (auto& t : threads) t.join();
+  int ok = 0, refused = 0;
+  for (int i = 0; i < kCalls; ++i) {
+    if (status[i] == 200) {
+      ++ok;
+      EXPECT_EQ(replies[i]["tokens"].size(), 1u);
+    } else {
+      ASSERT_EQ(status[i], 429) << replies[i].dump();
+      ++refused;
+      EXPECT_EQ(replies[i]["error"]["code"], "overloaded");
+      EXPECT_GT(replies[i]["error"]["retry_after_ms"].get<double>(), 0);
+      EXPECT_GE(std::stoi(retry_after[i]), 1);
+      EXPECT_GT(std::stoi(retry_after_ms[i]), 0);
+    }
+  }
+  EXPECT_GE(ok, 1);
+  EXPECT_GE(refused, 1);
+  EXPECT_EQ(Metric("tlr_calls_expired_total") + Metric("tlr_calls_abandoned_total"), 0)
+      << "an admitted call was dropped past its deadline";
+  EXPECT_EQ(metrics_.Value("tlr_calls_refused_total", {{"class", "cold"}}), refused);
+  // A refused call left its session as it was: the device's next call from base 0 is a plain
+  // delta (no resync), and one that was answered holds its context.
+  for (int i = 0; i < kCalls; ++i) {
+    if (status[i] != 429) continue;
+    auto r = Client()->Post("/tlr/v1/next", NextBody(sessions[i], Tokens(60, i), 30000), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    break;
+  }
+  EXPECT_EQ(Metric("tlr_resyncs_total"), 0);
+}
+
+TEST_F(OverloadTest, WarmCallsGetInWhereNewConversationsAreRefused) {
+  Start(0.1, 64);
+  // A session that holds its context.
+  const std::string warm = NewSession();
+  auto first = Client()->Post("/tlr/v1/next", NextBody(warm, Tokens(40, 0), 30000), "application/json");
+  ASSERT_TRUE(first && first->status == 200);
+  const std::vector<int32_t> context = Tokens(40, 0);
+  // Keep the server busy with new conversations that take most of their share, then ask for one
+  // routed token on the warm session (8 new tokens) while they run.
+  constexpr int kCold = 6;
+  std::vector<std::string> sessions;
+  for (int i = 0; i < kCold; ++i) sessions.push_back(NewSession());
+  std::vector<int> status(kCold, 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kCold; ++i) {
+    threads.emplace_back([&, i] {
+      auto r = Client()->Post("/tlr/v1/next", NextBody(sessions[i], Tokens(60, i + 1), 1000), "application/json");
+      status[i] = r ? r->status : -1;
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  std::vector<int32_t> append = Tokens(8, 99);
+  std::vector<int32_t> full = context;
+  full.push_back(json::parse(first->body)["tokens"][0].get<int32_t>());
+  const int64_t base = static_cast<int64_t>(full.size());
+  full.insert(full.end(), append.begin(), append.end());
+  json body = {{"session", warm}, {"base", base - 1}, {"prefix_hash", HashHex(TokenPrefixHash(std::span<const int32_t>(full.data(), base - 1)))},
+               {"append", std::vector<int32_t>(full.begin() + (base - 1), full.end())}, {"n", 1}, {"timeout_ms", 1000}};
+  auto r = Client()->Post("/tlr/v1/next", body.dump(), "application/json");
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  int cold_refused = 0;
+  for (int s : status) cold_refused += s == 429;
+  EXPECT_GE(cold_refused, 1);
+  EXPECT_EQ(Metric("tlr_calls_expired_total") + Metric("tlr_calls_abandoned_total"), 0);
+}
+
+TEST_F(OverloadTest, ARequestWhoseClientClosedIsDroppedBeforeItRuns) {
+  // Passes of 0.5 s: a long generation keeps the model busy while a second request arrives and
+  // its client goes away.
+  Start(0.5, 512);
+  const std::string busy = NewSession(), gone = NewSession();
+  std::thread long_call([&] {
+    auto r = Client()->Post("/tlr/v1/next", NextBody(busy, Tokens(8, 1), 30000, 6), "application/json");
+    EXPECT_TRUE(r && r->status == 200);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(std::chrono::milliseconds(100));  // gives up and closes the connection
+    auto r = c.Post("/tlr/v1/next", NextBody(gone, Tokens(9, 2), 30000), "application/json");
+    EXPECT_FALSE(r);
+  }
+  long_call.join();
+  for (int i = 0; i < 100 && Metric("tlr_calls_cancelled_total") < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(Metric("tlr_calls_cancelled_total"), 1);
+  // Its 9 tokens were never prefilled: only the long call's 8 were.
+  EXPECT_EQ(Metric("tlr_prefill_tokens_total"), 8);
+}
+
+}  // namespace
+}  // namespace tlr
