@@ -143,8 +143,10 @@ typedef struct tlr_llm_params {
   const char* server_model; /* openai backend: model name (NULL: the server's first) */
   const char* ca_file;      /* https: CA bundle to verify the server with (NULL: the system's) */
   int verify_tls;           /* https: verify the certificate (default 1) */
-  double timeout_s;         /* deadline of one LLM call incl. retries (default 10); past it the
-                               SLM's own token is used (source FALLBACK) */
+  double timeout_s;         /* deadline of one LLM call incl. retries (default 2); past it the
+                               SLM's own token is used (source FALLBACK). A server that cannot
+                               answer in time refuses at once (429); the SLM then answers until
+                               the server's Retry-After */
   int retries;              /* further attempts after a failed request (default 2) */
   double retry_after_s;     /* after the server failed: SLM-only this long (default 1) */
   int connections;          /* calls in flight at once (default 4) */

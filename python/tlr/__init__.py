@@ -310,7 +310,7 @@ class Llm(_Handle):
 
     def __init__(self, model: Optional[str] = None, server: Optional[str] = None, *, backend: str = "tlr",
                  api_key: Optional[str] = None, server_model: Optional[str] = None,
-                 ca_file: Optional[str] = None, verify_tls: bool = True, timeout_s: float = 10.0,
+                 ca_file: Optional[str] = None, verify_tls: bool = True, timeout_s: float = 2.0,
                  retries: int = 2, retry_after_s: float = 1.0, connections: int = 4,
                  sim_rtt_ms: float = 0.0, sim_jitter_ms: float = 0.0, threads: int = 1, kv_type: str = "f16",
                  weight_cache: str = "auto", llm_tokenizer: Optional[str] = None):

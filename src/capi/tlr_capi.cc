@@ -410,7 +410,7 @@ void tlr_llm_params_init(tlr_llm_params* p) {
   p->struct_size = sizeof *p;
   p->backend = "tlr";
   p->verify_tls = 1;
-  p->timeout_s = 10;
+  p->timeout_s = 2;
   p->retries = 2;
   p->retry_after_s = 1;
   p->connections = 4;

@@ -60,7 +60,7 @@ bool ServedBefore(const AdmissionWork& a, const AdmissionWork& b) {
 }
 
 std::vector<double> ProjectFinish(const std::vector<AdmissionWork>& work, double now, double pass_left_s,
-                                  const PassTimeModel& model, int64_t pass_tokens) {
+                                  const PassTimeModel& model, int64_t pass_tokens, std::vector<double>* starts) {
   std::vector<size_t> order(work.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ServedBefore(work[a], work[b]); });
@@ -76,15 +76,20 @@ std::vector<double> ProjectFinish(const std::vector<AdmissionWork>& work, double
   const double step_s = model.Predict(step_tokens, std::min(step_tokens, static_cast<int64_t>(work.size())));
   const double fixed = model.fixed_s(), unit = model.per_unit_s(), head = model.head_units();
   std::vector<double> finish(work.size(), now);
+  if (starts) starts->assign(work.size(), now);
   const double start = now + std::max(0.0, pass_left_s);
+  // When `tokens` tokens with `outputs` output rows are done, in full passes.
+  const auto done_at = [&](int64_t tokens, int64_t outputs) {
+    const int64_t passes = (tokens + pass_tokens - 1) / pass_tokens;
+    return start + static_cast<double>(passes) * fixed + unit * (static_cast<double>(tokens) + head * static_cast<double>(outputs));
+  };
   int64_t tokens = 0, outputs = 0;
   for (size_t i : order) {
     const AdmissionWork& w = work[i];
+    if (starts) (*starts)[i] = done_at(tokens, outputs);
     tokens += w.tokens;
     outputs += w.tokens > 0 ? 1 : 0;
-    const int64_t passes = (tokens + pass_tokens - 1) / pass_tokens;
-    const double prefilled =
-        start + static_cast<double>(passes) * fixed + unit * (static_cast<double>(tokens) + head * static_cast<double>(outputs));
+    const double prefilled = done_at(tokens, outputs);
     finish[i] = prefilled + static_cast<double>(w.steps) * step_s;
     // The calls behind also wait for this one's generation steps (one token and row per pass).
     tokens += w.steps;
@@ -105,21 +110,27 @@ AdmissionVerdict Admit(const std::vector<AdmissionWork>& admitted, const Admissi
   if (!model.calibrated()) return v;
   std::vector<AdmissionWork> all = admitted;
   all.push_back(candidate);
-  const std::vector<double> with = ProjectFinish(all, now, pass_left_s, model, policy.pass_tokens);
+  std::vector<double> starts;
+  const std::vector<double> with = ProjectFinish(all, now, pass_left_s, model, policy.pass_tokens, &starts);
   const auto stretched = [&](double t) { return now + policy.safety * (t - now); };
   v.expected_s = policy.safety * (with.back() - now);
-  // The candidate itself.
+  const auto ms = [](double s) { return std::to_string(static_cast<int>(std::max(0.0, s) * 1e3)); };
+  // The candidate itself: in time, and not waiting longer than its share.
   double late = 0;
-  double allowed = candidate.deadline - Margin(candidate, policy);
-  if (!candidate.warm && std::isfinite(candidate.deadline)) {
-    allowed = std::min(allowed, now + policy.cold_share * (candidate.deadline - now));
-  }
+  const double allowed = candidate.deadline - Margin(candidate, policy);
   if (stretched(with.back()) > allowed) {
     late = stretched(with.back()) - allowed;
-    v.why = "the server's queue would answer it in about " + std::to_string(static_cast<int>(v.expected_s * 1e3)) +
-            " ms, past the " + std::to_string(static_cast<int>(std::max(0.0, allowed - now) * 1e3)) + " ms it can use" +
-            (candidate.warm ? "" : " (a new or resynced conversation may use " +
-                                       std::to_string(static_cast<int>(policy.cold_share * 100)) + "% of its timeout)");
+    v.why = "it would be answered in about " + ms(v.expected_s) + " ms, past the " + ms(allowed - now) +
+            " ms it can use";
+  } else if (std::isfinite(candidate.deadline)) {
+    const double share = candidate.warm ? policy.warm_share : policy.cold_share;
+    const double wait = policy.safety * (starts.back() - now), may = share * (candidate.deadline - now);
+    if (wait > may) {
+      late = wait - may;
+      v.why = "it would wait about " + ms(wait) + " ms behind the calls admitted before it, past the " + ms(may) +
+              " ms (" + std::to_string(static_cast<int>(share * 100)) + "% of its time) a " +
+              (candidate.warm ? "routed token on a warm session" : "new or resynced conversation") + " may wait";
+    }
   }
   // The admitted calls it would overtake must stay in time (those already late by the model's
   // drift are not its doing).

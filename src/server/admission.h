@@ -8,14 +8,17 @@
 // seconds (PassTimeModel, fitted to every pass as it runs; output rows cost the LM head). Calls
 // are served in ServedBefore order: warm calls (a routed token on a session that holds its
 // context: a few new tokens) before cold ones (a new or resynced conversation's prefill), then
-// by deadline. A call's finish is projected by walking that order with the tokens of every call
-// ahead of it, in passes of at most pass_tokens. A candidate is admitted when its own projected
-// finish and that of every admitted call it would overtake stay within their deadlines (less a
-// margin for the reply's way back, with a safety factor on the projection), so whatever is
-// admitted is answered in time as long as the model holds. A cold call must moreover finish
-// within cold_share of its time: the rest is left to warm calls that arrive later and overtake
-// it, so under overload warm sessions' routed tokens keep being served and new conversations
-// are admitted as capacity allows.
+// by deadline. A call's start and finish are projected by walking that order with the tokens of
+// every call ahead of it, in passes of at most pass_tokens. A candidate is admitted when
+//   - its own projected finish and that of every admitted call it would overtake stay within
+//     their deadlines (less a margin for the reply's way back, with a safety factor on the
+//     projection): whatever is admitted is answered in time as long as the model holds;
+//   - its wait before its own work starts stays within a share of its time: warm_share for a
+//     warm call (a queue longer than that would add latency, not throughput: passes are full
+//     long before), cold_share, smaller, for a cold one, so that under overload the queue sits
+//     where warm calls still get in and cold ones do not: warm sessions' routed tokens keep being
+//     served and new conversations are admitted as capacity frees up. A call's own work does not
+//     count against its share: on an idle server any call that fits its deadline is admitted.
 //
 // Pure functions of their arguments (times are seconds on the scheduler's clock): the unit
 // tests drive them with a fake clock.
@@ -65,7 +68,8 @@ bool ServedBefore(const AdmissionWork& a, const AdmissionWork& b);
 
 struct AdmissionPolicy {
   int64_t pass_tokens = 512;  // tokens per pass (the scheduler's budget)
-  double cold_share = 0.5;    // a cold call must be projected to finish within this share of its time
+  double warm_share = 0.5;    // a warm call may wait (before its own work) this share of its time
+  double cold_share = 0.25;   // a cold call this share
   double margin_s = 0.02;     // kept free before every deadline (the reply's way back) ...
   double margin_share = 0.05; // ... plus this share of the call's budget
   double safety = 1.2;        // projected durations are stretched by this
@@ -86,8 +90,9 @@ AdmissionVerdict Admit(const std::vector<AdmissionWork>& admitted, const Admissi
                        double pass_left_s, const PassTimeModel& model, const AdmissionPolicy& policy);
 
 // Projected finish times (absolute) of `work` served in ServedBefore order from `now`, indexed
-// like `work`.
+// like `work`; with `starts`, also when each one's own work begins (the work ahead of it done).
 std::vector<double> ProjectFinish(const std::vector<AdmissionWork>& work, double now, double pass_left_s,
-                                  const PassTimeModel& model, int64_t pass_tokens);
+                                  const PassTimeModel& model, int64_t pass_tokens,
+                                  std::vector<double>* starts = nullptr);
 
 }  // namespace tlr

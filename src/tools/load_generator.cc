@@ -434,6 +434,7 @@ json LoadRunJson(const LoadRun& r) {
                             {"max", r.refused_ms.empty() ? 0.0f : r.refused_ms.back()}}},
             {"retry_after_waited_s", r.waited_s},
             {"refusal_sample", r.refusal_sample},
+            {"error", r.error},
             {"error_samples", r.error_samples},
             {"resyncs", r.resyncs},
             {"retries", r.retries},

@@ -79,6 +79,7 @@ ProcMemory ReadProcMemory(int pid);
 
 struct LoadRun {
   int sessions = 0;
+  std::string error;  // the run could not start (e.g. the server took no connections); all else 0
   double wall_s = 0;
   // calls: answered; errors: failed calls of every kind, which are refused (429/503: the server
   // shed them at once), timed_out (no answer within the device's timeout) and failed (the rest).

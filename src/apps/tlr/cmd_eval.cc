@@ -9,6 +9,7 @@
 #include "apps/tlr/commands.h"
 #include "apps/tlr/model_args.h"
 #include "apps/tlr/progress.h"
+#include "device/remote_llm.h"
 #include "model/model.h"
 #include "ops/thread_pool.h"
 #include "tools/eval.h"
@@ -143,6 +144,15 @@ Command AddEvalCommand(CLI::App& root) {
             auto result = RunEval(**slm, &*router, backend, *rows, e, &pool, o->answers.empty() ? nullptr : &answers);
             progress.Done();
             if ((*stack)->bridge()) std::fprintf(stderr, "%s\n", BridgeSummary((*stack)->bridge()->bridge_stats()).c_str());
+            if (const RemoteLlm* r = (*stack)->remote()) {  // every row together
+              const RemoteStats rs = r->stats();
+              std::fprintf(stderr, "server: %lld calls (%lld failed, %lld cancelled), %lld HTTP requests, %lld resyncs, "
+                           "simulated network %.1f s%s%s\n",
+                           static_cast<long long>(rs.calls), static_cast<long long>(rs.failed_calls),
+                           static_cast<long long>(rs.cancelled_calls), static_cast<long long>(rs.http_requests),
+                           static_cast<long long>(rs.resyncs), rs.sim_delay_s, rs.failed_calls > 0 ? "; failed: " : "",
+                           rs.FailureSummary().c_str());
+            }
             if (!result.ok()) return ReportError(cmd, result.status().message());
             if (!o->answers.empty()) {
               std::string lines;

@@ -138,6 +138,7 @@ Command AddRouterCommand(CLI::App& root) {
                     "safetensors, for training the router network in PyTorch (tools/train/router_torch.py)");
   AddThreadsOnly(train, &o->threads);
   AddKvTypeArg(train, &o->kv_type);
+  o->net.timeout_s = 60;  // a scoring call reads whole sequences
   AddLlmServerArgs(train, &o->net);
   train->footer("The LLM's labels come from --llm (in this process) or --server: `tlr serve` (--backend tlr:\n"
                 "teacher-forced scoring, many sequences per request) or a vLLM-compatible engine (--backend\n"

@@ -110,8 +110,10 @@ void AddLlmServerArgs(CLI::App* app, LlmArgs* a) {
   app->add_option("--api-key", a->api_key, "API key for the server (also $TLR_API_KEY)");
   app->add_option("--server-model", a->model, "openai backend: model name (default: the server's first)");
   app->add_option("--llm-timeout", a->timeout_s,
-                  "Deadline of one LLM call, in seconds (connect, send and receive, retries included); past it the SLM's own token is used (FALLBACK)")
-      ->default_val(10)->check(CLI::Range(0.001, 3600.0));
+                  "Deadline of one LLM call, in seconds (connect, send and receive, retries included); past it the "
+                  "SLM's own token is used (FALLBACK). The server is told it and refuses at once (429) what it cannot "
+                  "answer in time; the device then answers with the SLM until the server's Retry-After")
+      ->default_val(a->timeout_s)->check(CLI::Range(0.001, 3600.0));
   app->add_option("--llm-retries", a->retries, "Further attempts after a failed server call")->default_val(2)
       ->check(CLI::Range(0, 100));
   app->add_option("--llm-retry-after", a->retry_after_s,

@@ -54,10 +54,13 @@ void AddThinkArgs(CLI::App* app, CLI::Option* chat_flag, std::optional<bool>* en
 // Where the LLM runs for generate / eval / ui: in this process (--llm) or behind a server.
 struct LlmArgs {
   std::string server, backend = "tlr", api_key, model, ca_file, llm_tokenizer, llm_prompt = "ids";
-  double timeout_s = 10, retry_after_s = 1, sim_rtt_ms = 0, sim_jitter_ms = 0;
+  // 2 s: a routed token is worth waiting for about as long as the SLM takes to write a sentence
+  // (docs/performance.md#overload); router training's long scoring calls set more.
+  double timeout_s = 2, retry_after_s = 1, sim_rtt_ms = 0, sim_jitter_ms = 0;
   int retries = 2, connections = 4;
   bool no_verify_tls = false;
 };
+// --llm-timeout defaults to args->timeout_s as set before the call.
 void AddLlmServerArgs(CLI::App* app, LlmArgs* args);
 // What the arguments describe, for LlmStack::Create (n_ctx: the in-process KV cache).
 Expected<LlmSpec> MakeLlmSpec(const LlmArgs& args, const Model* model, int threads, int64_t n_ctx, uint64_t seed);
