@@ -226,7 +226,6 @@ Expected<LlmReply> RemoteLlm::Run(const LlmRequest& req, LlmCall& call) {
   std::lock_guard<std::mutex> l(stats_mu_);
   if (r.ok()) {
     down_ = false;
-    refusals_in_a_row_ = 0;
     retry_after_s_ = opts_.retry_after_s;
     stats_.lookahead_tokens += static_cast<int64_t>(r->lookahead.size());
   } else if (call.cancelled()) {
@@ -240,14 +239,10 @@ Expected<LlmReply> RemoteLlm::Run(const LlmRequest& req, LlmCall& call) {
     // went down fail together and open it once.
     if (err.kind == CallFailure::kRefused) {
       // Not before the server's Retry-After, plus 0-50% of it and up to 20 ms (jitter): refused
-      // devices spread out instead of coming back together. Refused again and again (a new
-      // conversation while warm ones keep the server full), the wait doubles each time, up to
-      // 16x (and 30 s): fewer refusals to send and to answer, as capacity is what is short.
+      // devices spread out instead of coming back together.
       jitter_state_ = jitter_state_ * 6364136223846793005ull + 1442695040888963407ull;
       const double u = static_cast<double>(jitter_state_ >> 11) / 9007199254740992.0;
-      const double backoff = static_cast<double>(1 << std::min(refusals_in_a_row_, 4));
-      ++refusals_in_a_row_;
-      const double wait = std::min(30.0, std::max(err.retry_after_s, err.retry_after_s * backoff * (1 + 0.5 * u)) + 0.02 * u);
+      const double wait = err.retry_after_s * (1 + 0.5 * u) + 0.02 * u;
       busy_until_ = std::max(busy_until_, Clock::now() + std::chrono::microseconds(static_cast<int64_t>(wait * 1e6)));
     }
     if (outage && (!down_ || probe)) {

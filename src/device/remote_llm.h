@@ -20,8 +20,7 @@
 // fail fast for a while (the decoder then uses the SLM's token, source FALLBACK) and probe again
 // later; the session resyncs when it is back. A server that sheds load (429, or 503 with a
 // Retry-After) fails the call at once (FALLBACK) and is not called again before its Retry-After,
-// stretched by a random 0-50% so that refused devices do not all come back at the same moment
-// (refused again and again, the wait doubles, up to 16x). --sim-rtt adds a simulated network delay per HTTP
+// stretched by a random 0-50% so that refused devices do not all come back at the same moment. --sim-rtt adds a simulated network delay per HTTP
 // round trip (for evaluations).
 #pragma once
 
@@ -162,7 +161,6 @@ class RemoteLlm : public LlmBackend {
   std::chrono::steady_clock::time_point retry_at_;
   std::chrono::steady_clock::time_point busy_until_;  // after a refusal (under stats_mu_)
   uint64_t jitter_state_ = 0;                         // under stats_mu_
-  int refusals_in_a_row_ = 0;                         // under stats_mu_
   double retry_after_s_ = 1.0;
   std::unique_ptr<CallExecutor> exec_;
 };

@@ -122,14 +122,16 @@ AdmissionVerdict Admit(const std::vector<AdmissionWork>& admitted, const Admissi
     late = stretched(with.back()) - allowed;
     v.why = "it would be answered in about " + ms(v.expected_s) + " ms, past the " + ms(allowed - now) +
             " ms it can use";
-  } else if (std::isfinite(candidate.deadline)) {
-    const double share = candidate.warm ? policy.warm_share : policy.cold_share;
-    const double wait = policy.safety * (starts.back() - now), may = share * (candidate.deadline - now);
-    if (wait > may) {
-      late = wait - may;
-      v.why = "it would wait about " + ms(wait) + " ms behind the calls admitted before it, past the " + ms(may) +
-              " ms (" + std::to_string(static_cast<int>(share * 100)) + "% of its time) a " +
-              (candidate.warm ? "routed token on a warm session" : "new or resynced conversation") + " may wait";
+  } else if (!candidate.warm && std::isfinite(candidate.deadline)) {
+    // A cold call behind others must leave the rest of its time to warm calls; with nothing
+    // admitted ahead of it (an idle server) it may use all of it.
+    const double may = now + policy.cold_share * (candidate.deadline - now);
+    const bool alone = starts.back() <= now + std::max(0.0, pass_left_s) + 1e-9;
+    if (!alone && stretched(with.back()) > may) {
+      late = stretched(with.back()) - may;
+      v.why = "it would be answered in about " + ms(v.expected_s) + " ms, behind calls admitted before it; a new or "
+              "resynced conversation may then use " + std::to_string(static_cast<int>(policy.cold_share * 100)) +
+              "% of its time (" + ms(may - now) + " ms), the rest is for routed tokens of conversations in progress";
     }
   }
   // The admitted calls it would overtake must stay in time (those already late by the model's
@@ -145,7 +147,8 @@ AdmissionVerdict Admit(const std::vector<AdmissionWork>& admitted, const Admissi
   }
   if (late > 0) {
     v.admit = false;
-    v.retry_after_s = std::clamp(late, 0.05, 60.0);
+    // Nothing frees up before the pass in flight ends.
+    v.retry_after_s = std::clamp(std::max(late, pass_left_s), 0.05, 60.0);
   }
   return v;
 }

@@ -95,7 +95,6 @@ LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& l
   SchedulerOptions so;
   so.max_batch_tokens = limits_.max_batch_tokens;
   so.admission.pass_tokens = limits_.max_batch_tokens;
-  so.admission.warm_share = limits_.warm_share;
   so.admission.cold_share = limits_.cold_share;
   so.calibrate = limits_.calibrate;
   so.test_pass_delay_s = limits_.test_pass_delay_s;

@@ -25,7 +25,7 @@ Command AddServeCommand(CLI::App& root) {
     int port = 8080, threads = 2, http_threads = 64, max_tokens = 256, prompt_cache = 0, max_connections = 1024,
         backlog = 1024;
     int64_t ctx = 4096, max_sessions = 1024, batch_tokens = 512, session_quota = 0;
-    double ttl = 600, request_timeout = 10, keep_alive = 30, default_timeout = 30, warm_share = 0.5, cold_share = 0.25;
+    double ttl = 600, request_timeout = 10, keep_alive = 30, default_timeout = 30, cold_share = 0.5;
     bool insecure = false;
   };
   auto o = std::make_shared<Opts>();
@@ -56,14 +56,11 @@ Command AddServeCommand(CLI::App& root) {
                   "or X-Stainless-Timeout header); a call that cannot be answered within its time is refused at once "
                   "(429 overloaded, with Retry-After)")
       ->default_val(30)->check(CLI::Range(0.01, 86400.0));
-  app->add_option("--queue-share", o->warm_share,
-                  "A routed token on a warm session is admitted only when it would wait (behind the calls admitted "
-                  "before it) at most this share of its time; a longer queue adds latency, not throughput")
-      ->default_val(0.5)->check(CLI::Range(0.01, 1.0));
   app->add_option("--cold-share", o->cold_share,
-                  "The same for a new or resynced conversation's prefill (less than --queue-share: under load the "
-                  "conversations in progress are served first)")
-      ->default_val(0.25)->check(CLI::Range(0.01, 1.0));
+                  "Behind other calls, a new or resynced conversation's prefill is admitted only when it can be "
+                  "answered within this share of its time; the rest is kept for the routed tokens of conversations "
+                  "in progress (on an idle server it may use all of it)")
+      ->default_val(0.5)->check(CLI::Range(0.01, 1.0));
   app->add_option("--prompt-cache", o->prompt_cache,
                   "Most KV caches the OpenAI endpoints keep for reuse by prefix (one per client resending a growing "
                   "context); 0: as many as --kv-budget holds (least recently used evicted first)")
@@ -136,7 +133,6 @@ Command AddServeCommand(CLI::App& root) {
             lim.max_tokens_per_call = o->max_tokens;
             lim.max_batch_tokens = o->batch_tokens;
             lim.prompt_cache_slots = o->prompt_cache;
-            lim.warm_share = o->warm_share;
             lim.cold_share = o->cold_share;
             auto model = Model::Load(o->model, ModelOptions(o->kv_type));
             if (!model.ok()) return ReportError(cmd, model.status().message());
