@@ -95,7 +95,8 @@ Status RemoteLlm::ErrorStatus(const HttpResult& h, const std::string& what, Call
   if (h.status == 429 || (h.status == 503 && h.retry_after_s >= 0)) {
     err->outage = false;
     err->kind = CallFailure::kRefused;
-    err->retry_after_s = h.retry_after_s >= 0 ? h.retry_after_s : 1.0;
+    // Trusted up to a minute: a proxy's or rate limiter's hours would silence the LLM for good.
+    err->retry_after_s = h.retry_after_s >= 0 ? std::min(h.retry_after_s, 60.0) : 1.0;
     return Status::Error("the LLM server is overloaded (" + std::to_string(h.status) + ", retry after " +
                          std::to_string(static_cast<int>(err->retry_after_s * 1e3)) + " ms): " + ErrorMessage(h.body));
   }
@@ -228,23 +229,25 @@ Expected<LlmReply> RemoteLlm::Run(const LlmRequest& req, LlmCall& call) {
     down_ = false;
     retry_after_s_ = opts_.retry_after_s;
     stats_.lookahead_tokens += static_cast<int64_t>(r->lookahead.size());
-  } else if (call.cancelled()) {
+  }
+  if (!r.ok() && err.kind == CallFailure::kRefused) {
+    // Not before the server's Retry-After, plus 0-50% of it and up to 20 ms (jitter): refused
+    // devices spread out instead of coming back together. (A call the decoder cancelled in
+    // flight was refused all the same: its wait holds for the next ones.)
+    jitter_state_ = jitter_state_ * 6364136223846793005ull + 1442695040888963407ull;
+    const double u = static_cast<double>(jitter_state_ >> 11) / 9007199254740992.0;
+    const double wait = err.retry_after_s * (1 + 0.5 * u) + 0.02 * u;
+    busy_until_ = std::max(busy_until_, Clock::now() + std::chrono::microseconds(static_cast<int64_t>(wait * 1e6)));
+  }
+  if (!r.ok() && call.cancelled()) {
     ++stats_.cancelled_calls;
-  } else {
+  } else if (!r.ok()) {
     ++stats_.failed_calls;
     ++stats_.failures[static_cast<int>(err.kind)];
     if (stats_.first_failure.empty()) stats_.first_failure = r.status().message();
     // Only an outage (no answer, 5xx) makes the next calls fail fast; a refused call does not.
     // A failed probe doubles the window; calls that were already on their way when the server
     // went down fail together and open it once.
-    if (err.kind == CallFailure::kRefused) {
-      // Not before the server's Retry-After, plus 0-50% of it and up to 20 ms (jitter): refused
-      // devices spread out instead of coming back together.
-      jitter_state_ = jitter_state_ * 6364136223846793005ull + 1442695040888963407ull;
-      const double u = static_cast<double>(jitter_state_ >> 11) / 9007199254740992.0;
-      const double wait = err.retry_after_s * (1 + 0.5 * u) + 0.02 * u;
-      busy_until_ = std::max(busy_until_, Clock::now() + std::chrono::microseconds(static_cast<int64_t>(wait * 1e6)));
-    }
     if (outage && (!down_ || probe)) {
       if (down_) retry_after_s_ = std::min(retry_after_s_ * 2, 30.0);
       down_ = true;

@@ -244,6 +244,7 @@ struct HttpFront::Conn {
   bool counted = false;          // counts in open_
   uint64_t drained = 0;
   Clock::time_point deadline;
+  Clock::time_point complete_at;  // when the request at buf's front was complete (queued for a worker)
   std::string remote_ip, local_ip;
   int remote_port = 0, local_port = 0;
 };
@@ -405,6 +406,7 @@ void HttpFront::ToPoller(ConnPtr c) {
 }
 
 void HttpFront::Dispatch(ConnPtr c) {
+  c->complete_at = Clock::now();
   {
     std::lock_guard<std::mutex> l(mu_);
     ready_.push_back(std::move(c));
@@ -562,7 +564,13 @@ void HttpFront::WorkerLoop() {
 
 namespace {
 thread_local int t_client_fd = -1;  // the socket of the request this worker thread handles
+thread_local std::chrono::steady_clock::time_point t_complete_at;  // when that request was complete
 }  // namespace
+
+double HttpFront::CurrentRequestAge() {
+  if (t_client_fd < 0) return 0;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_complete_at).count();
+}
 
 bool HttpFront::CurrentClientGone() {
   if (t_client_fd < 0) return false;
@@ -578,6 +586,7 @@ void HttpFront::Serve(ConnPtr c) {
     ConnStream strm(c.get(), limits_.write_timeout_s);
     bool connection_closed = false;
     t_client_fd = c->fd;
+    t_complete_at = c->complete_at;
     const bool ok = process_request(strm, closing_.load(), connection_closed, nullptr);
     t_client_fd = -1;
     c->buf.erase(0, c->request_len);
@@ -589,6 +598,7 @@ void HttpFront::Serve(ConnPtr c) {
     c->deadline = After(c->in_request ? limits_.request_timeout_s : limits_.idle_timeout_s);
     // A pipelined request that is already complete is served right away.
     if (!c->in_request || !CheckRequest(c.get())) return ToPoller(std::move(c));
+    c->complete_at = Clock::now();
   }
 }
 

@@ -113,6 +113,9 @@ class HttpFront : public httplib::Server {
   // of the request this worker thread is handling has closed its connection (or reset it).
   // False on any other thread. A client that only shut down its sending side counts as gone.
   static bool CurrentClientGone();
+  // Seconds since the request this worker thread handles was complete (it may have waited for a
+  // free worker): time its client has already spent waiting. 0 on any other thread.
+  static double CurrentRequestAge();
 
  private:
   struct Conn;

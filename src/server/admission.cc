@@ -18,27 +18,32 @@ void PassTimeModel::Observe(int64_t tokens, int64_t outputs, double seconds) {
   sxx_ = forget_ * sxx_ + x * x;
   sxy_ = forget_ * sxy_ + x * seconds;
   ++n_;
+  Fit();
 }
 
-// y = a + b x over the weighted passes; when their sizes hardly differ the line is not
-// determined, and the mean time per unit (a = 0) is used instead.
-double PassTimeModel::per_unit_s() const {
-  if (n_ == 0 || sx_ <= 0) return 0;
+// y = a + b x over the weighted passes. When their sizes hardly differ (steady traffic) the line
+// is not determined: the last slope that was (at first the calibration's) is kept and only the
+// fixed part follows the times, so a machine dominated by its fixed cost is not priced as if
+// every unit cost the mean.
+void PassTimeModel::Fit() {
+  const double mean_x = sx_ / w_, mean_y = sy_ / w_;
   const double det = w_ * sxx_ - sx_ * sx_;
-  const double mean_x = sx_ / w_;
   if (det > 1e-9 * w_ * w_ * std::max(1.0, mean_x * mean_x)) {
     const double b = (w_ * sxy_ - sx_ * sy_) / det;
     const double a = (sy_ - b * sx_) / w_;
-    if (b > 0 && a >= 0) return b;
-    if (b > 0 && sxx_ > 0) return sxy_ / sxx_;  // the line would start below 0: through the origin
+    if (b > 0 && a >= 0) {
+      fixed_ = a;
+      unit_ = b;
+      return;
+    }
+    if (b > 0 && sxx_ > 0) {  // the line would start below 0: through the origin
+      fixed_ = 0;
+      unit_ = sxy_ / sxx_;
+      return;
+    }
   }
-  return sy_ / sx_;
-}
-
-double PassTimeModel::fixed_s() const {
-  if (n_ == 0 || sx_ <= 0) return 0;
-  const double b = per_unit_s();
-  return std::max(0.0, (sy_ - b * sx_) / w_);
+  if (unit_ <= 0) unit_ = mean_x > 0 ? mean_y / mean_x : 0;
+  fixed_ = std::max(0.0, mean_y - unit_ * mean_x);
 }
 
 double PassTimeModel::Predict(int64_t tokens, int64_t outputs) const {
@@ -47,14 +52,17 @@ double PassTimeModel::Predict(int64_t tokens, int64_t outputs) const {
 }
 
 int64_t PassTimeModel::TokensWithin(double seconds, double outputs_per_token) const {
+  constexpr double kMany = 1e15;
   const double b = per_unit_s();
-  if (n_ == 0 || b <= 0) return std::numeric_limits<int64_t>::max() / 4;
+  if (n_ == 0 || b <= 0) return static_cast<int64_t>(kMany);
   const double per_token = b * (1 + head_units_ * outputs_per_token);
-  return std::max<int64_t>(1, static_cast<int64_t>((seconds - fixed_s()) / per_token));
+  return static_cast<int64_t>(std::clamp((seconds - fixed_s()) / per_token, 1.0, kMany));
 }
 
+bool IsWarm(const AdmissionWork& w) { return w.warm && std::isfinite(w.deadline); }
+
 bool ServedBefore(const AdmissionWork& a, const AdmissionWork& b) {
-  if (a.warm != b.warm) return a.warm;
+  if (IsWarm(a) != IsWarm(b)) return IsWarm(a);
   if (a.deadline != b.deadline) return a.deadline < b.deadline;
   return a.seq < b.seq;
 }
@@ -90,7 +98,9 @@ std::vector<double> ProjectFinish(const std::vector<AdmissionWork>& work, double
     tokens += w.tokens;
     outputs += w.tokens > 0 ? 1 : 0;
     const double prefilled = done_at(tokens, outputs);
-    finish[i] = prefilled + static_cast<double>(w.steps) * step_s;
+    // A call whose deadline bounds its first token is answered when its prefill is done; its
+    // generation still takes the passes of the calls behind.
+    finish[i] = prefilled + (w.first_token_only ? 0.0 : static_cast<double>(w.steps) * step_s);
     // The calls behind also wait for this one's generation steps (one token and row per pass).
     tokens += w.steps;
     outputs += w.steps;
@@ -100,14 +110,18 @@ std::vector<double> ProjectFinish(const std::vector<AdmissionWork>& work, double
 
 namespace {
 
-double Margin(const AdmissionWork& w, const AdmissionPolicy& p) { return p.margin_s + p.margin_share * w.budget_s; }
+double Margin(const AdmissionWork& w, const AdmissionPolicy& p) {
+  return p.margin_s + (std::isfinite(w.budget_s) ? p.margin_share * w.budget_s : 0.0);
+}
 
 }  // namespace
 
 AdmissionVerdict Admit(const std::vector<AdmissionWork>& admitted, const AdmissionWork& candidate, double now,
-                       double pass_left_s, const PassTimeModel& model, const AdmissionPolicy& policy) {
+                       double pass_left_s, const PassTimeModel& model, const AdmissionPolicy& policy,
+                       int64_t pass_tokens_without) {
   AdmissionVerdict v;
   if (!model.calibrated()) return v;
+  if (pass_tokens_without <= 0) pass_tokens_without = policy.pass_tokens;
   std::vector<AdmissionWork> all = admitted;
   all.push_back(candidate);
   std::vector<double> starts;
@@ -118,25 +132,33 @@ AdmissionVerdict Admit(const std::vector<AdmissionWork>& admitted, const Admissi
   // The candidate itself: in time, and not waiting longer than its share.
   double late = 0;
   const double allowed = candidate.deadline - Margin(candidate, policy);
+  // What the call needs on an idle server: more than its time, and waiting cannot help.
+  const double alone = ProjectFinish({candidate}, now, 0, model, policy.pass_tokens).back();
+  if (stretched(alone) > allowed) {
+    v.admit = false;
+    v.never = true;
+    v.why = "it needs about " + ms(policy.safety * (alone - now)) + " ms of the server's time even when idle, more than the " +
+            ms(allowed - now) + " ms its timeout leaves: give the call more time (the device's --llm-timeout)";
+    return v;
+  }
   if (stretched(with.back()) > allowed) {
     late = stretched(with.back()) - allowed;
     v.why = "it would be answered in about " + ms(v.expected_s) + " ms, past the " + ms(allowed - now) +
             " ms it can use";
   } else if (!candidate.warm && std::isfinite(candidate.deadline)) {
-    // A cold call behind others must leave the rest of its time to warm calls; with nothing
-    // admitted ahead of it (an idle server) it may use all of it.
-    const double may = now + policy.cold_share * (candidate.deadline - now);
-    const bool alone = starts.back() <= now + std::max(0.0, pass_left_s) + 1e-9;
-    if (!alone && stretched(with.back()) > may) {
-      late = stretched(with.back()) - may;
-      v.why = "it would be answered in about " + ms(v.expected_s) + " ms, behind calls admitted before it; a new or "
-              "resynced conversation may then use " + std::to_string(static_cast<int>(policy.cold_share * 100)) +
-              "% of its time (" + ms(may - now) + " ms), the rest is for routed tokens of conversations in progress";
+    // A cold call waits behind others at most its share of its time: it gets in when the queue
+    // is short, whatever its own size (as long as it fits its deadline).
+    const double wait = policy.safety * (starts.back() - now), may = policy.cold_share * (candidate.deadline - now);
+    if (wait > may) {
+      late = wait - may;
+      v.why = "it would wait about " + ms(wait) + " ms behind the calls admitted before it; a new or resynced "
+              "conversation may wait " + std::to_string(static_cast<int>(policy.cold_share * 100)) + "% of its time (" +
+              ms(may) + " ms): the server is busy with conversations in progress";
     }
   }
   // The admitted calls it would overtake must stay in time (those already late by the model's
   // drift are not its doing).
-  const std::vector<double> without = ProjectFinish(admitted, now, pass_left_s, model, policy.pass_tokens);
+  const std::vector<double> without = ProjectFinish(admitted, now, pass_left_s, model, pass_tokens_without);
   for (size_t i = 0; i < admitted.size(); ++i) {
     const AdmissionWork& w = admitted[i];
     if (!ServedBefore(candidate, w)) continue;

@@ -13,13 +13,14 @@
 //   - its own projected finish and that of every admitted call it would overtake stay within
 //     their deadlines (less a margin for the reply's way back, with a safety factor on the
 //     projection): whatever is admitted is answered in time as long as the model holds;
-//   - a cold call behind others is answered within cold_share of its time: the rest is left to
-//     warm calls that arrive later and overtake it, so under overload warm sessions' routed
-//     tokens keep being served and new conversations are admitted as capacity frees up. With
-//     nothing admitted ahead of it (an idle server) a cold call may use all its time: a long
-//     context is admitted if it fits its deadline.
-// (Bounding warm calls' wait to a share of their time as well was measured: it kept queues
-// shorter but cost goodput, as refused devices left passes less full.)
+//   - a cold call waits behind the calls admitted before it at most cold_share of its time. Under
+//     overload warm calls keep the queue longer than that (they may wait up to their deadline),
+//     so warm sessions' routed tokens keep being served and new conversations get in as soon as
+//     the queue is short, whatever their own size: a conversation refused while it grows (its
+//     device goes on with the SLM) is never locked out of a server that has room. (A bound on
+//     the cold call's finish instead was measured: it starved growing new conversations while
+//     the server ran passes of one or two sequences. A bound on warm calls' wait was measured
+//     too: it cost goodput, as refused devices left passes less full.)
 //
 // Pure functions of their arguments (times are seconds on the scheduler's clock): the unit
 // tests drive them with a fake clock.
@@ -44,13 +45,15 @@ class PassTimeModel {
   // Tokens (each sequence's last one with an output row) that fit within `seconds`; at least 1.
   int64_t TokensWithin(double seconds, double outputs_per_token) const;
   bool calibrated() const { return n_ > 0; }
-  double fixed_s() const;
-  double per_unit_s() const;
+  double fixed_s() const { return fixed_; }
+  double per_unit_s() const { return unit_; }
   double head_units() const { return head_units_; }
 
  private:
+  void Fit();
   double head_units_, forget_;
   double w_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
+  double fixed_ = 0, unit_ = 0;
   int64_t n_ = 0;
 };
 
@@ -61,15 +64,17 @@ struct AdmissionWork {
   bool warm = true;
   int64_t tokens = 0;    // prefill tokens still to ingest
   int steps = 0;         // generation passes still due after the prefill (low priority excluded)
+  bool first_token_only = false;  // the deadline bounds the first token (streaming)
   uint64_t seq = 0;      // arrival order
 };
 
-// Warm before cold, then earlier deadline, then arrival.
+// Warm before cold, then earlier deadline, then arrival. A call without a deadline (offline work:
+// router labels) counts as cold, whatever its size.
 bool ServedBefore(const AdmissionWork& a, const AdmissionWork& b);
 
 struct AdmissionPolicy {
   int64_t pass_tokens = 512;  // tokens per pass (the scheduler's budget)
-  double cold_share = 0.5;    // a cold call behind others must be answered within this share of its time
+  double cold_share = 0.5;    // a cold call may wait behind others this share of its time
   double margin_s = 0.02;     // kept free before every deadline (the reply's way back) ...
   double margin_share = 0.05; // ... plus this share of the call's budget
   double safety = 1.2;        // projected durations are stretched by this
@@ -80,14 +85,17 @@ struct AdmissionVerdict {
   bool admit = true;
   double expected_s = 0;     // projected time until the candidate is answered
   double retry_after_s = 0;  // refused: when a call like it may fit again
+  bool never = false;        // refused: it would not fit its deadline even on an idle server
   std::string why;           // refused: in words
 };
 
 // Decides on `candidate` against the calls already admitted (in any order), at time `now`, with
-// the pass in flight expected to end in `pass_left_s`. Without a calibrated model every call is
-// admitted.
+// the pass in flight expected to end in `pass_left_s`. `pass_tokens_without`: the pass size the
+// admitted calls would get without the candidate (its deadline may shrink passes; 0: the same).
+// Without a calibrated model every call is admitted.
 AdmissionVerdict Admit(const std::vector<AdmissionWork>& admitted, const AdmissionWork& candidate, double now,
-                       double pass_left_s, const PassTimeModel& model, const AdmissionPolicy& policy);
+                       double pass_left_s, const PassTimeModel& model, const AdmissionPolicy& policy,
+                       int64_t pass_tokens_without = 0);
 
 // Projected finish times (absolute) of `work` served in ServedBefore order from `now`, indexed
 // like `work`; with `starts`, also when each one's own work begins (the work ahead of it done).

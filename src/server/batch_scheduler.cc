@@ -56,7 +56,7 @@ struct BatchScheduler::Job {
   bool started_set = false;
   bool done = false;
   bool shutdown = false;       // failed because the server stops or is overloaded (503)
-  bool refused = false;        // failed because of what the call asked (400)
+  bool bad_request = false;    // failed because of what the call asked (400)
   // Admission (admission.h): deadline on the scheduler's clock (inf: none; set to inf once the
   // first token is out when only that is bounded) and deadline changes under queue_mu_.
   double deadline = std::numeric_limits<double>::infinity();
@@ -92,6 +92,7 @@ AdmissionWork BatchScheduler::WorkOf(const Job& j) const {
   w.warm = j.warm;
   w.tokens = j.left_tokens.load();
   w.steps = j.left_steps.load();
+  w.first_token_only = j.first_token_only;
   w.seq = j.seq;
   return w;
 }
@@ -152,7 +153,7 @@ std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
     job->logits.resize(static_cast<size_t>(model_.config().n_vocab));
     job->reply.prefilled = static_cast<int64_t>(job->feed.size());
     job->enqueued = now;
-    if (call.deadline_s > 0) {
+    if (call.deadline_s > 0 && std::isfinite(call.deadline_s)) {
       job->deadline = now_s + call.deadline_s;
       job->budget_s = call.deadline_s;
       job->first_token_only = call.deadline_first_token;
@@ -160,9 +161,8 @@ std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
     job->warm = static_cast<int64_t>(job->feed.size()) <= opts_.admission.warm_tokens;
     job->keep = call.keep;
     job->left_tokens = static_cast<int64_t>(job->feed.size());
-    // Generation passes after the prefill (its last pass gives the first token); a streaming
-    // call's deadline covers its first token only.
-    job->left_steps = job->first_token_only ? 0 : std::max(0, call.n - job->low_priority - 1);
+    // Generation passes after the prefill (its last pass gives the first token).
+    job->left_steps = std::max(0, call.n - job->low_priority - 1);
     jobs.push_back(std::move(job));
   }
   std::vector<BatchOutcome> outs(jobs.size());
@@ -179,25 +179,17 @@ std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
     for (size_t i = 0; i < jobs.size(); ++i) {
       Job& job = *jobs[i];
       job.seq = next_seq_++;
-      std::vector<AdmissionWork> work;
-      work.reserve(admitted_.size());
-      double shortest = job.budget_s > 0 ? job.budget_s : std::numeric_limits<double>::infinity();
-      for (const Job* a : admitted_) {
-        work.push_back(WorkOf(*a));
-        if (a->budget_s > 0 && std::isfinite(a->deadline)) shortest = std::min(shortest, a->budget_s);
-      }
-      AdmissionPolicy policy = opts_.admission;
-      policy.pass_tokens = PassTokens(shortest, work.size() + 1, 0);
-      const double pass_left = pass_started_ >= 0 ? std::max(0.0, pass_started_ + pass_expected_s_ - now_s) : 0;
-      const AdmissionVerdict v = Admit(work, WorkOf(job), now_s, pass_left, pass_model_, policy);
+      const AdmissionVerdict v = Decide(job);
       if (!v.admit) {
-        outs[i].refused = true;
+        outs[i].refused = !v.never;
+        outs[i].too_long = v.never;
         outs[i].retry_after_s = v.retry_after_s;
-        outs[i].error = "the server is overloaded: " + v.why;
+        outs[i].error = v.never ? "the call cannot be answered in its time: " + v.why : "the server is overloaded: " + v.why;
         if (metrics_) metrics_->Add("tlr_calls_refused_total", 1, {{"class", job.warm ? "warm" : "cold"}});
         continue;
       }
       admitted[i] = true;
+      outs[i].admitted = true;
       if (job.keep >= 0) {  // only an admitted call changes its session
         if (job.s->cache) job.s->cache->Truncate(job.keep);
         job.s->tokens.resize(static_cast<size_t>(job.keep));
@@ -230,13 +222,45 @@ std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
     outs[i].reply = std::move(job.reply);
     outs[i].error = std::move(job.error);
     outs[i].overload = job.shutdown;
-    outs[i].bad_request = job.refused;
+    outs[i].bad_request = job.bad_request;
     outs[i].started = job.started_set;
     outs[i].gone = job.gone.load() && !outs[i].error.empty();
     outs[i].failed_pass = job.failed_pass;
     if (job.expired) outs[i].retry_after_s = 1;
   }
   return outs;
+}
+
+AdmissionVerdict BatchScheduler::Decide(const Job& job) const {
+  std::vector<AdmissionWork> work;
+  work.reserve(admitted_.size());
+  double shortest = std::numeric_limits<double>::infinity();
+  for (const Job* a : admitted_) {
+    work.push_back(WorkOf(*a));
+    if (a->budget_s > 0 && std::isfinite(a->deadline)) shortest = std::min(shortest, a->budget_s);
+  }
+  const int64_t without = PassTokens(shortest, work.size(), 0);
+  if (job.budget_s > 0) shortest = std::min(shortest, job.budget_s);
+  AdmissionPolicy policy = opts_.admission;
+  policy.pass_tokens = PassTokens(shortest, work.size() + 1, 0);
+  const double now = Now();
+  // The pass in flight, and the work after it that the worker does before the next one.
+  const double pass_left = pass_started_ >= 0 ? std::max(0.0, pass_started_ + pass_expected_s_ - now) : 0;
+  return Admit(work, WorkOf(job), now, pass_left, pass_model_, policy, without);
+}
+
+AdmissionVerdict BatchScheduler::Check(const BatchCall& call) const {
+  Job probe;
+  probe.budget_s = call.deadline_s > 0 && std::isfinite(call.deadline_s) ? call.deadline_s : 0;
+  probe.deadline = probe.budget_s > 0 ? Now() + probe.budget_s : std::numeric_limits<double>::infinity();
+  probe.first_token_only = call.deadline_first_token;
+  probe.warm = static_cast<int64_t>(call.feed.size()) <= opts_.admission.warm_tokens;
+  probe.left_tokens = static_cast<int64_t>(call.feed.size());
+  const int low = std::max(0, std::min(call.low_priority, call.n - 1));
+  probe.left_steps = std::max(0, call.n - low - 1);
+  std::lock_guard<std::mutex> l(queue_mu_);
+  probe.seq = next_seq_;
+  return Decide(probe);
 }
 
 int64_t BatchScheduler::PassTokens(double shortest_budget_s, size_t sequences, int64_t queued_tokens) const {
@@ -345,18 +369,16 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
       deadline = j->deadline;
     }
     const bool gone = j->gone.load();
-    if (!gone && (now < deadline || in_tail)) {
+    if (!gone && now < deadline) {
       ++i;
       continue;
     }
     active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
-    if (!gone) {  // only the lookahead was left: answer with what there is
-      if (in_tail) {
-        if (metrics_) metrics_->Add("tlr_lookahead_cut_total", static_cast<double>(j->remaining));
-        j->reply.compute_s = Since(j->started);
-        Finish(j);
-        continue;
-      }
+    if (!gone && in_tail) {  // only the lookahead was left: answer with what there is
+      if (metrics_) metrics_->Add("tlr_lookahead_cut_total", static_cast<double>(j->remaining));
+      j->reply.compute_s = Since(j->started);
+      Finish(j);
+      continue;
     }
     const double waited = std::chrono::duration<double>(Clock::now() - j->enqueued).count();
     if (gone) {
@@ -414,10 +436,17 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
       const bool scoring = j->scores && !j->decoding;
       const int64_t V = model_.config().n_vocab;
       if (scoring) take = std::min<size_t>(take, static_cast<size_t>(std::max<int64_t>(1, kScoreLogitBytes / (4 * V))));
-      if (take == 0 && batch.empty()) take = std::min<size_t>(rest, 1);  // always progress
+      // Every generating call takes its step, whatever the budget; so does the first prefill.
+      if (take == 0 && (batch.empty() || j->decoding)) take = std::min<size_t>(rest, 1);
       if (take == 0) continue;
       j->take = take;
       budget -= static_cast<int64_t>(take);
+      // Admission sees the work after this pass (the pass itself is pass_left).
+      if (j->decoding) {
+        j->left_steps = std::max(0, j->left_steps.load() - 1);
+      } else {
+        j->left_tokens = static_cast<int64_t>(j->feed.size() - j->fed - take);
+      }
       tokens += static_cast<int64_t>(take);
       const bool last = j->fed + take == j->feed.size();
       const std::span<const int32_t> chunk(j->feed.data() + j->fed, take);
@@ -448,11 +477,6 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
   Status st = model_.Forward(ins, ctx_.get());
   if (opts_.test_pass_delay_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(opts_.test_pass_delay_s));
   const double pass_s = Since(pass_start);
-  {
-    std::lock_guard<std::mutex> l(queue_mu_);
-    pass_started_ = -1;
-    if (st.ok()) pass_model_.Observe(tokens, outputs, pass_s);
-  }
   if (metrics_) {
     metrics_->Add("tlr_forward_passes_total", 1);
     metrics_->Add("tlr_forward_seconds_total", pass_s);
@@ -497,7 +521,6 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
     (j->decoding ? decode_tokens_ : prefill_tokens_) += static_cast<int64_t>(j->take);
     if (metrics_) metrics_->Add(j->decoding ? "tlr_decode_tokens_total" : "tlr_prefill_tokens_total", static_cast<double>(j->take));
     j->fed += j->take;
-    if (!j->decoding) j->left_tokens = static_cast<int64_t>(j->feed.size() - j->fed);
     if (j->fed < j->feed.size()) continue;
     if (j->remaining <= 0) {  // a scoring call: nothing to generate
       j->reply.finish = "length";
@@ -506,7 +529,7 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
     }
     if (!j->heal.empty() && !constraint_->Mask(j->heal, j->logits.data())) {
       j->error = "no token of the LLM's vocabulary spells the held-back bytes ('prefix_bytes')";
-      j->refused = true;
+      j->bad_request = true;
       finished.push_back(j);
       continue;
     }
@@ -527,7 +550,6 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
     j->reply.logprobs.push_back(lp);
     if (j->top_logprobs > 0) j->reply.top.push_back(top);
     --j->remaining;
-    j->left_steps = std::max(0, j->left_steps.load() - (j->decoding ? 1 : 0));
     if (j->first_token_only) {  // the deadline was for the first token: it is out
       std::lock_guard<std::mutex> l(queue_mu_);
       j->deadline = std::numeric_limits<double>::infinity();
@@ -553,6 +575,13 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
     j->feed.assign(1, tok);
     j->fed = 0;
     j->decoding = true;
+  }
+  // The pass time admission learns is the whole step: the forward pass and the sampling, log
+  // probabilities and scoring rows after it (over the vocabulary, per sequence).
+  {
+    std::lock_guard<std::mutex> l(queue_mu_);
+    pass_started_ = -1;
+    if (st.ok()) pass_model_.Observe(tokens, outputs, Since(pass_start));
   }
   for (Job* j : finished) {
     j->reply.compute_s = Since(j->started);

@@ -76,7 +76,9 @@ struct BatchOutcome {
   std::string error;     // empty on success
   bool overload = false; // failed because the server stops or the call ran past its deadline (503)
   bool bad_request = false;  // failed because of what the call asked (400)
+  bool admitted = false; // passed admission (it may still have failed)
   bool refused = false;  // not admitted: it could not be answered in time (429); nothing ran
+  bool too_long = false; // not admitted: it would not fit its time even on an idle server (400)
   bool gone = false;     // dropped because its client went away
   double retry_after_s = 0;  // refused or past its deadline: when to come back
   bool started = false;  // took part in a forward pass
@@ -101,6 +103,9 @@ class BatchScheduler {
   BatchScheduler& operator=(const BatchScheduler&) = delete;
 
   BatchOutcome Run(BatchCall call);
+  // Whether `call` would be admitted now (a dry run: nothing is queued). The engine asks before
+  // it makes room in the KV budget, so that a call that will be refused evicts nobody.
+  AdmissionVerdict Check(const BatchCall& call) const;
   // Several calls at once (they share passes); waits for all of them.
   std::vector<BatchOutcome> RunAll(std::vector<BatchCall> calls);
 
@@ -121,6 +126,7 @@ class BatchScheduler {
   // than a quarter of the shortest timeout waiting (under queue_mu_).
   int64_t PassTokens(double shortest_budget_s, size_t sequences, int64_t queued_tokens) const;
   AdmissionWork WorkOf(const Job& j) const;  // under queue_mu_
+  AdmissionVerdict Decide(const Job& j) const;  // under queue_mu_
 
   // Made at the first call that heals (a piece per token).
   std::once_flag constraint_once_;
@@ -131,7 +137,7 @@ class BatchScheduler {
   Metrics* metrics_;
   std::function<void()> housekeeping_;
 
-  std::mutex queue_mu_;
+  mutable std::mutex queue_mu_;
   std::condition_variable queue_cv_;
   std::deque<Job*> queue_;
   std::vector<Job*> admitted_;     // queued or running (admission sees their work)

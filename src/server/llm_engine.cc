@@ -338,7 +338,10 @@ EngineResult LlmEngine::Score(const std::vector<std::vector<int32_t>>& seqs, int
   PublishGauges();
   EngineResult r;
   for (BatchOutcome& o : outs) {
-    if (!o.error.empty() && r.ok()) r = Fail(o.overload ? EngineCode::kOverloaded : EngineCode::kInternal, o.error);
+    if (!o.error.empty() && r.ok()) {
+      r = Fail(o.refused ? EngineCode::kBusy : o.overload ? EngineCode::kOverloaded : EngineCode::kInternal, o.error);
+      r.retry_after_s = o.retry_after_s;
+    }
     r.reply.prefilled += o.reply.prefilled;
     r.reply.queue_s = std::max(r.reply.queue_s, o.reply.queue_s);
     r.reply.compute_s = std::max(r.reply.compute_s, o.reply.compute_s);
@@ -355,15 +358,7 @@ EngineResult LlmEngine::Run(EngineSession* s, int64_t keep, std::vector<int32_t>
                             std::vector<PromptPosition>* prompt_scores, int prompt_top, std::string heal, bool* admitted) {
   Status valid = sampling.Validate();
   if (!valid.ok()) return Fail(EngineCode::kBadRequest, valid.message());
-  std::string why;
   const int64_t need = keep + static_cast<int64_t>(feed.size()) + n - 1 + static_cast<int64_t>(heal.size());
-  if (!store_->MakeRoom(s, need, &why)) return Fail(EngineCode::kOverloaded, why);
-  if (!s->cache) {
-    // 4 KiB pages touched as positions are written: the KV budget counts positions in use.
-    auto c = model_.NewCache(limits_.max_context, KvMemory::kOnDemand);
-    if (!c.ok()) return Fail(EngineCode::kOverloaded, c.status().message());
-    s->cache = std::make_unique<KvCache>(std::move(c).value());
-  }
   BatchCall call;
   call.session = s;
   call.feed = std::move(feed);
@@ -380,8 +375,25 @@ EngineResult LlmEngine::Run(EngineSession* s, int64_t keep, std::vector<int32_t>
   call.prompt_scores = prompt_scores;
   call.prompt_top = prompt_top;
   call.heal = std::move(heal);
+  // A call that will be refused must not evict other sessions' caches to make room: ask first
+  // (the scheduler decides again when it queues the call).
+  if (const AdmissionVerdict v = scheduler_->Check(call); !v.admit) {
+    EngineResult r = Fail(v.never ? EngineCode::kBadRequest : EngineCode::kBusy,
+                          (v.never ? "the call cannot be answered in its time: " : "the server is overloaded: ") + v.why);
+    r.retry_after_s = v.retry_after_s;
+    if (metrics_) metrics_->Add("tlr_calls_refused_total", 1, {{"class", static_cast<int64_t>(call.feed.size()) <= AdmissionPolicy{}.warm_tokens ? "warm" : "cold"}});
+    return r;
+  }
+  std::string why;
+  if (!store_->MakeRoom(s, need, &why)) return Fail(EngineCode::kOverloaded, why);
+  if (!s->cache) {
+    // 4 KiB pages touched as positions are written: the KV budget counts positions in use.
+    auto c = model_.NewCache(limits_.max_context, KvMemory::kOnDemand);
+    if (!c.ok()) return Fail(EngineCode::kOverloaded, c.status().message());
+    s->cache = std::make_unique<KvCache>(std::move(c).value());
+  }
   BatchOutcome out = scheduler_->Run(std::move(call));
-  if (admitted) *admitted = !out.refused;
+  if (admitted) *admitted = out.admitted;
   PublishGauges();
   if (!out.error.empty()) {
     // Only a failed forward pass may leave the cache written past the session's tokens: forget
@@ -389,7 +401,7 @@ EngineResult LlmEngine::Run(EngineSession* s, int64_t keep, std::vector<int32_t>
     if (out.failed_pass) SessionStore::EvictCache(s);
     EngineResult r = Fail(out.refused ? EngineCode::kBusy
                           : out.overload ? EngineCode::kOverloaded
-                          : out.bad_request ? EngineCode::kBadRequest : EngineCode::kInternal,
+                          : out.bad_request || out.too_long ? EngineCode::kBadRequest : EngineCode::kInternal,
                           out.error);
     r.retry_after_s = out.retry_after_s;
     return r;

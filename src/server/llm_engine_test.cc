@@ -358,35 +358,54 @@ TEST_F(EngineTest, ConcurrentSessionsShareForwardPassesAndGetTheirOwnAnswers) {
 }
 
 TEST_F(EngineTest, CallsThatCannotBeAnsweredInTimeAreRefusedAtOnce) {
+  // Passes of 16 tokens, each at least 0.1 s (measured at start: admission knows it).
   Metrics metrics;
   EngineLimits lim;
-  lim.max_batch_tokens = 16;  // a long prefill takes many passes
+  lim.max_batch_tokens = 16;
+  lim.test_pass_delay_s = 0.1;
   LlmEngine engine(*llm_, nullptr, lim, &metrics);
-  SessionInfo a, b;
-  ASSERT_TRUE(engine.CreateSession(&a).ok());
+  std::vector<SessionInfo> warm(5);
+  for (SessionInfo& w : warm) ASSERT_TRUE(engine.CreateSession(&w).ok());
+  SessionInfo b;
   ASSERT_TRUE(engine.CreateSession(&b).ok());
-  // Session b holds a context; then a long prompt keeps the model busy.
   ASSERT_TRUE(engine.Next(Call(b.id, {}, {1, 2, 3, 4}, 1, "b0")).ok());
-  std::thread long_call([&] { EXPECT_TRUE(engine.Next(Call(a.id, {}, std::vector<int32_t>(3000, 7), 1, "")).ok()); });
-  while (engine.prefill_tokens() < 100) std::this_thread::yield();
-  // A call from base 2 (the session would be cut to 2 tokens) that cannot be answered in 1 ms.
-  NextRequest quick = Call(b.id, {1, 2}, std::vector<int32_t>(40, 5), 1, "q");
-  quick.timeout_s = 0.001;
-  EngineResult r = engine.Next(quick);
-  long_call.join();
+  const double prefilled = metrics.Value("tlr_prefill_tokens_total");
+  // Five routed tokens of 30 new tokens each (warm: they go first): 10 passes, about 1 s.
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < warm.size(); ++i) {
+    threads.emplace_back([&, i] {
+      NextRequest r = Call(warm[i].id, {}, std::vector<int32_t>(30, static_cast<int32_t>(10 + i)), 1, "w");
+      r.timeout_s = 30;
+      EXPECT_TRUE(engine.Next(r).ok());
+    });
+  }
+  while (metrics.Histogram("tlr_queue_seconds").count < 5) std::this_thread::yield();
+  // A new conversation from base 2 (it would cut the session to 2 tokens) that may wait half of
+  // its 1 s: it would wait about 1 s behind them.
+  NextRequest cold = Call(b.id, {1, 2}, std::vector<int32_t>(40, 5), 1, "q");
+  cold.timeout_s = 1.0;
+  EngineResult r = engine.Next(cold);
+  for (auto& t : threads) t.join();
   EXPECT_EQ(r.code, EngineCode::kBusy) << r.message;
   EXPECT_EQ(HttpStatusOf(r.code), 429);
   EXPECT_GT(r.retry_after_s, 0);
   EXPECT_NE(r.message.find("overloaded"), std::string::npos) << r.message;
   EXPECT_EQ(metrics.Value("tlr_calls_refused_total", {{"class", "cold"}}), 1);
-  EXPECT_EQ(metrics.Value("tlr_calls_expired_total"), 0);
+  EXPECT_EQ(metrics.Value("tlr_calls_expired_total") + metrics.Value("tlr_calls_abandoned_total"), 0);
   // Nothing was computed for it, and its session still holds what it held: a call from base 4
   // is a plain delta.
-  EXPECT_EQ(engine.prefill_tokens(), 3004);
+  EXPECT_EQ(metrics.Value("tlr_prefill_tokens_total"), prefilled + 150);
   EngineResult again = engine.Next(Call(b.id, {1, 2, 3, 4}, {1, 2, 3, 4, 9}, 1, "q2"));
   ASSERT_TRUE(again.ok()) << again.message;
   EXPECT_EQ(again.reply.prefilled, 1);
   EXPECT_EQ(again.reply.tokens, Reference({1, 2, 3, 4, 9}, 1));
+  // A call that would not fit its time even on an idle server is told so (400: waiting cannot
+  // help): 5 tokens to generate take 5 passes, 0.5 s.
+  NextRequest slow = Call(b.id, {}, {1, 2, 3}, 5, "s");
+  slow.timeout_s = 0.3;
+  EngineResult never = engine.Next(slow);
+  EXPECT_EQ(never.code, EngineCode::kBadRequest) << never.message;
+  EXPECT_NE(never.message.find("even when idle"), std::string::npos) << never.message;
 }
 
 TEST_F(EngineTest, AdmittedCallsPastTheirDeadlineAreDroppedBeforeTheyRun) {

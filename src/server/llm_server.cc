@@ -237,7 +237,11 @@ void LlmServer::Routes() {
                 if (!parsed.ok()) return SendError(res, 400, "invalid_request", parsed.status().message());
                 NextRequest& nr = *parsed;
                 if (nr.timeout_s <= 0) nr.timeout_s = opts_.default_timeout_s;
-                if (front_) nr.client_gone = [] { return HttpFront::CurrentClientGone(); };
+                if (front_) {
+                  // Time it waited for a free worker counts.
+                  nr.timeout_s = std::max(1e-3, nr.timeout_s - HttpFront::CurrentRequestAge());
+                  nr.client_gone = [] { return HttpFront::CurrentClientGone(); };
+                }
                 const int top = nr.top_logprobs, lookahead = nr.lookahead;
                 EngineResult r = engine_->Next(nr);
                 if (r.code == EngineCode::kConflict) {

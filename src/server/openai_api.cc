@@ -30,19 +30,27 @@ std::string TokenLabel(const Tokenizer& tok, int32_t id, bool as_id) {
 
 std::string Sse(const json& j) { return "data: " + DumpJson(j) + "\n\n"; }
 
-// How long the client waits: X-TLR-Timeout-Ms, else X-Stainless-Timeout (seconds; OpenAI's
-// client libraries send their timeout in it), else the server's default.
+// A positive decimal number ("1500", "2.5"), at most `max`; -1 otherwise.
+double PositiveNumber(const std::string& v, double max) {
+  if (v.empty() || v.size() > 20 || v.find_first_not_of("0123456789.") != std::string::npos) return -1;
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  return end == v.c_str() + v.size() && x > 0 && x <= max ? x : -1;
+}
+
+// How long the client waits: X-TLR-Timeout-Ms (an error when malformed: TLR's own clients send
+// it), else X-Stainless-Timeout (seconds; OpenAI's client libraries send their timeout in it,
+// whole seconds, so "0" for less than one: ignored then, as anything it cannot read), else the
+// server's default.
 Expected<double> RequestTimeout(const httplib::Request& req, double fallback) {
-  for (const auto& [name, scale] : {std::pair<const char*, double>{"X-TLR-Timeout-Ms", 1e-3}, {"X-Stainless-Timeout", 1.0}}) {
-    if (!req.has_header(name)) continue;
-    const std::string v = req.get_header_value(name);
-    char* end = nullptr;
-    const double x = std::strtod(v.c_str(), &end);
-    if (v.empty() || end != v.c_str() + v.size() || !(x > 0) || x * scale > 86400) {
-      return Status::Error(std::string("header ") + name + " must be a positive number (" +
-                           (scale < 1 ? "milliseconds" : "seconds") + ", at most a day), not '" + v + "'");
-    }
-    return x * scale;
+  if (req.has_header("X-TLR-Timeout-Ms")) {
+    const std::string v = req.get_header_value("X-TLR-Timeout-Ms");
+    const double ms = PositiveNumber(v, 86400e3);
+    if (ms < 0) return Status::Error("header X-TLR-Timeout-Ms must be a positive number of milliseconds (at most a day), not '" + v + "'");
+    return ms / 1e3;
+  }
+  if (req.has_header("X-Stainless-Timeout")) {
+    if (const double s = PositiveNumber(req.get_header_value("X-Stainless-Timeout"), 86400); s > 0) return s;
   }
   return fallback;
 }
@@ -105,7 +113,8 @@ void LlmServer::RoutesOpenAi() {
     auto timeout = RequestTimeout(req, opts_.default_timeout_s);
     if (!timeout.ok()) return SendError(res, 400, "invalid_request_error", timeout.status().message());
     CallControl control;
-    control.timeout_s = *timeout;
+    // Time the request waited for a free worker counts.
+    control.timeout_s = std::max(1e-3, *timeout - (front_ ? HttpFront::CurrentRequestAge() : 0.0));
     const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
     const int64_t created = static_cast<int64_t>(std::time(nullptr));
     const std::string object = chat ? "chat.completion" : "text_completion";

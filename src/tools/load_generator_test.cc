@@ -128,8 +128,8 @@ TEST_F(LoadGeneratorServerTest, RefusedCallsAreCountedOnceAndWaitedOut) {
   LoadOptions o;
   o.server = "http://127.0.0.1:" + std::to_string(server_->port());
   o.duration_s = 1.5;
-  o.timeout_s = 0.4;
-  o.prompt_tokens = 40;  // a new conversation needs 3 passes: 150 ms of the 200 ms it may use
+  o.timeout_s = 1.0;
+  o.prompt_tokens = 40;  // 8 new conversations need 22 passes, 1.1 s; one may wait 0.5 s
   o.gen_tokens = 4;
   o.max_context = 80;
   auto r = RunLoad(o, llm_->tokenizer(), 8, 5);
