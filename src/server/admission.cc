@@ -132,13 +132,28 @@ AdmissionVerdict Admit(const std::vector<AdmissionWork>& admitted, const Admissi
   // The candidate itself: in time, and not waiting longer than its share.
   double late = 0;
   const double allowed = candidate.deadline - Margin(candidate, policy);
-  // What the call needs on an idle server: more than its time, and waiting cannot help.
+  // More than its time even on an idle server. If its generation alone does not fit, waiting
+  // cannot help (never). Else it is the prefill: behind a short queue, the call is admitted to
+  // ingest what it can before its deadline (partial); what it ingested stays in the session, so
+  // the device's next call goes on from there and some call of the conversation fits at last.
   const double alone = ProjectFinish({candidate}, now, 0, model, policy.pass_tokens).back();
   if (stretched(alone) > allowed) {
-    v.admit = false;
-    v.never = true;
-    v.why = "it needs about " + ms(policy.safety * (alone - now)) + " ms of the server's time even when idle, more than the " +
-            ms(allowed - now) + " ms its timeout leaves: give the call more time (the device's --llm-timeout)";
+    AdmissionWork steps_only = candidate;
+    steps_only.tokens = 1;
+    const double least = ProjectFinish({steps_only}, now, 0, model, policy.pass_tokens).back();
+    const double left = std::isfinite(candidate.deadline) ? candidate.deadline - now : 0;
+    if (stretched(least) > allowed) {
+      v.admit = false;
+      v.never = true;
+      v.why = "it needs about " + ms(policy.safety * (least - now)) + " ms of the server's time even when idle, more than the " +
+              ms(allowed - now) + " ms its timeout leaves: give the call more time (the device's --llm-timeout)";
+    } else if (policy.safety * (starts.back() - now) <= policy.quiet_share * left) {
+      v.partial = true;
+    } else {
+      v.admit = false;
+      v.retry_after_s = std::clamp(std::max(policy.safety * (starts.back() - now) - policy.quiet_share * left, pass_left_s), 0.05, 60.0);
+      v.why = "its prefill takes longer than its time, and the server is busy: it is ingested in parts when the queue is short";
+    }
     return v;
   }
   if (stretched(with.back()) > allowed) {
@@ -146,14 +161,17 @@ AdmissionVerdict Admit(const std::vector<AdmissionWork>& admitted, const Admissi
     v.why = "it would be answered in about " + ms(v.expected_s) + " ms, past the " + ms(allowed - now) +
             " ms it can use";
   } else if (!candidate.warm && std::isfinite(candidate.deadline)) {
-    // A cold call waits behind others at most its share of its time: it gets in when the queue
-    // is short, whatever its own size (as long as it fits its deadline).
-    const double wait = policy.safety * (starts.back() - now), may = policy.cold_share * (candidate.deadline - now);
-    if (wait > may) {
-      late = wait - may;
-      v.why = "it would wait about " + ms(wait) + " ms behind the calls admitted before it; a new or resynced "
-              "conversation may wait " + std::to_string(static_cast<int>(policy.cold_share * 100)) + "% of its time (" +
-              ms(may) + " ms): the server is busy with conversations in progress";
+    // Behind a queue, a cold call must leave the rest of its time to warm calls; behind a short
+    // one (the server has room) it may use all of it, whatever its size.
+    const double left = candidate.deadline - now;
+    const double wait = policy.safety * (starts.back() - now);
+    const double may = now + policy.cold_share * left;
+    if (wait > policy.quiet_share * left && stretched(with.back()) > may) {
+      late = stretched(with.back()) - may;
+      v.why = "it would be answered in about " + ms(v.expected_s) + " ms, behind " + ms(wait) +
+              " ms of calls admitted before it; a new or resynced conversation may then use " +
+              std::to_string(static_cast<int>(policy.cold_share * 100)) + "% of its time (" + ms(may - now) +
+              " ms): the server is busy with conversations in progress";
     }
   }
   // The admitted calls it would overtake must stay in time (those already late by the model's

@@ -13,14 +13,15 @@
 //   - its own projected finish and that of every admitted call it would overtake stay within
 //     their deadlines (less a margin for the reply's way back, with a safety factor on the
 //     projection): whatever is admitted is answered in time as long as the model holds;
-//   - a cold call waits behind the calls admitted before it at most cold_share of its time. Under
-//     overload warm calls keep the queue longer than that (they may wait up to their deadline),
-//     so warm sessions' routed tokens keep being served and new conversations get in as soon as
-//     the queue is short, whatever their own size: a conversation refused while it grows (its
-//     device goes on with the SLM) is never locked out of a server that has room. (A bound on
-//     the cold call's finish instead was measured: it starved growing new conversations while
-//     the server ran passes of one or two sequences. A bound on warm calls' wait was measured
-//     too: it cost goodput, as refused devices left passes less full.)
+//   - a cold call behind a queue (more than quiet_share of its time to wait) is answered within
+//     cold_share of its time: the rest is left to warm calls that arrive later and go first, so
+//     under overload warm sessions' routed tokens keep being served. Behind a short queue (the
+//     server has room) a cold call may use all its time, whatever its size: a conversation
+//     refused while it grows (its device goes on with the SLM) is not locked out of a server
+//     whose passes are half empty. (Measured, on 64-128 devices calling back to back: a bound on
+//     the finish alone starved growing conversations while passes held one or two sequences; a
+//     bound on the wait alone let large prefills crowd out routed tokens; a bound on warm calls'
+//     wait cost goodput, as refused devices left passes less full.)
 //
 // Pure functions of their arguments (times are seconds on the scheduler's clock): the unit
 // tests drive them with a fake clock.
@@ -74,7 +75,8 @@ bool ServedBefore(const AdmissionWork& a, const AdmissionWork& b);
 
 struct AdmissionPolicy {
   int64_t pass_tokens = 512;  // tokens per pass (the scheduler's budget)
-  double cold_share = 0.5;    // a cold call may wait behind others this share of its time
+  double cold_share = 0.5;    // a cold call behind a queue is answered within this share of its time
+  double quiet_share = 0.1;   // a queue shorter than this share of a call's time is no queue
   double margin_s = 0.02;     // kept free before every deadline (the reply's way back) ...
   double margin_share = 0.05; // ... plus this share of the call's budget
   double safety = 1.2;        // projected durations are stretched by this
@@ -85,7 +87,9 @@ struct AdmissionVerdict {
   bool admit = true;
   double expected_s = 0;     // projected time until the candidate is answered
   double retry_after_s = 0;  // refused: when a call like it may fit again
-  bool never = false;        // refused: it would not fit its deadline even on an idle server
+  bool never = false;        // refused: it would not fit its deadline even on an idle server (its
+                             // generation alone does not)
+  bool partial = false;      // admitted to ingest what it can of its prefill before its deadline
   std::string why;           // refused: in words
 };
 

@@ -70,6 +70,8 @@ struct BatchScheduler::Job {
   std::atomic<bool> gone{false};        // the client went away
   bool expired = false;        // dropped past its deadline
   bool failed_pass = false;    // a forward pass it was in failed
+  bool partial = false;        // admitted to ingest what it can before its deadline
+  bool partial_stop = false;   // stopped so (answered 503 before the deadline)
   std::mutex mu;
   std::condition_variable cv;
 };
@@ -190,6 +192,7 @@ std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
       }
       admitted[i] = true;
       outs[i].admitted = true;
+      job.partial = v.partial;
       if (job.keep >= 0) {  // only an admitted call changes its session
         if (job.s->cache) job.s->cache->Truncate(job.keep);
         job.s->tokens.resize(static_cast<size_t>(job.keep));
@@ -227,6 +230,7 @@ std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
     outs[i].gone = job.gone.load() && !outs[i].error.empty();
     outs[i].failed_pass = job.failed_pass;
     if (job.expired) outs[i].retry_after_s = 1;
+    if (job.partial_stop) outs[i].retry_after_s = 0.05;
   }
   return outs;
 }
@@ -424,6 +428,31 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
       queued += static_cast<int64_t>(j->feed.size() - j->fed);
     }
     budget = PassTokens(shortest, active.size(), queued);
+  }
+  // A call admitted to ingest what it can (AdmissionVerdict::partial) stops before the pass
+  // that would end past its deadline, and answers (503, come back at once) while its device
+  // still waits: what it ingested stays in the session, and the next call goes on from there.
+  {
+    const double next_pass = pass_model_.Predict(std::min<int64_t>(budget, 1 << 20), static_cast<int64_t>(active.size()));
+    const AdmissionPolicy& p = opts_.admission;
+    for (size_t i = 0; i < active.size();) {
+      Job* j = active[i];
+      const double margin = p.margin_s + p.margin_share * j->budget_s;
+      if (!j->partial || j->decoding || j->fed >= j->feed.size() ||
+          Now() + p.safety * next_pass <= j->deadline - margin) {
+        ++i;
+        continue;
+      }
+      active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
+      order.erase(std::find(order.begin(), order.end(), j));
+      if (metrics_) metrics_->Add("tlr_calls_partial_total", 1);
+      j->error = "its prefill takes longer than its time: " + std::to_string(j->fed) + " of its " +
+                 std::to_string(j->feed.size()) + " new tokens are in the session now; call again to go on";
+      j->shutdown = true;
+      j->partial_stop = true;
+      Finish(j);
+    }
+    if (active.empty()) return;
   }
   std::vector<SequenceInput> ins;
   std::vector<Job*> batch;

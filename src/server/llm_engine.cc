@@ -68,6 +68,7 @@ LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& l
     metrics_->DeclareCounter("tlr_calls_abandoned_total", "Admitted calls stopped between forward passes past their deadline");
     metrics_->DeclareCounter("tlr_calls_refused_total", "Calls refused at once (429) because they could not be answered before their deadline, by class (warm: a few new tokens; cold: a conversation's prefill)");
     metrics_->DeclareCounter("tlr_calls_cancelled_total", "Calls dropped because their client closed its connection");
+    metrics_->DeclareCounter("tlr_calls_partial_total", "Calls whose prefill takes longer than their time, stopped before their deadline with part of it ingested (503; the next call goes on)");
     metrics_->DeclareCounter("tlr_lookahead_tokens_total", "Lookahead tokens generated for devices' drafts (native protocol)");
     metrics_->DeclareCounter("tlr_prompt_cache_copied_tokens_total", "Prompt tokens a new prompt-cache slot copied from another slot's KV instead of prefilling");
     metrics_->DeclareCounter("tlr_lookahead_cut_total", "Lookahead tokens not generated because other calls were waiting (lookahead is low priority)");
@@ -83,7 +84,7 @@ LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& l
                                {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
     for (const char* c : {"tlr_prefill_tokens_total", "tlr_decode_tokens_total", "tlr_generated_tokens_total",
                           "tlr_evictions_total", "tlr_sessions_expired_total", "tlr_resyncs_total", "tlr_forward_passes_total", "tlr_forward_seconds_total", "tlr_calls_expired_total",
-                          "tlr_calls_abandoned_total", "tlr_calls_cancelled_total", "tlr_lookahead_tokens_total", "tlr_rewound_tokens_total",
+                          "tlr_calls_abandoned_total", "tlr_calls_cancelled_total", "tlr_calls_partial_total", "tlr_lookahead_tokens_total", "tlr_rewound_tokens_total",
                           "tlr_kept_tokens_total", "tlr_lookahead_cut_total", "tlr_prompt_cache_copied_tokens_total"}) {
       metrics_->Add(c, 0);  // present from the start
     }

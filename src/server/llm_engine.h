@@ -50,8 +50,8 @@ struct EngineLimits {
   int prompt_cache_slots = 0;         // most KV caches reused by the OpenAI endpoints (by prefix);
                                       // 0: bounded only by the KV budget (and max_sessions)
   int recent_replies = 16;            // per session, for request_id idempotency
-  // Admission (admission.h): a new or resynced conversation's prefill may wait behind other calls
-  // this share of its time (warm sessions' routed tokens may wait all of it).
+  // Admission (admission.h): behind a queue, a new or resynced conversation's prefill must be
+  // answered within this share of its time (the rest is left to warm sessions' routed tokens).
   double cold_share = 0.5;
   bool calibrate = true;              // time two passes at start (admission's first pass time)
   double test_pass_delay_s = 0;       // tests only: every forward pass takes this much longer

@@ -172,6 +172,29 @@ TEST_F(OverloadTest, WarmCallsGetInWhereNewConversationsAreRefused) {
   EXPECT_EQ(Metric("tlr_calls_expired_total") + Metric("tlr_calls_abandoned_total"), 0);
 }
 
+TEST_F(OverloadTest, APrefillLongerThanItsTimeIsIngestedInPartsAcrossCalls) {
+  // Passes of 16 tokens, 0.1 s each: 200 new tokens take 1.3 s, and each call gets 0.6 s.
+  Start(0.1, 16);
+  const std::string s = NewSession();
+  const std::vector<int32_t> prompt = Tokens(200, 3);
+  int calls = 0, partial = 0;
+  for (; calls < 12; ++calls) {
+    auto r = Client()->Post("/tlr/v1/next", NextBody(s, prompt, 600), "application/json");
+    ASSERT_TRUE(r);
+    if (r->status == 200) break;
+    ASSERT_EQ(r->status, 503) << r->body;
+    ++partial;
+    EXPECT_NE(json::parse(r->body)["error"]["message"].get<std::string>().find("call again to go on"), std::string::npos) << r->body;
+    EXPECT_FALSE(r->get_header_value("retry-after-ms").empty());
+  }
+  EXPECT_LT(calls, 12) << "the prompt never got in";
+  EXPECT_GE(partial, 1);
+  EXPECT_EQ(Metric("tlr_calls_partial_total"), partial);
+  // Each part was ingested once: the session went on from what it held.
+  EXPECT_EQ(Metric("tlr_prefill_tokens_total"), 200);
+  EXPECT_EQ(Metric("tlr_calls_expired_total") + Metric("tlr_calls_abandoned_total"), 0);
+}
+
 TEST_F(OverloadTest, ARequestWhoseClientClosedIsDroppedBeforeItRuns) {
   // Passes of 0.5 s: a long generation keeps the model busy while a second request arrives and
   // its client goes away.

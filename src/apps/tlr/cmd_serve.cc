@@ -57,9 +57,9 @@ Command AddServeCommand(CLI::App& root) {
                   "(429 overloaded, with Retry-After)")
       ->default_val(30)->check(CLI::Range(0.01, 86400.0));
   app->add_option("--cold-share", o->cold_share,
-                  "A new or resynced conversation's prefill is admitted only when it would wait behind other calls "
-                  "at most this share of its time (routed tokens of conversations in progress may wait all of it, so "
-                  "under overload they are served first)")
+                  "Behind a queue, a new or resynced conversation's prefill is admitted only when it can be answered "
+                  "within this share of its time; the rest is kept for the routed tokens of conversations in progress "
+                  "(behind a short queue it may use all of it)")
       ->default_val(0.5)->check(CLI::Range(0.01, 1.0));
   app->add_option("--prompt-cache", o->prompt_cache,
                   "Most KV caches the OpenAI endpoints keep for reuse by prefix (one per client resending a growing "
