@@ -58,9 +58,11 @@ struct RemoteOptions {
 // Why a call failed, for the device's summary ("9 fallbacks: 7 timeouts, 2 malformed replies").
 // kUnsendable: the request could not be made (a context a text prompt cannot carry).
 // kRefused: the server was overloaded and said when to come back (429, 503 with Retry-After);
-// kDeferred: not sent, because that time had not come yet.
-enum class CallFailure { kUnreachable, kTimeout, kServerError, kMalformed, kFailFast, kUnsendable, kRefused, kDeferred };
-inline constexpr int kCallFailureKinds = 8;
+// kDeferred: not sent, because that time had not come yet; kPartial: the context's prefill takes
+// longer than the call's time, and the server took part of it (503 prefill_partial): the next
+// call goes on from there.
+enum class CallFailure { kUnreachable, kTimeout, kServerError, kMalformed, kFailFast, kUnsendable, kRefused, kDeferred, kPartial };
+inline constexpr int kCallFailureKinds = 9;
 std::string_view CallFailureName(CallFailure f, bool plural);  // "timeout", "malformed replies", ...
 
 // What a failed call's protocol reports to the common part.

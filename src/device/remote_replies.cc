@@ -26,6 +26,17 @@ std::string ErrorMessage(std::string_view body) {
   return SanitizeUtf8(body.substr(0, 200));
 }
 
+std::string ErrorCode(std::string_view body) {
+  auto j = ParseJson(body);
+  if (!j.ok() || !j->is_object()) return {};
+  const json* error = nullptr;
+  std::string code;
+  JsonFields f(*j);
+  f.Object("error", &error, kRequired);
+  if (error && error->is_object()) JsonFields(*error).String("code", &code, kRequired);
+  return code.size() <= 64 ? code : std::string();
+}
+
 namespace {
 
 Expected<json> ParseReply(std::string_view body, const char* what) {

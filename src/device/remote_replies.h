@@ -19,6 +19,8 @@ namespace tlr::remote {
 // The message of an error body ({"error": {"message": ...}}), else the body's start (at most
 // 200 bytes, made valid UTF-8).
 std::string ErrorMessage(std::string_view body);
+// The `error.code` of an error body ("" when there is none).
+std::string ErrorCode(std::string_view body);
 
 // GET /tlr/v1/info and POST /tlr/v1/sessions (201): the session id (sessions only) and the
 // vocabulary fingerprint (empty when the server does not report one).

@@ -230,7 +230,10 @@ std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
     outs[i].gone = job.gone.load() && !outs[i].error.empty();
     outs[i].failed_pass = job.failed_pass;
     if (job.expired) outs[i].retry_after_s = 1;
-    if (job.partial_stop) outs[i].retry_after_s = 0.05;
+    if (job.partial_stop) {
+      outs[i].retry_after_s = 0.05;
+      outs[i].partial = true;
+    }
   }
   return outs;
 }

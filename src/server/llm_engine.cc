@@ -405,6 +405,7 @@ EngineResult LlmEngine::Run(EngineSession* s, int64_t keep, std::vector<int32_t>
                           : out.bad_request || out.too_long ? EngineCode::kBadRequest : EngineCode::kInternal,
                           out.error);
     r.retry_after_s = out.retry_after_s;
+    if (out.partial) r.error_code = "prefill_partial";
     return r;
   }
   EngineResult r;

@@ -108,6 +108,7 @@ struct EngineResult {
   uint64_t held_hash = 0;
   int64_t version = 0;
   double retry_after_s = 0;  // kBusy, kOverloaded: when to come back (0: not known)
+  std::string error_code;    // the HTTP error's code when not the one of `code` ("prefill_partial")
   bool ok() const { return code == EngineCode::kOk; }
 };
 

@@ -40,7 +40,7 @@ std::string EndpointLabel(const std::string& path) {
 
 void SendEngineError(httplib::Response& res, const EngineResult& r, const std::string& code) {
   const int status = HttpStatusOf(r.code);
-  const std::string c = code.empty() ? std::string(EngineCodeName(r.code)) : code;
+  const std::string c = !code.empty() ? code : !r.error_code.empty() ? r.error_code : std::string(EngineCodeName(r.code));
   if (status == 429 || status == 503) return server::SendRetryLater(res, status, c, r.message, r.retry_after_s);
   SendError(res, status, c, r.message);
 }

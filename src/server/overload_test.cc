@@ -185,6 +185,7 @@ TEST_F(OverloadTest, APrefillLongerThanItsTimeIsIngestedInPartsAcrossCalls) {
     ASSERT_EQ(r->status, 503) << r->body;
     ++partial;
     EXPECT_NE(json::parse(r->body)["error"]["message"].get<std::string>().find("call again to go on"), std::string::npos) << r->body;
+    EXPECT_EQ(json::parse(r->body)["error"]["code"], "prefill_partial");
     EXPECT_FALSE(r->get_header_value("retry-after-ms").empty());
   }
   EXPECT_LT(calls, 12) << "the prompt never got in";

@@ -149,7 +149,7 @@ struct DeviceResult {
   std::vector<float> latency_ms;  // of each successful call
   std::vector<float> refused_ms;  // of each refused call
   bool lookahead = false;         // this device asked for lookahead
-  int64_t calls = 0, errors = 0, refused = 0, timed_out = 0, failed = 0, conversations = 0, steady_calls = 0;
+  int64_t calls = 0, errors = 0, refused = 0, partial = 0, timed_out = 0, failed = 0, conversations = 0, steady_calls = 0;
   double waited_s = 0;
   std::string first_error, first_timeout, first_failure;
   RemoteStats stats;
@@ -201,7 +201,9 @@ void RunDevice(RemoteLlm* llm, const LoadOptions& o, int32_t n_vocab, uint64_t s
     errors->fetch_add(1, std::memory_order_relaxed);
     const RemoteStats d = llm->stats() - before;
     const std::string& why = reply.status().message();
-    if (d.failures[static_cast<int>(CallFailure::kRefused)] > 0) {
+    if (d.failures[static_cast<int>(CallFailure::kPartial)] > 0) {
+      ++r->partial;
+    } else if (d.failures[static_cast<int>(CallFailure::kRefused)] > 0) {
       ++r->refused;
       r->refused_ms.push_back(static_cast<float>(ms));
       if (r->first_error.empty()) r->first_error = why;
@@ -329,6 +331,7 @@ Expected<LoadRun> RunLoad(const LoadOptions& o, const Tokenizer& vocab, int sess
     run.steady_calls += r.steady_calls;
     run.errors += r.errors;
     run.refused += r.refused;
+    run.partial += r.partial;
     run.timed_out += r.timed_out;
     run.failed += r.failed;
     run.waited_s += r.waited_s;
@@ -375,6 +378,8 @@ std::string FormatLoadRun(const LoadRun& r, const LoadOptions& o) {
                 "out Retry-After %.1f s in all)",
           static_cast<long long>(r.refused), Percentile(r.refused_ms, 50), Percentile(r.refused_ms, 99), r.waited_s);
   if (!r.refusal_sample.empty()) Appendf(&out, "\n  e.g. %s", r.refusal_sample.c_str());
+  Appendf(&out, "\npartial          %lld  (a context's prefill longer than the timeout, taken in part: the next call goes on)",
+          static_cast<long long>(r.partial));
   Appendf(&out, "\ntimed out        %lld  (no answer within the device's %.1f s timeout)\n", static_cast<long long>(r.timed_out),
           o.timeout_s);
   Appendf(&out, "failed           %lld", static_cast<long long>(r.failed));
@@ -428,6 +433,7 @@ json LoadRunJson(const LoadRun& r) {
             {"steady_calls", r.steady_calls},
             {"errors", r.errors},
             {"refused", r.refused},
+            {"partial", r.partial},
             {"timed_out", r.timed_out},
             {"failed", r.failed},
             {"refused_ms", {{"p50", Percentile(r.refused_ms, 50)}, {"p99", Percentile(r.refused_ms, 99)},

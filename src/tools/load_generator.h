@@ -83,7 +83,7 @@ struct LoadRun {
   double wall_s = 0;
   // calls: answered; errors: failed calls of every kind, which are refused (429/503: the server
   // shed them at once), timed_out (no answer within the device's timeout) and failed (the rest).
-  int64_t calls = 0, errors = 0, refused = 0, timed_out = 0, failed = 0;
+  int64_t calls = 0, errors = 0, refused = 0, partial = 0, timed_out = 0, failed = 0;
   int64_t conversations = 0, resyncs = 0, retries = 0, http_requests = 0, tokens_sent = 0;
   double waited_s = 0;       // devices' time spent waiting out Retry-After (summed)
   std::vector<float> refused_ms;  // sorted: how long a refusal took to arrive

@@ -159,16 +159,17 @@ Command AddLoadtestCommand(CLI::App& root) {
               double peak = 0;
               for (const LoadRun& r : runs) peak = std::max(peak, r.calls_per_s());
               std::printf("\n== goodput against offered load (%.0f s per point) ==\n", o->duration_s);
-              std::printf("devices  goodput/s  of peak  answered  refused  timed out  failed  p50 ms  p99 ms  refusal p99 ms\n");
+              std::printf("devices  goodput/s  of peak  answered  refused  partial  timed out  failed  p50 ms  p99 ms  refusal p99 ms\n");
               json curve = json::array();
               for (const LoadRun& r : runs) {
-                std::printf("%7d  %9.1f  %6.2fx  %8lld  %7lld  %9lld  %6lld  %6.0f  %6.0f  %14.1f\n", r.sessions, r.calls_per_s(),
+                std::printf("%7d  %9.1f  %6.2fx  %8lld  %7lld  %7lld  %9lld  %6lld  %6.0f  %6.0f  %14.1f\n", r.sessions, r.calls_per_s(),
                             peak > 0 ? r.calls_per_s() / peak : 0.0, static_cast<long long>(r.calls),
-                            static_cast<long long>(r.refused), static_cast<long long>(r.timed_out),
+                            static_cast<long long>(r.refused), static_cast<long long>(r.partial), static_cast<long long>(r.timed_out),
                             static_cast<long long>(r.failed), Percentile(r.latency_ms, 50), Percentile(r.latency_ms, 99),
                             Percentile(r.refused_ms, 99));
                 curve.push_back({{"devices", r.sessions}, {"goodput_per_s", r.calls_per_s()},
                                  {"of_peak", peak > 0 ? r.calls_per_s() / peak : 0.0}, {"refused", r.refused},
+                                 {"partial", r.partial},
                                  {"timed_out", r.timed_out}, {"failed", r.failed}});
               }
               out["sweep"] = curve;
