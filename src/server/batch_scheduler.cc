@@ -181,7 +181,7 @@ std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
     for (size_t i = 0; i < jobs.size(); ++i) {
       Job& job = *jobs[i];
       job.seq = next_seq_++;
-      const AdmissionVerdict v = Decide(job);
+      const AdmissionVerdict v = Decide(job, true);
       if (!v.admit) {
         outs[i].refused = !v.never;
         outs[i].too_long = v.never;
@@ -238,7 +238,19 @@ std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
   return outs;
 }
 
-AdmissionVerdict BatchScheduler::Decide(const Job& job) const {
+// Refusals against admissions, decayed over a few seconds: under sustained overload the waits a
+// refusal asks for grow with it (up to 8x), so that refused devices come back about as fast as
+// calls get in, not in a stream of refusals that costs the server's own CPU.
+double BatchScheduler::NoteDecision(bool admitted, double now) const {
+  constexpr double kTau = 2.0;
+  const double decay = last_decision_ > 0 ? std::exp(-std::max(0.0, now - last_decision_) / kTau) : 1.0;
+  recent_admitted_ = recent_admitted_ * decay + (admitted ? 1 : 0);
+  recent_refused_ = recent_refused_ * decay + (admitted ? 0 : 1);
+  last_decision_ = now;
+  return std::min(8.0, 1.0 + recent_refused_ / std::max(1.0, recent_admitted_));
+}
+
+AdmissionVerdict BatchScheduler::Decide(const Job& job, bool count_admission) const {
   std::vector<AdmissionWork> work;
   work.reserve(admitted_.size());
   double shortest = std::numeric_limits<double>::infinity();
@@ -253,7 +265,13 @@ AdmissionVerdict BatchScheduler::Decide(const Job& job) const {
   const double now = Now();
   // The pass in flight, and the work after it that the worker does before the next one.
   const double pass_left = pass_started_ >= 0 ? std::max(0.0, pass_started_ + pass_expected_s_ - now) : 0;
-  return Admit(work, WorkOf(job), now, pass_left, pass_model_, policy, without);
+  AdmissionVerdict v = Admit(work, WorkOf(job), now, pass_left, pass_model_, policy, without);
+  if (!v.admit && !v.never) {
+    v.retry_after_s = std::min(60.0, v.retry_after_s * NoteDecision(false, now));
+  } else if (v.admit && count_admission) {
+    NoteDecision(true, now);
+  }
+  return v;
 }
 
 AdmissionVerdict BatchScheduler::Check(const BatchCall& call) const {
@@ -267,7 +285,7 @@ AdmissionVerdict BatchScheduler::Check(const BatchCall& call) const {
   probe.left_steps = std::max(0, call.n - low - 1);
   std::lock_guard<std::mutex> l(queue_mu_);
   probe.seq = next_seq_;
-  return Decide(probe);
+  return Decide(probe, false);  // its admission is counted when the call is queued
 }
 
 int64_t BatchScheduler::PassTokens(double shortest_budget_s, size_t sequences, int64_t queued_tokens) const {

@@ -127,7 +127,9 @@ class BatchScheduler {
   // than a quarter of the shortest timeout waiting (under queue_mu_).
   int64_t PassTokens(double shortest_budget_s, size_t sequences, int64_t queued_tokens) const;
   AdmissionWork WorkOf(const Job& j) const;  // under queue_mu_
-  AdmissionVerdict Decide(const Job& j) const;  // under queue_mu_
+  AdmissionVerdict Decide(const Job& j, bool count_admission) const;  // under queue_mu_
+  // Counts a decision; returns how much longer than its own wait a refusal asks for.
+  double NoteDecision(bool admitted, double now) const;  // under queue_mu_
 
   // Made at the first call that heals (a piece per token).
   std::once_flag constraint_once_;
@@ -146,6 +148,7 @@ class BatchScheduler {
   double pass_started_ = -1;       // the pass in flight (scheduler clock), -1: none
   double pass_expected_s_ = 0;
   uint64_t next_seq_ = 0;
+  mutable double recent_admitted_ = 0, recent_refused_ = 0, last_decision_ = 0;  // NoteDecision
   bool calibrated_ = false;        // the constructor waits for it
   bool stop_ = false;
   std::atomic<int64_t> prefill_tokens_{0}, decode_tokens_{0};
