@@ -110,6 +110,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tlr", default=os.path.join(ROOT, "build", "bin", "tlr"))
     ap.add_argument("--baseline", help="another build's tlr: its server is swept too, in the same run")
+    ap.add_argument("--baseline-name", help="how the plot names the baseline (e.g. its commit; default: its path)")
     ap.add_argument("--model", help="the server's GGUF (default: a random qwen2.5-0.5b-shape Q8_0 file)")
     ap.add_argument("--backend", default="both", choices=["tlr", "openai", "both"])
     ap.add_argument("--counts", default="4,8,16,32,64,128")
@@ -133,7 +134,7 @@ def main():
             curves = {}
             for tag, server in servers:
                 j = sweep(a.tlr, server, model, backend, a, work, "%s-%s" % (backend, tag))
-                curves["%s (%s)" % (tag, os.path.relpath(server, ROOT) if server.startswith(ROOT) else server)] = j["runs"]
+                curves["%s (%s)" % (tag, "this build" if tag == "after" else a.baseline_name or server)] = j["runs"]
                 report.append(table("%s, %s server (%s)" % ({"tlr": "native /tlr/v1/next", "openai": "/v1/completions"}[backend], tag, server), j))
                 runs = j["runs"]
                 peak = max(r["goodput_per_s"] for r in runs) or 1
