@@ -196,6 +196,39 @@ TEST_F(OverloadTest, APrefillLongerThanItsTimeIsIngestedInPartsAcrossCalls) {
   EXPECT_EQ(Metric("tlr_calls_expired_total") + Metric("tlr_calls_abandoned_total"), 0);
 }
 
+TEST_F(OverloadTest, OpenAiRequestsTakeTheirDeadlineFromHeadersAndAreAnsweredBeforeAStreamStarts) {
+  Start(0.1, 64);  // every pass at least 0.1 s
+  json body = {{"prompt", Tokens(8, 5)}, {"max_tokens", 5}};
+  auto c = Client();
+  // Five tokens take five passes: not within 300 ms, and waiting cannot help (400).
+  auto r = c->Post("/v1/completions", {{"X-TLR-Timeout-Ms", "300"}}, body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(r->body.find("even when idle"), std::string::npos) << r->body;
+  // The OpenAI SDKs' own header (seconds) is honoured; a malformed one is ignored, ours is not.
+  r = c->Post("/v1/completions", {{"X-Stainless-Timeout", "0.3"}}, body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  r = c->Post("/v1/completions", {{"X-Stainless-Timeout", "soon"}}, body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  r = c->Post("/v1/completions", {{"X-TLR-Timeout-Ms", "soon"}}, body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(r->body.find("X-TLR-Timeout-Ms"), std::string::npos) << r->body;
+  // Streamed, the deadline bounds the first token: 300 ms are enough...
+  body["stream"] = true;
+  r = c->Post("/v1/completions", {{"X-TLR-Timeout-Ms", "300"}}, body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_NE(r->body.find("data: [DONE]"), std::string::npos) << r->body;
+  // ...50 ms are not: the answer is a status and a JSON error, not a stream.
+  r = c->Post("/v1/completions", {{"X-TLR-Timeout-Ms", "50"}}, body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_EQ(r->get_header_value("Content-Type"), "application/json");
+}
+
 TEST_F(OverloadTest, ARequestWhoseClientClosedIsDroppedBeforeItRuns) {
   // Passes of 0.5 s: a long generation keeps the model busy while a second request arrives and
   // its client goes away.
