@@ -227,7 +227,6 @@ std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
     outs[i].overload = job.shutdown;
     outs[i].bad_request = job.bad_request;
     outs[i].started = job.started_set;
-    outs[i].gone = job.gone.load() && !outs[i].error.empty();
     outs[i].failed_pass = job.failed_pass;
     if (job.expired) outs[i].retry_after_s = 1;
     if (job.partial_stop) {

@@ -80,7 +80,6 @@ struct BatchOutcome {
   bool refused = false;  // not admitted: it could not be answered in time (429); nothing ran
   bool too_long = false; // not admitted: it would not fit its time even on an idle server (400)
   bool partial = false;  // its prefill was taken in part before its deadline (503 prefill_partial)
-  bool gone = false;     // dropped because its client went away
   double retry_after_s = 0;  // refused or past its deadline: when to come back
   bool started = false;  // took part in a forward pass
   bool failed_pass = false;  // a forward pass failed: the session's cache may be partly written
