@@ -1,6 +1,8 @@
 // The device session shared by `tlr generate` and the C API (see device_session.h).
 #include "device/device_session.h"
 
+#include <chrono>
+
 #include <atomic>
 #include <cmath>
 
@@ -121,10 +123,13 @@ Expected<DeviceRunResult> RunDeviceGeneration(const Model& main, Router* router,
       LlmSpec spec = llm->spec;
       spec.model = llm->model.get();
       spec.n_ctx = context ? std::max(need, context->slm.n_ctx) : need;
+      const auto t0 = std::chrono::steady_clock::now();
       auto s = LlmStack::Create(spec, main.tokenizer());
       if (!s.ok()) return s.status();
       own = std::move(s).value();
       stack = own.get();
+      result.setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      result.sim_delay_s = stack->sim_delay_s();
       result.warning = stack->warning();
       if (!result.warning.empty() && on_warning) on_warning(result.warning);
       if (context) {
@@ -144,7 +149,7 @@ Expected<DeviceRunResult> RunDeviceGeneration(const Model& main, Router* router,
   auto stats = dec.Generate(prompt, opts, on_token, slm_context);
   if (!stats.ok()) return stats.status();
   result.stats = std::move(stats).value();
-  if (stack) result.sim_delay_s = stack->sim_delay_s() - sim_before;
+  if (stack) result.sim_delay_s += stack->sim_delay_s() - sim_before;
   if (stack && stack->remote()) {
     result.remote = true;
     result.remote_stats = stack->remote()->stats() - before;

@@ -88,7 +88,8 @@ struct DeviceRunResult {
   DecodeStats stats;
   bool remote = false;       // the LLM was behind a server
   RemoteStats remote_stats;  // when remote
-  double sim_delay_s = 0;    // simulated network time (--sim-rtt) this generation waited
+  double sim_delay_s = 0;    // simulated network time (--sim-rtt) this generation waited, setup included
+  double setup_s = 0;        // setting the LLM up before decoding (loading, checking the server)
   std::string warning;       // from setting the LLM up (e.g. the server is not reachable yet)
 };
 

@@ -88,26 +88,46 @@ class HttpTransport::Watchdog {
   std::thread thread_;
 };
 
+// What a failed request met, in words (httplib's own names are single words: "Connection").
+static std::string DescribeHttpError(httplib::Error err) {
+  switch (err) {
+    case httplib::Error::Connection: return "could not connect";
+    case httplib::Error::ConnectionTimeout: return "no reply to the connection attempt";
+    case httplib::Error::Read: return "the connection broke before a complete reply";
+    case httplib::Error::Write: return "the connection broke while sending the request";
+    case httplib::Error::SSLConnection: return "the TLS handshake failed";
+    case httplib::Error::SSLLoadingCerts: return "the CA certificates could not be loaded";
+    case httplib::Error::SSLServerVerification: return "the server's TLS certificate did not verify";
+    case httplib::Error::Canceled: return "the request was stopped";
+    default: return "the request failed (" + httplib::to_string(err) + ")";
+  }
+}
+
 HttpTransport::HttpTransport(const HttpOptions& opts)
-    : opts_(opts), rng_(opts.seed), watchdog_(std::make_unique<Watchdog>()) {}
+    : opts_(opts), rng_(opts.seed), watchdog_(std::make_unique<Watchdog>()) {
+  if (auto u = ParseServerUrl(opts.url); u.ok()) {
+    origin_ = u->Origin();
+    prefix_ = u->prefix;
+  } else {
+    origin_ = opts.url;  // Validate refuses it; requests fail
+  }
+}
 
 HttpTransport::~HttpTransport() = default;
 
 Status HttpTransport::Validate(const HttpOptions& opts) {
-  if (opts.url.rfind("http://", 0) != 0 && opts.url.rfind("https://", 0) != 0) {
-    return Status::Error("server URL '" + opts.url + "' must start with http:// or https://");
-  }
+  TLR_ASSIGN_OR_RETURN(const ServerUrl url, ParseServerUrl(opts.url));
   if (opts.max_reply_bytes == 0) return Status::Error("the reply size limit must be positive");
   if (opts.timeout_s <= 0 || opts.retries < 0 || opts.sim_rtt_s < 0 || opts.sim_jitter_s < 0 || opts.backoff_s < 0) {
     return Status::Error("timeouts, retries and simulated delays must not be negative");
   }
-  httplib::Client probe(opts.url);
+  httplib::Client probe(url.Origin());
   if (!probe.is_valid()) return Status::Error("cannot use server URL '" + opts.url + "'");
   return Status::Ok();
 }
 
 std::unique_ptr<httplib::Client> HttpTransport::NewClient(double timeout_s) const {
-  auto c = std::make_unique<httplib::Client>(opts_.url);
+  auto c = std::make_unique<httplib::Client>(origin_);
   c->set_connection_timeout(Us(timeout_s));
   c->set_read_timeout(Us(timeout_s));
   c->set_write_timeout(Us(timeout_s));
@@ -194,7 +214,7 @@ HttpResult HttpTransport::Request(const std::string& method, const std::string& 
   }
   httplib::Request req;
   req.method = method;
-  req.path = path;
+  req.path = prefix_ + path;
   if (method == "POST") {
     req.body = body;
     req.set_header("Content-Type", "application/json");
@@ -232,7 +252,7 @@ HttpResult HttpTransport::Request(const std::string& method, const std::string& 
     } else if (h.too_large) {
       h.error = "the reply is larger than the " + std::to_string(opts_.max_reply_bytes >> 10) + " KiB limit";
     } else {
-      h.error = httplib::to_string(err);
+      h.error = DescribeHttpError(err);
     }
     h.tls_failure = err == httplib::Error::SSLServerVerification ||
                     (err == httplib::Error::SSLConnection && opts_.url.rfind("https://", 0) == 0);
@@ -276,7 +296,7 @@ HttpResult HttpTransport::PostWithRetries(const std::string& path, const std::st
 
 void HttpTransport::DeleteQuietly(const std::string& path) {
   std::unique_ptr<httplib::Client> c = NewClient(0.5);
-  c->Delete(path.c_str(), {{"Content-Length", "0"}});  // without it a server reads until the close
+  c->Delete((prefix_ + path).c_str(), {{"Content-Length", "0"}});  // without it a server reads until the close
 }
 
 }  // namespace tlr

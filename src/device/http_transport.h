@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "device/llm_backend.h"
+#include "device/server_url.h"
 
 namespace httplib {
 class Client;
@@ -27,7 +28,7 @@ class Client;
 namespace tlr {
 
 struct HttpOptions {
-  std::string url;               // http://host:port or https://host:port
+  std::string url;               // http[s]://host[:port][/prefix] (see ServerUrl)
   std::string api_key;           // sent as a Bearer token
   std::string ca_file;           // https: CA bundle to verify the server with (default: system's)
   bool verify_tls = true;
@@ -62,7 +63,7 @@ class HttpTransport {
  public:
   explicit HttpTransport(const HttpOptions& opts);
   ~HttpTransport();
-  // Fails for a URL that is not http(s)://host[:port] or negative timeouts.
+  // Fails for a URL that ParseServerUrl refuses or negative timeouts.
   static Status Validate(const HttpOptions& opts);
 
   using Clock = std::chrono::steady_clock;
@@ -95,6 +96,7 @@ class HttpTransport {
   double DrawDelay();
 
   HttpOptions opts_;
+  std::string origin_, prefix_;  // from opts_.url
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<httplib::Client>> idle_;  // keep-alive connections not in use
   std::mt19937_64 rng_;

@@ -119,6 +119,7 @@ Status RemoteLlm::GetForCheck(const std::string& path, const std::string& not_20
   HttpResult h = http_.Request("GET", path, "");
   *reachable = h.sent;
   body->clear();
+  if (!h.sent && first_check_error_.empty()) first_check_error_ = h.error;
   if (!h.sent && h.tls_failure) {
     return Status::Error("TLS with " + opts_.http.url + " failed (" + h.error +
                          "): the certificate is not trusted or not for this host; give its CA with --ca-file");
@@ -171,10 +172,23 @@ RemoteStats RemoteLlm::stats() const {
   return s;
 }
 
-Expected<std::unique_ptr<RemoteLlm>> RemoteLlm::Connect(const RemoteOptions& opts, const Tokenizer& vocab) {
-  TLR_RETURN_IF_ERROR(HttpTransport::Validate(opts.http));
-  if (opts.max_in_flight < 1 || opts.max_in_flight > 64) {
+Expected<std::unique_ptr<RemoteLlm>> RemoteLlm::Connect(const RemoteOptions& given, const Tokenizer& vocab) {
+  TLR_RETURN_IF_ERROR(HttpTransport::Validate(given.http));
+  if (given.max_in_flight < 1 || given.max_in_flight > 64) {
     return Status::Error("calls in flight must be in 1..64");
+  }
+  TLR_ASSIGN_OR_RETURN(ServerUrl url, ParseServerUrl(given.http.url));
+  if (given.protocol == RemoteProtocol::kOpenAi && url.prefix.size() >= 3 &&
+      url.prefix.compare(url.prefix.size() - 3, 3, "/v1") == 0) {
+    url.prefix.resize(url.prefix.size() - 3);  // the endpoints' paths start with /v1
+  }
+  RemoteOptions opts = given;
+  opts.http.url = url.ToString();
+  // https to a server that speaks plain HTTP would wait out the whole timeout in the handshake.
+  const double probe_s = std::min(opts.http.timeout_s, 2.0);
+  if (url.scheme == "https" && SpeaksPlainHttp(url, probe_s)) {
+    return Status::Error("the LLM server at " + opts.http.url + " speaks plain HTTP, not TLS: use http://" +
+                         opts.http.url.substr(8));
   }
   std::unique_ptr<RemoteLlm> r;
   if (opts.protocol == RemoteProtocol::kTlr) {
@@ -185,8 +199,11 @@ Expected<std::unique_ptr<RemoteLlm>> RemoteLlm::Connect(const RemoteOptions& opt
   bool reachable = false;
   TLR_RETURN_IF_ERROR(r->CheckServer(&reachable));
   if (!reachable) {
-    r->warning_ = "the LLM server at " + opts.http.url + " is not reachable now; answering with the SLM "
-                  "(FALLBACK) until it is";
+    std::string why = DiagnoseConnection(url, probe_s);
+    if (why.empty()) why = r->first_check_error_;
+    if (opts.require_reachable) return Status::Error(kCannotReach + opts.http.url + ": " + why);
+    r->warning_ = "the LLM server at " + opts.http.url + " is not reachable now (" + why +
+                  "); answering with the SLM (FALLBACK) until it is";
   } else {
     r->Prepare();
   }

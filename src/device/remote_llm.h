@@ -53,7 +53,14 @@ struct RemoteOptions {
   // that is not whole UTF-8 characters cannot be sent as text: that call fails (FALLBACK; the
   // vocabulary bridge never cuts a context inside a character).
   bool text_prompt = false;
+  // A server that cannot be reached when Connect checks it: an error (what the command line's
+  // commands want: they were asked to use it), or not (the device answers with the SLM until it
+  // can be reached; what an app that may start offline wants, and the C API's behaviour).
+  bool require_reachable = false;
 };
+
+// The start of Connect's error when require_reachable and the server cannot be reached.
+inline constexpr const char* kCannotReach = "cannot reach the LLM server at ";
 
 // Why a call failed, for the device's summary ("9 fallbacks: 7 timeouts, 2 malformed replies").
 // kUnsendable: the request could not be made (a context a text prompt cannot carry).
@@ -96,8 +103,10 @@ class RemoteLlm : public LlmBackend {
  public:
   // Connects and checks the server: its vocabulary must match `vocab` (the SLM's tokenizer;
   // the openai backend checks when the server reports it, and uses the tokenizer to read
-  // replies from engines that return text only). An unreachable server is not an error here
-  // (the device falls back until it appears; see warning()); a wrong URL, key or vocabulary is.
+  // replies from engines that return text only). The URL is normalised (ParseServerUrl; for the
+  // openai backend a path ending in /v1, the OpenAI clients' base URL, means the server's root).
+  // An unreachable server is an error only with opts.require_reachable (else the device falls
+  // back until it appears; see warning()); a wrong URL, scheme, key or vocabulary always is.
   static Expected<std::unique_ptr<RemoteLlm>> Connect(const RemoteOptions& opts, const Tokenizer& vocab);
   ~RemoteLlm() override;
 
@@ -151,6 +160,7 @@ class RemoteLlm : public LlmBackend {
   const Tokenizer& vocab_;
   HttpTransport http_;
   std::string warning_;
+  std::string first_check_error_;  // the first failed check request's error (Connect's message)
 
  private:
   Expected<LlmReply> Run(const LlmRequest& req, LlmCall& call);

@@ -153,6 +153,21 @@ std::string EvalMarkdown(const std::vector<EvalRow>& rows) {
   return s;
 }
 
+std::string EvalTerminalTable(const std::vector<EvalRow>& rows) {
+  std::string s = "mode            n  accuracy  routed %  LLM cost vs alone  overall (ms)  TTFT (ms)  fallbacks  spec hit %\n";
+  for (const EvalRow& r : rows) {
+    const std::optional<double> cost = CostVsLlmAlone(r, rows);
+    char c[32] = "-";
+    if (cost) std::snprintf(c, sizeof c, "%.1f%%", 100 * *cost);
+    char b[256];
+    std::snprintf(b, sizeof b, "%-12s %4lld  %7.1f%%  %7.1f%%  %17s  %12.2f  %9.2f  %9lld  %10.1f\n", ModeLabel(r).c_str(),
+                  static_cast<long long>(r.n), 100 * r.accuracy(), r.routed_pct(), c, 1e3 * r.mean(r.total_s),
+                  1e3 * r.mean(r.ttft_s), static_cast<long long>(r.fallbacks), r.spec_hit_pct());
+    s += b;
+  }
+  return s;
+}
+
 static nlohmann::ordered_json RowJson(const EvalRow& r) {
   return {{"mode", DecodeModeName(r.mode)},
           {"threshold", r.threshold ? nlohmann::ordered_json(*r.threshold) : nlohmann::ordered_json(nullptr)},

@@ -87,6 +87,9 @@ std::optional<double> CostVsLlmAlone(const EvalRow& row, const std::vector<EvalR
 // pipeline's stall, speculation and lookahead columns when a joint row used it; the LLM's
 // work: tokens prefilled and generated, and the cost against the LLM alone).
 std::string EvalMarkdown(const std::vector<EvalRow>& rows);
+// The columns a terminal has room for (under 120 characters a line): mode, n, accuracy, routed
+// share, the LLM's cost against it alone, time per question, TTFT, fallbacks, speculation hits.
+std::string EvalTerminalTable(const std::vector<EvalRow>& rows);
 // results.json text: {"rows": [...]} with the documented keys; `meta` is merged in at the top.
 std::string EvalJson(const std::vector<EvalRow>& rows, const std::string& meta_json);
 std::string EvalCsv(const std::vector<EvalRow>& rows);

@@ -119,7 +119,8 @@ def _arr(etype, items):
     return out + b''.join(struct.pack(fmt, x) for x in items)
 
 
-def export_gguf(model, tokenizer_json_path, path, name):
+def export_gguf(model, tokenizer_json_path, path, name, chat_template=None):
+    """Writes the model as a GGUF; chat_template (text) becomes tokenizer.chat_template."""
     c = model.c
     tok = json.load(open(tokenizer_json_path, encoding='utf-8'))
     vocab = tok['model']['vocab']
@@ -158,6 +159,8 @@ def export_gguf(model, tokenizer_json_path, path, name):
         _kv('tokenizer.ggml.add_bos_token', 7, b'\0'),
         _kv('tokenizer.ggml.add_eos_token', 7, b'\0'),
     ]
+    if chat_template:
+        kvs.append(_kv('tokenizer.chat_template', 8, _str(chat_template)))
     tensors = [('token_embd.weight', model.embd.weight)]
     for i, b in enumerate(model.blocks):
         p = 'blk.%d.' % i

@@ -50,6 +50,8 @@ def main():
     ap.add_argument('--lr', type=float, default=3e-3)
     ap.add_argument('--init', default='',
                     help='start from this GGUF (a model exported by this script) instead of random weights')
+    ap.add_argument('--chat-template', default='',
+                    help='a Jinja file written into the GGUF as tokenizer.chat_template (the format of --aux chats)')
     ap.add_argument('--warmup', type=int, default=100, help='learning-rate warm-up steps')
     ap.add_argument('--seed', type=int, default=1)
     ap.add_argument('--threads', type=int, default=1)
@@ -108,7 +110,8 @@ def main():
                        os.path.join(a.out, 'checkpoint.pt'))
     model.eval()
     gguf = os.path.join(a.out, 'model.gguf')
-    export_gguf(model, tok_path, gguf, 'tlr demo %dx%d' % (a.layers, a.embd))
+    chat_template = open(a.chat_template, encoding='utf-8').read() if a.chat_template else None
+    export_gguf(model, tok_path, gguf, 'tlr demo %dx%d' % (a.layers, a.embd), chat_template)
     probe = tokenize(a.tlr, tok_path, text=PROBE)
     seq = list(probe)
     with torch.no_grad():

@@ -156,7 +156,7 @@ check generate_sim_slm 0 "SIMULATED SLM pace >= 5 ms" -- "${gen[@]}" --router ma
 check generate_pipeline_summary 0 "pipeline: speculation stood at [0-9]+ of [0-9]+" -- "${gen[@]}" --router maxprob --threshold 0.9 --sim-rtt 20
 check trace_spec_fields 0 '"spec":"[a-z]+".*"stall_ms"' -- head -1 "$tmp/trace.jsonl"
 check generate_no_prompt 1 "give a prompt" -- "$tlr" generate --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob
-check eval 0 "\| joint @ 0.50 \| 2 \|" -- "$tlr" eval --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob --data "$tmp/q.jsonl" --thresholds 0.5 --max-tokens 6 -t 1 --out "$tmp/ev"
+check eval 0 "^joint @ 0.50 +2 " -- "$tlr" eval --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob --data "$tmp/q.jsonl" --thresholds 0.5 --max-tokens 6 -t 1 --out "$tmp/ev"
 check eval_json 0 '"routed_pct"' -- cat "$tmp/ev/results.json"
 check eval_csv 0 "^mode,threshold,n,accuracy" -- head -1 "$tmp/ev/results.csv"
 # Every plot is a well-formed SVG document (an XML parser reads it; root element svg).
@@ -191,14 +191,28 @@ check demo_generate 0 "So the answer is building" -- "$tlr" generate -f "$tmp/de
 check demo_small 0 "Answer: A tharko is used for" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --mode small_only
 check demo_generate_kv_f32 0 "So the answer is building" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --no-color --kv-type f32
 check demo_router_info 0 "citer" -- "$tlr" router info "$(dirname "$0")/../../../models/demo/router.gguf"
-# Calibration rewrites the threshold of a copy of the demo router (and says what it chose).
+# Calibration writes a calibrated copy (-o) and says what it chose; it never rewrites an input
+# unless -o names it.
 cp "$(dirname "$0")/../../../models/demo/router.gguf" "$tmp/cal.gguf"
-check router_calibrate 0 "threshold 0\.[0-9]+: [0-9.]+% of tokens routed.*written to" -- \
-  "$tlr" router calibrate --router "$tmp/cal.gguf" --limit 40 -n 24 --target-routed 8
-check router_calibrate_info 0 '"target":\{"routed_pct":8' -- "$tlr" router info "$tmp/cal.gguf"
+check router_calibrate_needs_out 1 "give -o FILE" -- "$tlr" router calibrate --router "$tmp/cal.gguf" --limit 5 --target-routed 8
+check router_calibrate 0 "threshold 0\.[0-9]+: [0-9.]+% of tokens routed.*written to .*cal8.gguf" -- \
+  "$tlr" router calibrate --router "$tmp/cal.gguf" --limit 40 -n 24 --target-routed 8 -o "$tmp/cal8.gguf"
+check router_calibrate_input_untouched 0 "" -- cmp "$(dirname "$0")/../../../models/demo/router.gguf" "$tmp/cal.gguf"
+check router_calibrate_info 0 '"data":"[^"]*dev.jsonl".*"target":\{"routed_pct":8' -- "$tlr" router info "$tmp/cal8.gguf"
+check router_calibrate_in_place 0 "written to .*cal.gguf" -- \
+  "$tlr" router calibrate --router "$tmp/cal.gguf" --limit 10 -n 24 --target-routed 8 -o "$tmp/cal.gguf"
+cp "$(dirname "$0")/../../../models/demo/slm.gguf" "$tmp/slm_copy.gguf"
+check router_calibrate_out_is_model 1 "is an input of this calibration" -- \
+  "$tlr" router calibrate --router "$tmp/cal.gguf" --slm "$tmp/slm_copy.gguf" --limit 5 --target-routed 8 -o "$tmp/slm_copy.gguf"
+check router_calibrate_model_untouched 0 "" -- cmp "$(dirname "$0")/../../../models/demo/slm.gguf" "$tmp/slm_copy.gguf"
 check router_calibrate_no_target 1 "give a target" -- "$tlr" router calibrate --router "$tmp/cal.gguf" --limit 5
 check router_calibrate_both 2 "excludes" -- "$tlr" router calibrate --router "$tmp/cal.gguf" --target-routed 5 --target-accuracy 0.5
-check demo_eval 0 "[|] small_only [|] 20 [|]" -- "$tlr" eval --limit 20 --max-tokens 40 --thresholds 0.5 -t 1
+check router_as_model 1 "this is a router file, not a language model: pass it as --router" -- \
+  "$tlr" generate -f "$tmp/demo_q.txt" --slm "$(dirname "$0")/../../../models/demo/router.gguf" -n 4
+check run_demo_default 0 "[a-z]" -- "$tlr" run -p "Question: Where would you find a zinthar?" -n 8
+check demo_eval 0 "^small_only +20 " -- "$tlr" eval --limit 20 --max-tokens 40 --thresholds 0.5 -t 1
+check demo_eval_width 0 "^ok" -- bash -c '"$0" eval --limit 5 --max-tokens 40 --thresholds 0.5 -t 1 2>/dev/null | awk "length > 120 { bad = 1 } END { print bad ? \"too wide\" : \"ok\" }"' "$tlr"
+check demo_eval_full 0 "[|] small_only [|] 5 [|]" -- "$tlr" eval --limit 5 --max-tokens 40 --thresholds 0.5 -t 1 --full-table
 check demo_wrong_slm 1 "trained for another model" -- "$tlr" generate -f "$tmp/demo_q.txt" --slm "$tmp/tiny.gguf" -n 4
 
 # The server and the device's remote backends (real `tlr serve` on a free loopback port).
@@ -207,13 +221,22 @@ check serve_public_no_key 1 "refusing to listen on 0.0.0.0" -- "$tlr" serve --ho
 check serve_bad_budget 1 "--kv-budget: not a size" -- "$tlr" serve --kv-budget lots --port 0
 check serve_bad_model 1 "cannot open" -- "$tlr" serve -m "$tmp/none.gguf" --port 0
 check generate_bad_url 1 "must start with http" -- "$tlr" generate -f "$tmp/demo_q.txt" --server ftp://x -n 4
-check generate_server_down 0 "fallbacks" -- "$tlr" generate -f "$tmp/demo_q.txt" --server http://127.0.0.1:1 -n 30 -t 1 --no-color --threshold 0.99
+check generate_bad_url_query 1 "a query or fragment" -- "$tlr" generate -f "$tmp/demo_q.txt" --server "http://127.0.0.1:1/?a=b" -n 4
+# A server that cannot be reached at start is an error that says why; --allow-unreachable answers
+# with the SLM instead (FALLBACK).
+check generate_server_down 1 "cannot reach the LLM server at http://127.0.0.1:1: connection refused" -- \
+  "$tlr" generate -f "$tmp/demo_q.txt" --server http://127.0.0.1:1 -n 30 -t 1 --no-color --threshold 0.99
+check generate_server_down_allowed 0 "fallbacks" -- "$tlr" generate -f "$tmp/demo_q.txt" --server http://127.0.0.1:1 \
+  --allow-unreachable -n 30 -t 1 --no-color --threshold 0.99
 "$tlr" serve --port 0 -t 1 > "$tmp/serve.log" 2>&1 &
 serve_pid=$!
 url=$(wait_url "$tmp/serve.log")
 check serve_started 0 "^http://127.0.0.1:[0-9]+$" -- echo "$url"
 check serve_port_taken 1 "cannot listen on 127.0.0.1:" -- "$tlr" serve --port "${url##*:}" -t 1
 check generate_server 0 "So the answer is building" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --no-color --server "$url"
+# A URL pasted from a browser (trailing slash) is the same server; https to it says it is plain HTTP.
+check generate_server_slash 0 " [1-9][0-9]* routed to the LLM .* 0 fallbacks" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --no-color --server "$url/" --threshold 0.99
+check generate_https_plain 1 "speaks plain HTTP, not TLS: use http://" -- timeout 2 "$tlr" generate -f "$tmp/demo_q.txt" -n 4 --server "https://${url#http://}"
 check generate_openai 0 "So the answer is building" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --no-color --server "$url" --backend openai
 check generate_server_vocab 1 "different vocabulary" -- "$tlr" generate --slm "$tmp/tiny.gguf" --router maxprob -p "hi" -n 4 --server "$url"
 check eval_server_rtt 0 "joint @ 0.90" -- "$tlr" eval --limit 3 --max-tokens 40 --thresholds 0.9 --no-baselines -t 1 --server "$url" --sim-rtt 100 --pipeline off --out "$tmp/evr" --answers "$tmp/evr/answers.jsonl"

@@ -47,7 +47,7 @@ Command AddEvalCommand(CLI::App& root) {
     std::string slm, llm, router, data, out, answers, thresholds = "0.4,0.5,0.6,0.7,0.72,0.76,0.8,0.9";
     int limit = 100, max_tokens = 100, span = 1;
     double price_ratio = 4;
-    bool no_baselines = false, chat = false;
+    bool no_baselines = false, chat = false, full_table = false;
     std::optional<bool> think;
     RunArgs run;
     LlmArgs net;
@@ -69,6 +69,7 @@ Command AddEvalCommand(CLI::App& root) {
       ->check(CLI::Range(1, 1 << 20));
   app->add_option("--span", o->span, "Tokens per LLM call")->default_val(1)->check(CLI::Range(1, 64));
   app->add_flag("--no-baselines", o->no_baselines, "Skip the small_only and large_only rows");
+  app->add_flag("--full-table", o->full_table, "Print every column (22, as Markdown) instead of the terminal's nine");
   app->add_option("--price-ratio", o->price_ratio,
                   "Price model of the LLM cost columns: an output token costs this many input tokens "
                   "(API price lists: 3-5)")
@@ -169,7 +170,11 @@ Command AddEvalCommand(CLI::App& root) {
               }
               TLR_CLI_CHECK(cmd, WriteText(o->answers, lines));
             }
-            std::printf("%s", EvalMarkdown(*result).c_str());
+            std::printf("%s", o->full_table ? EvalMarkdown(*result).c_str() : EvalTerminalTable(*result).c_str());
+            if (!o->full_table) {
+              std::printf("Times are per question (means). LLM cost: the tokens it read and wrote (output x %g) against\n"
+                          "the LLM alone. Every column: --full-table (results.md with --out).\n", o->price_ratio);
+            }
             std::printf("Pipeline %s", o->pipe.pipeline.c_str());
             if (e.sim_slm_s > 0) {
               std::printf("; SLM pace SIMULATED: every SLM pass takes at least %g ms (--sim-slm-ms)", o->pipe.sim_slm_ms);
@@ -189,6 +194,7 @@ Command AddEvalCommand(CLI::App& root) {
                                      {"enable_thinking", o->think ? nlohmann::json(*o->think) : nlohmann::json()}};
               TLR_CLI_CHECK(cmd, WriteText(o->out + "/results.json", EvalJson(*result, meta.dump())));
               TLR_CLI_CHECK(cmd, WriteText(o->out + "/results.csv", EvalCsv(*result)));
+              TLR_CLI_CHECK(cmd, WriteText(o->out + "/results.md", EvalMarkdown(*result)));
               std::string plots;
               if (auto charts = EvalCharts(*result); charts.ok()) {
                 for (const auto& [name, svg] : *charts) {
@@ -196,7 +202,7 @@ Command AddEvalCommand(CLI::App& root) {
                   plots += " " + name;
                 }
               }
-              std::fprintf(stderr, "wrote %s/results.json, results.csv%s\n", o->out.c_str(), plots.c_str());
+              std::fprintf(stderr, "wrote %s/results.json, results.csv, results.md%s\n", o->out.c_str(), plots.c_str());
             }
             return 0;
           }};

@@ -215,10 +215,15 @@ Command AddGenerateCommand(CLI::App& root) {
                            o->pipe.pipeline.c_str(),
                            d.sim_slm_s > 0 ? (", SIMULATED SLM pace >= " + FormatNumber(o->pipe.sim_slm_ms) + " ms/step").c_str() : "",
                            FormatDecodeSummary(*stats).c_str());
+              if (run->setup_s > 0) {
+                std::fprintf(stderr, "LLM setup before decoding (%s) %s; with it %s in all\n",
+                             run->remote ? "checking the server" : "its KV cache", Ms(run->setup_s).c_str(),
+                             Ms(run->setup_s + stats->total_s).c_str());
+              }
               if (run->remote) {
                 const RemoteStats& rs = run->remote_stats;
                 std::fprintf(stderr, "server: %lld calls (%lld failed), %lld HTTP requests, %lld retries, %lld resyncs, "
-                             "%lld tokens sent, simulated network %.1f ms\n",
+                             "%lld tokens sent, simulated network %.1f ms (setup included)\n",
                              static_cast<long long>(rs.calls), static_cast<long long>(rs.failed_calls),
                              static_cast<long long>(rs.http_requests), static_cast<long long>(rs.retries),
                              static_cast<long long>(rs.resyncs), static_cast<long long>(rs.tokens_sent), rs.sim_delay_s * 1e3);

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "apps/tlr/commands.h"
+#include "device/remote_llm.h"
 #include "model/gguf/gguf_reader.h"
 
 namespace tlr::cli {
@@ -122,6 +123,10 @@ Command AddInfoCommand(CLI::App& root) {
 
 int ReportError(const std::string& command, const std::string& message) {
   std::cerr << "tlr " << command << ": error: " << message << "\n";
+  if (message.find(kCannotReach) != std::string::npos) {
+    std::cerr << "  (start the server first, check --server; --allow-unreachable starts anyway and answers with "
+                 "the SLM until the server is up)\n";
+  }
   return 1;
 }
 

@@ -2,6 +2,7 @@
 // reaches a chosen accuracy) on a question set, written into the router file as its
 // recommended threshold (what generate, ui, chat and the C API use by default).
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -29,8 +30,8 @@ CLI::App* AddRouterCalibrate(CLI::App* router_app, RunFn* run) {
   app->add_option("--router", o->router, "Router GGUF to calibrate (default: the bundled demo router)");
   app->add_option("--slm", o->slm, "The SLM it was trained for (default: the bundled demo SLM)");
   app->add_option("--llm", o->llm, "Large model GGUF in this process (default: the bundled demo LLM), or --server");
-  app->add_option("--data", o->data, "Questions, CommonsenseQA JSONL (default: the bundled test split); use "
-                                     "questions like the ones the router will see");
+  app->add_option("--data", o->data, "Questions, CommonsenseQA JSONL (default: the bundled dev split, not the test "
+                                     "split tlr eval reports on); use questions like the ones the router will see");
   auto* routed = app->add_option("--target-routed", o->target_routed,
                                  "Percent of generated tokens to route to the LLM, e.g. 7")
                      ->check(CLI::Range(0.01, 99.99));
@@ -38,7 +39,8 @@ CLI::App* AddRouterCalibrate(CLI::App* router_app, RunFn* run) {
                               "Accuracy to reach (0..1, e.g. 0.8): the lowest threshold reaching it (fewest routed tokens)")
                   ->check(CLI::Range(0.001, 1.0));
   routed->excludes(acc);
-  app->add_option("-o,--out", o->out, "Write the calibrated router here (default: rewrite --router in place)");
+  app->add_option("-o,--out", o->out, "Write the calibrated router here (required; name the --router file itself to "
+                                      "rewrite it)");
   app->add_option("-n,--max-tokens", o->max_tokens, "Answer length per question")->default_val(40)
       ->check(CLI::Range(1, 4096));
   app->add_option("--limit", o->limit, "Use only the first N questions (0 = all)")->default_val(0)
@@ -53,7 +55,7 @@ CLI::App* AddRouterCalibrate(CLI::App* router_app, RunFn* run) {
       "prints the accuracy / routed-share curve. The chosen threshold becomes the file's\n"
       "recommended one. Example:\n"
       "  tlr router calibrate --router router.gguf --slm slm.gguf --server http://gpu-box:8080 \\\n"
-      "      --data dev.jsonl --target-routed 7");
+      "      --data dev.jsonl --target-routed 7 -o router-7pct.gguf");
   *run = [o]() -> int {
     const char* cmd = "router calibrate";
     if (o->target_routed < 0 && o->target_accuracy < 0) {
@@ -64,8 +66,18 @@ CLI::App* AddRouterCalibrate(CLI::App* router_app, RunFn* run) {
     if (o->router.empty()) o->router = DemoFile("router.gguf");
     if (o->slm.empty()) o->slm = DemoFile("slm.gguf");
     if (o->llm.empty() && !remote) o->llm = DemoFile("llm.gguf");
-    if (o->data.empty()) o->data = DemoFile("test.jsonl");
-    if (o->out.empty()) o->out = o->router;
+    if (o->data.empty()) o->data = DemoFile("dev.jsonl");
+    if (o->out.empty()) {
+      return ReportError(cmd, "give -o FILE for the calibrated router (inputs are never rewritten unless -o names "
+                              "them: -o " + o->router + " rewrites the router in place)");
+    }
+    for (const std::string* input : {&o->slm, &o->llm, &o->data}) {
+      std::error_code ec;
+      if (!input->empty() && std::filesystem::equivalent(*input, o->out, ec)) {
+        return ReportError(cmd, "-o " + o->out + " is an input of this calibration (" + *input +
+                                "), not a router: give another file");
+      }
+    }
     auto rows = LoadQaJsonl(o->data);
     if (!rows.ok()) return ReportError(cmd, "--data: " + rows.status().message());
     if (o->limit > 0 && static_cast<size_t>(o->limit) < rows->size()) rows->resize(o->limit);

@@ -29,7 +29,7 @@ Command AddRunCommand(CLI::App& root) {
   };
   auto o = std::make_shared<Opts>();
   CLI::App* app = root.add_subcommand("run", "Generate text with a GGUF model, streaming it");
-  app->add_option("-m,--model", o->model, "GGUF model (qwen2, llama, qwen3 or gemma3)")->required();
+  app->add_option("-m,--model", o->model, "GGUF model (qwen2, llama, qwen3 or gemma3; default: the bundled demo SLM)");
   app->add_option("-p,--prompt", o->prompt, "Prompt text");
   app->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
   app->add_option("-n,--max-tokens", o->n, "Maximum tokens to generate")->default_val(128)
@@ -49,6 +49,7 @@ Command AddRunCommand(CLI::App& root) {
   return {app, [o]() -> int {
             const char* cmd = "run";
             TLR_CLI_CHECK(cmd, o->run.sampling.Validate());
+            if (o->model.empty()) o->model = DemoFile("slm.gguf");
             std::string prompt = o->prompt;
             if (!o->prompt_file.empty()) {
               auto s = ReadFileToString(o->prompt_file);

@@ -12,7 +12,19 @@
 
 namespace tlr::cli {
 
+namespace {
+
+// Puts the options added since `before` (a count of the app's options) under a --help heading,
+// so that each command's own options come first and the shared ones follow in groups.
+void GroupSince(CLI::App* app, size_t before, const std::string& group) {
+  auto opts = app->get_options();
+  for (size_t i = before; i < opts.size(); ++i) opts[i]->group(group);
+}
+
+}  // namespace
+
 void AddThreadArgs(CLI::App* app, RunArgs* a) {
+  const size_t before = app->get_options().size();
   a->threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   app->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")
       ->check(CLI::Range(1, 256));
@@ -20,6 +32,7 @@ void AddThreadArgs(CLI::App* app, RunArgs* a) {
       ->default_val(4096)
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   AddKvTypeArg(app, &a->kv_type);
+  GroupSince(app, before, "Threads and memory");
 }
 
 void AddKvTypeArg(CLI::App* app, std::string* kv_type) {
@@ -91,6 +104,7 @@ void AddPairArgs(CLI::App* app, PairArgs* a) {
 }
 
 void AddSamplingArgs(CLI::App* app, RunArgs* a) {
+  const size_t before = app->get_options().size();
   app->add_option("--temp", a->sampling.temperature, "Temperature (0 = greedy)")->default_val(0.0f);
   app->add_option("--top-k", a->sampling.top_k, "Top-k (0 = off)")->default_val(40);
   app->add_option("--top-p", a->sampling.top_p, "Top-p / nucleus (1 = off)")->default_val(1.0f);
@@ -100,10 +114,17 @@ void AddSamplingArgs(CLI::App* app, RunArgs* a) {
   app->add_option("--repeat-last-n", a->sampling.repeat_last_n, "Tokens the penalty looks back")
       ->default_val(64);
   app->add_option("--seed", a->sampling.seed, "Sampling seed")->default_val(42);
+  GroupSince(app, before, "Sampling");
 }
 
 void AddLlmServerArgs(CLI::App* app, LlmArgs* a) {
-  app->add_option("--server", a->server, "Use the LLM behind this server (http[s]://host:port) instead of --llm");
+  const size_t before = app->get_options().size();
+  app->add_option("--server", a->server,
+                  "Use the LLM behind this server (http[s]://host[:port][/path]) instead of --llm; it must be "
+                  "reachable at start (see --allow-unreachable)");
+  app->add_flag("--allow-unreachable", a->allow_unreachable,
+                "--server: start even if the server cannot be reached; routed tokens come from the SLM (FALLBACK) "
+                "until it can");
   app->add_option("--backend", a->backend, "Server protocol: tlr (`tlr serve` sessions, delta sync) or openai "
                                            "(any OpenAI-compatible engine: vLLM, SGLang, llama.cpp server)")
       ->default_val("tlr")->check(CLI::IsMember({"tlr", "openai"}));
@@ -138,6 +159,7 @@ void AddLlmServerArgs(CLI::App* app, LlmArgs* a) {
   app->add_option("--llm-connections", a->connections,
                   "--server: LLM calls in flight at once (one keep-alive connection each)")
       ->default_val(4)->check(CLI::Range(1, 64));
+  GroupSince(app, before, "LLM server (--server)");
 }
 
 Expected<LlmSpec> MakeLlmSpec(const LlmArgs& a, const Model* model, int threads, int64_t n_ctx, uint64_t seed) {
@@ -169,6 +191,7 @@ Expected<LlmSpec> MakeLlmSpec(const LlmArgs& a, const Model* model, int threads,
       return Status::Error("--llm-prompt text needs --backend openai (tlr serve's protocol sends token ids)");
     }
     r.text_prompt = a.llm_prompt == "text";
+    r.require_reachable = !a.allow_unreachable;
     spec.llm_tokenizer = a.llm_tokenizer;
   }
   return spec;
@@ -213,6 +236,7 @@ Status PipelineArgs::Apply(DecodeOptions* d) const {
 }
 
 void AddPipelineArgs(CLI::App* app, PipelineArgs* a) {
+  const size_t before = app->get_options().size();
   const PipelineOptions def;
   app->add_option("--pipeline", a->pipeline,
                   "on: keep decoding while routed tokens are on the network (speculate, pipeline calls, "
@@ -238,6 +262,7 @@ void AddPipelineArgs(CLI::App* app, PipelineArgs* a) {
                   "SIMULATED device pace: every SLM pass takes at least this many ms (e.g. 20 for a "
                   "0.5B-class SLM on a phone); outputs are unchanged")
       ->default_val(0)->check(CLI::Range(0.0, 60000.0));
+  GroupSince(app, before, "Pipeline (routed tokens on the network)");
 }
 
 }  // namespace tlr::cli

@@ -59,6 +59,7 @@ struct LlmArgs {
   double timeout_s = 2, retry_after_s = 1, sim_rtt_ms = 0, sim_jitter_ms = 0;
   int retries = 2, connections = 4;
   bool no_verify_tls = false;
+  bool allow_unreachable = false;  // --server down at start: FALLBACK tokens instead of an error
 };
 // --llm-timeout defaults to args->timeout_s as set before the call.
 void AddLlmServerArgs(CLI::App* app, LlmArgs* args);

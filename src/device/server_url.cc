@@ -1,0 +1,227 @@
+// Server URLs and connection diagnosis (see server_url.h).
+#include "device/server_url.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cctype>
+#include <cstring>
+
+namespace tlr {
+
+namespace {
+
+bool AllDigits(const std::string& s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+  }
+  return true;
+}
+
+std::string Seconds(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, s < 10 ? "%.1f" : "%.0f", s);
+  return b;
+}
+
+// A socket connected to the URL's host within the deadline, or -1 with *why set.
+int Connect(const ServerUrl& url, std::chrono::steady_clock::time_point deadline, std::string* why) {
+  std::string host = url.host;
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = getaddrinfo(host.c_str(), std::to_string(url.port).c_str(), &hints, &res);
+  if (rc != 0) {
+    *why = "host name '" + host + "' not resolved (" + gai_strerror(rc) + ")";
+    return -1;
+  }
+  int last_errno = 0;
+  bool timed_out = false;
+  int fd = -1;
+  for (addrinfo* a = res; a && fd < 0; a = a->ai_next) {
+    const int s = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (s < 0) {
+      last_errno = errno;
+      continue;
+    }
+    fcntl(s, F_SETFL, fcntl(s, F_GETFL) | O_NONBLOCK);
+    int err = connect(s, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      pollfd p{s, POLLOUT, 0};
+      const int n = poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
+      if (n <= 0) {
+        timed_out = true;
+        err = ETIMEDOUT;
+      } else {
+        socklen_t len = sizeof err;
+        if (getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+      }
+    }
+    if (err == 0) {
+      fd = s;
+    } else {
+      last_errno = err;
+      close(s);
+    }
+  }
+  freeaddrinfo(res);
+  if (fd >= 0) return fd;
+  if (timed_out && last_errno == ETIMEDOUT) {
+    *why = "no reply to the connection attempt (a firewall, or no such host on the network)";
+  } else if (last_errno == ECONNREFUSED) {
+    *why = "connection refused (nothing listens on port " + std::to_string(url.port) + " there)";
+  } else if (last_errno == EHOSTUNREACH || last_errno == ENETUNREACH) {
+    *why = "no route to host";
+  } else {
+    *why = std::string("cannot connect: ") + std::strerror(last_errno);
+  }
+  return -1;
+}
+
+enum class PlainReply { kHttp, kHttpsPortNotice, kTls, kClosed, kOther, kNone };
+
+// Sends a plain HTTP request on a connected socket and looks at the start of the reply.
+PlainReply ProbePlain(int fd, const ServerUrl& url, std::chrono::steady_clock::time_point deadline) {
+  const std::string req = "GET " + (url.prefix.empty() ? std::string("/") : url.prefix) + " HTTP/1.0\r\nHost: " +
+                          url.host + "\r\nConnection: close\r\n\r\n";
+  if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) return PlainReply::kNone;
+  std::string got;
+  bool closed = false;
+  char b[512];
+  while (got.size() < sizeof b) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+    const ssize_t n = recv(fd, b, sizeof b - got.size(), 0);
+    if (n <= 0) {
+      closed = true;
+      break;
+    }
+    got.append(b, static_cast<size_t>(n));
+    if (got.size() >= 5 && got.compare(0, 5, "HTTP/") != 0) break;  // not HTTP: the first bytes tell
+  }
+  if (got.empty()) return closed ? PlainReply::kClosed : PlainReply::kNone;
+  if (got.compare(0, std::min<size_t>(got.size(), 5), "HTTP/") == 0 && got.size() >= 5) {
+    // nginx and others answer a plain request on their TLS port in plain HTTP, saying so.
+    std::string lower = got;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return lower.find("https") != std::string::npos ? PlainReply::kHttpsPortNotice : PlainReply::kHttp;
+  }
+  // A TLS record: handshake (22) or alert (21), then version 3.x.
+  const auto* u = reinterpret_cast<const unsigned char*>(got.data());
+  if (got.size() >= 2 && (u[0] == 21 || u[0] == 22) && u[1] == 3) return PlainReply::kTls;
+  return PlainReply::kOther;
+}
+
+}  // namespace
+
+std::string ServerUrl::Origin() const { return scheme + "://" + host + ":" + std::to_string(port); }
+std::string ServerUrl::ToString() const { return Origin() + prefix; }
+
+Expected<ServerUrl> ParseServerUrl(const std::string& url) {
+  const auto bad = [&](const std::string& why) {
+    return Status::Error("server URL '" + url + "': " + why + " (expected http[s]://host[:port][/path])");
+  };
+  ServerUrl u;
+  std::string rest;
+  if (url.rfind("http://", 0) == 0) {
+    u.scheme = "http";
+    rest = url.substr(7);
+  } else if (url.rfind("https://", 0) == 0) {
+    u.scheme = "https";
+    rest = url.substr(8);
+  } else {
+    return bad("it must start with http:// or https://");
+  }
+  if (rest.find_first_of("?#") != std::string::npos) return bad("a query or fragment has no place in it");
+  for (char c : rest) {
+    if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f) return bad("it contains a space or a control character");
+  }
+  const size_t slash = rest.find('/');
+  std::string authority = rest.substr(0, slash);
+  std::string path = slash == std::string::npos ? "" : rest.substr(slash);
+  if (authority.find('@') != std::string::npos) return bad("credentials in the URL are not supported (use --api-key)");
+  std::string port;
+  if (!authority.empty() && authority.front() == '[') {
+    const size_t close = authority.find(']');
+    if (close == std::string::npos) return bad("an IPv6 address needs its closing ']'");
+    u.host = authority.substr(0, close + 1);
+    const std::string after = authority.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') return bad("unexpected text after the IPv6 address");
+      port = after.substr(1);
+      if (port.empty()) return bad("the port after ':' is missing");
+    }
+    if (u.host.size() <= 2) return bad("the host is empty");
+  } else {
+    const size_t colon = authority.find(':');
+    u.host = authority.substr(0, colon);
+    if (colon != std::string::npos) {
+      port = authority.substr(colon + 1);
+      if (port.empty()) return bad("the port after ':' is missing");
+    }
+    if (u.host.empty()) return bad("the host is empty");
+  }
+  if (!port.empty()) {
+    if (!AllDigits(port) || port.size() > 5 || std::stoi(port) < 1 || std::stoi(port) > 65535) {
+      return bad("port '" + port + "' is not a number in 1..65535");
+    }
+    u.port = std::stoi(port);
+  } else {
+    u.port = u.scheme == "https" ? 443 : 80;
+  }
+  while (!path.empty() && path.back() == '/') path.pop_back();
+  if (path.find("//") != std::string::npos) return bad("the path has an empty segment");
+  u.prefix = path;
+  return u;
+}
+
+std::string DiagnoseConnection(const ServerUrl& url, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::microseconds(static_cast<int64_t>(std::max(0.05, timeout_s) * 1e6));
+  std::string why;
+  const int fd = Connect(url, deadline, &why);
+  if (fd < 0) {
+    if (why.rfind("no reply", 0) == 0) why += " within " + Seconds(timeout_s) + " s";
+    return why;
+  }
+  const PlainReply r = ProbePlain(fd, url, deadline);
+  close(fd);
+  if (url.scheme == "http" && r == PlainReply::kTls) {
+    return "the server speaks TLS: use https://" + url.ToString().substr(7);
+  }
+  if (url.scheme == "https" && r == PlainReply::kHttp) {
+    return "the server speaks plain HTTP, not TLS: use http://" + url.ToString().substr(8);
+  }
+  if (url.scheme == "http" && r == PlainReply::kClosed) {
+    return "the server closed the connection without an HTTP reply (an HTTPS server? then use https://)";
+  }
+  if (url.scheme == "http" && r == PlainReply::kHttpsPortNotice) {
+    return "the server says this port wants HTTPS: use https://" + url.ToString().substr(7);
+  }
+  if (r == PlainReply::kNone) return "a connection opens, but nothing answered within " + Seconds(timeout_s) + " s";
+  return "";
+}
+
+bool SpeaksPlainHttp(const ServerUrl& url, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::microseconds(static_cast<int64_t>(std::max(0.05, timeout_s) * 1e6));
+  std::string why;
+  const int fd = Connect(url, deadline, &why);
+  if (fd < 0) return false;
+  const bool plain = ProbePlain(fd, url, deadline) == PlainReply::kHttp;
+  close(fd);
+  return plain;
+}
+
+}  // namespace tlr
