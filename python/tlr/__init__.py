@@ -9,8 +9,9 @@ A thin ctypes binding over libtlr.so (include/tlr.h); standard library only, Pyt
         print(tok.text, end="", flush=True)            # tok.source: "SLM", "LLM", "FALLBACK"
     print(dev.last_stats)
 
-The library is found from $TLR_LIBRARY, next to an installed package (share/tlr/python), or by
-the dynamic loader's search path (libtlr.so.1).
+The library is found from $TLR_LIBRARY, next to an installed package (share/tlr/python), in the
+source tree's build/lib (PYTHONPATH=python after `make`), or by the dynamic loader's search path
+(libtlr.so.1).
 
 Thread-safety follows the C API: one generation at a time per Device (a second one raises
 TlrError with code TLR_ERR_BUSY); Device.cancel(), tokenize() and detokenize() may be called
@@ -201,6 +202,10 @@ def _candidates() -> List[str]:
         out.append(os.path.normpath(os.path.join(here, _install.LIBRARY)))
     except ImportError:
         pass
+    # The source tree: python/tlr next to the build folder of `make` (build/lib).
+    built = os.path.normpath(os.path.join(here, "..", "..", "build", "lib", "libtlr.so.%d" % API_VERSION_MAJOR))
+    if os.path.exists(built):
+        out.append(built)
     out.append("libtlr.so.%d" % API_VERSION_MAJOR)
     return out
 

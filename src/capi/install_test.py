@@ -61,7 +61,7 @@ class InstalledLibraryTest(unittest.TestCase):
         assert libdirs, "no tlr.pc installed"
         cls.libdir = os.path.join(cls.prefix, libdirs[0])
         cls.env = dict(os.environ)
-        cls.env["LD_LIBRARY_PATH"] = cls.libdir
+        cls.env.pop("LD_LIBRARY_PATH", None)  # everything must find the installed library by itself
         cls.env["PKG_CONFIG_PATH"] = os.path.join(cls.libdir, "pkgconfig")
         cls.env.pop("TLR_LIBRARY", None)
         cls.env.pop("TLR_DEMO_DIR", None)
@@ -143,20 +143,17 @@ class InstalledLibraryTest(unittest.TestCase):
         cc = os.environ.get("CC", "cc")
         run([cc, "-std=c99", "-Wall", "-Werror", os.path.join(self.examples, "generate.c"), "-o", exe] + flags
             + shlex.split(ARGS.cflags), env=self.env)
-        self.check_example([exe])
+        self.check_example([exe])  # runs with no LD_LIBRARY_PATH: tlr.pc's rpath finds libtlr.so.1
 
     def test_c_example_with_find_package(self):
         build = os.path.join(self.tmp, "build-example")
         run(["cmake", "-S", self.examples, "-B", build, "-DCMAKE_PREFIX_PATH=" + self.prefix,
              "-DCMAKE_C_FLAGS=" + ARGS.cflags], env=self.env)
         run(["cmake", "--build", build], env=self.env)
-        env = dict(self.env)
-        env.pop("LD_LIBRARY_PATH")  # CMake's build RPATH finds the installed library
-        self.check_example([os.path.join(build, "generate")], env=env)
+        self.check_example([os.path.join(build, "generate")])  # CMake's build RPATH finds the installed library
 
     def test_python_example(self):
-        env = dict(self.env)
-        env.pop("LD_LIBRARY_PATH")  # the installed package finds libtlr.so.1 relative to itself
+        env = dict(self.env)  # the installed package finds libtlr.so.1 relative to itself
         if ARGS.preload:
             env["LD_PRELOAD"] = ARGS.preload
             env["ASAN_OPTIONS"] = "detect_leaks=0"
