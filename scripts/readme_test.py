@@ -31,7 +31,7 @@ FENCE = re.compile(r'^```(\w*)\s*$')
 NOT_TESTED = re.compile(r'^<!--\s*not tested:\s*(.+?)\s*-->\s*$')
 EXPECT = re.compile(r'^<!--\s*expect:\s*(.+?)\s*-->\s*$')
 # What a block's output must not show unless it expects it.
-WRONG_TURNS = [
+WRONG_TURNS = [  # noqa: E501
     (re.compile(r'"fallbacks":\s*[1-9]'), 'routed tokens fell back to the SLM'),
     (re.compile(r'\b[1-9][0-9]* fallbacks\b'), 'routed tokens fell back to the SLM'),
     (re.compile(r'^warning:', re.M), 'a warning'),
@@ -129,12 +129,17 @@ def main():
     src, build = os.path.abspath(a.source), os.path.abspath(a.build)
     files = a.files or ['README.md', 'docs/guide.md']
     work = tempfile.mkdtemp(prefix='tlr_readme_')
-    for name, target in [('build', build), ('models', os.path.join(src, 'models')), ('docs', os.path.join(src, 'docs')),
-                         ('python', os.path.join(src, 'python')), ('examples', os.path.join(src, 'examples'))]:
-        os.symlink(target, os.path.join(work, name))
+    # The repository as its root shows it (the build folder may live elsewhere), writable
+    # files of the blocks (q.txt, ...) landing in this temporary folder.
+    for name in ['models', 'docs', 'python', 'examples', 'include', 'src', 'cmake', 'scripts', 'tools', 'Makefile',
+                 'CMakeLists.txt', 'CMakePresets.json']:
+        os.symlink(os.path.join(src, name), os.path.join(work, name))
+    os.symlink(build, os.path.join(work, 'build'))
+    os.mkdir(os.path.join(work, 'home'))
     pids = os.path.join(work, '.pids')
     open(pids, 'w').close()
-    env = dict(os.environ, README_TEST_PIDS=pids, TLR_DEMO_DIR=os.path.join(src, 'models', 'demo'))
+    env = dict(os.environ, README_TEST_PIDS=pids, HOME=os.path.join(work, 'home'))
+    env.pop('TLR_DEMO_DIR', None)
     env['PYTHONPATH'] = os.path.join(work, 'python')
     env.pop('TLR_LIBRARY', None)  # the binding must find the library by itself
     ports = {8080: free_port(), 8090: free_port()}
@@ -159,12 +164,16 @@ def main():
                         code = re.sub(r'(127\.0\.0\.1:|localhost:)%d\b' % rp, r'\g<1>%d' % p, code)
                     cmd = [sys.executable, '-c', code]
                 t0 = time.time()
-                try:
-                    p = subprocess.run(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                       text=True, timeout=300, start_new_session=False)
-                    out, rc = p.stdout, p.returncode
-                except subprocess.TimeoutExpired as e:
-                    out, rc = (e.stdout or b'').decode('utf-8', 'replace') if isinstance(e.stdout, bytes) else (e.stdout or ''), 'timeout'
+                # Output to a file, not a pipe: a server a block starts in the background keeps
+                # its copy of the descriptor, and a pipe would never end.
+                log = os.path.join(work, '.block-%d.log' % line)
+                with open(log, 'w') as out_f:
+                    try:
+                        rc = subprocess.run(cmd, cwd=work, env=env, stdout=out_f, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, timeout=300).returncode
+                    except subprocess.TimeoutExpired:
+                        rc = 'timeout (300 s)'
+                out = open(log, encoding='utf-8', errors='replace').read()
                 ran += 1
                 problem = None
                 if rc != 0:

@@ -243,6 +243,13 @@ Command AddChatCommand(CLI::App& root) {
               totals.routed += s.routed;
               totals.llm_prefilled += s.llm_work.prefilled;
               totals.llm_generated += s.llm_work.generated;
+              // Every turn says where its tokens came from (on a terminal the LLM's are also red).
+              char b[256];
+              std::snprintf(b, sizeof b, "[%lld tokens, %lld routed to the LLM, %lld fallbacks; prompt %lld tokens, %lld "
+                            "from the cache]", static_cast<long long>(s.generated), static_cast<long long>(s.routed),
+                            static_cast<long long>(s.fallbacks), static_cast<long long>(s.prompt_tokens),
+                            static_cast<long long>(s.prompt_reused));
+              note(color ? std::string(chat_cmd::kDim) + b + chat_cmd::kOff : std::string(b));
             }
             return 0;
           }};
