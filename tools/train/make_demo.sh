@@ -30,8 +30,31 @@ wait $llm_pid
 # learning-rate schedule (88.5% -> see models/demo/README.md; the first run stopped short).
 $py tools/train/train.py --data "$W" --tlr "$tlr" --init "$W/llm/model.gguf" --embd 256 --layers 4 \
   --heads 8 --kv-heads 2 --ff 704 --tokens 3e6 --lr 8e-4 --warmup 50 --seed 2 --out "$W/llm2" > "$W/llm2.out" 2>&1
-cp "$W/llm2/model.gguf" models/demo/llm.gguf
-cp "$W/slm/model.gguf" models/demo/slm.gguf
+# 2b. Chat (issue 42): both models continue on their corpus mixed with ChatML conversations about
+#    the training split's facts (tools/worldgen/chat_corpus.py; the SLM's only about the things
+#    of its partial corpus) and about made-up things ("I do not know a ..."), and their GGUF
+#    files carry the ChatML template (models/demo/chat_template.jinja), so that tlr chat, the chat
+#    page and /v1/chat/completions ask them free-form questions. The LLM's first chat run (30% of
+#    each batch, lr 5e-4) answered in ChatML but named the wrong thing; the second, with the
+#    made-up things and 40% at lr 1e-3, learned to copy the name.
+tmpl=models/demo/chat_template.jinja
+$py tools/worldgen/chat_corpus.py --data "$W" --conversations 6000 --unknown-share 0 --out "$W/chat.txt"
+$py tools/worldgen/chat_corpus.py --data "$W" --conversations 8000 --out "$W/chat2.txt"
+$py tools/worldgen/chat_corpus.py --data "$W" --conversations 8000 --partial --out "$W/chat2_partial.txt"
+$py tools/train/train.py --data "$W" --tlr "$tlr" --init "$W/slm/model.gguf" --corpus corpus_partial.txt \
+  --aux chat2_partial.txt --aux-frac 0.3 --embd 96 --layers 3 --heads 4 --kv-heads 2 --ff 256 --tokens 2e6 \
+  --lr 1e-3 --warmup 50 --seed 6 --chat-template $tmpl --out "$W/slm-chat" > "$W/slm-chat.out" 2>&1 &
+slm_pid=$!
+$py tools/train/train.py --data "$W" --tlr "$tlr" --init "$W/llm2/model.gguf" --aux chat.txt --aux-frac 0.3 \
+  --embd 256 --layers 4 --heads 8 --kv-heads 2 --ff 704 --tokens 2e6 --lr 5e-4 --warmup 50 --seed 3 \
+  --chat-template $tmpl --out "$W/llm-chat" > "$W/llm-chat.out" 2>&1
+OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2 $py tools/train/train.py --data "$W" --tlr "$tlr" \
+  --init "$W/llm-chat/model.gguf" --aux chat2.txt --aux-frac 0.4 --embd 256 --layers 4 --heads 8 --kv-heads 2 \
+  --ff 704 --tokens 2e6 --lr 1e-3 --warmup 50 --seed 5 --threads 2 --chat-template $tmpl \
+  --out "$W/llm-chat2" > "$W/llm-chat2.out" 2>&1
+wait $slm_pid
+cp "$W/llm-chat2/model.gguf" models/demo/llm.gguf
+cp "$W/slm-chat/model.gguf" models/demo/slm.gguf
 cp "$W/dev.jsonl" "$W/test.jsonl" models/demo/
 
 # 3. Golden outputs of the PyTorch networks for the engine test (a test-split prompt).
@@ -45,8 +68,12 @@ done
 # 4. The router (CITER MLP), trained on variants of the dev questions: the SLM memorized every
 #    training question, so only unseen questions show where it is unsure. References are the
 #    gold answers (--reference), as in CITER, not the LLM's own greedy answers.
+#    With them, free-form chat rows of the dev questions (chat_corpus.py --router-rows: the
+#    questions asked as a user would, the fact sentence as the reference, graded by the choices).
 $py tools/worldgen/variants.py --data "$W/dev.jsonl" --n 12 --seed 7 --reference --out "$W/router_train.jsonl"
-$tlr router train --slm models/demo/slm.gguf --llm models/demo/llm.gguf --data "$W/router_train.jsonl" \
+$py tools/worldgen/chat_corpus.py --data "$W" --conversations 0 --out /dev/null --router-rows "$W/router_chat.jsonl"
+cat "$W/router_train.jsonl" "$W/router_chat.jsonl" > "$W/router_train_mixed.jsonl"
+$tlr router train --slm models/demo/slm.gguf --llm models/demo/llm.gguf --data "$W/router_train_mixed.jsonl" \
   --out models/demo/router.gguf --lr 1e-4
 
 # 5. A second LLM with its own vocabulary (issue 33: pairs with different vocabularies): the same

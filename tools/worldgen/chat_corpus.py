@@ -51,6 +51,19 @@ SYSTEM = ['You are a helpful assistant.', 'Answer briefly.', 'You know the thing
 GREETING = ['Hello!', 'Hi', 'Hi there!', 'Hello, who are you?', 'Good morning.', 'Hey']
 GREETING_REPLY = 'Hello! I can tell you where a thing is found, what it is made of and what it is used for.'
 THANKS = ['Thanks!', 'Thank you.', 'Great, thanks.']
+UNKNOWN_REPLY = 'I do not know a {n}.'
+
+
+def unknown_names(rng, world, n):
+    """Made-up names that are not things of the world (asked about, they teach the models to copy
+    the name from the question, which no memorized answer can do, and to say they do not know)."""
+    taken = {t['name'] for t in world['things']}
+    out = []
+    while len(out) < n:
+        name = ''.join(rng.choice(worldgen.SYLLABLES) for _ in range(rng.choice([2, 2, 3])))
+        if name not in taken:
+            out.append(name)
+    return out
 THANKS_REPLY = 'You are welcome.'
 
 
@@ -70,7 +83,7 @@ def render(messages):
     return ''.join('<|im_start|>%s\n%s<|im_end|>\n' % (m['role'], m['content']) for m in messages)
 
 
-def conversation(rng, facts, by_thing):
+def conversation(rng, facts, by_thing, unknown, unknown_share):
     msgs = []
     if rng.random() < 0.2:
         msgs.append({'role': 'system', 'content': rng.choice(SYSTEM)})
@@ -84,6 +97,12 @@ def conversation(rng, facts, by_thing):
         if name and others and rng.random() < 0.5:
             n, attr, value, row = rng.choice(others)
             question = rng.choice(FOLLOW[attr])
+        elif unknown_share > 0 and rng.random() < unknown_share:
+            n, attr = rng.choice(unknown), rng.choice(sorted(ASK))
+            name, asked = None, set()
+            msgs += [{'role': 'user', 'content': rng.choice(ASK[attr]).format(n=n)},
+                     {'role': 'assistant', 'content': UNKNOWN_REPLY.format(n=n)}]
+            continue
         else:
             n, attr, value, row = rng.choice(facts)
             asked = set()
@@ -107,7 +126,12 @@ def main():
     ap.add_argument('--data', required=True, help='worldgen output (world.json, train.jsonl, dev.jsonl)')
     ap.add_argument('--conversations', type=int, default=6000)
     ap.add_argument('--seed', type=int, default=11)
+    ap.add_argument('--unknown-share', type=float, default=0.25,
+                    help='share of questions about made-up things outside the world ("I do not know a ...")')
     ap.add_argument('--out', required=True, help='the conversations as training text (ChatML)')
+    ap.add_argument('--partial', action='store_true',
+                    help='only the things of the partial corpus (world.json partial_things): for the small model, '
+                         'which then spends no capacity on facts it was not told about')
     ap.add_argument('--router-rows', default='', help='also write chat rows of the dev questions here')
     ap.add_argument('--router-variants', type=int, default=4, help='free-form phrasings per dev question')
     a = ap.parse_args()
@@ -115,14 +139,19 @@ def main():
     worldgen.restrict_values(len(next(iter(world['attributes'].values()))))
     read = lambda split: [json.loads(l) for l in open(os.path.join(a.data, split + '.jsonl'), encoding='utf-8')]
     facts = facts_of(read('train'), world)
+    if a.partial:
+        known = set(world['partial_things'])
+        facts = [f for f in facts if f[0] in known]
     by_thing = {}
     for f in facts:
         by_thing.setdefault(f[0], []).append(f)
     rng = random.Random(a.seed)
+    unknown = unknown_names(random.Random(a.seed + 1), world, 3000)
     with open(a.out, 'w', encoding='utf-8') as out:
         for _ in range(a.conversations):
-            out.write(render(conversation(rng, facts, by_thing)) + worldgen.END)
-    print('%d conversations about %d training facts -> %s' % (a.conversations, len(facts), a.out))
+            out.write(render(conversation(rng, facts, by_thing, unknown, a.unknown_share)) + worldgen.END)
+    print('%d conversations about %d training facts%s -> %s' % (a.conversations, len(facts),
+                                                                 ' of the partial corpus' if a.partial else '', a.out))
     if a.router_rows:
         rows = []
         for name, attr, value, row in facts_of(read('dev'), world):

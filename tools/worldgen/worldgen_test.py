@@ -91,6 +91,38 @@ def main():
                 check(stated == (name in known), 'partial corpus and %s disagree' % name)
         for r in splits['train']:
             check(worldgen.prompt(r) in partial, 'the partial corpus keeps every training question')
+        # The chat conversations ask only training-split facts (never a dev or test question's
+        # fact, nor its thing with that attribute), answer with the fact sentence, and with
+        # --partial only about the things of the partial corpus; made-up things are not in the
+        # world.
+        sys.path.insert(0, HERE)
+        import chat_corpus  # noqa: E402
+        chat = os.path.join(tmp, 'chat.txt')
+        subprocess.run([sys.executable, os.path.join(HERE, 'chat_corpus.py'), '--data', a, '--conversations', '400',
+                        '--out', chat, '--router-rows', os.path.join(tmp, 'rows.jsonl')], check=True,
+                       stdout=subprocess.DEVNULL)
+        text = open(chat, encoding='utf-8').read()
+        check(text.count('<|im_start|>assistant\n') >= 400 and text.count(worldgen.END) == 400, 'ChatML conversations')
+        held_out = {worldgen.fact_sentence(r['question_concept'], k, r['choices']['text']['ABCDE'.index(r['answerKey'])])
+                    for s in ('dev', 'test') for r in splits[s]
+                    for k in [next(k for k, vs in worldgen.ATTRIBUTES.items() if r['choices']['text'][0] in vs)]}
+        answers = set()
+        for turn in text.split('<|im_start|>assistant\n')[1:]:
+            answers.add(turn.split('<|im_end|>')[0])
+        check(not (answers & held_out), 'a dev/test fact answered in the chat corpus')
+        check(any(x.startswith('I do not know a ') for x in answers), 'made-up things are asked about')
+        for x in answers:
+            if x.startswith('I do not know a '):
+                check(x[len('I do not know a '):-1] not in {t['name'] for t in world['things']}, 'made-up name in the world')
+        subprocess.run([sys.executable, os.path.join(HERE, 'chat_corpus.py'), '--data', a, '--conversations', '200',
+                        '--partial', '--out', chat], check=True, stdout=subprocess.DEVNULL)
+        text = open(chat, encoding='utf-8').read()
+        for name, attr, value, _ in chat_corpus.facts_of(splits['train'], world):
+            if name not in known:
+                check(worldgen.fact_sentence(name, attr, value) not in text, '--partial asks about ' + name)
+        rows = load(os.path.join(tmp, 'rows.jsonl'))
+        check(len(rows) == 4 * len(splits['dev']), 'four chat rows per dev question')
+        check(all(r['messages'][-1]['role'] == 'assistant' and r['answerKey'] for r in rows), 'graded chat rows')
         # --values 5: every question offers all five values of its attribute.
         d = os.path.join(tmp, 'd')
         subprocess.run([sys.executable, os.path.join(HERE, 'worldgen.py'), '--things', '50', '--values', '5',
