@@ -67,7 +67,7 @@ results_args=()
 [ -f "$results" ] && results_args=(--results "$results")
 start_ui main --sim-rtt 150 "${results_args[@]}"
 main_url=$url
-start_ui down --server http://127.0.0.1:1 --llm-retries 0
+start_ui down --server http://127.0.0.1:1 --allow-unreachable --llm-retries 0
 down_url=$url
 echo "tlr ui at $main_url (in process, --sim-rtt 150) and $down_url (--server down)"
 # A copy beside node_modules, so that its `import ... from "playwright-core"` resolves to the pinned one.

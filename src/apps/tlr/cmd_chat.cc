@@ -95,6 +95,12 @@ Command AddChatCommand(CLI::App& root) {
             TLR_CLI_CHECK(cmd, spec.status());
             llm.spec = *spec;
             const Model& slm = *device->slm;
+            if (remote) {  // the server is checked once, at start; a later turn while it is down gets FALLBACK tokens
+              auto check = LlmStack::Create(llm.spec, slm.tokenizer());
+              if (!check.ok()) return ReportError(cmd, check.status().message());
+              if (!(*check)->warning().empty()) std::fprintf(stderr, "warning: %s\n", (*check)->warning().c_str());
+              llm.spec.remote.require_reachable = false;
+            }
             Router* router = device->router.get();
             DecodeOptions d;
             auto mode = ParseDecodeMode(o->mode);

@@ -193,6 +193,8 @@ Command AddUiCommand(CLI::App& root) {
               if (!r.ok()) return ReportError(cmd, r.status().message());
               server_name = (*r)->remote()->name();
               models.warning = (*r)->warning();
+              // Checked at start; a conversation that begins while it is down later gets FALLBACK tokens.
+              llm.spec.remote.require_reachable = false;
             }
             DecodeOptions pipe_opts;
             TLR_CLI_CHECK(cmd, o->pipe.Apply(&pipe_opts));
