@@ -24,6 +24,12 @@ class EngineTest : public ::testing::Test {
   static void TearDownTestSuite() { delete llm_; }
 
   std::vector<int32_t> Prompt(const std::string& text) const { return llm_->tokenizer().Encode(text, true); }
+  // A question with its five choices, as the demo LLM was trained to answer: it goes on with
+  // "Answer: ..." for many tokens (a bare question may end the turn at once, the end token
+  // stopping the reference early).
+  std::vector<int32_t> Question(const std::string& q) const {
+    return Prompt("Question: " + q + "\nA. marsh\nB. stone\nC. cooking\nD. forest\nE. glass\n");
+  }
   // Greedy next tokens from scratch (a fresh in-process backend).
   std::vector<int32_t> Reference(const std::vector<int32_t>& ctx, int n) const {
     InProcessLlm ref(*llm_, 1, 1024);
@@ -91,7 +97,7 @@ TEST_F(EngineTest, DeltaCallsMatchFromScratchGreedy) {
   LlmEngine engine(*llm_, nullptr, EngineLimits{}, &metrics);
   SessionInfo info;
   ASSERT_TRUE(engine.CreateSession(&info).ok());
-  std::vector<int32_t> ctx = Prompt("Question: Where would you find a zinthar?\nA. marsh");
+  std::vector<int32_t> ctx = Question("Where would you find a zinthar?");
   std::vector<int32_t> held;
   int64_t sent = 0;
   for (int step = 0; step < 5; ++step) {
@@ -117,7 +123,7 @@ TEST_F(EngineTest, ConflictReportsWhatTheSessionHolds) {
   LlmEngine engine(*llm_, nullptr, EngineLimits{}, nullptr);
   SessionInfo info;
   ASSERT_TRUE(engine.CreateSession(&info).ok());
-  const std::vector<int32_t> ctx = Prompt("Question: What is a bolrin made of?");
+  const std::vector<int32_t> ctx = Question("What is a bolrin made of?");
   ASSERT_TRUE(engine.Next(Call(info.id, {}, ctx, 1, "a")).ok());
   // The device claims more than the session holds.
   std::vector<int32_t> longer = ctx;
@@ -155,7 +161,7 @@ TEST_F(EngineTest, ResentTokensPastTheBaseAreKeptNotPrefilledAgain) {
   LlmEngine engine(*llm_, nullptr, EngineLimits{}, &metrics);
   SessionInfo info;
   ASSERT_TRUE(engine.CreateSession(&info).ok());
-  const std::vector<int32_t> ctx = Prompt("Question: What is a bolrin made of?");
+  const std::vector<int32_t> ctx = Question("What is a bolrin made of?");
   NextRequest first = Call(info.id, {}, ctx, 1, "a");
   first.lookahead = 3;
   EngineResult a = engine.Next(first);
@@ -201,7 +207,7 @@ TEST_F(EngineTest, RepeatedRequestIdIsAnsweredOnceAndNotAppendedTwice) {
   LlmEngine engine(*llm_, nullptr, EngineLimits{}, nullptr);
   SessionInfo info;
   ASSERT_TRUE(engine.CreateSession(&info).ok());
-  const std::vector<int32_t> ctx = Prompt("Question: What is a drelk used for?");
+  const std::vector<int32_t> ctx = Question("What is a drelk used for?");
   EngineResult a = engine.Next(Call(info.id, {}, ctx, 3, "same"));
   ASSERT_TRUE(a.ok());
   const int64_t ingested = engine.prefill_tokens() + engine.decode_tokens();
@@ -341,7 +347,7 @@ TEST_F(EngineTest, ConcurrentSessionsShareForwardPassesAndGetTheirOwnAnswers) {
   constexpr int kDevices = 8, kCalls = 6;
   std::vector<std::vector<int32_t>> prompts;
   for (int d = 0; d < kDevices; ++d) {
-    prompts.push_back(Prompt("Question: Where would you find a thing number " + std::to_string(d) + "?"));
+    prompts.push_back(Question("Where would you find a thing number " + std::to_string(d) + "?"));
   }
   std::vector<std::string> errors;
   const auto answers = RunDevices(engine, prompts, kCalls, /*retry=*/false, &errors);
@@ -491,7 +497,7 @@ TEST_F(EngineTest, LookaheadGivesWayToOtherCalls) {
   SessionInfo a, b;
   ASSERT_TRUE(engine.CreateSession(&a).ok());
   ASSERT_TRUE(engine.CreateSession(&b).ok());
-  const std::vector<int32_t> pa = Prompt("Question: where do people keep books?");
+  const std::vector<int32_t> pa = Question("where do people keep books?");
   NextRequest long_call = Call(a.id, {}, pa, 1, "a");
   long_call.lookahead = lim.max_tokens_per_call - 1;
   EngineResult ra;
@@ -501,7 +507,7 @@ TEST_F(EngineTest, LookaheadGivesWayToOtherCalls) {
   while (engine.decode_tokens() - decoded_before < 3 && !(ra.ok() && !ra.reply.tokens.empty())) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-  const std::vector<int32_t> pb = Prompt("Question: what do cats eat?");
+  const std::vector<int32_t> pb = Question("what do cats eat?");
   EngineResult rb = engine.Next(Call(b.id, {}, pb, 1, "b"));
   t.join();
   ASSERT_TRUE(ra.ok()) << ra.message;
