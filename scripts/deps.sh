@@ -2,7 +2,8 @@
 # Installs the Debian packages TLR needs, or says exactly how to.
 #   scripts/deps.sh build        what `make` needs
 #   scripts/deps.sh build test   plus what `make test` needs (clang/libFuzzer, npm, headless Chromium,
-#                                iproute2/iptables/haproxy for the network-fault and failover tests)
+#                                iproute2/iptables/haproxy for the network-fault and failover tests,
+#                                curl for the README test)
 #   scripts/deps.sh aarch64      the ARM cross-build and qemu-user (`make aarch64-test`); adds
 #                                Debian's arm64 architecture for the :arm64 libraries
 # As root: apt-get update + apt-get install of whatever is missing. Otherwise: prints the
@@ -10,7 +11,7 @@
 set -euo pipefail
 
 build_pkgs=(cmake make ninja-build g++ pkg-config python3 libicu-dev nlohmann-json3-dev libcli11-dev libgtest-dev libhwy-dev libcpp-httplib-dev libssl-dev)
-test_pkgs=(clang libclang-rt-14-dev openssl chromium chromium-driver python3-jinja2 python3-torch iproute2 iptables haproxy)
+test_pkgs=(clang libclang-rt-14-dev openssl chromium chromium-driver python3-jinja2 python3-torch iproute2 iptables haproxy curl)
 # Header-only and architecture-independent packages serve both; compiled libraries come as :arm64.
 aarch64_pkgs=(ninja-build g++-aarch64-linux-gnu qemu-user pkg-config nlohmann-json3-dev libcli11-dev
               libhwy-dev:arm64 libgtest-dev:arm64 libssl-dev:arm64 libicu-dev:arm64 libcpp-httplib-dev:arm64)
