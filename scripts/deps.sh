@@ -10,8 +10,8 @@
 # exact apt-get line and exits 1. The README says why each package is there.
 set -euo pipefail
 
-build_pkgs=(cmake make ninja-build g++ pkg-config python3 libicu-dev nlohmann-json3-dev libcli11-dev libgtest-dev libhwy-dev libcpp-httplib-dev libssl-dev)
-test_pkgs=(clang libclang-rt-14-dev openssl chromium chromium-driver python3-jinja2 python3-torch iproute2 iptables haproxy curl)
+build_pkgs=(cmake make ninja-build g++ pkg-config python3 nlohmann-json3-dev libcli11-dev libgtest-dev libhwy-dev libcpp-httplib-dev libssl-dev)
+test_pkgs=(libicu-dev unicode-data clang libclang-rt-14-dev openssl chromium chromium-driver python3-jinja2 python3-torch iproute2 iptables haproxy curl)
 # Header-only and architecture-independent packages serve both; compiled libraries come as :arm64.
 aarch64_pkgs=(ninja-build g++-aarch64-linux-gnu qemu-user pkg-config nlohmann-json3-dev libcli11-dev
               libhwy-dev:arm64 libgtest-dev:arm64 libssl-dev:arm64 libicu-dev:arm64 libcpp-httplib-dev:arm64)

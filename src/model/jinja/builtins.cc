@@ -1,11 +1,10 @@
 // Filters, tests, methods and globals of the Jinja interpreter (model layer). See builtins.h.
 #include "model/jinja/builtins.h"
 
-#include <unicode/locid.h>
-#include <unicode/unistr.h>
-
 #include <algorithm>
 #include <cmath>
+
+#include "util/unicode.h"
 
 namespace tlr::jinja {
 namespace {
@@ -127,18 +126,10 @@ std::string PyReplace(const std::string& s, const std::string& from, const std::
 }
 
 std::string CaseMap(const std::string& s, bool upper) {
-  icu::UnicodeString u = icu::UnicodeString::fromUTF8(s);
-  if (upper) {
-    u.toUpper(icu::Locale::getRoot());
-  } else {
-    u.toLower(icu::Locale::getRoot());
-  }
-  std::string out;
-  u.toUTF8String(out);
-  return out;
+  return upper ? unicode::ToUpperUtf8(s) : unicode::ToLowerUtf8(s);
 }
 
-// Python str.title / str.capitalize (cased letters approximated by ICU's case mapping).
+// Python str.title / str.capitalize (cased letters approximated by the full case mappings).
 std::string Title(const std::string& s, bool only_first) {
   std::string out;
   bool prev_cased = false;

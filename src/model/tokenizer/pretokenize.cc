@@ -1,9 +1,7 @@
-// Pre-tokenization with ICU regexes (model layer). See pretokenize.h.
+// Pre-tokenization with TLR's Unicode regexes (model layer). See pretokenize.h.
 #include "model/tokenizer/pretokenize.h"
 
-#include <unicode/regex.h>
-#include <unicode/unistr.h>
-
+#include "model/tokenizer/regex.h"
 #include "util/utf8.h"
 
 namespace tlr {
@@ -40,27 +38,6 @@ const std::vector<Known>& KnownTable() {
   return table;
 }
 
-// Rewrites unescaped \s and \S to the White_Space property (ICU's \s lacks U+000B, U+0085).
-std::string RewriteWhitespaceClasses(const std::string& p) {
-  std::string out;
-  out.reserve(p.size() + 32);
-  for (size_t i = 0; i < p.size(); ++i) {
-    if (p[i] == '\\' && i + 1 < p.size()) {
-      const char c = p[i + 1];
-      if (c == 's') out += "\\p{White_Space}";
-      else if (c == 'S') out += "\\P{White_Space}";
-      else {
-        out += p[i];
-        out += c;
-      }
-      ++i;
-    } else {
-      out += p[i];
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 Expected<std::vector<std::string>> PreTokenizerPatterns(const std::string& pre_name) {
@@ -86,7 +63,7 @@ std::string KnownPreTokenizers() {
 }
 
 struct RegexSplitter::Impl {
-  std::vector<std::unique_ptr<icu::RegexPattern>> patterns;
+  std::vector<UnicodeRegex> patterns;
 };
 
 RegexSplitter::RegexSplitter() : impl_(std::make_unique<Impl>()) {}
@@ -97,62 +74,50 @@ RegexSplitter& RegexSplitter::operator=(RegexSplitter&&) noexcept = default;
 Expected<RegexSplitter> RegexSplitter::Create(const std::vector<std::string>& patterns) {
   RegexSplitter s;
   for (const auto& p : patterns) {
-    const std::string rewritten = RewriteWhitespaceClasses(p);
-    UErrorCode status = U_ZERO_ERROR;
-    UParseError perr;
-    std::unique_ptr<icu::RegexPattern> compiled(icu::RegexPattern::compile(
-        icu::UnicodeString::fromUTF8(rewritten), 0, perr, status));
-    if (U_FAILURE(status) || !compiled) {
-      return Status::Error("pre-tokenizer regex does not compile (" +
-                           std::string(u_errorName(status)) + " at offset " +
-                           std::to_string(perr.offset) + "): " + p);
-    }
-    s.impl_->patterns.push_back(std::move(compiled));
+    Expected<UnicodeRegex> compiled = UnicodeRegex::Compile(p);
+    if (!compiled.ok()) return compiled.status();
+    s.impl_->patterns.push_back(std::move(compiled).value());
   }
   return s;
 }
 
 std::vector<std::pair<size_t, size_t>> RegexSplitter::Split(std::string_view text, std::vector<size_t>* restarts) const {
-  // UTF-16 copy of the text plus the byte offset of every UTF-16 unit, so ICU's match
-  // positions map back to byte ranges exactly (ill-formed bytes become one U+FFFD each).
-  icu::UnicodeString u;
-  std::vector<size_t> byte_at;
-  byte_at.reserve(text.size() + 1);
+  // The code points of the text plus the byte offset of each, so match positions map back to
+  // byte ranges exactly (ill-formed bytes become one U+FFFD each).
+  thread_local std::u32string u;
+  thread_local std::vector<size_t> byte_at;
+  u.clear();
+  byte_at.clear();
   size_t pos = 0;
   while (pos < text.size()) {
-    const size_t start = pos;
+    byte_at.push_back(pos);
     char32_t cp;
     DecodeUtf8(text, &pos, &cp);
-    const int32_t before = u.length();
-    u.append(static_cast<UChar32>(cp));
-    for (int32_t k = before; k < u.length(); ++k) byte_at.push_back(start);
+    u.push_back(cp);
   }
   byte_at.push_back(text.size());
 
-  std::vector<std::pair<int32_t, int32_t>> spans;
-  if (u.length() > 0) spans.emplace_back(0, u.length());
+  std::vector<std::pair<size_t, size_t>> spans;
+  if (!u.empty()) spans.emplace_back(0, u.size());
+  std::vector<std::pair<size_t, size_t>> next;
   for (const auto& pattern : impl_->patterns) {
-    UErrorCode status = U_ZERO_ERROR;
-    std::unique_ptr<icu::RegexMatcher> m(pattern->matcher(u, status));
-    if (U_FAILURE(status)) continue;
-    std::vector<std::pair<int32_t, int32_t>> next;
+    next.clear();
     next.reserve(spans.size() * 2);
     for (const auto& [b, e] : spans) {
-      status = U_ZERO_ERROR;
-      // Opaque, anchoring bounds: each piece is matched as if it were the whole string.
-      m->region(b, e, status);
-      int32_t prev = b;
-      while (m->find(status) && U_SUCCESS(status)) {
-        const int32_t s = m->start(status);
-        const int32_t t = m->end(status);
-        if (t == s) continue;
+      // Each piece is matched as if it were the whole text.
+      size_t prev = b, from = b, s, t;
+      while (from <= e && pattern.Find(u.data(), b, e, from, &s, &t)) {
+        if (t == s) {  // an empty match splits nothing; search on from the next character
+          from = s + 1;
+          continue;
+        }
         if (s > prev) next.emplace_back(prev, s);
         next.emplace_back(s, t);
-        prev = t;
+        prev = from = t;
       }
       if (prev < e) next.emplace_back(prev, e);
     }
-    spans = std::move(next);
+    spans.swap(next);
     if (restarts && &pattern == &impl_->patterns.front()) {
       for (const auto& span : spans) restarts->push_back(byte_at[span.first]);
     }

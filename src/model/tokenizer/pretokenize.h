@@ -1,9 +1,9 @@
 // Pre-tokenization (model layer): splits text into the pieces a BPE model encodes one at a
 // time, with the regexes of the reference tokenizers (GPT-2, Llama 3, Qwen2, ...).
 //
-// Matching uses ICU's regex engine, so Unicode categories (\p{L}, \p{N}, ...) are right for
-// all of Unicode. `\s`/`\S` are rewritten to the White_Space property, which is what the
-// reference (Oniguruma in Hugging Face tokenizers) means by them. Several patterns apply in
+// Matching uses TLR's Unicode regex engine (regex.h; ICU's semantics, no ICU), so Unicode
+// categories (\p{L}, \p{N}, ...) are right for all of Unicode. `\s`/`\S` are the White_Space
+// property, which is what the reference (Oniguruma in Hugging Face tokenizers) means by them. Several patterns apply in
 // sequence, each splitting the pieces left by the previous one ("Isolated" behaviour: both
 // matches and the gaps between them become pieces). Immutable after construction:
 // thread-safe.

@@ -2,13 +2,11 @@
 // streaming decode. The two model algorithms live in bpe.cc and spm.cc.
 #include "model/tokenizer/tokenizer.h"
 
-#include <unicode/normalizer2.h>
-#include <unicode/unistr.h>
-
 #include <algorithm>
 
 #include "model/gguf/gguf_reader.h"
 #include "util/hash.h"
+#include "util/unicode.h"
 #include "util/utf8.h"
 
 namespace tlr {
@@ -163,20 +161,7 @@ std::vector<Tokenizer::Fragment> Tokenizer::PartitionSpecial(std::string_view te
 
 std::string Tokenizer::Normalize(std::string_view text) const {
   if (!vocab_.normalize_nfc) return std::string(text);
-  UErrorCode status = U_ZERO_ERROR;
-  const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(status);
-  if (U_FAILURE(status)) return std::string(text);
-  const icu::UnicodeString u = icu::UnicodeString::fromUTF8(
-      icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
-  // Keep the original bytes when already normalised (this also keeps ill-formed bytes,
-  // which a round trip through UTF-16 would replace).
-  if (nfc->isNormalized(u, status) && U_SUCCESS(status)) return std::string(text);
-  status = U_ZERO_ERROR;
-  icu::UnicodeString out = nfc->normalize(u, status);
-  if (U_FAILURE(status)) return std::string(text);
-  std::string s;
-  out.toUTF8String(s);
-  return s;
+  return unicode::NfcUtf8(text);
 }
 
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special,
