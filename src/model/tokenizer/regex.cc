@@ -232,6 +232,7 @@ class Parser {
   bool ParseAtom(bool icase, Node* out) {
     const char c = Peek();
     if (c == '(') {
+      if (++depth_ > 100) return Fail("groups nested more than 100 deep");
       ++i_;
       Node::Kind kind = Node::kSeq;
       bool negative = false, group_icase = icase;
@@ -255,6 +256,7 @@ class Parser {
       if (!err_.empty()) return false;
       if (!More() || Peek() != ')') return Fail("missing ')'");
       ++i_;
+      --depth_;
       if (kind == Node::kSeq) {
         *out = std::move(inner);
       } else {
@@ -413,6 +415,7 @@ class Parser {
 
   std::string_view p_;
   size_t i_ = 0;
+  int depth_ = 0;
   std::vector<CharSet>* sets_;
   std::string err_;
 };

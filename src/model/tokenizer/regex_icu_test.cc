@@ -89,6 +89,7 @@ TEST(RegexIcu, SplitsEqualIcusOnVectorsAndRandomText) {
 }
 
 TEST(RegexIcu, ErrorsNameTheConstruct) {
+  EXPECT_FALSE(UnicodeRegex::Compile(std::string(100000, '(')).ok());  // no stack overflow
   for (const char* bad : {"(?<=a)b", "a\\1", "[a", "(a", "a)", "*a", "\\p{Bogus}", "a{3,2}", "(?:a*)*", "[[a]]", "\\"}) {
     auto r = UnicodeRegex::Compile(bad);
     EXPECT_FALSE(r.ok()) << bad;
