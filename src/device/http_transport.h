@@ -1,13 +1,14 @@
 // HttpTransport (device layer): the HTTP client under the remote LLM backends (remote_llm.h).
 // It knows nothing about a protocol: it sends requests to one server and gives back status and
-// body, with keep-alive connections (one per request in flight, reused), a deadline for the
-// whole request (connect, send and receive: a reply trickled byte by byte or a chunked reply
-// that never ends fails when it passes), a cap on the reply's size, retries with
-// exponential backoff on server errors, TLS verification and an optional simulated network
-// delay (half before a request is sent, half after its answer, per request; requests in flight
-// at once overlap their delays as on a real network).
+// body, with a deadline for the whole request (connect, send and receive: a reply trickled byte
+// by byte or a chunked reply that never ends fails when it passes), a cap on the reply's size,
+// retries with exponential backoff on server errors and an optional simulated network delay
+// (half before a request is sent, half after its answer, per request; requests in flight at
+// once overlap their delays as on a real network). The exchanges themselves go through an
+// HttpStack (http_stack.h): TLR's built-in client (socket_http.h: keep-alive connections, TLS
+// verification) or the app's own.
 //
-// Thread-safe: several threads may send at once; each request borrows a connection of its own.
+// Thread-safe: several threads may send at once.
 #pragma once
 
 #include <chrono>
@@ -18,12 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "device/http_stack.h"
 #include "device/llm_backend.h"
 #include "device/server_url.h"
-
-namespace httplib {
-class Client;
-}
 
 namespace tlr {
 
@@ -40,19 +38,9 @@ struct HttpOptions {
   double sim_rtt_s = 0;          // simulated network round trip, per HTTP request
   double sim_jitter_s = 0;       // +- uniform
   uint64_t seed = 1;             // for the jitter
-};
-
-struct HttpResult {
-  bool sent = false;   // a response came back
-  int status = 0;
-  std::string body;
-  std::string error;   // network error when !sent
-  bool tls_failure = false;
-  bool timed_out = false;  // the deadline passed
-  bool too_large = false;  // the reply body exceeded max_reply_bytes
-  bool cancelled = false;  // the call was cancelled before the request was sent
-  // The server's Retry-After (retry-after-ms, else Retry-After in seconds); -1: none given.
-  double retry_after_s = -1;
+  // The app's own HTTP stack (the C API's tlr_http_hook); null: TLR's built-in client. With it,
+  // TLS, proxies and certificates are the app's: ca_file and verify_tls do not apply.
+  std::shared_ptr<HttpStack> stack;
 };
 
 // A reply's wait from its retry-after-ms and Retry-After header values (either may be empty;
@@ -63,7 +51,8 @@ class HttpTransport {
  public:
   explicit HttpTransport(const HttpOptions& opts);
   ~HttpTransport();
-  // Fails for a URL that ParseServerUrl refuses or negative timeouts.
+  // Fails for a URL that ParseServerUrl refuses, negative timeouts, an https URL in a build
+  // without TLS (and no stack of the app's) or a CA file that does not load.
   static Status Validate(const HttpOptions& opts);
 
   using Clock = std::chrono::steady_clock;
@@ -84,23 +73,23 @@ class HttpTransport {
   void DeleteQuietly(const std::string& path);
 
   const HttpOptions& options() const { return opts_; }
+  // True when the app's own stack carries the requests (connection diagnosis by TLR's own
+  // sockets then says nothing about the app's network).
+  bool app_stack() const { return opts_.stack != nullptr; }
   int64_t http_requests() const;
   int64_t retries() const;
   double sim_delay_s() const;
 
  private:
-  class Watchdog;
-  std::unique_ptr<httplib::Client> NewClient(double timeout_s) const;
-  std::unique_ptr<httplib::Client> Borrow();
-  void Return(std::unique_ptr<httplib::Client> c);
   double DrawDelay();
+  HttpExchange NewExchange(const std::string& method, const std::string& path, const std::string& body) const;
 
   HttpOptions opts_;
   std::string origin_, prefix_;  // from opts_.url
+  std::shared_ptr<HttpStack> stack_;
+  std::string stack_error_;  // why there is no stack_
   mutable std::mutex mu_;
-  std::vector<std::unique_ptr<httplib::Client>> idle_;  // keep-alive connections not in use
   std::mt19937_64 rng_;
-  std::unique_ptr<Watchdog> watchdog_;  // stops requests whose deadline passed
   int64_t http_requests_ = 0, retries_ = 0;
   double sim_delay_s_ = 0;
 };

@@ -186,7 +186,8 @@ Expected<std::unique_ptr<RemoteLlm>> RemoteLlm::Connect(const RemoteOptions& giv
   opts.http.url = url.ToString();
   // https to a server that speaks plain HTTP would wait out the whole timeout in the handshake.
   const double probe_s = std::min(opts.http.timeout_s, 2.0);
-  if (url.scheme == "https" && SpeaksPlainHttp(url, probe_s)) {
+  // (With the app's own HTTP stack, TLR's sockets tell nothing about the app's network.)
+  if (url.scheme == "https" && !opts.http.stack && SpeaksPlainHttp(url, probe_s)) {
     return Status::Error("the LLM server at " + opts.http.url + " speaks plain HTTP, not TLS: use http://" +
                          opts.http.url.substr(8));
   }
@@ -199,7 +200,7 @@ Expected<std::unique_ptr<RemoteLlm>> RemoteLlm::Connect(const RemoteOptions& giv
   bool reachable = false;
   TLR_RETURN_IF_ERROR(r->CheckServer(&reachable));
   if (!reachable) {
-    std::string why = DiagnoseConnection(url, probe_s);
+    std::string why = opts.http.stack ? "" : DiagnoseConnection(url, probe_s);
     if (why.empty()) why = r->first_check_error_;
     if (opts.require_reachable) return Status::Error(kCannotReach + opts.http.url + ": " + why);
     r->warning_ = "the LLM server at " + opts.http.url + " is not reachable now (" + why +

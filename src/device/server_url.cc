@@ -3,6 +3,8 @@
 
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -29,63 +31,6 @@ std::string Seconds(double s) {
   char b[32];
   std::snprintf(b, sizeof b, s < 10 ? "%.1f" : "%.0f", s);
   return b;
-}
-
-// A socket connected to the URL's host within the deadline, or -1 with *why set.
-int Connect(const ServerUrl& url, std::chrono::steady_clock::time_point deadline, std::string* why) {
-  std::string host = url.host;
-  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  const int rc = getaddrinfo(host.c_str(), std::to_string(url.port).c_str(), &hints, &res);
-  if (rc != 0) {
-    *why = "host name '" + host + "' not resolved (" + gai_strerror(rc) + ")";
-    return -1;
-  }
-  int last_errno = 0;
-  bool timed_out = false;
-  int fd = -1;
-  for (addrinfo* a = res; a && fd < 0; a = a->ai_next) {
-    const int s = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (s < 0) {
-      last_errno = errno;
-      continue;
-    }
-    fcntl(s, F_SETFL, fcntl(s, F_GETFL) | O_NONBLOCK);
-    int err = connect(s, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
-    if (err == EINPROGRESS) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      pollfd p{s, POLLOUT, 0};
-      const int n = poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
-      if (n <= 0) {
-        timed_out = true;
-        err = ETIMEDOUT;
-      } else {
-        socklen_t len = sizeof err;
-        if (getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-      }
-    }
-    if (err == 0) {
-      fd = s;
-    } else {
-      last_errno = err;
-      close(s);
-    }
-  }
-  freeaddrinfo(res);
-  if (fd >= 0) return fd;
-  if (timed_out && last_errno == ETIMEDOUT) {
-    *why = "no reply to the connection attempt (a firewall, or no such host on the network)";
-  } else if (last_errno == ECONNREFUSED) {
-    *why = "connection refused (nothing listens on port " + std::to_string(url.port) + " there)";
-  } else if (last_errno == EHOSTUNREACH || last_errno == ENETUNREACH) {
-    *why = "no route to host";
-  } else {
-    *why = std::string("cannot connect: ") + std::strerror(last_errno);
-  }
-  return -1;
 }
 
 enum class PlainReply { kHttp, kHttpsPortNotice, kTls, kClosed, kOther, kNone };
@@ -124,6 +69,76 @@ PlainReply ProbePlain(int fd, const ServerUrl& url, std::chrono::steady_clock::t
 }
 
 }  // namespace
+
+int ConnectTcp(const ServerUrl& url, std::chrono::steady_clock::time_point deadline, std::string* why,
+               const std::function<bool()>& cancelled) {
+  std::string host = url.host;
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = getaddrinfo(host.c_str(), std::to_string(url.port).c_str(), &hints, &res);
+  if (rc != 0) {
+    *why = "host name '" + host + "' not resolved (" + gai_strerror(rc) + ")";
+    return -1;
+  }
+  int last_errno = 0;
+  bool timed_out = false;
+  int fd = -1;
+  for (addrinfo* a = res; a && fd < 0; a = a->ai_next) {
+    const int s = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (s < 0) {
+      last_errno = errno;
+      continue;
+    }
+    fcntl(s, F_SETFL, fcntl(s, F_GETFL) | O_NONBLOCK);
+    int err = connect(s, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+      int n = 0;
+      while (n == 0) {  // in slices, so that a cancellation is seen within 50 ms
+        if (cancelled && cancelled()) {
+          close(s);
+          freeaddrinfo(res);
+          *why = "cancelled";
+          return -1;
+        }
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) break;
+        pollfd p{s, POLLOUT, 0};
+        n = poll(&p, 1, static_cast<int>(std::min<int64_t>(50, left.count())));
+        if (n < 0 && errno == EINTR) n = 0;
+      }
+      if (n <= 0) {
+        timed_out = true;
+        err = ETIMEDOUT;
+      } else {
+        socklen_t len = sizeof err;
+        if (getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+      }
+    }
+    if (err == 0) {
+      fd = s;
+      const int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    } else {
+      last_errno = err;
+      close(s);
+    }
+  }
+  freeaddrinfo(res);
+  if (fd >= 0) return fd;
+  if (timed_out && last_errno == ETIMEDOUT) {
+    *why = "no reply to the connection attempt (a firewall, or no such host on the network)";
+  } else if (last_errno == ECONNREFUSED) {
+    *why = "connection refused (nothing listens on port " + std::to_string(url.port) + " there)";
+  } else if (last_errno == EHOSTUNREACH || last_errno == ENETUNREACH) {
+    *why = "no route to host";
+  } else {
+    *why = std::string("cannot connect: ") + std::strerror(last_errno);
+  }
+  return -1;
+}
 
 std::string ServerUrl::Origin() const { return scheme + "://" + host + ":" + std::to_string(port); }
 std::string ServerUrl::ToString() const { return Origin() + prefix; }
@@ -190,7 +205,7 @@ std::string DiagnoseConnection(const ServerUrl& url, double timeout_s) {
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::microseconds(static_cast<int64_t>(std::max(0.05, timeout_s) * 1e6));
   std::string why;
-  const int fd = Connect(url, deadline, &why);
+  const int fd = ConnectTcp(url, deadline, &why);
   if (fd < 0) {
     if (why.rfind("no reply", 0) == 0) why += " within " + Seconds(timeout_s) + " s";
     return why;
@@ -217,7 +232,7 @@ bool SpeaksPlainHttp(const ServerUrl& url, double timeout_s) {
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::microseconds(static_cast<int64_t>(std::max(0.05, timeout_s) * 1e6));
   std::string why;
-  const int fd = Connect(url, deadline, &why);
+  const int fd = ConnectTcp(url, deadline, &why);
   if (fd < 0) return false;
   const bool plain = ProbePlain(fd, url, deadline) == PlainReply::kHttp;
   close(fd);

@@ -2,6 +2,8 @@
 // cannot be reached, told in words a user can act on.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <string>
 
 #include "util/status.h"
@@ -20,6 +22,13 @@ struct ServerUrl {
   std::string ToString() const;  // Origin() + prefix
 };
 Expected<ServerUrl> ParseServerUrl(const std::string& url);
+
+// A TCP socket (non-blocking, TCP_NODELAY) connected to the URL's host and port within the
+// deadline, or -1 with *why set in words ("connection refused (nothing listens on port N
+// there)", "no reply to the connection attempt ...", "host name 'x' not resolved (...)", "no
+// route to host", "cancelled" when `cancelled` (may be empty) turned true while waiting).
+int ConnectTcp(const ServerUrl& url, std::chrono::steady_clock::time_point deadline, std::string* why,
+               const std::function<bool()>& cancelled = {});
 
 // Why a server cannot be reached, found by connecting to it (at most timeout_s): "connection
 // refused", "no reply to the connection attempt within N s", "host name 'x' not resolved (...)",
