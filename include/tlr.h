@@ -49,7 +49,7 @@ extern "C" {
 /* The API this header describes. The library's SONAME carries the major version
  * (libtlr.so.1); minor versions only add functions or append fields to structs. */
 #define TLR_API_VERSION_MAJOR 1
-#define TLR_API_VERSION_MINOR 0
+#define TLR_API_VERSION_MINOR 1
 #define TLR_API_VERSION (TLR_API_VERSION_MAJOR * 100 + TLR_API_VERSION_MINOR)
 
 /* TLR_API_VERSION of the library actually loaded (compare with the header's). */
@@ -130,6 +130,48 @@ TLR_API int tlr_tokenize(const tlr_device* device, const char* text, size_t text
 TLR_API int tlr_detokenize(const tlr_device* device, const int32_t* ids, size_t n_ids, int render_special,
                            char* buf, size_t capacity, size_t* text_len);
 
+/* ---- the app's own HTTP stack (API 1.1) ---------------------------------------------------
+ * An app that already has a network stack (OkHttp, URLSession, a proxy, certificate pinning,
+ * its own auth) carries the device's calls to the LLM's server itself: every request of the
+ * remote backends (the native protocol, the OpenAI one, the vocabulary fetch) goes to the hook's
+ * `send` instead of TLR's built-in client. TLS, proxies and certificates are then the app's
+ * (ca_file and verify_tls do not apply; an https server_url works in a build without TLS).
+ *
+ * `send` starts the request and may return at once: the app answers later, from any thread,
+ * with exactly one tlr_http_complete or tlr_http_fail on the exchange (or answers inside `send`).
+ * Everything the request points to is valid only during `send`: copy what you keep. When TLR
+ * stops waiting (the call's deadline passed, the generation was cancelled) it calls `cancel`
+ * (optional) on the same exchange; the app should abort the request, and must still answer the
+ * exchange once (the answer is then dropped). A reply that never comes, an error status or a
+ * malformed answer makes that LLM call fail: its token is the SLM's own (source FALLBACK), with
+ * tlr_token.llm_error saying why. */
+typedef struct tlr_http_exchange tlr_http_exchange;
+
+typedef struct tlr_http_request {
+  const char* method;          /* "GET", "POST" or "DELETE" */
+  const char* url;             /* absolute: server_url's scheme://host:port[/prefix] + path */
+  const char* const* headers;  /* name, value, name, value, ..., NULL (Content-Type,
+                                  Authorization, X-TLR-Timeout-Ms, ...); the app adds Host and
+                                  Content-Length as its stack does */
+  const char* body;            /* body_len bytes (JSON for POST) */
+  size_t body_len;
+  double timeout_s;            /* how long TLR waits for the answer */
+} tlr_http_request;
+
+typedef struct tlr_http_hook {
+  size_t struct_size;  /* sizeof(tlr_http_hook) */
+  void (*send)(void* user_data, tlr_http_exchange* exchange, const tlr_http_request* request);
+  void (*cancel)(void* user_data, tlr_http_exchange* exchange); /* may be NULL */
+  void* user_data;
+} tlr_http_hook;
+
+/* The server's answer: its status (100..599), headers (name, value, ..., NULL; may be NULL) and
+ * body (body_len bytes; may be NULL when 0). Copied before returning. */
+TLR_API void tlr_http_complete(tlr_http_exchange* exchange, int status, const char* const* headers,
+                               const char* body, size_t body_len);
+/* No answer: a network error, in words (copied; may be NULL). */
+TLR_API void tlr_http_fail(tlr_http_exchange* exchange, const char* message);
+
 /* ---- the LLM: a model in this process or a server --------------------------------------- */
 
 typedef struct tlr_llm tlr_llm;
@@ -159,6 +201,9 @@ typedef struct tlr_llm_params {
                                 SLM's (a GGUF, a tokenizer.json, or "server" to fetch it from
                                 `tlr serve`); NULL: the server's vocabulary must be the SLM's. In
                                 process a model of another vocabulary is bridged by itself */
+  const tlr_http_hook* http_hook; /* server (API 1.1): the app's own HTTP stack carries every
+                                     request (copied at tlr_llm_open; user_data must outlive the
+                                     tlr_llm); NULL: TLR's built-in client */
 } tlr_llm_params;
 
 TLR_API void tlr_llm_params_init(tlr_llm_params* params);

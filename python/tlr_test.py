@@ -231,6 +231,63 @@ class BindingTest(unittest.TestCase):
         small = [t.id for t in self.dev.generate(PROMPT, mode="small_only", max_tokens=40)]
         self.assertEqual([t.id for t in toks], small)
 
+    def test_http_callable_that_raises_gives_fallback_tokens(self):
+        def offline(method, url, headers, body, timeout_s):
+            raise ConnectionError("airplane mode")
+        with tlr.Llm(server="http://llm.example:8080", http=offline, timeout_s=2, retries=0) as llm:
+            toks = list(self.dev.generate(PROMPT, llm=llm, max_tokens=40))
+        self.assertNotIn("LLM", {t.source for t in toks})
+        errors = [t.llm_error for t in toks if t.source == "FALLBACK"]
+        self.assertTrue(errors)
+        self.assertIn("ConnectionError: airplane mode", errors[0])
+        with self.assertRaises(TypeError):
+            tlr.Llm(server="http://llm.example:8080", http="not a callable")
+
+    @unittest.skipUnless(os.environ.get("TLR_BIN"), "TLR_BIN (the tlr binary, to start a server) not set")
+    def test_http_callable_carries_the_calls_to_a_real_server(self):
+        import http.client
+        import re
+        import urllib.parse
+        log = tempfile.NamedTemporaryFile("w+", suffix=".log")
+        server = subprocess.Popen([os.environ["TLR_BIN"], "serve", "-m", demo("llm.gguf"), "--port", "0"],
+                                  stdout=log, stderr=subprocess.STDOUT)
+        try:
+            url = None
+            for _ in range(600):
+                with open(log.name) as f:
+                    m = re.search(r"^listening on (\S+)", f.read(), re.M)
+                if m:
+                    url = m.group(1)
+                    break
+                threading.Event().wait(0.05)
+            self.assertIsNotNone(url, "tlr serve did not start")
+            seen = []
+
+            def carry(method, target, headers, body, timeout_s):
+                u = urllib.parse.urlsplit(target)
+                conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout_s)
+                conn.request(method, u.path + ("?" + u.query if u.query else ""), body=body, headers=headers)
+                r = conn.getresponse()
+                data = r.read()
+                conn.close()
+                seen.append((method, u.path))
+                return r.status, dict(r.getheaders()), data
+
+            runs = []
+            for hook in (None, carry):
+                with tlr.Llm(server=url, http=hook, timeout_s=10) as llm:
+                    toks = [(t.id, t.source) for t in self.dev.generate(PROMPT, llm=llm, max_tokens=40,
+                                                                       threshold=0.95, pipeline=False)]
+                    st = self.dev.last_stats
+                    runs.append((toks, st.llm_prefilled, st.llm_generated, st.fallbacks))
+            self.assertEqual(runs[0], runs[1])
+            self.assertIn("LLM", {s for _, s in runs[1][0]})
+            self.assertIn(("POST", "/tlr/v1/next"), seen)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+            log.close()
+
     def test_interpreter_exit_during_generation(self):
         # A generator left suspended at exit, its generation still running on the helper thread
         # (the simulated SLM pace keeps it going): without the binding's exit handler Python ended

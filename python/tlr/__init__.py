@@ -74,13 +74,28 @@ class _DeviceInfo(_c.Structure):
                 ("router_kind", _c.c_char * 16)]
 
 
+class _HttpRequest(_c.Structure):
+    _fields_ = [("method", _c.c_char_p), ("url", _c.c_char_p), ("headers", _c.POINTER(_c.c_char_p)),
+                ("body", _c.c_void_p), ("body_len", _c.c_size_t), ("timeout_s", _c.c_double)]
+
+
+_HTTP_SEND = _c.CFUNCTYPE(None, _c.c_void_p, _c.c_void_p, _c.POINTER(_HttpRequest))
+_HTTP_CANCEL = _c.CFUNCTYPE(None, _c.c_void_p, _c.c_void_p)
+
+
+class _HttpHook(_c.Structure):
+    _fields_ = [("struct_size", _c.c_size_t), ("send", _HTTP_SEND), ("cancel", _HTTP_CANCEL),
+                ("user_data", _c.c_void_p)]
+
+
 class _LlmParams(_c.Structure):
     _fields_ = [("struct_size", _c.c_size_t), ("model_path", _c.c_char_p), ("server_url", _c.c_char_p),
                 ("backend", _c.c_char_p), ("api_key", _c.c_char_p), ("server_model", _c.c_char_p),
                 ("ca_file", _c.c_char_p), ("verify_tls", _c.c_int), ("timeout_s", _c.c_double),
                 ("retries", _c.c_int), ("retry_after_s", _c.c_double), ("connections", _c.c_int),
                 ("sim_rtt_ms", _c.c_double), ("sim_jitter_ms", _c.c_double), ("n_threads", _c.c_int),
-                ("kv_type", _c.c_char_p), ("weight_cache", _c.c_char_p), ("llm_tokenizer", _c.c_char_p)]
+                ("kv_type", _c.c_char_p), ("weight_cache", _c.c_char_p), ("llm_tokenizer", _c.c_char_p),
+                ("http_hook", _c.POINTER(_HttpHook))]
 
 
 class _GenerateParams(_c.Structure):
@@ -238,6 +253,8 @@ def _declare(lib) -> None:
         "tlr_device_cancel": (_c.c_int, [_c.c_void_p]),
         "tlr_conversation_save": (_c.c_int, [_c.c_void_p, P(_Message), _c.c_size_t, _c.c_char_p]),
         "tlr_conversation_load": (_c.c_int, [_c.c_void_p, _c.c_char_p]),
+        "tlr_http_complete": (None, [_c.c_void_p, _c.c_int, P(_c.c_char_p), _c.c_char_p, _c.c_size_t]),
+        "tlr_http_fail": (None, [_c.c_void_p, _c.c_char_p]),
     }
     for name, (res, args) in sig.items():
         f = getattr(lib, name)
@@ -310,7 +327,12 @@ class _Handle:
 
 
 class Llm(_Handle):
-    """The large model: in this process (`model=` a GGUF path) or behind a server (`server=` URL)."""
+    """The large model: in this process (`model=` a GGUF path) or behind a server (`server=` URL).
+
+    http: the app's own HTTP stack for the server's requests (instead of TLR's built-in client), a
+    callable http(method, url, headers, body, timeout_s) -> (status, headers, body) with headers
+    dicts and bodies bytes; it runs on TLR's calling thread, and an exception it raises fails that
+    request (its tokens fall back to the SLM's, llm_error naming the exception)."""
     _free = "tlr_llm_free"
 
     def __init__(self, model: Optional[str] = None, server: Optional[str] = None, *, backend: str = "tlr",
@@ -318,7 +340,8 @@ class Llm(_Handle):
                  ca_file: Optional[str] = None, verify_tls: bool = True, timeout_s: float = 2.0,
                  retries: int = 2, retry_after_s: float = 1.0, connections: int = 4,
                  sim_rtt_ms: float = 0.0, sim_jitter_ms: float = 0.0, threads: int = 1, kv_type: str = "f16",
-                 weight_cache: str = "auto", llm_tokenizer: Optional[str] = None):
+                 weight_cache: str = "auto", llm_tokenizer: Optional[str] = None,
+                 http: Optional[Callable] = None):
         lib = _load()
         self._handle = None
         p = _LlmParams()
@@ -330,9 +353,40 @@ class Llm(_Handle):
         p.verify_tls = 1 if verify_tls else 0
         p.timeout_s, p.retries, p.retry_after_s = timeout_s, retries, retry_after_s
         p.connections, p.sim_rtt_ms, p.sim_jitter_ms, p.n_threads = connections, sim_rtt_ms, sim_jitter_ms, threads
+        if http is not None:
+            if not callable(http):
+                raise TypeError("http must be a callable (method, url, headers, body, timeout_s) -> "
+                                "(status, headers, body)")
+            self._hook = _HttpHook(_c.sizeof(_HttpHook), _HTTP_SEND(_http_sender(lib, http)),
+                                   _HTTP_CANCEL(), None)
+            p.http_hook = _c.pointer(self._hook)
         h = _c.c_void_p()
         _check(lib.tlr_llm_open(_c.byref(p), _c.byref(h)))
         self._lib, self._handle = lib, h
+
+
+def _http_sender(lib, http: Callable):
+    """The C hook's send over a Python callable: answers each exchange before returning."""
+    def send(_user, exchange, request):
+        r = request.contents
+        try:
+            headers = {}
+            i = 0
+            while r.headers[i] is not None:
+                headers[r.headers[i].decode()] = r.headers[i + 1].decode()
+                i += 2
+            body = _c.string_at(r.body, r.body_len) if r.body_len else b""
+            status, reply_headers, reply_body = http(r.method.decode(), r.url.decode(), headers, body, r.timeout_s)
+            if isinstance(reply_body, str):
+                reply_body = reply_body.encode()
+            flat = []
+            for k, v in (reply_headers or {}).items():
+                flat += [str(k).encode(), str(v).encode()]
+            arr = (_c.c_char_p * (len(flat) + 1))(*flat, None)
+            lib.tlr_http_complete(exchange, int(status), arr, bytes(reply_body), len(reply_body))
+        except BaseException as e:  # noqa: B902 - anything the app's stack raises fails this request
+            lib.tlr_http_fail(exchange, ("%s: %s" % (type(e).__name__, e)).encode(errors="replace"))
+    return send
 
 
 # Devices alive, for the exit handler below.

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "capi/http_hook.h"
 #include "device/context_file.h"
 #include "device/context_pool.h"
 #include "device/device_session.h"
@@ -432,6 +433,9 @@ int tlr_llm_open(const tlr_llm_params* params, tlr_llm** out) {
     if (p.n_threads < 1 || p.n_threads > 256) {
       return Fail(TLR_ERR_INVALID_ARGUMENT, "n_threads " + std::to_string(p.n_threads) + " is outside [1, 256]");
     }
+    if (!path.empty() && p.http_hook) {
+      return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_llm_open: http_hook is for a server_url, not a model_path");
+    }
     if (!(p.timeout_s > 0 && p.timeout_s <= 3600) || p.retries < 0 || p.retries > 100 ||
         !(p.retry_after_s >= 0 && p.retry_after_s <= 3600) || p.connections < 1 || p.connections > 64 ||
         !(p.sim_rtt_ms >= 0 && p.sim_rtt_ms <= 600000) || !(p.sim_jitter_ms >= 0 && p.sim_jitter_ms <= 600000)) {
@@ -469,6 +473,13 @@ int tlr_llm_open(const tlr_llm_params* params, tlr_llm** out) {
       r.http.retries = p.retries;
       r.retry_after_s = p.retry_after_s;
       r.max_in_flight = p.connections;
+      if (p.http_hook) {
+        if (p.http_hook->struct_size < sizeof(tlr_http_hook) || !p.http_hook->send) {
+          return Fail(TLR_ERR_INVALID_ARGUMENT,
+                      "tlr_llm_open: http_hook needs struct_size = sizeof(tlr_http_hook) and a send function");
+        }
+        r.http.stack = std::make_shared<tlr::HookHttpStack>(*p.http_hook);
+      }
     }
     *out = llm.release();
     return Ok();

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
@@ -150,8 +151,9 @@ HttpResult HttpTransport::Request(const std::string& method, const std::string& 
   if (h.sent) {
     h.retry_after_s = ParseRetryAfter(h.Header("retry-after-ms"), h.Header("retry-after"));
   } else if (h.timed_out) {
-    h.error = "no complete reply within the " + std::to_string(static_cast<int>(std::ceil(opts_.timeout_s))) +
-              " s timeout";
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%g", std::round(opts_.timeout_s * 10) / 10);
+    h.error = std::string("no complete reply within the ") + secs + " s timeout";
   }
   Pause(call, d / 2);  // the answer's way back (cut short for a cancelled call: nobody reads it)
   return h;

@@ -103,8 +103,10 @@ class RemoteHostileTest : public ::testing::Test {
       server_.Set("/v1/models", {200, R"({"data":[{"id":"m","tlr_vocab_fingerprint":")" + Fp() + R"("}]})"});
     }
   }
-  Expected<std::unique_ptr<RemoteLlm>> Connect(const std::string& protocol, double timeout_s = 5) {
+  Expected<std::unique_ptr<RemoteLlm>> Connect(const std::string& protocol, double timeout_s = 5,
+                                               bool require_reachable = false) {
     RemoteOptions o;
+    o.require_reachable = require_reachable;
     o.http.url = server_.url();
     o.http.timeout_s = timeout_s;
     o.http.retries = 0;
@@ -176,7 +178,7 @@ TEST_F(RemoteHostileTest, NativeRepliesOfEveryBadShapeFailTheCall) {
       << (*llm)->stats().FailureSummary();
 }
 
-TEST_F(RemoteHostileTest, SessionAndInfoRepliesOfBadShapeAreErrors) {
+TEST_F(RemoteHostileTest, SessionAndInfoRepliesOfBadShapeAreErrorsOrFallBack) {
   Healthy("tlr");
   for (const std::string& body : std::vector<std::string>{R"({"session":5})", R"({"session":"s"})", R"({"session":null})", R"([1])",
                                   R"({"session":"","vocab_fingerprint":")" + Fp() + R"("})"}) {
@@ -187,8 +189,12 @@ TEST_F(RemoteHostileTest, SessionAndInfoRepliesOfBadShapeAreErrors) {
   }
   for (const std::string& body : std::vector<std::string>{R"({"vocab_fingerprint":5})", R"([1])", "nope", R"({"vocab_fingerprint":[]})"}) {
     server_.Set("/tlr/v1/info", {200, body});
+    // The command line was asked to use this server: an error. An app (which may start offline,
+    // behind a captive portal) answers with the SLM, saying why.
+    EXPECT_FALSE(Connect("tlr", 5, true).ok()) << body;
     auto llm = Connect("tlr");
-    EXPECT_FALSE(llm.ok()) << body;
+    ASSERT_TRUE(llm.ok()) << body;
+    EXPECT_NE((*llm)->warning().find("not reachable now"), std::string::npos) << (*llm)->warning();
   }
 }
 
@@ -231,12 +237,14 @@ TEST_F(RemoteHostileTest, OpenAiRepliesOfEveryBadShapeFailTheCall) {
   EXPECT_EQ(CallError(llm->get()), "");
 }
 
-TEST_F(RemoteHostileTest, ModelListsOfBadShapeAreConnectErrors) {
+TEST_F(RemoteHostileTest, ModelListsOfBadShapeAreConnectErrorsOrFallBack) {
   for (const std::string& body : std::vector<std::string>{R"({"data":null})", R"({"data":[5]})", R"({"data":[{"id":5}]})", R"({"data":[{"id":"m","tlr_vocab_fingerprint":5}]})",
         R"([])", R"({"data":"x"})", R"({"data":[]})", "\xff"}) {
     server_.Set("/v1/models", {200, body});
+    EXPECT_FALSE(Connect("openai", 5, true).ok()) << body;
     auto llm = Connect("openai");
-    EXPECT_FALSE(llm.ok()) << body;
+    ASSERT_TRUE(llm.ok()) << body;
+    EXPECT_NE((*llm)->warning().find("not reachable now"), std::string::npos) << (*llm)->warning();
   }
 }
 

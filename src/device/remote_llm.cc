@@ -114,6 +114,16 @@ double RemoteLlm::deferred_s() const {
   return until > now ? std::chrono::duration<double>(until - now).count() : 0;
 }
 
+Status RemoteLlm::NotTheServer(Status why, bool* reachable) {
+  // A captive portal's page, a proxy's error, a server still starting: for an app that may start
+  // offline, the server is not reachable now (its tokens fall back until it is); for the
+  // command line, which was asked to use this server, an error.
+  if (why.ok() || opts_.require_reachable) return why;
+  *reachable = false;
+  if (first_check_error_.empty()) first_check_error_ = why.message();
+  return Status::Ok();
+}
+
 Status RemoteLlm::GetForCheck(const std::string& path, const std::string& not_200, bool* reachable,
                               std::string* body) {
   HttpResult h = http_.Request("GET", path, "");
@@ -129,8 +139,9 @@ Status RemoteLlm::GetForCheck(const std::string& path, const std::string& not_20
     return Status::Error("the server at " + opts_.http.url + " refused the API key (" + ErrorMessage(h.body) + ")");
   }
   if (h.status != 200) {
-    return Status::Error("the server at " + opts_.http.url + " answered " + std::to_string(h.status) + " to " + path +
-                         " (" + not_200 + ")");
+    return NotTheServer(Status::Error("the server at " + opts_.http.url + " answered " + std::to_string(h.status) +
+                                      " to " + path + " (" + not_200 + ")"),
+                        reachable);
   }
   *body = std::move(h.body);
   return Status::Ok();

@@ -160,6 +160,9 @@ class RemoteLlm : public LlmBackend {
   const Tokenizer& vocab_;
   HttpTransport http_;
   std::string warning_;
+  // Connect's checks: `why` (a reply that is not the server's) is an error with
+  // opts.require_reachable; without it the server counts as not reachable now (*reachable false).
+  Status NotTheServer(Status why, bool* reachable);
   std::string first_check_error_;  // the first failed check request's error (Connect's message)
 
  private:

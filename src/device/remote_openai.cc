@@ -20,7 +20,7 @@ Status OpenAiLlm::CheckServer(bool* reachable) {
   TLR_RETURN_IF_ERROR(GetForCheck("/v1/models", "is it OpenAI-compatible?", reachable, &body));
   if (!*reachable) return Status::Ok();
   auto models = remote::ParseModelsReply(body, opts_.model);
-  if (!models.ok()) return models.status();
+  if (!models.ok()) return NotTheServer(models.status(), reachable);
   opts_.model = models->model;
   const std::string& fp = models->vocab_fingerprint;
   if (fp.empty()) {

@@ -45,7 +45,10 @@ Status TlrServerLlm::CheckServer(bool* reachable) {
   reachable_ = *reachable;
   if (!*reachable) return Status::Ok();
   auto info = remote::ParseInfoReply(body);
-  if (!info.ok()) return info.status();
+  if (!info.ok()) {
+    reachable_ = false;
+    return NotTheServer(info.status(), reachable);
+  }
   spells_prefix_ = std::find(info->features.begin(), info->features.end(), "prefix_bytes") != info->features.end();
   const std::string& fp = info->vocab_fingerprint;
   if (!fp.empty() && fp != HashHex(vocab_.Fingerprint())) {
