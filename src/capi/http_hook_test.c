@@ -4,7 +4,8 @@
  * client; hooks that fail, hang past the deadline, or answer garbage must give FALLBACK tokens
  * with a clear llm_error, never a crash.
  *
- *   http_hook_test SERVER_URL DEMO_DIR   (prints "tokens: id/source ..." of the routed run)
+ *   http_hook_test SERVER_URL DEMO_DIR [--sync]   (prints "tokens: id/source ..." of the routed run;
+ *   --sync: the hook answers inside send, starting no thread)
  */
 #define _POSIX_C_SOURCE 200809L
 #include <arpa/inet.h>
@@ -114,6 +115,7 @@ static void* carry(void* arg) {
 
 typedef struct {
   int kind; /* 0 forward, 1 fail, 2 hang until cancelled, 3 garbage body, 4 bad status */
+  int sync; /* answer inside send (where threads cannot be started: qemu-user here) */
   int sent, cancels;
   pthread_mutex_t mu;
   tlr_http_exchange* hung[64];
@@ -151,9 +153,13 @@ static void hook_send(void* user, tlr_http_exchange* x, const tlr_http_request* 
     j->body = dup_n(r->body ? r->body : "", r->body_len);
     j->body_len = r->body_len;
     j->exchange = x;
-    pthread_t t; /* answered from another thread, later */
-    pthread_create(&t, NULL, carry, j);
-    pthread_detach(t);
+    if (s->sync) {
+      carry(j);
+    } else {
+      pthread_t t; /* answered from another thread, later */
+      pthread_create(&t, NULL, carry, j);
+      pthread_detach(t);
+    }
   }
 }
 
@@ -216,8 +222,8 @@ static int run(tlr_device* dev, const char* url, const tlr_http_hook* hook, doub
 }
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    fprintf(stderr, "usage: http_hook_test SERVER_URL DEMO_DIR\n");
+  if (argc < 3 || argc > 4 || (argc == 4 && strcmp(argv[3], "--sync") != 0)) {
+    fprintf(stderr, "usage: http_hook_test SERVER_URL DEMO_DIR [--sync]\n");
     return 2;
   }
   char slm[1024], router[1024];
@@ -234,6 +240,7 @@ int main(int argc, char** argv) {
   }
   hook_state s;
   memset(&s, 0, sizeof s);
+  s.sync = argc == 4;
   pthread_mutex_init(&s.mu, NULL);
   tlr_http_hook hook = {sizeof(tlr_http_hook), hook_send, hook_cancel, &s};
 

@@ -4,7 +4,7 @@
 `make aarch64-test`). Standard library only.
 
     http_hook_test.py --tlr TLR --program HTTP_HOOK_TEST --demo DIR [--run-prefix "qemu-aarch64 ..."]
-                      [--expect-tokens-from NATIVE_PROGRAM]
+                      [--expect-tokens-from NATIVE_PROGRAM] [--sync]
 
 --run-prefix: how to run the program (an emulator for a cross-built one);
 --expect-tokens-from: a native build of the program; its routed tokens must equal the other's.
@@ -20,8 +20,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from serve_helper import start_server  # noqa: E402
 
 
-def run_program(cmd, url, demo):
-    p = subprocess.run(cmd + [url, demo], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=900)
+def run_program(cmd, url, demo, extra=()):
+    p = subprocess.run(cmd + [url, demo] + list(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=900)
     sys.stdout.write(p.stdout)
     sys.stderr.write(p.stderr)
     if p.returncode != 0:
@@ -36,11 +36,12 @@ def main():
     ap.add_argument("--demo", required=True)
     ap.add_argument("--run-prefix", default="")
     ap.add_argument("--expect-tokens-from", default="")
+    ap.add_argument("--sync", action="store_true", help="the hook answers inside send (no threads: qemu-user)")
     a = ap.parse_args()
     with tempfile.NamedTemporaryFile("w+", suffix=".log") as log:
         server, url = start_server([a.tlr, "serve", "-m", os.path.join(a.demo, "llm.gguf"), "--port", "0"], log)
         try:
-            tokens = run_program(shlex.split(a.run_prefix) + [a.program], url, a.demo)
+            tokens = run_program(shlex.split(a.run_prefix) + [a.program], url, a.demo, ["--sync"] if a.sync else [])
             if a.expect_tokens_from:
                 native = run_program([a.expect_tokens_from], url, a.demo)
                 if native != tokens:

@@ -128,7 +128,7 @@ class InstalledLibraryTest(unittest.TestCase):
         for rel in ("bin/tlr", "include/tlr.h", "share/tlr/models/demo/slm.gguf", "share/tlr/python/tlr/__init__.py",
                     "share/tlr/examples/generate.c"):
             self.assertTrue(os.path.exists(os.path.join(self.prefix, rel)), rel)
-        for rel in ("libtlr.so", "libtlr.so.1", "pkgconfig/tlr.pc", "cmake/tlr/tlrConfig.cmake"):
+        for rel in ("libtlr.so", "libtlr.so.1", "libtlr.a", "pkgconfig/tlr.pc", "cmake/tlr/tlrConfig.cmake"):
             self.assertTrue(os.path.exists(os.path.join(self.libdir, rel)), rel)
         # The installed tlr finds the demo pair beside itself (share/tlr/models/demo) with no flags.
         help_text = run([self.tlr, "generate", "--help"], env=self.env).stdout
@@ -144,6 +144,17 @@ class InstalledLibraryTest(unittest.TestCase):
         run([cc, "-std=c99", "-Wall", "-Werror", os.path.join(self.examples, "generate.c"), "-o", exe] + flags
             + shlex.split(ARGS.cflags), env=self.env)
         self.check_example([exe])  # runs with no LD_LIBRARY_PATH: tlr.pc's rpath finds libtlr.so.1
+
+    def test_c_example_linked_statically(self):
+        # libtlr.a with what `pkg-config --static` adds: the program carries TLR itself.
+        flags = shlex.split(run(["pkg-config", "--cflags", "--static", "--libs", "tlr"], env=self.env).stdout)
+        flags = [os.path.join(self.libdir, "libtlr.a") if f == "-ltlr" else f for f in flags]
+        exe = os.path.join(self.tmp, "generate-static")
+        cc = os.environ.get("CC", "cc")
+        run([cc, "-std=c99", "-Wall", "-Werror", os.path.join(self.examples, "generate.c"), "-o", exe] + flags
+            + shlex.split(ARGS.cflags), env=self.env)
+        self.assertNotIn("libtlr", run(["readelf", "-d", exe], env=self.env).stdout)
+        self.check_example([exe])
 
     def test_c_example_with_find_package(self):
         build = os.path.join(self.tmp, "build-example")

@@ -1,6 +1,8 @@
 // Asynchronous LLM calls, the in-process backend and the simulated network (see llm_backend.h).
 #include "device/llm_backend.h"
 
+#include "ops/thread_pool.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -127,6 +129,7 @@ Expected<LlmReply> LlmBackend::Next(std::span<const int32_t> context, int n, con
 // --- CallExecutor ----------------------------------------------------------------------------
 
 CallExecutor::CallExecutor(int n_workers, Fn fn) : fn_(std::move(fn)) {
+  if (MaxThreads() == 1) return;  // no threads: calls run inline (Submit)
   for (int i = 0; i < std::max(1, n_workers); ++i) workers_.emplace_back([this] { Work(); });
 }
 
@@ -144,6 +147,10 @@ CallExecutor::~CallExecutor() {
 
 std::shared_ptr<LlmCall> CallExecutor::Submit(LlmRequest request, std::function<void()> on_done) {
   auto call = std::make_shared<LlmCall>(std::move(on_done));
+  if (workers_.empty()) {  // TLR_MAX_THREADS=1: the call runs here, done when Submit returns
+    call->Complete(fn_(request, *call));
+    return call;
+  }
   {
     std::lock_guard<std::mutex> l(mu_);
     if (!stop_) {

@@ -149,6 +149,8 @@ class LlmBackend {
 // Runs calls on its own worker threads in submission order (FIFO), dropping calls cancelled
 // before they start; `n_workers` calls run at once. The destructor cancels what is queued and
 // joins the workers (a call in progress finishes first).
+// With TLR_MAX_THREADS=1 (emulators, single-threaded builds) it starts no thread: Submit runs
+// the call on the calling thread and returns it done.
 class CallExecutor {
  public:
   using Fn = std::function<Expected<LlmReply>(const LlmRequest&, LlmCall&)>;

@@ -37,6 +37,8 @@ bool SpinUntil(Done done) {
   }
 }
 
+}  // namespace
+
 // TLR_MAX_THREADS=N caps every pool at N threads (the caller included): for shared machines,
 // and for emulators where creating a thread does not work (qemu-user 7.2 on the 6.18 kernel
 // here never returns from pthread_create; `make aarch64-test` runs with N = 1).
@@ -48,7 +50,6 @@ int MaxThreads() {
   }();
   return max;
 }
-}  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::clamp(n_threads, 1, MaxThreads())) {
   for (int t = 1; t < n_threads_; ++t) workers_.emplace_back([this, t] { WorkerLoop(t); });

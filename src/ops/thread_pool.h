@@ -19,6 +19,10 @@
 
 namespace tlr {
 
+// The cap TLR_MAX_THREADS puts on every pool (threads, the caller included), or a large number.
+// 1 means: start no thread at all (the LLM calls of the device then run on the calling thread).
+int MaxThreads();
+
 class ThreadPool {
  public:
   // n_threads >= 1 counts the calling thread: ThreadPool(1) runs everything inline. The
