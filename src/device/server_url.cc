@@ -15,6 +15,10 @@
 #include <cctype>
 #include <cstring>
 
+#ifndef MSG_NOSIGNAL
+#define MSG_NOSIGNAL 0  // Apple platforms: SO_NOSIGPIPE on the socket instead
+#endif
+
 namespace tlr {
 
 namespace {
@@ -87,11 +91,16 @@ int ConnectTcp(const ServerUrl& url, std::chrono::steady_clock::time_point deadl
   bool timed_out = false;
   int fd = -1;
   for (addrinfo* a = res; a && fd < 0; a = a->ai_next) {
-    const int s = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    const int s = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
     if (s < 0) {
       last_errno = errno;
       continue;
     }
+    fcntl(s, F_SETFD, FD_CLOEXEC);
+#ifdef SO_NOSIGPIPE  // Apple platforms: no MSG_NOSIGNAL; a peer that closed must not raise SIGPIPE
+    const int on = 1;
+    setsockopt(s, SOL_SOCKET, SO_NOSIGPIPE, &on, sizeof on);
+#endif
     fcntl(s, F_SETFL, fcntl(s, F_GETFL) | O_NONBLOCK);
     int err = connect(s, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
     if (err == EINPROGRESS) {

@@ -17,6 +17,10 @@
 #include <openssl/x509v3.h>
 #endif
 
+#ifndef MSG_NOSIGNAL
+#define MSG_NOSIGNAL 0  // Apple platforms: ConnectTcp sets SO_NOSIGPIPE instead
+#endif
+
 namespace tlr {
 
 std::string HttpResult::Header(const std::string& name) const {
