@@ -434,6 +434,9 @@ struct Inst {
 struct UnicodeRegex::Program {
   std::vector<CharSet> sets;
   std::vector<Inst> code;
+  // A set every match must start with (the program's first instruction consumes a character
+  // of it), or -1: Find skips the positions where it cannot start.
+  int first_set = -1;
 
   int Emit(Inst i) {
     code.push_back(i);
@@ -523,11 +526,17 @@ struct UnicodeRegex::Program {
     size_t pos, lim;
   };
 
-  // Runs from `pc` at `pos`; on a match sets *end and returns true. Frames above `base` are its own.
+  // Runs from `pc` at `pos`; on a match sets *end and returns true. Frames above `base` are its
+  // own. `budget` counts down the steps one Find may take (a pathological pattern from a
+  // tokenizer.json backtracks exponentially): at zero every attempt fails.
   bool Run(const char32_t* t, size_t begin, size_t end, int pc, size_t pos, size_t* match_end,
-           std::vector<Frame>& stack) const {
+           std::vector<Frame>& stack, int64_t& budget) const {
     const size_t base = stack.size();
     for (;;) {
+      if (--budget < 0) {
+        stack.resize(base);
+        return false;
+      }
       const Inst& in = code[pc];
       bool ok = true;
       switch (in.op) {
@@ -582,7 +591,7 @@ struct UnicodeRegex::Program {
         case kLook:
         case kAtomic: {
           size_t sub_end;
-          const bool found = Run(t, begin, end, in.x, pos, &sub_end, stack);
+          const bool found = Run(t, begin, end, in.x, pos, &sub_end, stack, budget);
           if (in.op == kLook) {
             ok = found != in.flag;
           } else if ((ok = found)) {
@@ -635,15 +644,26 @@ Expected<UnicodeRegex> UnicodeRegex::Compile(std::string_view pattern) {
   if (!tree.ok()) return tree.status();
   if (Status s = r.prog_->Gen(tree.value()); !s.ok()) return s;
   r.prog_->Emit({kMatch});
+  const Inst& first = r.prog_->code[0];
+  if (first.op == kSet || (first.op == kRepeatSet && first.min >= 1)) r.prog_->first_set = first.x;
   return r;
 }
 
 bool UnicodeRegex::Find(const char32_t* text, size_t begin, size_t end, size_t from, size_t* match_begin,
                         size_t* match_end) const {
   thread_local std::vector<Program::Frame> stack;
+  // Generous for real patterns (a few steps per character), finite for exponential ones: past it
+  // the rest of the text is one piece.
+  int64_t budget = 64 * static_cast<int64_t>(end - begin) + (1 << 20);
   for (size_t s = from; s <= end; ++s) {
     stack.clear();
-    if (prog_->Run(text, begin, end, 0, s, match_end, stack)) {
+    if (prog_->first_set >= 0) {
+      const CharSet& f = prog_->sets[prog_->first_set];
+      while (s < end && !f.Has(text[s])) ++s;
+      if (s == end) return false;  // a match needs at least one character
+    }
+    if (budget < 0) return false;
+    if (prog_->Run(text, begin, end, 0, s, match_end, stack, budget)) {
       *match_begin = s;
       return true;
     }

@@ -3,6 +3,7 @@
 // on llama.cpp's tokenizer test texts and on random multilingual strings, must be identical.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -97,6 +98,21 @@ TEST(RegexIcu, ErrorsNameTheConstruct) {
       EXPECT_NE(r.status().message().find("pre-tokenizer regex"), std::string::npos) << r.status().message();
     }
   }
+}
+
+// A pattern that backtracks exponentially (from a hostile tokenizer.json) stops at its step
+// budget instead of hanging the process: the text is then left in one piece.
+TEST(RegexIcu, ExponentialBacktrackingIsBounded) {
+  auto splitter = RegexSplitter::Create({"(?:a|a)*b"});
+  ASSERT_TRUE(splitter.ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto pieces = splitter->Split(std::string(40, 'a'));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  ASSERT_FALSE(pieces.empty());
+  EXPECT_EQ(pieces.back().second, 40u);
+  // Real patterns are far from the budget: a long text splits as ICU splits it (above).
+  auto qwen = RegexSplitter::Create(PreTokenizerPatterns("qwen2").value());
+  EXPECT_EQ(qwen->Split(std::string(200000, ' ') + "x").size(), 2u);
 }
 
 }  // namespace
