@@ -142,7 +142,9 @@ TLR_API int tlr_detokenize(const tlr_device* device, const int32_t* ids, size_t 
  * Everything the request points to is valid only during `send`: copy what you keep. When TLR
  * stops waiting (the call's deadline passed, the generation was cancelled) it calls `cancel`
  * (optional) on the same exchange; the app should abort the request, and must still answer the
- * exchange once (the answer is then dropped). A reply that never comes, an error status or a
+ * exchange (the answer is then dropped). `cancel` may come after the app has answered (the two
+ * crossed); only the first answer counts, later ones are ignored, so answering from the cancel
+ * path is always safe. A reply that never comes, an error status or a
  * malformed answer makes that LLM call fail: its token is the SLM's own (source FALLBACK), with
  * tlr_token.llm_error saying why. */
 typedef struct tlr_http_exchange tlr_http_exchange;

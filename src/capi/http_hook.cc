@@ -19,6 +19,10 @@ struct tlr_http_exchange {
   tlr::HttpResult result;
   uint64_t max_reply_bytes = 0;
   std::atomic<int> refs{2};  // TLR's and the app's
+  std::atomic<bool> app_answered{false};  // a second answer (e.g. from the app's cancel path) is ignored
+
+  // True for the app's first answer only.
+  bool FirstAnswer() { return !app_answered.exchange(true); }
 
   void Release() {
     if (refs.fetch_sub(1) == 1) delete this;
@@ -100,7 +104,7 @@ HttpResult HookHttpStack::Exchange(const HttpExchange& x, Clock::time_point dead
 
 void tlr_http_complete(tlr_http_exchange* exchange, int status, const char* const* headers, const char* body,
                        size_t body_len) {
-  if (!exchange) return;
+  if (!exchange || !exchange->FirstAnswer()) return;
   tlr::HttpResult r;
   if (status < 100 || status > 599) {
     r.error = "the app's HTTP stack answered with status " + std::to_string(status) + " (not 100..599)";
@@ -122,7 +126,7 @@ void tlr_http_complete(tlr_http_exchange* exchange, int status, const char* cons
 }
 
 void tlr_http_fail(tlr_http_exchange* exchange, const char* message) {
-  if (!exchange) return;
+  if (!exchange || !exchange->FirstAnswer()) return;
   tlr::HttpResult r;
   r.error = std::string("the app's HTTP stack failed: ") + (message && *message ? message : "no reason given");
   exchange->Answer(std::move(r));

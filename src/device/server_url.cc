@@ -90,7 +90,13 @@ int ConnectTcp(const ServerUrl& url, std::chrono::steady_clock::time_point deadl
   int last_errno = 0;
   bool timed_out = false;
   int fd = -1;
-  for (addrinfo* a = res; a && fd < 0; a = a->ai_next) {
+  int addresses = 0;
+  for (addrinfo* a = res; a; a = a->ai_next) ++addresses;
+  for (addrinfo* a = res; a && fd < 0; a = a->ai_next, --addresses) {
+    // Each address gets its share of the time left, so that one that never answers (an IPv6
+    // route that goes nowhere) leaves time for the next.
+    const auto now = std::chrono::steady_clock::now();
+    const auto attempt_deadline = addresses > 1 && deadline > now ? now + (deadline - now) / addresses : deadline;
     const int s = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
     if (s < 0) {
       last_errno = errno;
@@ -112,7 +118,8 @@ int ConnectTcp(const ServerUrl& url, std::chrono::steady_clock::time_point deadl
           *why = "cancelled";
           return -1;
         }
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(attempt_deadline - std::chrono::steady_clock::now());
         if (left.count() <= 0) break;
         pollfd p{s, POLLOUT, 0};
         n = poll(&p, 1, static_cast<int>(std::min<int64_t>(50, left.count())));

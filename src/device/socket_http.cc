@@ -2,6 +2,8 @@
 #include "device/socket_http.h"
 
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -51,7 +53,8 @@ Io Wait(int fd, short events, Clock::time_point deadline, LlmCall* call) {
     if (left <= 0) return Io::kTimeout;
     pollfd p{fd, events, 0};
     const int n = poll(&p, 1, static_cast<int>(std::min<int64_t>(50, left)));
-    if (n > 0 || (n < 0 && errno != EINTR)) return Io::kOk;  // the next I/O call tells what happened
+    if (n > 0) return Io::kOk;  // the next I/O call tells what happened
+    if (n < 0 && errno != EINTR) return Io::kBroken;
   }
 }
 
@@ -90,6 +93,47 @@ struct SocketHttp::Tls {
   ~Tls() { SSL_CTX_free(ctx); }
 };
 
+// OpenSSL writes with write(2), which raises SIGPIPE on a connection the peer closed and would
+// end an app that has not ignored it (MSG_NOSIGNAL cannot be passed through). Around each TLS
+// call the signal is blocked for this thread, and one it raised is taken off again. The
+// thread's OpenSSL error queue is emptied first, as SSL_get_error needs.
+class TlsCallGuard {
+ public:
+  TlsCallGuard() {
+    ERR_clear_error();
+#ifndef SO_NOSIGPIPE
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe, &old_);
+#endif
+  }
+  ~TlsCallGuard() {
+#ifndef SO_NOSIGPIPE
+    sigset_t pending;
+    sigpending(&pending);
+    if (!was_pending_ && sigismember(&pending, SIGPIPE) == 1) {
+      sigset_t pipe;
+      sigemptyset(&pipe);
+      sigaddset(&pipe, SIGPIPE);
+      const timespec zero{0, 0};
+      while (sigtimedwait(&pipe, nullptr, &zero) < 0 && errno == EINTR) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+#endif
+  }
+
+ private:
+#ifndef SO_NOSIGPIPE
+  sigset_t old_;
+  bool was_pending_ = false;
+#endif
+};
+
 static std::string OpenSslError() {
   const unsigned long e = ERR_get_error();
   ERR_clear_error();
@@ -119,12 +163,16 @@ struct SocketHttp::Conn {
     while (n > 0) {
 #if TLR_HAS_TLS
       if (ssl) {
-        const int w = SSL_write(ssl, p, static_cast<int>(std::min<size_t>(n, 1 << 20)));
+        int w, err = 0;
+        {
+          TlsCallGuard guard;
+          w = SSL_write(ssl, p, static_cast<int>(std::min<size_t>(n, 1 << 20)));
+          if (w <= 0) err = SSL_get_error(ssl, w);
+        }
         if (w > 0) {
           p += w, n -= static_cast<size_t>(w);
           continue;
         }
-        const int err = SSL_get_error(ssl, w);
         if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) return Io::kBroken;
         if (Io r = Wait(fd, err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline, call); r != Io::kOk) return r;
         continue;
@@ -149,13 +197,25 @@ struct SocketHttp::Conn {
     for (;;) {
 #if TLR_HAS_TLS
       if (ssl) {
-        const int r = SSL_read(ssl, buf, sizeof buf);
+        int r, err = 0;
+        unsigned long queued = 0;
+        int sys_errno = 0;
+        {
+          TlsCallGuard guard;
+          r = SSL_read(ssl, buf, sizeof buf);
+          if (r <= 0) {
+            err = SSL_get_error(ssl, r);
+            sys_errno = errno;
+            queued = ERR_peek_error();
+          }
+        }
         if (r > 0) {
           out->append(buf, static_cast<size_t>(r));
           return Io::kOk;
         }
-        const int err = SSL_get_error(ssl, r);
-        if (err == SSL_ERROR_ZERO_RETURN || (err == SSL_ERROR_SYSCALL && ERR_peek_error() == 0)) {
+        // A clean close, or a close without close_notify (no error queued, no errno); a reset
+        // (errno set) breaks the reply instead of ending it.
+        if (err == SSL_ERROR_ZERO_RETURN || (err == SSL_ERROR_SYSCALL && queued == 0 && sys_errno == 0)) {
           *eof = true;
           return Io::kOk;
         }
@@ -271,6 +331,10 @@ HttpResult SocketHttp::Exchange(const HttpExchange& x, Clock::time_point deadlin
 #if TLR_HAS_TLS
       if (tls_) {
         c->ssl = SSL_new(tls_->ctx);
+        if (!c->ssl) {
+          h.error = "cannot set up TLS: " + OpenSslError();
+          return h;
+        }
         SSL_set_fd(c->ssl, c->fd);
         std::string host = origin_.host;
         const bool ip = host.front() == '[' || host.find_first_not_of("0123456789.") == std::string::npos;
@@ -282,9 +346,13 @@ HttpResult SocketHttp::Exchange(const HttpExchange& x, Clock::time_point deadlin
           else SSL_set1_host(c->ssl, host.c_str());
         }
         for (;;) {
-          const int r = SSL_connect(c->ssl);
+          int r, err = 0;
+          {
+            TlsCallGuard guard;
+            r = SSL_connect(c->ssl);
+            if (r != 1) err = SSL_get_error(c->ssl, r);
+          }
           if (r == 1) break;
-          const int err = SSL_get_error(c->ssl, r);
           Io w = Io::kBroken;
           if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
             w = Wait(c->fd, err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline, call);
@@ -299,6 +367,7 @@ HttpResult SocketHttp::Exchange(const HttpExchange& x, Clock::time_point deadlin
                     : verify != X509_V_OK ? std::string("the server's TLS certificate did not verify (") +
                                                 X509_verify_cert_error_string(verify) + ")"
                                           : "the TLS handshake failed (" + OpenSslError() + ")";
+          ERR_clear_error();
           return h;
         }
       }
@@ -366,6 +435,7 @@ HttpResult SocketHttp::Attempt(Conn* c, const std::string& request, bool head, C
       if (colon != std::string::npos) h.headers.emplace_back(Lower(Trim(line.substr(0, colon))), Trim(line.substr(colon + 1)));
       pos = e + 2;
     }
+    if (h.status == 101) return fail(Io::kBroken, "the server switched protocols (101), which TLR does not ask for");
     if (h.status >= 100 && h.status < 200) continue;
     break;
   }
@@ -404,7 +474,7 @@ HttpResult SocketHttp::Attempt(Conn* c, const std::string& request, bool head, C
         }
         break;
       }
-      if (body.size() + n > max_reply_bytes) return too_large();
+      if (n > max_reply_bytes - body.size()) return too_large();  // (body.size() <= max: no overflow)
       while (in.size() < n + 2) {
         if (Io io = more(); io != Io::kOk) return fail(io, broke);
       }

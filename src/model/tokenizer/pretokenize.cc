@@ -106,7 +106,8 @@ std::vector<std::pair<size_t, size_t>> RegexSplitter::Split(std::string_view tex
     for (const auto& [b, e] : spans) {
       // Each piece is matched as if it were the whole text.
       size_t prev = b, from = b, s, t;
-      while (from <= e && pattern.Find(u.data(), b, e, from, &s, &t)) {
+      int64_t budget = UnicodeRegex::StepBudget(e - b);  // for all the searches of this piece
+      while (from <= e && pattern.Find(u.data(), b, e, from, &s, &t, &budget)) {
         if (t == s) {  // an empty match splits nothing; search on from the next character
           from = s + 1;
           continue;

@@ -164,6 +164,7 @@ class Parser {
   }
 
   void ParseQuantifier(Node* atom) {
+    bool quantified = false;
     while (More()) {
       int min, max;
       const char c = Peek();
@@ -200,6 +201,11 @@ class Parser {
       } else {
         return;
       }
+      if (quantified) {  // a{1}{1}{1}... would nest without limit (and ICU refuses it too)
+        Fail("a quantifier after a quantifier (put the first in a group)");
+        return;
+      }
+      quantified = true;
       Node rep{Node::kRepeat};
       rep.min = min, rep.max = max;
       if (More() && Peek() == '?') {
@@ -293,6 +299,8 @@ class Parser {
 
   static constexpr char32_t kNoChar = 0xFFFFFFFF;
 
+  bool InRange(char32_t c) { return c <= 0x10FFFF || Fail("a code point above U+10FFFF"); }
+
   bool ParseHex(size_t digits, char32_t* out) {
     char32_t v = 0;
     for (size_t k = 0; k < digits; ++k) {
@@ -325,13 +333,13 @@ class Parser {
       case 'e': *lit = 0x1B; return true;
       case 'a': *lit = 0x07; return true;
       case 'u': return ParseHex(4, lit);
-      case 'U': return ParseHex(8, lit);
+      case 'U': return ParseHex(8, lit) && InRange(*lit);
       case 'x':
         if (i_ < p_.size() && p_[i_] == '{') {
           const size_t close = p_.find('}', i_);
           if (close == std::string_view::npos || close == i_ + 1 || close - i_ - 1 > 6) return Fail("bad \\x{...}");
           ++i_;
-          if (!ParseHex(close - i_, lit)) return false;
+          if (!ParseHex(close - i_, lit) || !InRange(*lit)) return false;
           ++i_;
           return true;
         }
@@ -419,6 +427,10 @@ class Parser {
   std::vector<CharSet>* sets_;
   std::string err_;
 };
+
+bool IsLineTerminator(char32_t c) {
+  return (c >= 0x0A && c <= 0x0D) || c == 0x85 || c == 0x2028 || c == 0x2029;
+}
 
 enum Op : uint8_t { kSet, kSplit, kJmp, kMatch, kRepeatSet, kLook, kAtomic, kBegin, kEnd };
 
@@ -560,8 +572,9 @@ struct UnicodeRegex::Program {
           ok = pos == begin;
           ++pc;
           break;
-        case kEnd:
-          ok = pos == end;
+        case kEnd:  // as ICU's: at the end, or before a line terminator that ends the text
+          ok = pos == end || (pos + 1 == end && IsLineTerminator(t[pos])) ||
+               (pos + 2 == end && t[pos] == '\r' && t[pos + 1] == '\n');
           ++pc;
           break;
         case kRepeatSet: {
@@ -649,12 +662,13 @@ Expected<UnicodeRegex> UnicodeRegex::Compile(std::string_view pattern) {
   return r;
 }
 
+int64_t UnicodeRegex::StepBudget(size_t n) { return 64 * static_cast<int64_t>(n) + (1 << 20); }
+
 bool UnicodeRegex::Find(const char32_t* text, size_t begin, size_t end, size_t from, size_t* match_begin,
-                        size_t* match_end) const {
+                        size_t* match_end, int64_t* shared_budget) const {
   thread_local std::vector<Program::Frame> stack;
-  // Generous for real patterns (a few steps per character), finite for exponential ones: past it
-  // the rest of the text is one piece.
-  int64_t budget = 64 * static_cast<int64_t>(end - begin) + (1 << 20);
+  int64_t own_budget = StepBudget(end - begin);
+  int64_t& budget = shared_budget ? *shared_budget : own_budget;
   for (size_t s = from; s <= end; ++s) {
     stack.clear();
     if (prog_->first_set >= 0) {

@@ -37,8 +37,13 @@ class UnicodeRegex {
   // The leftmost match starting at or after `from` in text[begin, end), the text outside
   // [begin, end) invisible (lookahead stops at `end`; ^ and $ match at `begin` and `end`).
   // Returns false when there is none; else the match is [*match_begin, *match_end).
+  // `budget` (may be null: a fresh one) counts down the matching steps, shared by the searches
+  // of one text: a pattern that backtracks exponentially or quadratically (a hostile
+  // tokenizer.json) stops when it runs out (every later search then fails) instead of hanging.
   bool Find(const char32_t* text, size_t begin, size_t end, size_t from, size_t* match_begin,
-            size_t* match_end) const;
+            size_t* match_end, int64_t* budget = nullptr) const;
+  // A budget for a text of n characters: far above what real patterns take (a few steps each).
+  static int64_t StepBudget(size_t n);
 
  private:
   struct Program;

@@ -31,7 +31,7 @@ std::vector<std::vector<std::string>> PatternSets() {
                   "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
                   " ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"});
   // Constructs the tables above do not reach.
-  sets.push_back({"\\s+?\\S", "\\d{2,3}?\\D|(?>\\w+)\\W", "\\p{L}++'|\\P{L}{2}", "(?:ab|a)(?=c)|.", "[^\\p{Lu}\\p{Nd}\\s]+$|^\\S"});
+  sets.push_back({"a$|\\s$", "\\s+?\\S", "\\d{2,3}?\\D|(?>\\w+)\\W", "\\p{L}++'|\\P{L}{2}", "(?:ab|a)(?=c)|.", "[^\\p{Lu}\\p{Nd}\\s]+$|^\\S"});
   sets.push_back({"(?i)[a-f]+|[\\x{1F600}-\\x{1F64F}\\u00e9]|[\\p{Sc}\\p{Sm}]+|\\w+(?!\\d)|\\W"});
   return sets;
 }
@@ -91,7 +91,7 @@ TEST(RegexIcu, SplitsEqualIcusOnVectorsAndRandomText) {
 
 TEST(RegexIcu, ErrorsNameTheConstruct) {
   EXPECT_FALSE(UnicodeRegex::Compile(std::string(100000, '(')).ok());  // no stack overflow
-  for (const char* bad : {"(?<=a)b", "a\\1", "[a", "(a", "a)", "*a", "\\p{Bogus}", "a{3,2}", "(?:a*)*", "[[a]]", "\\"}) {
+  for (const char* bad : {"(?<=a)b", "a\\1", "a{1}{1}", "a**", "\\x{110000}", "\\UFFFFFFFF", "[a", "(a", "a)", "*a", "\\p{Bogus}", "a{3,2}", "(?:a*)*", "[[a]]", "\\"}) {
     auto r = UnicodeRegex::Compile(bad);
     EXPECT_FALSE(r.ok()) << bad;
     if (!r.ok()) {
@@ -103,6 +103,12 @@ TEST(RegexIcu, ErrorsNameTheConstruct) {
 // A pattern that backtracks exponentially (from a hostile tokenizer.json) stops at its step
 // budget instead of hanging the process: the text is then left in one piece.
 TEST(RegexIcu, ExponentialBacktrackingIsBounded) {
+  // (?:a|a)*b backtracks exponentially; a+b|a quadratically over the searches of one text.
+  auto quadratic = RegexSplitter::Create({"a+b|a"});
+  ASSERT_TRUE(quadratic.ok());
+  auto t1 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(quadratic->Split(std::string(300000, 'a')).empty());
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(), 5.0);
   auto splitter = RegexSplitter::Create({"(?:a|a)*b"});
   ASSERT_TRUE(splitter.ok());
   const auto t0 = std::chrono::steady_clock::now();
