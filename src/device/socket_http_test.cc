@@ -201,6 +201,21 @@ TEST(SocketHttp, FailuresAreNamed) {
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 0.9);
 }
 
+// Chunk sizes near 2^64 must not wrap the size cap (a crash, or a body that grows without limit).
+TEST(SocketHttp, HugeChunkSizesAreTooLargeNotACrash) {
+  Peer peer([](int i, const std::string&, int fd) {
+    Send(fd, i == 0 ? "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nA\r\nffffffffffffffff\r\n\r\n"
+                    : "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nABC\r\nfffffffffffffffd\r\n");
+    return false;
+  });
+  auto c = Client(peer.port());
+  for (int i = 0; i < 2; ++i) {
+    HttpResult h = Post(c.get(), peer.port(), "{}", 2, 4096);
+    EXPECT_FALSE(h.sent);
+    EXPECT_TRUE(h.too_large) << i << ": " << h.error;
+  }
+}
+
 TEST(SocketHttp, CancelledCallStopsWaiting) {
   Peer peer([](int, const std::string&, int) {
     std::this_thread::sleep_for(std::chrono::seconds(2));
