@@ -13,7 +13,13 @@
 #include <chrono>
 #include <cmath>
 #include <cctype>
+#include <condition_variable>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "ops/thread_pool.h"
 
 #ifndef MSG_NOSIGNAL
 #define MSG_NOSIGNAL 0  // Apple platforms: SO_NOSIGPIPE on the socket instead
@@ -72,17 +78,78 @@ PlainReply ProbePlain(int fd, const ServerUrl& url, std::chrono::steady_clock::t
   return PlainReply::kOther;
 }
 
+// A name lookup that a blocking getaddrinfo would let run past the deadline (a slow or absent
+// resolver takes seconds): numeric addresses at once; names on a helper thread that is waited
+// for in 50 ms slices and left behind (it frees its result when it ends) at the deadline or a
+// cancellation. With TLR_MAX_THREADS=1 (no threads) the lookup blocks as getaddrinfo does.
+// False with *why set when it was given up; else *rc and *res as getaddrinfo's.
+struct Lookup {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  int rc = 0;
+  addrinfo* res = nullptr;
+  ~Lookup() {
+    if (res) freeaddrinfo(res);
+  }
+};
+
+bool Resolve(const std::string& host, int port, std::chrono::steady_clock::time_point deadline,
+             const std::function<bool()>& cancelled, addrinfo** res, int* rc, std::string* why) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  const std::string service = std::to_string(port);
+  hints.ai_flags = AI_NUMERICHOST;
+  *rc = getaddrinfo(host.c_str(), service.c_str(), &hints, res);
+  if (*rc != EAI_NONAME || MaxThreads() == 1) {
+    if (*rc == EAI_NONAME) {
+      hints.ai_flags = 0;
+      *rc = getaddrinfo(host.c_str(), service.c_str(), &hints, res);
+    }
+    return true;
+  }
+  hints.ai_flags = 0;
+  auto lookup = std::make_shared<Lookup>();
+  std::thread([lookup, host, service, hints] {
+    addrinfo* r = nullptr;
+    const int code = getaddrinfo(host.c_str(), service.c_str(), &hints, &r);
+    std::lock_guard<std::mutex> l(lookup->mu);
+    lookup->rc = code;
+    lookup->res = r;
+    lookup->done = true;
+    lookup->cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> l(lookup->mu);
+  while (!lookup->done) {
+    if (cancelled && cancelled()) {
+      *why = "cancelled";
+      return false;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      *why = "host name '" + host + "' not resolved in time (the name server does not answer)";
+      return false;
+    }
+    lookup->cv.wait_until(l, std::min(deadline, now + std::chrono::milliseconds(50)));
+  }
+  *rc = lookup->rc;
+  if (*rc == 0) {  // the caller frees its copy; the lookup's own goes with it
+    *res = lookup->res;
+    lookup->res = nullptr;
+  }
+  return true;
+}
+
 }  // namespace
 
 int ConnectTcp(const ServerUrl& url, std::chrono::steady_clock::time_point deadline, std::string* why,
                const std::function<bool()>& cancelled) {
   std::string host = url.host;
   if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  const int rc = getaddrinfo(host.c_str(), std::to_string(url.port).c_str(), &hints, &res);
+  int rc = 0;
+  if (!Resolve(host, url.port, deadline, cancelled, &res, &rc, why)) return -1;
   if (rc != 0) {
     *why = "host name '" + host + "' not resolved (" + gai_strerror(rc) + ")";
     return -1;
