@@ -41,15 +41,6 @@ struct tlr_http_exchange {
 
 namespace tlr {
 
-namespace {
-
-std::string Lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-}  // namespace
-
 HttpResult HookHttpStack::Exchange(const HttpExchange& x, Clock::time_point deadline, LlmCall* call,
                                    uint64_t max_reply_bytes) {
   auto* ex = new tlr_http_exchange();
@@ -118,7 +109,7 @@ void tlr_http_complete(tlr_http_exchange* exchange, int status, const char* cons
     r.status = status;
     if (body) r.body.assign(body, body_len);
     for (size_t i = 0; headers && headers[i] && headers[i + 1] && i < 2000; i += 2) {
-      r.headers.emplace_back(tlr::Lower(headers[i]), headers[i + 1]);
+      r.AddHeader(headers[i], headers[i + 1]);
     }
   }
   exchange->Answer(std::move(r));

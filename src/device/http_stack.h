@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -37,6 +38,8 @@ struct HttpResult {
   double retry_after_s = -1;
   // The value of a reply header (name in lower case), or "".
   std::string Header(const std::string& name) const;
+  // Adds a reply header, its name lowered (what Header looks up).
+  void AddHeader(std::string_view name, std::string value);
 };
 
 class HttpStack {

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "device/llm_backend.h"
+#include "util/utf8.h"
 
 #if TLR_HAS_TLS
 #include <openssl/err.h>
@@ -24,6 +25,10 @@
 #endif
 
 namespace tlr {
+
+void HttpResult::AddHeader(std::string_view name, std::string value) {
+  headers.emplace_back(AsciiLower(name), std::move(value));
+}
 
 std::string HttpResult::Header(const std::string& name) const {
   for (const auto& [k, v] : headers) {
@@ -56,11 +61,6 @@ Io Wait(int fd, short events, Clock::time_point deadline, LlmCall* call) {
     if (n > 0) return Io::kOk;  // the next I/O call tells what happened
     if (n < 0 && errno != EINTR) return Io::kBroken;
   }
-}
-
-std::string Lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
 }
 
 std::string Trim(const std::string& s) {
@@ -432,14 +432,14 @@ HttpResult SocketHttp::Attempt(Conn* c, const std::string& request, bool head, C
       if (e == std::string::npos) e = head_block.size();
       const std::string line = head_block.substr(pos, e - pos);
       const size_t colon = line.find(':');
-      if (colon != std::string::npos) h.headers.emplace_back(Lower(Trim(line.substr(0, colon))), Trim(line.substr(colon + 1)));
+      if (colon != std::string::npos) h.AddHeader(Trim(line.substr(0, colon)), Trim(line.substr(colon + 1)));
       pos = e + 2;
     }
     if (h.status == 101) return fail(Io::kBroken, "the server switched protocols (101), which TLR does not ask for");
     if (h.status >= 100 && h.status < 200) continue;
     break;
   }
-  const std::string connection = Lower(h.Header("connection"));
+  const std::string connection = AsciiLower(h.Header("connection"));
   if (connection == "close") keep_alive = false;
   if (connection == "keep-alive") keep_alive = true;
   std::string body;
@@ -450,7 +450,7 @@ HttpResult SocketHttp::Attempt(Conn* c, const std::string& request, bool head, C
   };
   if (head || h.status == 204 || h.status == 304) {
     // no body
-  } else if (Lower(h.Header("transfer-encoding")).find("chunked") != std::string::npos) {
+  } else if (AsciiLower(h.Header("transfer-encoding")).find("chunked") != std::string::npos) {
     for (;;) {
       size_t e;
       while ((e = in.find("\r\n")) == std::string::npos) {

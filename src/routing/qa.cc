@@ -6,6 +6,7 @@
 
 #include "model/chat_messages.h"
 #include "util/mapped_file.h"
+#include "util/utf8.h"
 
 namespace tlr {
 
@@ -21,12 +22,6 @@ Expected<std::string> StringField(const json& j, const char* key, bool required)
   }
   if (!it->is_string()) return Status::Error(std::string("field '") + key + "' is not a string");
   return it->get<std::string>();
-}
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
 }
 
 std::string_view Trim(std::string_view s) {
@@ -79,7 +74,7 @@ std::optional<std::string> TextAfter(std::string_view lower_answer, std::string_
     std::string_view head = lower_answer.substr(p + lower_cue.size());
     head = Trim(head.substr(0, head.find_first_of(".,\n")));
     for (size_t i = 0; i < row.texts.size(); ++i) {
-      if (head == Lower(Trim(row.texts[i]))) return row.labels[i];
+      if (head == AsciiLower(Trim(row.texts[i]))) return row.labels[i];
     }
   }
   return std::nullopt;
@@ -200,13 +195,13 @@ std::optional<std::string> ExtractChoice(std::string_view answer, const QaRow& r
     if (auto l = LetterAt(answer.substr(p, 3), row)) return l;
   }
   // 2. The choice text right after "answer is", else after "Answer:".
-  const std::string lower = Lower(answer);
+  const std::string lower = AsciiLower(answer);
   if (auto l = TextAfter(lower, "answer is", row)) return l;
   if (auto l = TextAfter(lower, "answer:", row)) return l;
   // 3. Exactly one choice's text anywhere.
   std::optional<std::string> hit;
   for (size_t i = 0; i < row.texts.size(); ++i) {
-    if (ContainsWords(lower, Lower(Trim(row.texts[i])))) {
+    if (ContainsWords(lower, AsciiLower(Trim(row.texts[i])))) {
       if (hit) return std::nullopt;
       hit = row.labels[i];
     }

@@ -117,4 +117,12 @@ std::string SanitizeUtf8(std::string_view s) {
   return out;
 }
 
+std::string AsciiLower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
+  }
+  return out;
+}
+
 }  // namespace tlr

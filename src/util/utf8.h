@@ -28,4 +28,7 @@ size_t Utf8CompletePrefix(std::string_view s);
 // Replaces every ill-formed byte with U+FFFD; valid text is returned unchanged.
 std::string SanitizeUtf8(std::string_view s);
 
+// A-Z lowered, every other byte kept (protocol tokens, header names, answer letters).
+std::string AsciiLower(std::string_view s);
+
 }  // namespace tlr
