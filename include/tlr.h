@@ -104,6 +104,17 @@ typedef struct tlr_device_params {
 } tlr_device_params;
 
 TLR_API void tlr_device_params_init(tlr_device_params* params);
+
+/* Writes the model at gguf_path as one packed file at packed_path (since 1.1; `tlr convert`
+ * does the same): its weights already in the kernels' layout, so that it opens as fast as a
+ * model whose weight cache exists, with one copy on disk (an app that downloads a GGUF packs it
+ * and deletes the download). Open the packed file as any model (slm_path, model_path); its
+ * tensors are checksummed and checked at every open, and no weight cache is written for it. The
+ * layout is the same on every CPU: a file packed on a desktop works on a phone. Written
+ * atomically (a failure leaves no file); takes about as long as reading the model twice.
+ * TLR_ERR_LOAD when the model cannot be loaded or the file cannot be written. */
+TLR_API int tlr_model_pack(const char* gguf_path, const char* packed_path);
+
 /* Loads the SLM and the router and checks that they fit each other. On success *out owns the
  * device; free it with tlr_device_free. The strings are copied. */
 TLR_API int tlr_device_open(const tlr_device_params* params, tlr_device** out);

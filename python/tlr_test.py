@@ -197,6 +197,23 @@ class BindingTest(unittest.TestCase):
             llm.close()
             self.assertEqual(len([f for f in os.listdir(d) if f.endswith(".tlrw")]), 2)
 
+    def test_packed_models_route_as_the_originals(self):
+        want = [(t.id, t.source) for t in self.dev.generate(PROMPT, llm=self.llm, max_tokens=30)]
+        with tempfile.TemporaryDirectory() as d:
+            slm, llm = os.path.join(d, "slm.gguf"), os.path.join(d, "llm.gguf")
+            tlr.pack_model(demo("slm.gguf"), slm)
+            tlr.pack_model(demo("llm.gguf"), llm)
+            dev, big = tlr.Device(slm, demo("router.gguf")), tlr.Llm(model=llm)
+            got = [(t.id, t.source) for t in dev.generate(PROMPT, llm=big, max_tokens=30)]
+            dev.close()
+            big.close()
+            self.assertEqual(got, want)
+            self.assertEqual(sorted(os.listdir(d)), ["llm.gguf", "slm.gguf"])  # no weight cache beside them
+            with self.assertRaises(tlr.TlrError) as e:
+                tlr.pack_model(slm, os.path.join(d, "again.gguf"))
+            self.assertEqual(e.exception.code, tlr.ERR_LOAD)
+            self.assertIn("packed already", str(e.exception))
+
     def test_missing_file(self):
         with self.assertRaises(tlr.TlrError) as e:
             tlr.Device(demo("no-such-slm.gguf"), demo("router.gguf"))

@@ -27,7 +27,7 @@ import threading
 import weakref
 from typing import Callable, Iterator, List, Optional
 
-__all__ = ["Device", "Llm", "Token", "Stats", "TlrError", "api_version", "version"]
+__all__ = ["Device", "Llm", "Token", "Stats", "TlrError", "api_version", "version", "pack_model"]
 
 API_VERSION_MAJOR = 1
 
@@ -255,6 +255,7 @@ def _declare(lib) -> None:
         "tlr_conversation_load": (_c.c_int, [_c.c_void_p, _c.c_char_p]),
         "tlr_http_complete": (None, [_c.c_void_p, _c.c_int, P(_c.c_char_p), _c.c_char_p, _c.c_size_t]),
         "tlr_http_fail": (None, [_c.c_void_p, _c.c_char_p]),
+        "tlr_model_pack": (_c.c_int, [_c.c_char_p, _c.c_char_p]),
     }
     for name, (res, args) in sig.items():
         f = getattr(lib, name)
@@ -300,6 +301,12 @@ def api_version() -> int:
 
 def version() -> str:
     return _load().tlr_version().decode()
+
+
+def pack_model(gguf_path, packed_path) -> None:
+    """Writes the model at gguf_path as one packed file (tlr_model_pack): its weights in the
+    kernels' layout, opened as any model, as fast as with a weight cache but one copy on disk."""
+    _check(_load().tlr_model_pack(_b(gguf_path), _b(packed_path)))
 
 
 # ---- the objects ----------------------------------------------------------------------------------

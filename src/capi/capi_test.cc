@@ -304,6 +304,48 @@ TEST_F(CapiTest, WeightCacheGoesWhereAskedAndOffWritesNone) {
   fs::remove_all(dir);
 }
 
+// A packed SLM (tlr_model_pack) opened in place of the original: the same router fits it, the
+// same routed tokens come out, no weight cache appears; a damaged one is refused.
+TEST_F(CapiTest, PackedSlmRoutesAsTheOriginal) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / ("tlr_packed_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string packed = (dir / "slm.gguf").string(), router = kDemo + "router.gguf";
+  ASSERT_EQ(tlr_model_pack((kDemo + "slm.gguf").c_str(), packed.c_str()), TLR_OK) << tlr_last_error();
+  const tlr_generate_params p = Params(TLR_MODE_JOINT);
+  const std::vector<Token> want = Generate(p, llm_);
+  tlr_device_params dp;
+  tlr_device_params_init(&dp);
+  dp.slm_path = packed.c_str();
+  dp.router = router.c_str();
+  tlr_device* dev = nullptr;
+  ASSERT_EQ(tlr_device_open(&dp, &dev), TLR_OK) << tlr_last_error();
+  std::vector<Token> got;
+  EXPECT_EQ(tlr_generate(dev, llm_, kPrompt, &p, Collect, &got, nullptr), TLR_OK) << tlr_last_error();
+  tlr_device_free(dev);
+  EXPECT_EQ(got, want);
+  EXPECT_GT(CountSource(got, TLR_SOURCE_LLM), 0);
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir)) files += e.is_regular_file();
+  EXPECT_EQ(files, 1);  // the packed file alone: no weight cache beside it
+
+  {  // one bit of the last matrix (what follows it: the final norm and the file's padding)
+    std::fstream f(packed, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-5000, std::ios::end);
+    char c;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x08);
+    f.seekp(-5000, std::ios::end);
+    f.write(&c, 1);
+  }
+  EXPECT_EQ(tlr_device_open(&dp, &dev), TLR_ERR_LOAD);
+  EXPECT_NE(std::string(tlr_last_error()).find("is damaged"), std::string::npos) << tlr_last_error();
+  EXPECT_EQ(tlr_model_pack((dir / "none.gguf").c_str(), (dir / "x.gguf").c_str()), TLR_ERR_LOAD);
+  EXPECT_EQ(tlr_model_pack(nullptr, packed.c_str()), TLR_ERR_INVALID_ARGUMENT);
+  fs::remove_all(dir);
+}
+
 TEST_F(CapiTest, PromptCacheSurvivesTheLlmBeingFreed) {
   const std::string llm_path = kDemo + "llm.gguf";
   tlr_llm_params lp;

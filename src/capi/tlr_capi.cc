@@ -19,6 +19,7 @@
 #include "device/context_pool.h"
 #include "device/device_session.h"
 #include "model/chat_messages.h"
+#include "model/packed_gguf.h"
 #include "ops/thread_pool.h"
 
 #ifndef TLR_VERSION_STRING
@@ -593,6 +594,15 @@ int tlr_conversation_load(tlr_device* device, const char* path) {
     auto ctx = std::make_unique<tlr::DeviceContext>();
     ctx->slm = std::move(c).value();
     device->contexts->Give(std::move(ctx));
+    return Ok();
+  });
+}
+
+int tlr_model_pack(const char* gguf_path, const char* packed_path) {
+  return Guard([&] {
+    if (!gguf_path || !packed_path) return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_model_pack: NULL argument");
+    tlr::Status s = tlr::WritePackedGguf(gguf_path, packed_path);
+    if (!s.ok()) return Fail(TLR_ERR_LOAD, "tlr_model_pack: " + s.message());
     return Ok();
   });
 }

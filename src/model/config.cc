@@ -6,6 +6,7 @@
 
 #include "model/gguf/gguf_keys.h"
 #include "model/gguf/gguf_reader.h"
+#include "model/packed_gguf.h"
 
 namespace tlr {
 
@@ -82,7 +83,7 @@ Status ReadGemma3(const GgufFile& f, ModelConfig* c) {
 Expected<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
   namespace k = gguf_keys;
   ModelConfig c;
-  auto arch = f.GetString(k::kArchitecture);
+  auto arch = ModelArchitecture(f);  // a packed file's own (packed_gguf.h)
   if (!arch.ok()) return arch.status();
   c.arch_name = *arch;
   if (*arch == "qwen2") {

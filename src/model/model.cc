@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "model/gguf/gguf_keys.h"
+#include "model/packed_gguf.h"
 #include "ops/nn.h"
 #include "ops/thread_pool.h"
 #include "quant/quantize.h"
@@ -23,6 +24,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <set>
 
 namespace tlr {
 
@@ -38,8 +40,17 @@ ForwardContext::~ForwardContext() = default;
 
 Expected<std::unique_ptr<Model>> Model::Load(const std::string& path, const Options& opts) {
   std::unique_ptr<Model> m(new Model());
-  auto f = GgufFile::Open(path);
+  // A packed file's weights are used from its mapping: at a 2 MiB boundary, advised for huge
+  // pages, as the weight cache's.
+  const bool huge = LooksPacked(path);
+  auto f = GgufFile::Open(path, {}, huge);
   if (!f.ok()) return f.status();
+  auto packed = ReadPackedInfo(*f);
+  if (!packed.ok()) return packed.status().WithPrefix("'" + path + "'");
+  if (packed->has_value() && !huge) {  // general.architecture was not the first key
+    f = GgufFile::Open(path, {}, /*huge=*/true);
+    if (!f.ok()) return f.status();
+  }
   m->file_ = std::move(f).value();
   auto cfg = ModelConfig::FromGguf(m->file_);
   if (!cfg.ok()) return cfg.status().WithPrefix("'" + path + "'");
@@ -55,7 +66,12 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& path, const Opti
   if (!s.ok()) return s.WithPrefix("'" + path + "'");
   m->kv_type_ = opts.kv_type;
   m->fingerprint_ = m->ComputeFingerprint();
-  if (opts.repack) {
+  if (packed->has_value()) {
+    s = m->MapPacked(path, **packed);
+    if (!s.ok()) return s.WithPrefix("'" + path + "' is a packed model (tlr convert) that cannot be used: it is");
+    // What reading the header brought into memory leaves the resident set; the weights stay.
+    m->file_.ReleaseHeader();
+  } else if (opts.repack) {
     m->Repack(path, opts.weight_cache, opts.on_progress);
     // The matrices now come from the weight cache (or copies), the metadata has been parsed:
     // what reading the header, the tokenizer and the fingerprint's samples brought into memory
@@ -233,9 +249,7 @@ Status Model::Bind() {
   return Status::Ok();
 }
 
-void Model::Repack(const std::string& path, const std::string& cache,
-                   const std::function<void(const std::string&)>& on_progress) {
-  // The matrices in the kernels' layout, by name.
+std::vector<std::pair<std::string, WeightView*>> Model::KernelMatrices() {
   std::vector<std::pair<std::string, WeightView*>> mats;
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& L = layers_[i];
@@ -244,6 +258,58 @@ void Model::Repack(const std::string& path, const std::string& cache,
     for (int j = 0; j < 7; ++j) mats.emplace_back("blk." + std::to_string(i) + "." + names[j], ws[j]);
   }
   mats.emplace_back("output", &output_);
+  return mats;
+}
+
+std::vector<std::pair<const GgufTensorInfo*, WeightView>> Model::PanelMatrices() const {
+  std::map<const uint8_t*, const GgufTensorInfo*> by_data;
+  for (const GgufTensorInfo& t : file_.tensors()) by_data[t.data] = &t;
+  std::vector<std::pair<const GgufTensorInfo*, WeightView>> out;
+  for (const auto& [name, w] : const_cast<Model*>(this)->KernelMatrices()) {
+    auto it = by_data.find(w->data);
+    if (CanRepack(w->type) && it != by_data.end()) out.emplace_back(it->second, *w);
+  }
+  return out;
+}
+
+Status Model::MapPacked(const std::string& path, const PackedInfo& info) {
+  if (info.layout_version != kRepackLayoutVersion) {
+    return Status::Error("packed in weight layout " + std::to_string(info.layout_version) + " by another TLR version (this one uses " +
+                         std::to_string(kRepackLayoutVersion) + "): convert the original GGUF again with this version's `tlr convert`");
+  }
+  if (PackedStructureHash(file_, tokenizer_->Fingerprint()) != info.structure) {
+    return Status::Error("damaged: its metadata or tensor table is not what was packed (tlr.packed.structure differs)");
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  TLR_RETURN_IF_ERROR(VerifyPackedTensors(file_, info));
+  // Every repacked tensor must be a matrix the kernels read in that layout.
+  std::map<const uint8_t*, std::string> by_data;
+  for (const GgufTensorInfo& t : file_.tensors()) by_data[t.data] = t.name;
+  std::set<std::string> seen;
+  for (auto& [name, w] : KernelMatrices()) {
+    auto it = by_data.find(w->data);
+    if (it == by_data.end() || !info.tensors.count(it->second)) continue;
+    if (!CanRepack(w->type)) return Status::Error("damaged: tensor '" + it->second + "' is marked packed but its type has no panel layout");
+    w->repacked = true;
+    seen.insert(it->second);
+  }
+  for (const std::string& name : info.tensors) {
+    if (!seen.count(name)) return Status::Error("damaged: tensor '" + name + "' is marked packed but is not one of the model's matrices");
+  }
+  fingerprint_ = info.fingerprint;
+  packed_ = true;
+  char b[200];
+  std::snprintf(b, sizeof b, " (%zu matrices in the kernel layout, packed on %s; %.0f MiB checked in %.2f s)", seen.size(),
+                info.simd_target.empty() ? "?" : info.simd_target.c_str(), total_weight_bytes() / 1048576.0,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  notes_.push_back("weights mapped straight from the packed file " + path + b + "; no weight cache");
+  return Status::Ok();
+}
+
+void Model::Repack(const std::string& path, const std::string& cache,
+                   const std::function<void(const std::string&)>& on_progress) {
+  // The matrices in the kernels' layout, by name.
+  std::vector<std::pair<std::string, WeightView*>> mats = KernelMatrices();
   auto is_float = [](const WeightView& w) {
     return w.type == GgmlType::kF32 || w.type == GgmlType::kF16 || w.type == GgmlType::kBF16;
   };

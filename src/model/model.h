@@ -31,6 +31,7 @@
 namespace tlr {
 
 class ThreadPool;
+struct PackedInfo;
 
 // Which positions of a sequence's new tokens produce outputs.
 enum class OutputRows { kNone, kLast, kAll };
@@ -98,6 +99,11 @@ class Model {
   // last 256 of each tensor, so loading stays fast). Routers record the SLM's fingerprint.
   uint64_t fingerprint() const { return fingerprint_; }
   std::string fingerprint_hex() const;
+  // Whether the weights come from a packed file (packed_gguf.h).
+  bool packed() const { return packed_; }
+  // The matrices whose bytes RepackMatrix reorders (the types with a panel layout), each with the
+  // GGUF tensor it is read from, as loaded (view.repacked says whether it is in panels now).
+  std::vector<std::pair<const GgufTensorInfo*, WeightView>> PanelMatrices() const;
   // Notes on load (converted tensors, tied output), for --verbose.
   const std::vector<std::string>& load_notes() const { return notes_; }
 
@@ -125,6 +131,10 @@ class Model {
   };
   Status Bind();
   uint64_t ComputeFingerprint() const;
+  // Every weight matrix the pass reads, by a short name ("blk.3.q", "output").
+  std::vector<std::pair<std::string, WeightView*>> KernelMatrices();
+  // A packed file: checks it and marks its repacked matrices (they are used from the mapping).
+  Status MapPacked(const std::string& path, const PackedInfo& info);
   void Repack(const std::string& path, const std::string& cache,
               const std::function<void(const std::string&)>& on_progress);
   Expected<const float*> FloatVector(const std::string& name, int64_t n, bool required);
@@ -135,6 +145,7 @@ class Model {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::vector<Layer> layers_;
   WeightView embd_, output_;
+  bool packed_ = false;
   bool tied_ = false;  // output_ is the token embedding (its copy after Repack)
   // Token `token`'s embedding row as floats (before embd_scale).
   void EmbeddingRow(int32_t token, float* out) const;

@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "model/load_check.h"
 #include "model/model.h"
-#include "ops/thread_pool.h"
 #include "util/temp_dir.h"
 
 namespace tlr {
@@ -20,24 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 const std::string kDemo = std::string(TLR_SOURCE_DIR) + "/models/demo/";
 
-std::string Notes(const Model& m) {
-  std::string s;
-  for (const auto& n : m.load_notes()) s += n + "\n";
-  return s;
-}
 
-// The last position's logits of a fixed prompt.
-std::vector<float> Logits(const Model& m) {
-  const std::vector<int32_t> ids = m.tokenizer().Encode("Question: Where does a tharko live?");
-  auto cache = m.NewCache(64);
-  EXPECT_TRUE(cache.ok());
-  std::vector<float> logits(static_cast<size_t>(m.config().n_vocab));
-  ThreadPool pool(1);
-  ForwardContext ctx(&pool);
-  SequenceInput in{&*cache, ids, OutputRows::kLast, logits.data(), nullptr};
-  EXPECT_TRUE(m.Forward({&in, 1}, &ctx).ok());
-  return logits;
-}
 
 class WeightCacheTest : public ::testing::Test {
  protected:
@@ -49,7 +32,7 @@ class WeightCacheTest : public ::testing::Test {
     off.weight_cache = "off";
     auto m = Model::Load(model_, off);
     ASSERT_TRUE(m.ok()) << m.status().message();
-    want_ = Logits(**m);
+    want_ = PromptLogits(**m);
     EXPECT_FALSE(fs::exists(model_ + ".tlrw"));
   }
   // Loads with the cache on; the logits must be the reference ones. Returns the load notes.
@@ -57,8 +40,8 @@ class WeightCacheTest : public ::testing::Test {
     auto m = Model::Load(model_);
     EXPECT_TRUE(m.ok()) << m.status().message();
     if (!m.ok()) return "";
-    EXPECT_EQ(Logits(**m), want_);
-    return Notes(**m);
+    EXPECT_EQ(PromptLogits(**m), want_);
+    return LoadNotes(**m);
   }
   void Damage(uint64_t at, uint8_t x) {
     std::fstream f(model_ + ".tlrw", std::ios::in | std::ios::out | std::ios::binary);
@@ -118,8 +101,8 @@ TEST_F(WeightCacheTest, UnwritableCacheLeavesTheLoadAsBefore) {
   o.weight_cache = "/proc/no-such-dir";
   auto m = Model::Load(model_, o);
   ASSERT_TRUE(m.ok()) << m.status().message();
-  EXPECT_EQ(Logits(**m), want_);
-  EXPECT_NE(Notes(**m).find("weight cache not kept"), std::string::npos) << Notes(**m);
+  EXPECT_EQ(PromptLogits(**m), want_);
+  EXPECT_NE(LoadNotes(**m).find("weight cache not kept"), std::string::npos) << LoadNotes(**m);
 }
 
 // Large matrices on 2 MiB boundaries in order, small ones in the gaps (largest first) or after

@@ -1,6 +1,8 @@
 // Memory-mapped files and small whole-file I/O helpers (util layer).
 #include "util/mapped_file.h"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -90,6 +92,15 @@ Expected<MappedFile> MappedFile::Open(const std::string& path, bool huge) {
 
 void MappedFile::ReleaseResident() const {
   if (mapped_ && size_ > 0) madvise(const_cast<uint8_t*>(data_), size_, MADV_DONTNEED);
+}
+
+void MappedFile::ReleaseResident(size_t offset, size_t length) const {
+  if (!mapped_ || offset >= size_) return;
+  length = std::min(length, size_ - offset);
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t from = reinterpret_cast<uintptr_t>(data_) + offset;
+  const uintptr_t lo = (from + page - 1) / page * page, hi = (from + length) / page * page;
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
 Expected<std::string> ReadFileToString(const std::string& path) {

@@ -35,6 +35,8 @@ class MappedFile {
   // its resident set and come back from the file (the page cache, usually) when read again.
   // The contents never change. A no-op for an empty file or where the call is unavailable.
   void ReleaseResident() const;
+  // The same for the whole pages within [offset, offset + length).
+  void ReleaseResident(size_t offset, size_t length) const;
 
  private:
   const uint8_t* data_ = nullptr;

@@ -93,6 +93,15 @@ check bad_preset 1 "unknown preset 'nope'" -- "$tlr" make-random --preset nope -
 check bad_arch_preset 1 "is a qwen2 model, not llama" -- "$tlr" make-random --preset qwen2.5-0.5b --arch llama -o "$tmp/x.gguf"
 check bad_type 1 "unknown type 'q7_k' \(known: .*iq4_xs" -- "$tlr" make-random --type q7_k -o "$tmp/x.gguf"
 check help_make_random 0 "q4_k +alias of q4_k_m" -- "$tlr" make-random --help
+# One packed file (tlr convert): runs as the original, refuses to overwrite, unpacks byte for byte.
+check convert 0 "packed: [1-9][0-9]* matrices in the kernel layout" -- "$tlr" convert "$tmp/tiny.gguf"
+check run_packed 0 "weights mapped straight from the packed file" -- "$tlr" run -m "$tmp/tiny.packed.gguf" -p "the answer is" -n 8 -v
+check convert_exists 1 "exists \(--force replaces it\)" -- "$tlr" convert "$tmp/tiny.gguf"
+check convert_twice 1 "is packed already" -- "$tlr" convert "$tmp/tiny.packed.gguf" -o "$tmp/twice.gguf"
+check convert_self 1 "is the input itself" -- "$tlr" convert "$tmp/tiny.gguf" -o "$tmp/tiny.gguf"
+check unpack 0 "a plain GGUF" -- "$tlr" convert --unpack "$tmp/tiny.packed.gguf" -o "$tmp/tiny.back.gguf"
+check unpack_same 0 "" -- cmp "$tmp/tiny.gguf" "$tmp/tiny.back.gguf"
+check unpack_plain 1 "is a plain GGUF, not a packed one" -- "$tlr" convert --unpack "$tmp/tiny.gguf" -o "$tmp/x.gguf"
 check help_make_random_mix 0 "q3_k_m +llama.cpp's Q3_K_M mix" -- "$tlr" make-random --help
 # llama.cpp's file types: a mix's per-tensor types, and the low-bit kernels end to end.
 "$tlr" make-random --preset tiny256 --type q3_k_m -o "$tmp/q3km.gguf" >/dev/null

@@ -28,6 +28,7 @@ Command AddInfoCommand(CLI::App& root);
 Command AddTokenizeCommand(CLI::App& root);
 Command AddRunCommand(CLI::App& root);
 Command AddMakeRandomCommand(CLI::App& root);
+Command AddConvertCommand(CLI::App& root);
 Command AddBenchCommand(CLI::App& root);
 Command AddGenerateCommand(CLI::App& root);
 Command AddRouterCommand(CLI::App& root);

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
       tlr::cli::AddUiCommand(app),
       tlr::cli::AddBenchCommand(app),
       tlr::cli::AddMakeRandomCommand(app),
+      tlr::cli::AddConvertCommand(app),
   };
   try {
     app.parse(argc, argv);

@@ -331,8 +331,8 @@ Expected<GgufFile> ParseInto(GgufFile f, std::span<const uint8_t> bytes, const G
 }
 }  // namespace
 
-Expected<GgufFile> GgufFile::Open(const std::string& path, const GgufLimits& limits) {
-  auto m = MappedFile::Open(path);
+Expected<GgufFile> GgufFile::Open(const std::string& path, const GgufLimits& limits, bool huge) {
+  auto m = MappedFile::Open(path, huge);
   if (!m.ok()) return m.status();
   GgufFile f;
   f.map_ = std::make_shared<MappedFile>(std::move(m).value());

@@ -61,8 +61,8 @@ class GgufFile {
   GgufFile(GgufFile&&) noexcept = default;
   GgufFile& operator=(GgufFile&&) noexcept = default;
 
-  // Maps and parses a file. `source_name` in errors is the path.
-  static Expected<GgufFile> Open(const std::string& path, const GgufLimits& limits = {});
+  // Maps and parses a file. `source_name` in errors is the path. `huge`: see MappedFile::Open.
+  static Expected<GgufFile> Open(const std::string& path, const GgufLimits& limits = {}, bool huge = false);
   // Parses bytes held in memory (copied into the object). For tests, fuzzing and streams.
   static Expected<GgufFile> FromBytes(std::span<const uint8_t> bytes,
                                       const GgufLimits& limits = {});
@@ -80,6 +80,10 @@ class GgufFile {
   // See MappedFile::ReleaseResident (a no-op for a file parsed from memory).
   void ReleaseResident() const {
     if (map_) map_->ReleaseResident();
+  }
+  // The same for the header, metadata and tensor table only (the bytes before the data).
+  void ReleaseHeader() const {
+    if (map_) map_->ReleaseResident(0, data_offset_);
   }
 
   // Typed getters. Each fails with a message naming the key when it is missing or has an
