@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -603,6 +604,15 @@ int tlr_model_pack(const char* gguf_path, const char* packed_path) {
     if (!gguf_path || !packed_path) return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_model_pack: NULL argument");
     tlr::Status s = tlr::WritePackedGguf(gguf_path, packed_path);
     if (!s.ok()) return Fail(TLR_ERR_LOAD, "tlr_model_pack: " + s.message());
+    // Read back with every check of an open; a file that does not pass is not left behind.
+    tlr::Model::Options check;
+    check.repack = false;
+    check.weight_cache = "off";
+    auto m = tlr::Model::Load(packed_path, check);
+    if (!m.ok()) {
+      std::remove(packed_path);
+      return Fail(TLR_ERR_LOAD, "tlr_model_pack: the file written does not load (removed): " + m.status().message());
+    }
     return Ok();
   });
 }

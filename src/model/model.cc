@@ -67,8 +67,8 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& path, const Opti
   m->kv_type_ = opts.kv_type;
   m->fingerprint_ = m->ComputeFingerprint();
   if (packed->has_value()) {
-    s = m->MapPacked(path, **packed);
-    if (!s.ok()) return s.WithPrefix("'" + path + "' is a packed model (tlr convert) that cannot be used: it is");
+    s = m->MapPacked(path, **packed, opts.pre_override);
+    if (!s.ok()) return s.WithPrefix("'" + path + "', a packed model (tlr convert), is refused");
     // What reading the header brought into memory leaves the resident set; the weights stay.
     m->file_.ReleaseHeader();
   } else if (opts.repack) {
@@ -272,12 +272,18 @@ std::vector<std::pair<const GgufTensorInfo*, WeightView>> Model::PanelMatrices()
   return out;
 }
 
-Status Model::MapPacked(const std::string& path, const PackedInfo& info) {
+Status Model::MapPacked(const std::string& path, const PackedInfo& info, const std::string& pre_override) {
   if (info.layout_version != kRepackLayoutVersion) {
     return Status::Error("packed in weight layout " + std::to_string(info.layout_version) + " by another TLR version (this one uses " +
                          std::to_string(kRepackLayoutVersion) + "): convert the original GGUF again with this version's `tlr convert`");
   }
-  if (PackedStructureHash(file_, tokenizer_->Fingerprint()) != info.structure) {
+  // An overridden pre-tokenizer changes the tokenizer's fingerprint: the file's own is hashed.
+  uint64_t tok = tokenizer_->Fingerprint();
+  if (!pre_override.empty()) {
+    TLR_ASSIGN_OR_RETURN(Tokenizer stored, Tokenizer::FromGguf(file_, {}));
+    tok = stored.Fingerprint();
+  }
+  if (PackedStructureHash(file_.metadata(), file_.tensors(), tok) != info.structure) {
     return Status::Error("damaged: its metadata or tensor table is not what was packed (tlr.packed.structure differs)");
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -295,6 +301,15 @@ Status Model::MapPacked(const std::string& path, const PackedInfo& info) {
   }
   for (const std::string& name : info.tensors) {
     if (!seen.count(name)) return Status::Error("damaged: tensor '" + name + "' is marked packed but is not one of the model's matrices");
+  }
+  // The writer packs every matrix that has a panel layout: one that is not marked would be read
+  // in the wrong layout.
+  for (auto& [name, w] : KernelMatrices()) {
+    if (CanRepack(w->type) && !w->repacked) {
+      auto it = by_data.find(w->data);
+      return Status::Error("damaged: matrix '" + (it == by_data.end() ? name : it->second) +
+                           "' has a panel layout but is not marked packed (tlr.packed.tensors)");
+    }
   }
   fingerprint_ = info.fingerprint;
   packed_ = true;

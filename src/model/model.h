@@ -134,7 +134,7 @@ class Model {
   // Every weight matrix the pass reads, by a short name ("blk.3.q", "output").
   std::vector<std::pair<std::string, WeightView*>> KernelMatrices();
   // A packed file: checks it and marks its repacked matrices (they are used from the mapping).
-  Status MapPacked(const std::string& path, const PackedInfo& info);
+  Status MapPacked(const std::string& path, const PackedInfo& info, const std::string& pre_override);
   void Repack(const std::string& path, const std::string& cache,
               const std::function<void(const std::string&)>& on_progress);
   Expected<const float*> FloatVector(const std::string& name, int64_t n, bool required);

@@ -79,18 +79,17 @@ GgufWriter::Filler CopyOf(const GgufTensorInfo* t) {
 
 }  // namespace
 
-uint64_t PackedStructureHash(const GgufFile& f, uint64_t tokenizer_fingerprint) {
+uint64_t PackedStructureHash(const std::vector<std::pair<std::string, GgufValue>>& metadata,
+                             const std::vector<GgufTensorInfo>& tensors, uint64_t tokenizer_fingerprint) {
   uint64_t h = Fnv1a(kFnvOffset, &tokenizer_fingerprint, sizeof tokenizer_fingerprint);
-  for (const auto& [key, value] : f.metadata()) {
-    if (key == k::kArchitecture || key == k::kAlignment || IsPackedKey(key)) continue;
+  for (const auto& [key, value] : metadata) {
+    if (key == kStructureKey || key == kChecksumsKey) continue;
     // The tokenizer's fingerprint holds these (hashing ~10 MB of strings again would cost a
     // start ~10 ms).
-    if (key == k::kTokTokens || key == k::kTokTypes || key == k::kTokMerges) {
-      continue;
-    }
+    if (key == k::kTokTokens || key == k::kTokTypes || key == k::kTokMerges) continue;
     h = HashValue(Fnv1a(h, key), value);
   }
-  for (const GgufTensorInfo& t : f.tensors()) {
+  for (const GgufTensorInfo& t : tensors) {
     h = Fnv1a(h, t.name);
     const int32_t type = static_cast<int32_t>(t.type);
     h = Fnv1a(h, &type, sizeof type);
@@ -141,6 +140,7 @@ Expected<std::optional<PackedInfo>> ReadPackedInfo(const GgufFile& f) {
   }
   auto layout = f.GetUint(kLayoutKey);
   if (!layout.ok()) return bad(layout.status());
+  if (*layout > UINT32_MAX) return bad(Status::Error(std::string(kLayoutKey) + " " + std::to_string(*layout) + " is out of range"));
   info.layout_version = static_cast<uint32_t>(*layout);
   auto a = f.GetString(kArchKey);
   if (!a.ok()) return bad(a.status());
@@ -170,7 +170,10 @@ Expected<std::optional<PackedInfo>> ReadPackedInfo(const GgufFile& f) {
                              " entries for " + std::to_string(f.tensors().size()) + " tensors"));
   }
   for (const GgufValue& v : (*sums)->items) info.checksums.push_back(std::get<uint64_t>(v.v));
-  if (const GgufValue* a = f.Find(kSourceAlignmentKey)) info.source_alignment = *a;
+  if (const GgufValue* a = f.Find(kSourceAlignmentKey)) {
+    if (a->type() != GgufType::kUint32) return bad(Status::Error(std::string(kSourceAlignmentKey) + " must be u32"));
+    info.source_alignment = *a;
+  }
   return std::optional<PackedInfo>(std::move(info));
 }
 
@@ -193,6 +196,21 @@ Status WritePackedGguf(const std::string& in, const std::string& out,
   const GgufFile& f = model->file();
   if (auto arch = f.GetString(k::kArchitecture); arch.ok() && *arch == kPackedArch) {
     return Status::Error("'" + in + "' is packed already (tlr convert --unpack writes the plain GGUF)");
+  }
+  // Two tensors over the same bytes (a tied LM head written as a second tensor, say) cannot be
+  // packed: the panels would change what the other one reads.
+  std::map<uint64_t, const GgufTensorInfo*> by_offset;
+  for (const GgufTensorInfo& t : f.tensors()) by_offset[t.offset] = &t;
+  const GgufTensorInfo* prev = nullptr;
+  for (const auto& [off, t] : by_offset) {
+    if (prev && prev->offset + prev->n_bytes > off) {
+      return Status::Error("'" + in + "': tensors '" + prev->name + "' and '" + t->name +
+                           "' share their bytes; a file with overlapping tensors cannot be packed");
+    }
+    prev = t;
+  }
+  if (by_offset.size() != f.tensors().size()) {
+    return Status::Error("'" + in + "': two tensors start at the same offset; a file with overlapping tensors cannot be packed");
   }
   std::map<const GgufTensorInfo*, WeightView> panel;
   for (const auto& [t, view] : model->PanelMatrices()) panel[t] = view;
@@ -225,27 +243,31 @@ Status WritePackedGguf(const std::string& in, const std::string& out,
   }
   std::vector<uint8_t>().swap(buf);
 
-  GgufWriter w(f.version());
+  // The metadata as written, in order; the structure hash covers all of it but itself and the
+  // checksums (the tlr.packed.* keys that say how the bytes are read included).
+  std::vector<std::pair<std::string, GgufValue>> kv;
   bool had_alignment = false;
   for (const auto& [key, value] : f.metadata()) {
     if (key == k::kArchitecture) {
-      w.Set(key, GgufValue::Str(kPackedArch));
+      kv.emplace_back(key, GgufValue::Str(kPackedArch));
     } else if (key == k::kAlignment) {
       had_alignment = true;
-      w.Set(kSourceAlignmentKey, value);
-      w.Set(key, GgufValue::U32(static_cast<uint32_t>(kPackedAlignment)));
+      kv.emplace_back(kSourceAlignmentKey, value);
+      kv.emplace_back(key, GgufValue::U32(static_cast<uint32_t>(kPackedAlignment)));
     } else {
-      w.Set(key, value);
+      kv.emplace_back(key, value);
     }
   }
-  if (!had_alignment) w.Set(k::kAlignment, GgufValue::U32(static_cast<uint32_t>(kPackedAlignment)));
-  w.Set(kFormatKey, GgufValue::U32(kPackedFormat));
-  w.Set(kArchKey, GgufValue::Str(model->config().arch_name));
-  w.Set(kLayoutKey, GgufValue::U32(kRepackLayoutVersion));
-  w.Set(kSimdKey, GgufValue::Str(ActiveSimdTarget()));
-  w.Set(kFingerprintKey, GgufValue::Str(model->fingerprint_hex()));
-  w.Set(kStructureKey, GgufValue::Str(Hex(PackedStructureHash(f, model->tokenizer().Fingerprint()))));
-  w.Set(kTensorsKey, GgufValue::StrArray(packed_names));
+  if (!had_alignment) kv.emplace_back(k::kAlignment, GgufValue::U32(static_cast<uint32_t>(kPackedAlignment)));
+  kv.emplace_back(kFormatKey, GgufValue::U32(kPackedFormat));
+  kv.emplace_back(kArchKey, GgufValue::Str(model->config().arch_name));
+  kv.emplace_back(kLayoutKey, GgufValue::U32(kRepackLayoutVersion));
+  kv.emplace_back(kSimdKey, GgufValue::Str(ActiveSimdTarget()));
+  kv.emplace_back(kFingerprintKey, GgufValue::Str(model->fingerprint_hex()));
+  kv.emplace_back(kTensorsKey, GgufValue::StrArray(packed_names));
+  GgufWriter w(f.version());
+  for (auto& [key, value] : kv) w.Set(key, value);
+  w.Set(kStructureKey, GgufValue::Str(Hex(PackedStructureHash(kv, f.tensors(), model->tokenizer().Fingerprint()))));
   w.Set(kChecksumsKey, std::move(sums));
   for (const GgufTensorInfo& t : f.tensors()) TLR_RETURN_IF_ERROR(w.AddTensorLazy(t.name, t.type, t.dims, fill(t)));
   return w.WriteFile(out, progress);
@@ -253,12 +275,16 @@ Status WritePackedGguf(const std::string& in, const std::string& out,
 
 Status WriteUnpackedGguf(const std::string& in, const std::string& out,
                          const std::function<void(size_t, size_t)>& progress) {
+  {
+    TLR_ASSIGN_OR_RETURN(GgufFile plain, GgufFile::Open(in));
+    TLR_ASSIGN_OR_RETURN(std::optional<PackedInfo> packed, ReadPackedInfo(plain));
+    if (!packed) return Status::Error("'" + in + "' is a plain GGUF, not a packed one (tlr convert without --unpack packs it)");
+  }
   Model::Options opts;
   opts.weight_cache = "off";
   TLR_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(in, opts));  // checks every checksum
   const GgufFile& f = model->file();
   TLR_ASSIGN_OR_RETURN(std::optional<PackedInfo> info, ReadPackedInfo(f));
-  if (!info) return Status::Error("'" + in + "' is a plain GGUF, not a packed one (tlr convert without --unpack packs it)");
   std::map<const GgufTensorInfo*, WeightView> panel;
   for (const auto& [t, view] : model->PanelMatrices()) {
     if (view.repacked) panel[t] = view;

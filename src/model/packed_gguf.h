@@ -15,8 +15,8 @@
 //   tlr.packed.simd_target      where it was converted (for people reading `tlr info`)
 //   tlr.packed.fingerprint      the source model's fingerprint, as a hex string (routers and
 //                               servers identify a model by it: a packed SLM keeps its routers)
-//   tlr.packed.structure        a hash of every other metadata value and of the tensor table
-//                               (PackedStructureHash)
+//   tlr.packed.structure        a hash of every other metadata value (these keys included) and
+//                               of the tensor table (PackedStructureHash)
 //   tlr.packed.tensors          the names of the repacked tensors
 //   tlr.packed.checksums        per tensor, in file order, the WeightChecksum of its bytes
 //   tlr.packed.source_alignment the source's general.alignment, when it had one
@@ -24,7 +24,8 @@
 // checksum, and maps the weights straight from it (at a 2 MiB-aligned address, advised for huge
 // pages, as the cache): no repacking and no cache file. A file that fails a check is refused
 // with the reason; there is no source to rebuild from. `tlr convert --unpack` writes the plain
-// GGUF back, tensors byte for byte.
+// GGUF back: the same metadata and tensor bytes (the same file, for a GGUF written with its
+// tensors in table order, as llama.cpp's tools and TLR write them).
 #pragma once
 
 #include <cstdint>
@@ -61,10 +62,11 @@ bool LooksPacked(const std::string& path);
 // packed whose keys are missing, mistyped or inconsistent with its tensor table.
 Expected<std::optional<PackedInfo>> ReadPackedInfo(const GgufFile& f);
 
-// A hash of the metadata (without general.architecture, general.alignment and tlr.packed.*; the
-// vocabulary's tokens, types and merges through the tokenizer's fingerprint, which loading
-// computes anyway) and of the tensor table (names, types, shapes): what tlr.packed.structure holds.
-uint64_t PackedStructureHash(const GgufFile& f, uint64_t tokenizer_fingerprint);
+// What tlr.packed.structure holds: a hash of the metadata as written (all but tlr.packed.structure
+// and tlr.packed.checksums; the vocabulary's tokens, types and merges through the tokenizer's
+// fingerprint, which loading computes anyway) and of the tensor table (names, types, shapes).
+uint64_t PackedStructureHash(const std::vector<std::pair<std::string, GgufValue>>& metadata,
+                             const std::vector<GgufTensorInfo>& tensors, uint64_t tokenizer_fingerprint);
 
 // The model architecture a file declares: tlr.packed.architecture for a packed file, else
 // general.architecture.

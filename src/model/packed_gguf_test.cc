@@ -16,6 +16,7 @@
 #include "model/model.h"
 #include "model/random_model.h"
 #include "ops/matmul.h"
+#include "util/hash.h"
 #include "util/temp_dir.h"
 
 namespace tlr {
@@ -229,9 +230,39 @@ TEST_F(PackedGgufTest, DamagedForeignAndMisusedFilesAreRefused) {
   EXPECT_NE(Load(edited).find("TLR keys are damaged"), std::string::npos) << Load(edited);
   ASSERT_TRUE(Rewrite(packed, edited, [](GgufWriter& w) { w.Set("tlr.packed.tensors", GgufValue::StrArray({"token_embd.weight", "no.such"})); }).ok());
   EXPECT_NE(Load(edited).find("'no.such', which the file does not hold"), std::string::npos) << Load(edited);
-  // A norm vector marked as a matrix in panels.
-  ASSERT_TRUE(Rewrite(packed, edited, [](GgufWriter& w) { w.Set("tlr.packed.tensors", GgufValue::StrArray({"output_norm.weight"})); }).ok());
+  // The keys that say how the bytes are read are covered by the structure hash: a matrix left
+  // out of the packed list, another fingerprint.
+  ASSERT_TRUE(Rewrite(packed, edited, [](GgufWriter& w) { w.Set("tlr.packed.tensors", GgufValue::StrArray({"blk.0.attn_q.weight"})); }).ok());
+  EXPECT_NE(Load(edited).find("tlr.packed.structure differs"), std::string::npos) << Load(edited);
+  ASSERT_TRUE(Rewrite(packed, edited, [](GgufWriter& w) { w.Set("tlr.packed.fingerprint", GgufValue::Str("1234")); }).ok());
+  EXPECT_NE(Load(edited).find("tlr.packed.structure differs"), std::string::npos) << Load(edited);
+  // Edited with the structure hash made again: a norm vector marked as a matrix in panels, and
+  // a matrix in panels not marked.
+  auto restructure = [&](std::vector<std::string> names) {
+    return Rewrite(packed, edited, [&](GgufWriter& w) {
+      auto f = GgufFile::Open(packed);
+      auto tok = Tokenizer::FromGguf(*f, {});
+      std::vector<std::pair<std::string, GgufValue>> kv = f->metadata();
+      for (auto& [key, value] : kv) {
+        if (key == "tlr.packed.tensors") value = GgufValue::StrArray(names);
+      }
+      char hex[17];
+      w.Set("tlr.packed.tensors", GgufValue::StrArray(names));
+      w.Set("tlr.packed.structure", GgufValue::Str(std::string(HexU64(PackedStructureHash(kv, f->tensors(), tok->Fingerprint()), hex))));
+    });
+  };
+  ASSERT_TRUE(restructure({"output_norm.weight"}).ok());
   EXPECT_NE(Load(edited).find("'output_norm.weight' is marked packed but is not one of the model's matrices"), std::string::npos)
+      << Load(edited);
+  std::vector<std::string> all_but_one;
+  {
+    auto f = GgufFile::Open(packed);
+    for (const GgufValue& v : std::get<GgufArray>(f->Find("tlr.packed.tensors")->v).items) {
+      if (std::get<std::string>(v.v) != "blk.1.ffn_down.weight") all_but_one.push_back(std::get<std::string>(v.v));
+    }
+  }
+  ASSERT_TRUE(restructure(all_but_one).ok());
+  EXPECT_NE(Load(edited).find("'blk.1.ffn_down.weight' has a panel layout but is not marked packed"), std::string::npos)
       << Load(edited);
   // A plain GGUF that says it is packed.
   ASSERT_TRUE(Rewrite(src, edited, [](GgufWriter& w) { w.Set("general.architecture", GgufValue::Str("tlr-packed")); }).ok());

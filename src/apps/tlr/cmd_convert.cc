@@ -74,7 +74,10 @@ Command AddConvertCommand(CLI::App& root) {
             check.weight_cache = "off";
             check.repack = false;
             auto m = Model::Load(opts->out, check);
-            if (!m.ok()) return ReportError("convert", "the file written does not load: " + m.status().message());
+            if (!m.ok()) {
+              std::filesystem::remove(opts->out, ec);
+              return ReportError("convert", "the file written does not load (removed): " + m.status().message());
+            }
             std::printf("wrote %s (%.1f MiB, from %.1f MiB) in %.1f s\n", opts->out.c_str(), MiB(opts->out), MiB(opts->in),
                         progress.Elapsed());
             if (opts->unpack) {
