@@ -180,7 +180,7 @@ Expected<std::optional<PackedInfo>> ReadPackedInfo(const GgufFile& f) {
 Status VerifyPackedTensors(const GgufFile& f, const PackedInfo& info) {
   const auto& ts = f.tensors();
   for (size_t i = 0; i < ts.size(); ++i) {
-    if (WeightChecksum({ts[i].data, ts[i].n_bytes}) != info.checksums[i]) {
+    if (WeightChecksum({ts[i].data, static_cast<size_t>(ts[i].n_bytes)}) != info.checksums[i]) {
       return Status::Error("tensor '" + ts[i].name + "' is damaged (its checksum differs): convert the original GGUF again");
     }
   }
@@ -237,7 +237,7 @@ Status WritePackedGguf(const std::string& in, const std::string& out,
       sum = WeightChecksum(buf);
       packed_names.push_back(t.name);
     } else {
-      sum = WeightChecksum({t.data, t.n_bytes});
+      sum = WeightChecksum({t.data, static_cast<size_t>(t.n_bytes)});
     }
     std::get<GgufArray>(sums.v).items.emplace_back(sum);
   }

@@ -266,6 +266,14 @@ namespace {
 const bool kWeightPrefetchSet = (SetWeightPrefetch(DetectedWeightPrefetch()), true);
 }  // namespace
 
+#if defined(HWY_COMPILE_ONLY_STATIC) && defined(__EMSCRIPTEN__)
+// The browser build: one target chosen at compile time, no Highway runtime linked.
+std::vector<std::string> CompiledSimdTargets() { return {hwy::TargetName(HWY_STATIC_TARGET)}; }
+
+std::string ActiveSimdTarget() { return hwy::TargetName(HWY_STATIC_TARGET); }
+
+bool ForceSimdTarget(const std::string& name) { return name.empty() || name == ActiveSimdTarget(); }
+#else
 std::vector<std::string> CompiledSimdTargets() {
   std::vector<std::string> names;
   for (int64_t t : hwy::SupportedAndGeneratedTargets()) names.push_back(hwy::TargetName(t));
@@ -285,6 +293,7 @@ bool ForceSimdTarget(const std::string& name) {
   }
   return false;
 }
+#endif
 
 }  // namespace tlr
 #endif  // HWY_ONCE

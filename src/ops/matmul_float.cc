@@ -1,8 +1,9 @@
 // MatMul kernels for float weights (ops layer): F32, F16 and BF16 rows times float
 // activations, compiled for every SIMD target. See matmul_kernels.h.
+#include <memory>
+#include <new>
 #include <type_traits>
 
-#include "hwy/aligned_allocator.h"
 #include "ops/matmul_kernels.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -191,11 +192,14 @@ void WidenedRows(const WeightView& w, const MatMulInput& in, float* y, int64_t l
   const int64_t n = w.n_cols;
   const auto L = static_cast<int64_t>(hn::Lanes(df));
   // Per thread, grown to the widest matrix seen: no allocation per call once warm.
-  thread_local hwy::AlignedFreeUniquePtr<float[]> buf;
+  struct Free {
+    void operator()(float* p) const { ::operator delete[](p, std::align_val_t(64)); }
+  };
+  thread_local std::unique_ptr<float[], Free> buf;
   thread_local size_t capacity = 0;
   if (capacity < static_cast<size_t>(kRowBlock * n)) {
     capacity = static_cast<size_t>(kRowBlock * n);
-    buf = hwy::AllocateAligned<float>(capacity);
+    buf.reset(static_cast<float*>(::operator new[](capacity * sizeof(float), std::align_val_t(64))));
   }
   WeightView f32{GgmlType::kF32, reinterpret_cast<const uint8_t*>(buf.get()), 0, n, static_cast<size_t>(n) * 4};
   for (int64_t rb = r0; rb < r1; rb += kRowBlock) {

@@ -43,6 +43,9 @@ bool SpinUntil(Done done) {
 // and for emulators where creating a thread does not work (qemu-user 7.2 on the 6.18 kernel
 // here never returns from pthread_create; `make aarch64-test` runs with N = 1).
 int MaxThreads() {
+#if defined(__EMSCRIPTEN__) && !defined(__EMSCRIPTEN_PTHREADS__)
+  return 1;  // the browser's single-thread build: no thread can be started
+#endif
   static const int max = [] {
     const char* v = std::getenv("TLR_MAX_THREADS");
     const int n = v ? std::atoi(v) : 0;

@@ -2,7 +2,7 @@
 #include "model/jinja/value.h"
 
 #include <algorithm>
-#include <charconv>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 
@@ -128,9 +128,14 @@ std::string FloatRepr(double d) {
   if (std::isnan(d)) return "nan";
   if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
   // Shortest round-trip digits, then Python's layout: positional for exponents in [-4, 16).
+  // (The fewest digits that read back as d: what std::to_chars gives, which the browser build's
+  // libc++ lacks for doubles.)
   char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof(buf), d, std::chars_format::scientific);
-  std::string sci(buf, r.ptr);
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*e", digits - 1, d);
+    if (std::strtod(buf, nullptr) == d) break;
+  }
+  std::string sci(buf);
   const size_t e = sci.find('e');
   const int exp = std::stoi(sci.substr(e + 1));
   std::string mant = sci.substr(0, e);

@@ -1,0 +1,202 @@
+// The browser build's bridge to JavaScript (capi layer; only in the WebAssembly build): the C API
+// (tlr.h) behind a few functions that take and give JSON, so that the worker (web/tlr_worker.js)
+// never lays out C structs, and the transport hook's requests go out through the worker's
+// synchronous XMLHttpRequest (allowed in workers): the one thread blocks in the request, as a
+// native build's built-in client would, and the answer completes the exchange before `send`
+// returns.
+//
+//   tlrw_device_open(json)         {"slm": path, "router": path or kind, "kv_slots", "n_ctx"} -> handle
+//   tlrw_llm_open(json)            {"server": url, "backend", "api_key", "timeout_s", "retries",
+//                                   "server_model"} or {"model": path} -> handle
+//   tlrw_generate(dev, llm, json)  {"prompt": text | "messages": [{role, content}], "mode",
+//                                   "threshold", "max_tokens", "pipeline", "temperature", "seed",
+//                                   "chat"} -> status; each token goes to Module.tlrOnToken, and
+//   tlrw_last_stats()              the last generation's stats as JSON (tlr_stats' fields).
+// Handles are freed with tlr_device_free / tlr_llm_free; errors read with tlr_last_error.
+#include <emscripten.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tlr.h"
+
+namespace {
+
+using nlohmann::json;
+
+// The worker's functions (web/tlr_worker.js sets them on the module).
+EM_JS(void, tlrw_js_send, (void* exchange, const char* method, const char* url, const char* headers_json,
+                           const char* body, size_t body_len, double timeout_s), {
+  Module.tlrHttpSend(exchange, UTF8ToString(method), UTF8ToString(url), JSON.parse(UTF8ToString(headers_json)),
+                     HEAPU8.slice(body, body + body_len), timeout_s);
+});
+EM_JS(int, tlrw_js_token, (const char* token_json), { return Module.tlrOnToken(JSON.parse(UTF8ToString(token_json))) | 0; });
+
+void Send(void*, tlr_http_exchange* exchange, const tlr_http_request* r) {
+  json headers = json::object();
+  for (const char* const* h = r->headers; h && h[0] && h[1]; h += 2) headers[h[0]] = h[1];
+  tlrw_js_send(exchange, r->method, r->url, headers.dump().c_str(), r->body, r->body_len, r->timeout_s);
+}
+
+const tlr_http_hook kHook = {sizeof(tlr_http_hook), Send, nullptr, nullptr};
+
+std::string g_stats;
+
+template <typename T>
+T Get(const json& j, const char* key, T fallback) {
+  auto it = j.find(key);
+  return it != j.end() && !it->is_null() ? it->template get<T>() : fallback;
+}
+
+int OnToken(const tlr_token* t, void*) {
+  static const char* kSources[] = {"SLM", "LLM", "FALLBACK"};
+  json j = {{"id", t->id},
+            {"text", std::string(t->text, t->text_len)},
+            {"source", kSources[t->source >= 0 && t->source <= 2 ? t->source : 0]},
+            {"confidence", t->confidence},
+            {"end", t->end != 0},
+            {"llm_ms", t->llm_ms},
+            {"at_ms", t->at_ms}};
+  if (t->llm_error && *t->llm_error) j["llm_error"] = t->llm_error;
+  return tlrw_js_token(j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+}
+
+json StatsJson(const tlr_stats& s) {
+  static const char* kStops[] = {"eos", "max_tokens", "callback", "cancelled"};
+  return {{"prompt_tokens", s.prompt_tokens}, {"prompt_reused", s.prompt_reused},
+          {"generated", s.generated},         {"routed", s.routed},
+          {"fallbacks", s.fallbacks},         {"llm_calls", s.llm_calls},
+          {"stop", kStops[s.stop >= 0 && s.stop <= 3 ? s.stop : 0]},
+          {"threshold", s.threshold},         {"ttft_ms", s.ttft_ms},
+          {"tbt_ms", s.tbt_ms},               {"total_ms", s.total_ms},
+          {"slm_ms", s.slm_ms},               {"router_ms", s.router_ms},
+          {"llm_ms", s.llm_ms},               {"stall_ms", s.stall_ms},
+          {"http_requests", s.http_requests}, {"retries", s.retries},
+          {"failed_calls", s.failed_calls},   {"llm_failure", s.llm_failure},
+          {"llm_prefilled", s.llm_prefilled}, {"llm_generated", s.llm_generated},
+          {"llm_forward_ms", s.llm_forward_ms}};
+}
+
+// A request the worker built wrong (its JSON): said by tlrw_last_error.
+std::string g_error;
+int BadJson(const std::string& what) {
+  g_error = what;
+  return TLR_ERR_INVALID_ARGUMENT;
+}
+
+}  // namespace
+
+extern "C" {
+
+// Why the last call failed: its JSON, or what tlr_last_error says.
+EMSCRIPTEN_KEEPALIVE const char* tlrw_last_error() { return g_error.empty() ? tlr_last_error() : g_error.c_str(); }
+
+EMSCRIPTEN_KEEPALIVE tlr_device* tlrw_device_open(const char* params_json) {
+  g_error.clear();
+  json j = json::parse(params_json, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return (BadJson("tlrw_device_open: not a JSON object"), nullptr);
+  tlr_device_params p;
+  tlr_device_params_init(&p);
+  const std::string slm = Get<std::string>(j, "slm", ""), router = Get<std::string>(j, "router", "");
+  p.slm_path = slm.c_str();
+  p.router = router.c_str();
+  p.kv_slots = Get<int>(j, "kv_slots", p.kv_slots);
+  p.n_ctx = Get<int64_t>(j, "n_ctx", p.n_ctx);
+  p.weight_cache = "off";  // the browser's file system is memory: a second copy would double it
+  tlr_device* d = nullptr;
+  return tlr_device_open(&p, &d) == TLR_OK ? d : nullptr;
+}
+
+EMSCRIPTEN_KEEPALIVE tlr_llm* tlrw_llm_open(const char* params_json) {
+  g_error.clear();
+  json j = json::parse(params_json, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return (BadJson("tlrw_llm_open: not a JSON object"), nullptr);
+  tlr_llm_params p;
+  tlr_llm_params_init(&p);
+  const std::string server = Get<std::string>(j, "server", ""), model = Get<std::string>(j, "model", "");
+  const std::string backend = Get<std::string>(j, "backend", "tlr"), key = Get<std::string>(j, "api_key", "");
+  const std::string server_model = Get<std::string>(j, "server_model", "");
+  if (!server.empty()) {
+    p.server_url = server.c_str();
+    p.http_hook = &kHook;  // the browser's XMLHttpRequest
+  }
+  if (!model.empty()) p.model_path = model.c_str();
+  p.backend = backend.c_str();
+  if (!key.empty()) p.api_key = key.c_str();
+  if (!server_model.empty()) p.server_model = server_model.c_str();
+  p.timeout_s = Get<double>(j, "timeout_s", p.timeout_s);
+  p.retries = Get<int>(j, "retries", p.retries);
+  p.weight_cache = "off";
+  tlr_llm* l = nullptr;
+  return tlr_llm_open(&p, &l) == TLR_OK ? l : nullptr;
+}
+
+EMSCRIPTEN_KEEPALIVE int tlrw_generate(tlr_device* dev, const tlr_llm* llm, const char* request_json) {
+  g_error.clear();
+  json j = json::parse(request_json, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return BadJson("tlrw_generate: not a JSON object");
+  tlr_generate_params p;
+  tlr_generate_params_init(&p);
+  const std::string mode = Get<std::string>(j, "mode", "joint");
+  p.mode = mode == "small_only" ? TLR_MODE_SMALL_ONLY : mode == "large_only" ? TLR_MODE_LARGE_ONLY : TLR_MODE_JOINT;
+  if (mode != "joint" && mode != "small_only" && mode != "large_only") p.mode = -1;  // refused by name below
+  p.threshold = Get<float>(j, "threshold", p.threshold);
+  p.max_tokens = Get<int>(j, "max_tokens", p.max_tokens);
+  p.pipeline = Get<bool>(j, "pipeline", p.pipeline != 0) ? 1 : 0;
+  p.temperature = Get<float>(j, "temperature", p.temperature);
+  p.seed = Get<uint64_t>(j, "seed", p.seed);
+  p.chat = Get<bool>(j, "chat", false) ? 1 : 0;
+  tlr_stats st;
+  std::memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  int rc;
+  if (auto m = j.find("messages"); m != j.end()) {
+    if (!m->is_array()) return BadJson("tlrw_generate: messages is not an array");
+    std::vector<std::string> text;
+    for (const json& msg : *m) {
+      if (!msg.is_object()) return BadJson("tlrw_generate: a message is not an object");
+      text.push_back(Get<std::string>(msg, "role", ""));
+      text.push_back(Get<std::string>(msg, "content", ""));
+    }
+    std::vector<tlr_message> msgs;
+    for (size_t i = 0; i + 1 < text.size(); i += 2) msgs.push_back({text[i].c_str(), text[i + 1].c_str()});
+    rc = tlr_generate_chat(dev, llm, msgs.data(), msgs.size(), &p, OnToken, nullptr, &st);
+  } else {
+    const std::string prompt = Get<std::string>(j, "prompt", "");
+    rc = tlr_generate(dev, llm, prompt.c_str(), &p, OnToken, nullptr, &st);
+  }
+  g_stats = rc == TLR_OK ? StatsJson(st).dump() : "null";
+  return rc;
+}
+
+EMSCRIPTEN_KEEPALIVE const char* tlrw_last_stats() { return g_stats.c_str(); }
+
+// The worker's answer to a request: status, the response headers as XMLHttpRequest gives them
+// ("name: value\r\n" lines) and the body.
+EMSCRIPTEN_KEEPALIVE void tlrw_http_complete(tlr_http_exchange* exchange, int status, const char* header_lines,
+                                             const char* body, size_t body_len) {
+  std::vector<std::string> kv;
+  const std::string all = header_lines ? header_lines : "";
+  size_t at = 0;
+  while (at < all.size()) {
+    size_t end = all.find("\r\n", at);
+    if (end == std::string::npos) end = all.size();
+    const std::string line = all.substr(at, end - at);
+    if (const size_t colon = line.find(':'); colon != std::string::npos) {
+      size_t v = colon + 1;
+      while (v < line.size() && line[v] == ' ') ++v;
+      kv.push_back(line.substr(0, colon));
+      kv.push_back(line.substr(v));
+    }
+    at = end + 2;
+  }
+  std::vector<const char*> ptrs;
+  for (const std::string& s : kv) ptrs.push_back(s.c_str());
+  ptrs.push_back(nullptr);
+  tlr_http_complete(exchange, status, ptrs.data(), body, body_len);
+}
+
+}  // extern "C"
