@@ -8,7 +8,7 @@ FUZZERS := gguf_fuzz tokenizer_fuzz server_request_fuzz remote_reply_fuzz jinja_
 
 PREFIX ?= /usr/local
 
-.PHONY: install results llm-cost openai-load pipeline-check interop-check all build demo test unit-test fuzz-test fuzz asan-test tsan-test aarch64-test aarch64-device-test net-test soak deps deps-test clean help
+.PHONY: install results llm-cost openai-load pipeline-check interop-check all build demo test unit-test fuzz-test fuzz asan-test tsan-test aarch64-test aarch64-device-test wasm wasm-test net-test soak deps deps-test clean help
 
 all: build
 
@@ -22,6 +22,8 @@ help:
 	@echo "make tsan-test  the threaded tests (server, engine, decoder, pipeline, UI) under ThreadSanitizer (build-tsan/)"
 	@echo "make aarch64-test  ARM64 cross-build; unit, kernel and model tests under qemu-user (build-aarch64/)"
 	@echo "make aarch64-device-test  the device library alone for ARM64: NEEDED, size, C API and hook tests under qemu"
+	@echo "make wasm        the browser build (emscripten): build-wasm/web (docs/browser.md)"
+	@echo "make wasm-test   the browser build in headless Chromium against tlr serve (tokens, storage, errors)"
 	@echo "make net-test  network faults between namespaces (label net) with a 10 s partition (root)"
 	@echo "make soak     64 devices + bad requests against tlr serve for SOAK_SECONDS (default 600); RSS curve"
 	@echo "make fuzz     run each libFuzzer target for FUZZ_SECONDS (default 300)"
@@ -140,6 +142,15 @@ aarch64-test:
 aarch64-device-test: build
 	@scripts/deps.sh aarch64
 	scripts/aarch64_device_test.sh
+
+wasm:
+	@scripts/deps.sh wasm
+	@grep -qs "CMAKE_GENERATOR:INTERNAL=Ninja" build-wasm/CMakeCache.txt || cmake --preset wasm
+	cmake --build build-wasm -j $(JOBS)
+
+wasm-test: build wasm
+	@scripts/deps.sh test
+	tools/browser/wasm_test.sh build/bin/tlr build-wasm/web build
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz build-aarch64 build-aarch64-device build-device

@@ -6,6 +6,8 @@
 #                                curl for the README test)
 #   scripts/deps.sh aarch64      the ARM cross-build and qemu-user (`make aarch64-test`); adds
 #                                Debian's arm64 architecture for the :arm64 libraries
+#   scripts/deps.sh wasm         the browser build (`make wasm`): emscripten, and the header-only
+#                                Highway and nlohmann-json it compiles against
 # As root: apt-get update + apt-get install of whatever is missing. Otherwise: prints the
 # exact apt-get line and exits 1. The README says why each package is there.
 set -euo pipefail
@@ -16,6 +18,9 @@ test_pkgs=(libicu-dev unicode-data clang libclang-rt-14-dev openssl chromium chr
 aarch64_pkgs=(ninja-build g++-aarch64-linux-gnu qemu-user pkg-config nlohmann-json3-dev libcli11-dev
               libhwy-dev:arm64 libgtest-dev:arm64 libssl-dev:arm64 libicu-dev:arm64 libcpp-httplib-dev:arm64)
 
+# emscripten brings clang/LLVM 14 and binaryen; node (its tools' runtime) comes with it.
+wasm_pkgs=(emscripten ninja-build cmake libhwy-dev nlohmann-json3-dev)
+
 want=()
 for profile in "$@"; do
   case "$profile" in
@@ -23,7 +28,8 @@ for profile in "$@"; do
     test) want+=("${test_pkgs[@]}")
           command -v npm >/dev/null 2>&1 || want+=(npm) ;;
     aarch64) want+=("${aarch64_pkgs[@]}") ;;
-    *) echo "deps.sh: unknown profile '$profile' (build, test, aarch64)" >&2; exit 2 ;;
+    wasm) want+=("${wasm_pkgs[@]}") ;;
+    *) echo "deps.sh: unknown profile '$profile' (build, test, aarch64, wasm)" >&2; exit 2 ;;
   esac
 done
 

@@ -362,3 +362,53 @@ TEST_F(ConnTest, ListenBacklogIsRealAndABurstOfConnectsIsAnswered) {
 
 }  // namespace
 }  // namespace tlr
+
+namespace tlr {
+namespace {
+
+// CORS (--cors-origin): an allowed origin's preflight is answered 204 before the key check
+// (browsers send no key with it) and its calls carry Access-Control-Allow-Origin; another
+// origin's preflight is refused with the reason and its calls carry none; without the option
+// no CORS header is ever sent.
+TEST_F(ConnTest, CorsForTheConfiguredOriginsOnly) {
+  ServerOptions so;
+  so.api_keys = {"k1"};
+  so.cors_origins = {"http://app.example:8000"};
+  Start(so);
+  const std::string preflight =
+      "OPTIONS /tlr/v1/next HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://app.example:8000\r\n"
+      "Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: authorization,content-type,x-tlr-timeout-ms\r\n\r\n";
+  std::string r = Exchange(port_, preflight);
+  EXPECT_EQ(StatusOf(r), 204) << r;
+  EXPECT_NE(r.find("Access-Control-Allow-Origin: http://app.example:8000"), std::string::npos) << r;
+  EXPECT_NE(r.find("Access-Control-Allow-Headers: authorization,content-type,x-tlr-timeout-ms"), std::string::npos) << r;
+  EXPECT_NE(r.find("Access-Control-Allow-Methods: GET, POST, DELETE, OPTIONS"), std::string::npos) << r;
+  // The call itself: the key still counts; the reply carries the origin.
+  const std::string origin = "Origin: http://app.example:8000\r\n";
+  r = Exchange(port_, Post("/tlr/v1/sessions", "{}", origin));
+  EXPECT_EQ(StatusOf(r), 401) << r;
+  EXPECT_NE(r.find("Access-Control-Allow-Origin: http://app.example:8000"), std::string::npos) << r;
+  r = Exchange(port_, Post("/tlr/v1/sessions", "{}", origin + "Authorization: Bearer k1\r\n"));
+  EXPECT_EQ(StatusOf(r), 201) << r;
+  EXPECT_NE(r.find("Access-Control-Allow-Origin: http://app.example:8000"), std::string::npos) << r;
+  // Another origin.
+  std::string other = preflight;
+  other.replace(other.find("app.example:8000"), 16, "evil.example");
+  r = Exchange(port_, other);
+  EXPECT_EQ(StatusOf(r), 403) << r;
+  EXPECT_NE(r.find("origin_not_allowed"), std::string::npos) << r;
+  EXPECT_NE(r.find("--cors-origin"), std::string::npos) << r;
+  r = Exchange(port_, Post("/tlr/v1/sessions", "{}", "Origin: http://evil.example\r\nAuthorization: Bearer k1\r\n"));
+  EXPECT_EQ(StatusOf(r), 201) << r;
+  EXPECT_EQ(r.find("Access-Control-Allow-Origin"), std::string::npos) << r;
+}
+
+TEST_F(ConnTest, NoCorsHeadersByDefault) {
+  Start();
+  const std::string r = Exchange(port_, Post("/tlr/v1/sessions", "{}", "Origin: http://app.example:8000\r\n"));
+  EXPECT_EQ(StatusOf(r), 201) << r;
+  EXPECT_EQ(r.find("Access-Control-Allow-Origin"), std::string::npos) << r;
+}
+
+}  // namespace
+}  // namespace tlr

@@ -103,6 +103,31 @@ Status LlmServer::Start() {
   }
   // Auth first (everything but /health needs a key when keys are set).
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // A browser page of an allowed origin: its preflight is answered here (before the key
+    // check: browsers send no credentials with it), its calls carry the CORS headers.
+    if (req.has_header("Origin") && !opts_.cors_origins.empty()) {
+      const std::string origin = req.get_header_value("Origin");
+      const bool allowed = std::find(opts_.cors_origins.begin(), opts_.cors_origins.end(), origin) != opts_.cors_origins.end() ||
+                           std::find(opts_.cors_origins.begin(), opts_.cors_origins.end(), "*") != opts_.cors_origins.end();
+      const bool preflight = req.method == "OPTIONS" && req.has_header("Access-Control-Request-Method");
+      if (allowed) {
+        res.set_header("Access-Control-Allow-Origin", origin);
+        res.set_header("Vary", "Origin");
+        res.set_header("Access-Control-Expose-Headers", "Retry-After");
+      }
+      if (preflight) {
+        if (!allowed) {
+          SendError(res, 403, "origin_not_allowed", "pages of " + origin + " may not call this server (tlr serve --cors-origin)");
+          return httplib::Server::HandlerResponse::Handled;
+        }
+        res.status = 204;
+        res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+        const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+        res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
+        res.set_header("Access-Control-Max-Age", "600");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
     server::IgnoreRanges(req);
     if (server::RefuseBodyWithoutLength(req, res)) return httplib::Server::HandlerResponse::Handled;
     // httplib's own model (TLS) would read a chunked body whatever its size; HttpFront bounds it.

@@ -47,6 +47,10 @@ struct ServerOptions {
   // The deadline of a call that gives none (native: timeout_ms; OpenAI: the X-TLR-Timeout-Ms or
   // X-Stainless-Timeout header): admission refuses what cannot be answered within it.
   double default_timeout_s = 30;
+  // Pages of these origins ("https://app.example", or "*" for any) may call the server from a
+  // browser (CORS: preflights answered, Access-Control-Allow-Origin on replies). None by default:
+  // a browser then refuses every cross-origin call. API keys apply as to any client.
+  std::vector<std::string> cors_origins;
 };
 
 // An engine's error as an HTTP reply (429 and 503 with Retry-After); `code` overrides the error

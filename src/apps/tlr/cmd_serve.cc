@@ -27,6 +27,7 @@ Command AddServeCommand(CLI::App& root) {
     int64_t ctx = 4096, max_sessions = 1024, batch_tokens = 512, session_quota = 0;
     double ttl = 600, request_timeout = 10, keep_alive = 30, default_timeout = 30, cold_share = 0.5;
     bool insecure = false;
+    std::vector<std::string> cors_origins;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* app = root.add_subcommand("serve", "Serve an LLM to devices: token protocol with sessions, OpenAI-compatible API");
@@ -87,6 +88,9 @@ Command AddServeCommand(CLI::App& root) {
                                             "also $TLR_API_KEY)");
   app->add_option("--api-key-file", o->api_key_file, "File with one API key per line");
   app->add_flag("--insecure", o->insecure, "Allow a non-loopback --host without an API key");
+  app->add_option("--cors-origin", o->cors_origins,
+                  "Let web pages of this origin call the server from a browser, e.g. https://app.example "
+                  "(repeat for several; * for any); none by default");
   app->add_option("--tls-cert", o->tls_cert, "TLS certificate (PEM); serve HTTPS")->check(CLI::ExistingFile);
   app->add_option("--tls-key", o->tls_key, "TLS private key (PEM)")->check(CLI::ExistingFile);
   app->add_option("--name", o->name, "Model name reported by /v1/models (default: the file name)");
@@ -115,6 +119,7 @@ Command AddServeCommand(CLI::App& root) {
               }
             }
             so.insecure = o->insecure;
+            so.cors_origins = o->cors_origins;
             so.tls_cert = o->tls_cert;
             so.tls_key = o->tls_key;
             so.http_threads = o->http_threads;

@@ -1,0 +1,171 @@
+// TLR's worker (module worker): the SLM, its router and the decoder run here, in WebAssembly
+// (tlr.mjs / tlr.wasm from `cmake --preset wasm`); only the tokens the router doubts go to the
+// LLM behind `tlr serve`, through this worker's synchronous XMLHttpRequest (allowed in workers:
+// the one WebAssembly thread waits in the request as a native client's thread would).
+// Driven by tlr.js over postMessage: {id, op, ...} in, {id, ok, result | error} and
+// {id, token} / {id, progress} out. The worker stays usable after any error.
+import createTlrModule from './tlr.mjs';
+
+const CACHE = 'tlr-models-v1';
+let M = null;            // the WebAssembly module
+let device = 0, llm = 0; // handles
+let current = 0;         // the request whose tokens are streaming
+let api = null;
+
+function post(msg) { self.postMessage(msg); }
+
+async function init() {
+  if (M) return;
+  if (!WebAssembly.validate(new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3, 2, 1, 0, 10, 10, 1, 8, 0, 65, 0, 253, 15, 253, 98, 11]))) {
+    throw new Error('this browser has no WebAssembly SIMD (128-bit), which TLR needs: use a current Chrome, Edge, Firefox or Safari');
+  }
+  M = await createTlrModule({
+    tlrOnToken: (t) => { post({ id: current, token: t }); return 0; },
+    tlrHttpSend: httpSend,
+    print: (s) => console.log(s),
+    printErr: (s) => console.warn(s),
+  });
+  api = {
+    deviceOpen: M.cwrap('tlrw_device_open', 'number', ['string']),
+    llmOpen: M.cwrap('tlrw_llm_open', 'number', ['string']),
+    generate: M.cwrap('tlrw_generate', 'number', ['number', 'number', 'string']),
+    lastError: M.cwrap('tlrw_last_error', 'string', []),
+    lastStats: M.cwrap('tlrw_last_stats', 'string', []),
+    complete: M.cwrap('tlrw_http_complete', null, ['number', 'number', 'string', 'number', 'number']),
+    fail: M.cwrap('tlr_http_fail', null, ['number', 'string']),
+    deviceFree: M.cwrap('tlr_device_free', null, ['number']),
+    llmFree: M.cwrap('tlr_llm_free', null, ['number']),
+  };
+  M.FS.mkdir('/models');
+}
+
+// One request of the transport hook: answered before returning (tlr_http_complete or _fail).
+function httpSend(exchange, method, url, headers, body, timeoutS) {
+  const xhr = new XMLHttpRequest();
+  try {
+    xhr.open(method, url, false);
+    xhr.timeout = Math.max(1, Math.round(timeoutS * 1000));
+    for (const [k, v] of Object.entries(headers)) xhr.setRequestHeader(k, v);
+    xhr.send(method === 'GET' || method === 'DELETE' ? null : body);
+  } catch (e) {
+    api.fail(exchange, `no answer from ${url} (${e && e.message || e})`);
+    return;
+  }
+  if (xhr.status === 0) {
+    api.fail(exchange, `no answer from ${url} (unreachable, or the browser blocked the call)`);
+    return;
+  }
+  const text = new TextEncoder().encode(xhr.responseText);
+  const ptr = M._malloc(text.length + 1);
+  M.HEAPU8.set(text, ptr);
+  api.complete(exchange, xhr.status, xhr.getAllResponseHeaders(), ptr, text.length);
+  M._free(ptr);
+}
+
+// Whether a server answers this page: 'ok', 'origin' (it answers, but does not allow this
+// page's origin: a no-cors request gets through where a CORS one is blocked) or 'unreachable'.
+async function probe(server) {
+  const health = new URL('health', server.endsWith('/') ? server : server + '/').toString();
+  try {
+    await fetch(health, { cache: 'no-store' });
+    return 'ok';
+  } catch (e) {
+    try {
+      await fetch(health, { mode: 'no-cors', cache: 'no-store' });
+      return 'origin';
+    } catch (e2) {
+      return 'unreachable';
+    }
+  }
+}
+
+// A model or router: from the browser's Cache Storage when this URL was fetched before, else
+// downloaded (progress reported) and kept there. Files the user picked are used as they are.
+async function fetchModel(id, what, src) {
+  if (typeof src !== 'string') return { blob: src, cached: false, bytes: src.size };
+  const cache = 'caches' in self ? await caches.open(CACHE) : null;
+  let res = cache ? await cache.match(src) : null;
+  if (res) return { blob: await res.blob(), cached: true, bytes: Number(res.headers.get('content-length')) || 0 };
+  let r;
+  try {
+    r = await fetch(src);
+  } catch (e) {
+    throw new Error(`the ${what} at ${src} could not be downloaded: ${e.message || e}`);
+  }
+  if (!r.ok) throw new Error(`the ${what} at ${src} could not be downloaded: HTTP ${r.status} ${r.statusText}`);
+  const total = Number(r.headers.get('content-length')) || 0;
+  const reader = r.body.getReader();
+  const parts = [];
+  let done = 0;
+  for (;;) {
+    const { done: end, value } = await reader.read();
+    if (end) break;
+    parts.push(value);
+    done += value.length;
+    post({ id, progress: { what, url: src, done, total } });
+  }
+  const blob = new Blob(parts);
+  if (cache) await cache.put(src, new Response(blob, { headers: { 'content-length': String(blob.size) } }));
+  return { blob, cached: false, bytes: blob.size };
+}
+
+let mounts = 0;
+async function load(id, { slm, router }) {
+  await init();
+  const got = {};
+  for (const [what, src] of [['SLM', slm], ['router', router]]) {
+    if (what === 'router' && typeof src === 'string' && !src.includes('/') && !src.includes('.')) continue;  // a built-in kind
+    got[what] = await fetchModel(id, what, src);
+    const head = new Uint8Array(await got[what].blob.slice(0, 4).arrayBuffer());
+    if (String.fromCharCode(...head) !== 'GGUF') {
+      throw new Error(`the ${what} (${typeof src === 'string' ? src : src.name}) is not a GGUF file`);
+    }
+  }
+  // The files go in through WORKERFS: read from the Blob straight into WebAssembly memory.
+  const dir = `/models/${++mounts}`;
+  M.FS.mkdir(dir);
+  const blobs = Object.entries(got).map(([what, g]) => ({ name: what === 'SLM' ? 'slm.gguf' : 'router.gguf', data: g.blob }));
+  M.FS.mount(M.WORKERFS, { blobs }, dir);
+  if (device) api.deviceFree(device);
+  device = api.deviceOpen(JSON.stringify({ slm: `${dir}/slm.gguf`, router: got.router ? `${dir}/router.gguf` : router }));
+  if (!device) throw new Error(api.lastError());
+  return { cached: Object.fromEntries(Object.entries(got).map(([k, g]) => [k, g.cached])),
+           bytes: Object.fromEntries(Object.entries(got).map(([k, g]) => [k, g.bytes])) };
+}
+
+async function connect(id, params) {
+  await init();
+  if (llm) api.llmFree(llm);
+  llm = 0;
+  if (!params || !params.server) return {};
+  const reach = await probe(params.server);
+  if (reach === 'origin') {
+    throw new Error(`the server at ${params.server} does not allow pages of ${self.location.origin}: ` +
+                    `start it with tlr serve --cors-origin ${self.location.origin}`);
+  }
+  llm = api.llmOpen(JSON.stringify(params));
+  if (!llm) throw new Error(api.lastError());
+  return { reachable: reach === 'ok' };
+}
+
+function generate(id, request) {
+  if (!device) throw new Error('no model loaded (load the SLM and router first)');
+  current = id;
+  const rc = api.generate(device, llm, JSON.stringify(request));
+  if (rc !== 0) throw new Error(api.lastError());
+  return JSON.parse(api.lastStats());
+}
+
+self.onmessage = async (e) => {
+  const { id, op, ...args } = e.data;
+  try {
+    let result;
+    if (op === 'load') result = await load(id, args);
+    else if (op === 'connect') result = await connect(id, args);
+    else if (op === 'generate') result = generate(id, args.request);
+    else throw new Error('unknown operation ' + op);
+    post({ id, ok: true, result });
+  } catch (err) {
+    post({ id, ok: false, error: String(err && err.message || err) });
+  }
+};
