@@ -33,10 +33,12 @@ async function init() {
     lastStats: M.cwrap('tlrw_last_stats', 'string', []),
     complete: M.cwrap('tlrw_http_complete', null, ['number', 'number', 'string', 'number', 'number']),
     fail: M.cwrap('tlr_http_fail', null, ['number', 'string']),
+    alloc: M.cwrap('tlrw_alloc', 'number', ['number']),
+    addFile: M.cwrap('tlrw_add_file', null, ['string', 'number', 'number']),
+    removeFile: M.cwrap('tlrw_remove_file', null, ['string']),
     deviceFree: M.cwrap('tlr_device_free', null, ['number']),
     llmFree: M.cwrap('tlr_llm_free', null, ['number']),
   };
-  M.FS.mkdir('/models');
 }
 
 // One request of the transport hook: answered before returning (tlr_http_complete or _fail).
@@ -105,11 +107,31 @@ async function fetchModel(id, what, src) {
     post({ id, progress: { what, url: src, done, total } });
   }
   const blob = new Blob(parts);
-  if (cache) await cache.put(src, new Response(blob, { headers: { 'content-length': String(blob.size) } }));
-  return { blob, cached: false, bytes: blob.size };
+  let kept = false, why = '';
+  if (cache) {
+    try {  // a full or private-mode store keeps nothing: the next visit downloads again
+      await cache.put(src, new Response(blob, { headers: { 'content-length': String(blob.size) } }));
+      kept = true;
+    } catch (e) {
+      why = String(e && e.message || e);
+    }
+  }
+  return { blob, cached: false, bytes: blob.size, kept, why };
 }
 
-let mounts = 0;
+// Copies a Blob into WebAssembly memory in slices (one copy, no second one in JavaScript) and
+// names it for the C side.
+async function addFile(name, blob) {
+  const ptr = api.alloc(blob.size);
+  if (!ptr) throw new Error(`not enough memory for ${name} (${(blob.size / 1048576).toFixed(0)} MiB)`);
+  for (let at = 0; at < blob.size; at += 16 << 20) {
+    const part = new Uint8Array(await blob.slice(at, at + (16 << 20)).arrayBuffer());
+    M.HEAPU8.set(part, ptr + at);  // HEAPU8 is fetched again each time: memory may have grown
+  }
+  api.addFile(name, ptr, blob.size);
+}
+
+let loads = 0;
 async function load(id, { slm, router }) {
   await init();
   const got = {};
@@ -121,16 +143,28 @@ async function load(id, { slm, router }) {
       throw new Error(`the ${what} (${typeof src === 'string' ? src : src.name}) is not a GGUF file`);
     }
   }
-  // The files go in through WORKERFS: read from the Blob straight into WebAssembly memory.
-  const dir = `/models/${++mounts}`;
-  M.FS.mkdir(dir);
-  const blobs = Object.entries(got).map(([what, g]) => ({ name: what === 'SLM' ? 'slm.gguf' : 'router.gguf', data: g.blob }));
-  M.FS.mount(M.WORKERFS, { blobs }, dir);
   if (device) api.deviceFree(device);
-  device = api.deviceOpen(JSON.stringify({ slm: `${dir}/slm.gguf`, router: got.router ? `${dir}/router.gguf` : router }));
-  if (!device) throw new Error(api.lastError());
-  return { cached: Object.fromEntries(Object.entries(got).map(([k, g]) => [k, g.cached])),
-           bytes: Object.fromEntries(Object.entries(got).map(([k, g]) => [k, g.bytes])) };
+  device = 0;
+  const names = {};
+  for (const [what, g] of Object.entries(got)) {
+    names[what] = `/models/${++loads}/${what === 'SLM' ? 'slm' : 'router'}.gguf`;
+    await addFile(names[what], g.blob);
+  }
+  device = api.deviceOpen(JSON.stringify({ slm: names.SLM, router: names.router || router }));
+  for (const name of Object.values(names)) api.removeFile(name);  // the device holds what it uses
+  if (!device) {  // said with the URLs or file names the page gave, not the names inside
+    let msg = api.lastError();
+    for (const [what, name] of Object.entries(names)) {
+      const src = what === 'SLM' ? slm : router;
+      msg = msg.split(name).join(typeof src === 'string' ? src : src.name || what);
+    }
+    throw new Error(msg);
+  }
+  const each = (f) => Object.fromEntries(Object.entries(got).map(([k, g]) => [k, f(g)]));
+  const notKept = Object.entries(got).filter(([, g]) => !g.cached && !g.kept);
+  return { cached: each((g) => g.cached), bytes: each((g) => g.bytes),
+           notice: notKept.length ? `not kept in the browser's storage (the next visit downloads again): ` +
+                                    notKept.map(([k, g]) => `${k}${g.why ? ': ' + g.why : ''}`).join('; ') : '' };
 }
 
 async function connect(id, params) {
@@ -166,6 +200,7 @@ self.onmessage = async (e) => {
     else throw new Error('unknown operation ' + op);
     post({ id, ok: true, result });
   } catch (err) {
+    if (!(err instanceof Error) || err.constructor !== Error) console.error(err);  // not one of ours: the stack helps
     post({ id, ok: false, error: String(err && err.message || err) });
   }
 };

@@ -12,6 +12,7 @@
 //                                   "threshold", "max_tokens", "pipeline", "temperature", "seed",
 //                                   "chat"} -> status; each token goes to Module.tlrOnToken, and
 //   tlrw_last_stats()              the last generation's stats as JSON (tlr_stats' fields).
+//   tlrw_alloc, tlrw_add_file      model files as bytes in memory (the build has no file system)
 // Handles are freed with tlr_device_free / tlr_llm_free; errors read with tlr_last_error.
 #include <emscripten.h>
 
@@ -22,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tlr.h"
+#include "util/mapped_file.h"
 
 namespace {
 
@@ -173,6 +175,12 @@ EMSCRIPTEN_KEEPALIVE int tlrw_generate(tlr_device* dev, const tlr_llm* llm, cons
 }
 
 EMSCRIPTEN_KEEPALIVE const char* tlrw_last_stats() { return g_stats.c_str(); }
+
+// Model files: the worker downloads straight into WebAssembly memory (tlrw_alloc), then names
+// the bytes (tlrw_add_file) for tlrw_device_open; the model keeps them while it lives.
+EMSCRIPTEN_KEEPALIVE uint8_t* tlrw_alloc(size_t size) { return tlr::AllocateMemoryFile(size); }
+EMSCRIPTEN_KEEPALIVE void tlrw_add_file(const char* name, uint8_t* bytes, size_t size) { tlr::AddMemoryFile(name, bytes, size); }
+EMSCRIPTEN_KEEPALIVE void tlrw_remove_file(const char* name) { tlr::RemoveMemoryFile(name); }
 
 // The worker's answer to a request: status, the response headers as XMLHttpRequest gives them
 // ("name: value\r\n" lines) and the body.

@@ -31,6 +31,10 @@ namespace {
 Expected<std::shared_ptr<HttpStack>> MakeStack(const HttpOptions& opts) {
   if (opts.stack) return opts.stack;
   TLR_ASSIGN_OR_RETURN(const ServerUrl url, ParseServerUrl(opts.url));
+#if !TLR_HAS_SOCKETS
+  return Status::Error("this build of TLR has no HTTP client of its own (TLR_SOCKETS=OFF): give the LLM a transport "
+                       "hook (tlr_llm_params.http_hook) to carry its calls to " + url.Origin());
+#endif
   TlsOptions tls;
   tls.verify = opts.verify_tls;
   tls.ca_file = opts.ca_file;

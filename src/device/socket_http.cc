@@ -26,17 +26,6 @@
 
 namespace tlr {
 
-void HttpResult::AddHeader(std::string_view name, std::string value) {
-  headers.emplace_back(AsciiLower(name), std::move(value));
-}
-
-std::string HttpResult::Header(const std::string& name) const {
-  for (const auto& [k, v] : headers) {
-    if (k == name) return v;
-  }
-  return "";
-}
-
 bool BuiltWithTls() { return TLR_HAS_TLS != 0; }
 
 std::string NoTlsMessage(const std::string& url) {

@@ -10,6 +10,9 @@
 namespace tlr {
 
 uint64_t AvailableMemoryBytes() {
+#ifdef __EMSCRIPTEN__
+  return 0;  // the browser build has no /proc (no file system at all): not known
+#endif
   std::ifstream in("/proc/meminfo");
   std::string key;
   uint64_t kb;

@@ -2,7 +2,6 @@
 #include "model/packed_gguf.h"
 
 #include <cstring>
-#include <fstream>
 #include <map>
 
 #include "model/gguf/gguf_keys.h"
@@ -11,6 +10,7 @@
 #include "model/weight_cache.h"
 #include "ops/matmul.h"
 #include "util/hash.h"
+#include "util/mapped_file.h"
 
 namespace tlr {
 
@@ -109,9 +109,10 @@ bool LooksPacked(const std::string& path) {
   // (u32: 8 = string) and the string (u64 length, bytes).
   const std::string key = k::kArchitecture, arch = kPackedArch;
   const size_t need = 24 + 8 + key.size() + 4 + 8 + arch.size();
-  std::ifstream f(path, std::ios::binary);
-  std::string head(need, '\0');
-  if (!f.read(head.data(), static_cast<std::streamsize>(need))) return false;
+  // Mapped, not read: the few bytes come from one page (and memory files work as well).
+  auto map = MappedFile::Open(path);
+  if (!map.ok() || map->size() < need) return false;
+  const std::string head(reinterpret_cast<const char*>(map->bytes().data()), need);
   auto u64 = [&](size_t at) {
     uint64_t v = 0;
     for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(head[at + i])) << (8 * i);

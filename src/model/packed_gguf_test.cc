@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -17,6 +18,7 @@
 #include "model/random_model.h"
 #include "ops/matmul.h"
 #include "util/hash.h"
+#include "util/mapped_file.h"
 #include "util/temp_dir.h"
 
 namespace tlr {
@@ -183,6 +185,32 @@ TEST_F(PackedGgufTest, PackedOnAnotherTargetOrMachineMapsHere) {
     ASSERT_TRUE(foreign.ok()) << foreign.status().message();
     EXPECT_EQ(PromptLogits(**foreign), PromptLogits(**orig));
     std::printf("%s: packed on another machine, mapped here (%s): same logits as the original\n", dir, here.c_str());
+  }
+}
+
+// A model in memory (AddMemoryFile: how the browser build loads), plain or packed, gives the
+// logits of the same file on disk.
+TEST_F(PackedGgufTest, MemoryFilesLoadAsTheFileOnDisk) {
+  RandomModelOptions o;
+  o.preset = "tiny256";
+  o.type = "q4_0";
+  const std::string src = dir_.File("m.gguf"), packed = dir_.File("m.packed.gguf");
+  ASSERT_TRUE(WriteRandomModel(o, src).ok());
+  ASSERT_TRUE(WritePackedGguf(src, packed).ok());
+  Model::Options off;
+  off.weight_cache = "off";
+  auto want = Model::Load(src, off);
+  ASSERT_TRUE(want.ok());
+  for (const std::string& file : {src, packed}) {
+    const std::string bytes = Bytes(file);
+    uint8_t* mem = AllocateMemoryFile(bytes.size());
+    std::memcpy(mem, bytes.data(), bytes.size());
+    AddMemoryFile("/memory/model.gguf", mem, bytes.size());
+    auto got = Model::Load("/memory/model.gguf", off);
+    RemoveMemoryFile("/memory/model.gguf");
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    EXPECT_EQ((*got)->packed(), file == packed);
+    EXPECT_EQ(PromptLogits(**got), PromptLogits(**want)) << file;
   }
 }
 

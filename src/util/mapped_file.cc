@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <new>
 #include <sstream>
 
@@ -36,12 +38,38 @@ void Unmap(const uint8_t* data, size_t size) {
 }
 }  // namespace
 
+namespace {
+struct MemoryFiles {
+  std::mutex mu;
+  std::map<std::string, std::pair<std::shared_ptr<const uint8_t>, size_t>> files;
+};
+MemoryFiles& Memory() {
+  static MemoryFiles* m = new MemoryFiles();
+  return *m;
+}
+}  // namespace
+
+uint8_t* AllocateMemoryFile(size_t size) {
+  return static_cast<uint8_t*>(::operator new[](std::max<size_t>(size, 1), std::align_val_t(64), std::nothrow));
+}
+
+void AddMemoryFile(const std::string& name, uint8_t* bytes, size_t size) {
+  std::shared_ptr<const uint8_t> p(bytes, [](const uint8_t* b) { ::operator delete[](const_cast<uint8_t*>(b), std::align_val_t(64)); });
+  std::lock_guard<std::mutex> l(Memory().mu);
+  Memory().files[name] = {std::move(p), size};
+}
+
+void RemoveMemoryFile(const std::string& name) {
+  std::lock_guard<std::mutex> l(Memory().mu);
+  Memory().files.erase(name);
+}
+
 MappedFile::~MappedFile() {
   if (mapped_) Unmap(data_, size_);
 }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
-    : data_(other.data_), size_(other.size_), mapped_(other.mapped_) {
+    : data_(other.data_), size_(other.size_), mapped_(other.mapped_), memory_(std::move(other.memory_)) {
   other.data_ = nullptr;
   other.size_ = 0;
   other.mapped_ = false;
@@ -53,6 +81,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     data_ = other.data_;
     size_ = other.size_;
     mapped_ = other.mapped_;
+    memory_ = std::move(other.memory_);
     other.data_ = nullptr;
     other.size_ = 0;
     other.mapped_ = false;
@@ -61,6 +90,17 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 }
 
 Expected<MappedFile> MappedFile::Open(const std::string& path, bool huge) {
+  {
+    std::lock_guard<std::mutex> l(Memory().mu);
+    auto it = Memory().files.find(path);
+    if (it != Memory().files.end()) {
+      MappedFile f;
+      f.memory_ = it->second.first;
+      f.data_ = f.memory_.get();
+      f.size_ = it->second.second;
+      return f;
+    }
+  }
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::Error("cannot open '" + path + "': " + ErrnoText());
   struct stat st;

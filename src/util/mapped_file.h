@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -42,7 +43,15 @@ class MappedFile {
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
   bool mapped_ = false;
+  std::shared_ptr<const uint8_t> memory_;  // a memory file's bytes (AddMemoryFile)
 };
+
+// Bytes already in memory that MappedFile::Open serves under `name` as if they were a file: the
+// browser build has no file system, and a download goes straight into WebAssembly memory. Takes
+// the bytes (from AllocateMemoryFile); an open MappedFile keeps them alive after RemoveMemoryFile.
+uint8_t* AllocateMemoryFile(size_t size);  // 64-byte aligned; null when out of memory
+void AddMemoryFile(const std::string& name, uint8_t* bytes, size_t size);
+void RemoveMemoryFile(const std::string& name);
 
 // Reads a whole (small) file into a string, e.g. a tokenizer.json.
 Expected<std::string> ReadFileToString(const std::string& path);

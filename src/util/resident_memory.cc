@@ -16,6 +16,9 @@ std::string ResidentMemory::Describe() const {
 }
 
 Expected<ResidentMemory> ReadResidentMemory() {
+#ifdef __EMSCRIPTEN__
+  return Status::Error("resident memory: not known in the browser");  // no /proc (no file system at all)
+#endif
   std::ifstream in("/proc/self/status");
   if (!in) return Status::Error("resident memory: /proc/self/status is not readable here");
   ResidentMemory m;

@@ -8,7 +8,10 @@ import { join, extname } from 'node:path';
 import { tmpdir } from 'node:os';
 import { chromium } from 'playwright-core';
 
-const [tlr, wasmDir, demoDir, executablePath, srcWebDir] = process.argv.slice(2);
+const [tlr, wasmDir, demoDir, executablePath, srcWebDir, ...rest] = process.argv.slice(2);
+// --bench FILE.gguf...: instead of the checks, the SLM's decode speed in the tab against the
+// native build at one thread (reported, not asserted).
+const benchFiles = rest[0] === '--bench' ? rest.slice(1) : [];
 const N_QUESTIONS = 20, MAX_TOKENS = 40;
 let passed = 0, failed = 0;
 function check(name, ok, detail = '') {
@@ -26,9 +29,12 @@ const statics = http.createServer((req, res) => {
   hits.set(path, (hits.get(path) || 0) + 1);
   let file = null, body = null;
   if (path === '/') body = page;
+  else if (path === '/favicon.ico') body = '';
+  else if (path.startsWith('/bench/')) file = benchFiles[Number(path.slice('/bench/'.length))];
   else if (path === '/tlr.js' || path === '/tlr_worker.js') file = join(srcWebDir, path);
   else if (path === '/tlr.mjs' || path === '/tlr.wasm') file = join(wasmDir, path);
   else if (path === '/models/not-a-model.gguf') body = 'This is not a model, it is a text file.\n';
+  else if (path === '/models/truncated.gguf') body = readFileSync(join(demoDir, 'slm.gguf')).subarray(0, 700000);
   else if (path.startsWith('/models/')) file = join(demoDir, path.slice('/models/'.length));
   if (file && existsSync(file)) body = readFileSync(file);
   if (body === null) { res.writeHead(404, { 'content-type': 'text/plain' }); res.end('not found'); return; }
@@ -54,9 +60,51 @@ function serve(args) {
     p.on('exit', (code) => reject(new Error(`tlr serve exited (${code}): ${err}`)));
   });
 }
+if (benchFiles.length) {
+  await bench();
+  statics.close();
+  process.exit(0);
+}
 const server = await serve(['--cors-origin', origin]);
 const closed = await serve([]);  // allows no origin
 console.log(`page at ${origin}, tlr serve at ${server} (allows it) and ${closed} (does not)`);
+
+// Decode tokens/s of each file as the SLM (router maxprob, small_only, greedy, 64 tokens), in the
+// tab (single thread, WebAssembly SIMD) and natively with one thread; medians of 3 each.
+async function bench() {
+  const prompt = 'Question: Where does a fexko live? Answer:';
+  const browser = await chromium.launch({ executablePath, args: ['--no-sandbox'] });
+  const tab = await (await browser.newContext()).newPage();
+  await tab.goto(origin + '/');
+  const median = (xs) => xs.slice().sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+  console.log('| model | tab tok/s | native tok/s (1 thread) | tab / native |');
+  console.log('|---|---:|---:|---:|');
+  for (let i = 0; i < benchFiles.length; ++i) {
+    const tabTbt = await tab.evaluate(async ({ url, prompt }) => {
+      const { Tlr } = await import('/tlr.js');
+      const tlr = new Tlr();
+      await tlr.load({ slm: url, router: 'maxprob' });
+      const tbt = [];
+      for (let r = 0; r < 3; ++r) {
+        for await (const t of tlr.generate(prompt, { mode: 'small_only', maxTokens: 64 })) void t;
+        tbt.push(tlr.stats.tbt_ms);
+      }
+      tlr.terminate();
+      return tbt;
+    }, { url: `/bench/${i}`, prompt });
+    const nativeTbt = [];
+    for (let r = 0; r < 3; ++r) {
+      const out = spawnSync(tlr, ['generate', '--slm', benchFiles[i], '--router', 'maxprob', '--mode', 'small_only',
+                                  '-n', '64', '-t', '1', '-p', prompt], { encoding: 'utf8' });
+      const m = (out.stdout + out.stderr).match(/TBT ([\d.]+) ms/);
+      if (!m) throw new Error('no TBT in tlr generate output: ' + out.stderr);
+      nativeTbt.push(Number(m[1]));
+    }
+    const a = 1000 / median(tabTbt), b = 1000 / median(nativeTbt);
+    console.log(`| ${benchFiles[i].split('/').pop()} | ${a.toFixed(1)} | ${b.toFixed(1)} | ${(a / b).toFixed(2)}x |`);
+  }
+  await browser.close();
+}
 
 // The test questions as the demo prompts them.
 const questions = readFileSync(join(demoDir, 'test.jsonl'), 'utf8').split('\n').filter(Boolean).slice(0, N_QUESTIONS)
@@ -72,6 +120,17 @@ function native(prompt, pipeline) {
   if (r.status !== 0) throw new Error(`tlr generate failed: ${r.stderr}`);
   return readFileSync(trace, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l))
     .filter((t) => t.id !== undefined).map((t) => `${t.id}/${t.source}`);
+}
+
+// What a page ships: the single-thread .wasm (and gzipped), and the JavaScript it loads.
+{
+  const { gzipSync } = await import('node:zlib');
+  const wasm = readFileSync(join(wasmDir, 'tlr.wasm'));
+  const gz = gzipSync(wasm, { level: 9 }).length;
+  const js = ['tlr.mjs'].map((f) => readFileSync(join(wasmDir, f)).length)
+    .concat(['tlr.js', 'tlr_worker.js'].map((f) => readFileSync(join(srcWebDir, f)).length)).reduce((a, b) => a + b);
+  check('the .wasm is at most 3 MB (gzip 1.2 MB)', wasm.length <= 3e6 && gz <= 1.2e6, `${wasm.length} bytes, gzip ${gz}`);
+  check('the page\'s JavaScript is at most 100 KB', js <= 100e3, `${js} bytes`);
 }
 
 const browser = await chromium.launch({ executablePath, args: ['--no-sandbox'] });
@@ -158,7 +217,11 @@ try {
     const attempt = async (name, fn) => { try { await fn(); out[name] = 'no error'; } catch (e) { out[name] = e.message; } };
     await attempt('missing', () => tlr.load({ slm: '/models/no-such.gguf', router: '/models/router.gguf' }));
     await attempt('notgguf', () => tlr.load({ slm: '/models/not-a-model.gguf', router: '/models/router.gguf' }));
+    await attempt('truncated', () => tlr.load({ slm: '/models/truncated.gguf', router: '/models/router.gguf' }));
     await attempt('origin', () => tlr.connect({ server: closed }));
+    const stop = new AbortController();
+    stop.abort();
+    await attempt('abort', async () => { for await (const t of tlr.generate('Question:', { mode: 'small_only', signal: stop.signal })) void t; });
     await tlr.load({ slm: '/models/slm.gguf', router: '/models/router.gguf' });
     let n = 0;
     for await (const t of tlr.generate('Question: Where does a fexko live?\n', { mode: 'small_only', maxTokens: 8 })) n++;
@@ -167,7 +230,9 @@ try {
   }, { closed });
   check('a model URL that fails says so', /could not be downloaded: HTTP 404/.test(errors.missing), errors.missing);
   check('a file that is not GGUF says so', /is not a GGUF file/.test(errors.notgguf), errors.notgguf);
+  check('a truncated GGUF file says so', /SLM: gguf '\/models\/truncated.gguf'.*runs past the end of the file/.test(errors.truncated), errors.truncated);
   check('a server that refuses the origin says what to do', /--cors-origin/.test(errors.origin), errors.origin);
+  check('a stopped generation ends with an AbortError', /stopped/.test(errors.abort), errors.abort);
   check('the worker stays usable after the errors', errors.after > 0, `${errors.after} tokens`);
 } finally {
   await browser.close();

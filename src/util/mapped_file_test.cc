@@ -1,0 +1,44 @@
+// MappedFile (util layer): memory files (AddMemoryFile, what the browser build loads models
+// from) open like files, keep their bytes while a mapping holds them, and are gone once removed;
+// files on disk map as before.
+#include "util/mapped_file.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "util/temp_dir.h"
+
+namespace tlr {
+namespace {
+
+TEST(MemoryFile, OpensLikeAFileAndOutlivesItsRemoval) {
+  const std::string text = "GGUF and then some bytes";
+  uint8_t* bytes = AllocateMemoryFile(text.size());
+  ASSERT_NE(bytes, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(bytes) % 64, 0u);
+  std::memcpy(bytes, text.data(), text.size());
+  AddMemoryFile("/models/1/slm.gguf", bytes, text.size());
+  auto a = MappedFile::Open("/models/1/slm.gguf");
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(a->bytes().data()), a->size()), text);
+  RemoveMemoryFile("/models/1/slm.gguf");
+  EXPECT_FALSE(MappedFile::Open("/models/1/slm.gguf").ok());  // gone (no such file on disk either)
+  MappedFile moved = std::move(a).value();                     // the bytes live on with the mapping
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(moved.bytes().data()), moved.size()), text);
+}
+
+TEST(MemoryFile, ShadowsNothingElse) {
+  TempDir dir;
+  const std::string path = dir.File("f.bin");
+  std::ofstream(path, std::ios::binary) << "on disk";
+  AddMemoryFile(dir.File("other.bin"), AllocateMemoryFile(1), 1);
+  auto f = MappedFile::Open(path);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(f->bytes().data()), f->size()), "on disk");
+  RemoveMemoryFile(dir.File("other.bin"));
+}
+
+}  // namespace
+}  // namespace tlr
