@@ -147,6 +147,9 @@ wasm:
 	@scripts/deps.sh wasm
 	@grep -qs "CMAKE_GENERATOR:INTERNAL=Ninja" build-wasm/CMakeCache.txt || cmake --preset wasm
 	cmake --build build-wasm -j $(JOBS)
+	@grep -qs "CMAKE_GENERATOR:INTERNAL=Ninja" build-wasm-scalar/CMakeCache.txt || cmake --preset wasm-scalar
+	cmake --build build-wasm-scalar -j $(JOBS)
+	cp build-wasm-scalar/web/tlr-scalar.mjs build-wasm-scalar/web/tlr-scalar.wasm build-wasm/web/
 
 wasm-test: build wasm
 	@scripts/deps.sh test

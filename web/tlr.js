@@ -55,12 +55,13 @@ export class Tlr {
   }
 
   // Loads the SLM and its router (URLs or Files; router may also be a built-in kind:
-  // "maxprob", "entropy"). Resolves to {cached: {SLM, router}, bytes: {SLM, router}}.
-  async load({ slm, router, onProgress } = {}) {
+  // "maxprob", "entropy"). Resolves to {build, cached: {SLM, router}, bytes, notice}. `simd:
+  // false` takes the scalar build (the one browsers without WebAssembly SIMD get).
+  async load({ slm, router, onProgress, simd } = {}) {
     if (this._ready) await this._ready;
     if (!slm || !router) throw new Error('load needs slm and router (a URL or a File each)');
-    const r = await this._call('load', { slm, router }, { onProgress });
-    this._loaded = { slm, router };
+    const r = await this._call('load', { slm, router, simd }, { onProgress });
+    this._loaded = { slm, router, simd };
     return r;
   }
 

@@ -1,11 +1,9 @@
 // TLR's worker (module worker): the SLM, its router and the decoder run here, in WebAssembly
-// (tlr.mjs / tlr.wasm from `cmake --preset wasm`); only the tokens the router doubts go to the
+// (tlr.mjs / tlr.wasm from `make wasm`; tlr-scalar.* without SIMD); only the tokens the router doubts go to the
 // LLM behind `tlr serve`, through this worker's synchronous XMLHttpRequest (allowed in workers:
 // the one WebAssembly thread waits in the request as a native client's thread would).
 // Driven by tlr.js over postMessage: {id, op, ...} in, {id, ok, result | error} and
 // {id, token} / {id, progress} out. The worker stays usable after any error.
-import createTlrModule from './tlr.mjs';
-
 const CACHE = 'tlr-models-v1';
 let M = null;            // the WebAssembly module
 let device = 0, llm = 0; // handles
@@ -14,10 +12,22 @@ let api = null;
 
 function post(msg) { self.postMessage(msg); }
 
-async function init() {
+// The build for this browser: WebAssembly SIMD where it validates (a module using one v128
+// instruction), else the scalar build (slower). `simd: false` asks for the scalar one.
+const HAS_SIMD = WebAssembly.validate(new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3, 2, 1, 0, 10,
+                                                      10, 1, 8, 0, 65, 0, 253, 15, 253, 98, 11]));
+let build = '';
+
+async function init(simd) {
   if (M) return;
-  if (!WebAssembly.validate(new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3, 2, 1, 0, 10, 10, 1, 8, 0, 65, 0, 253, 15, 253, 98, 11]))) {
-    throw new Error('this browser has no WebAssembly SIMD (128-bit), which TLR needs: use a current Chrome, Edge, Firefox or Safari');
+  build = HAS_SIMD && simd !== false ? 'simd' : 'scalar';
+  let createTlrModule;
+  try {
+    ({ default: createTlrModule } = await import(build === 'simd' ? './tlr.mjs' : './tlr-scalar.mjs'));
+  } catch (e) {
+    throw new Error(build === 'simd' ? `TLR's WebAssembly module could not be loaded: ${e.message || e}`
+                                     : 'this browser has no WebAssembly SIMD and the site serves no scalar build ' +
+                                       `(tlr-scalar.mjs: make wasm builds it): ${e.message || e}`);
   }
   M = await createTlrModule({
     tlrOnToken: (t) => { post({ id: current, token: t }); return 0; },
@@ -132,8 +142,8 @@ async function addFile(name, blob) {
 }
 
 let loads = 0;
-async function load(id, { slm, router }) {
-  await init();
+async function load(id, { slm, router, simd }) {
+  await init(simd);
   const got = {};
   for (const [what, src] of [['SLM', slm], ['router', router]]) {
     if (what === 'router' && typeof src === 'string' && !src.includes('/') && !src.includes('.')) continue;  // a built-in kind
@@ -162,7 +172,8 @@ async function load(id, { slm, router }) {
   }
   const each = (f) => Object.fromEntries(Object.entries(got).map(([k, g]) => [k, f(g)]));
   const notKept = Object.entries(got).filter(([, g]) => !g.cached && !g.kept);
-  return { cached: each((g) => g.cached), bytes: each((g) => g.bytes),
+  return { build: HAS_SIMD ? build : 'scalar (this browser has no WebAssembly SIMD)',
+           cached: each((g) => g.cached), bytes: each((g) => g.bytes),
            notice: notKept.length ? `not kept in the browser's storage (the next visit downloads again): ` +
                                     notKept.map(([k, g]) => `${k}${g.why ? ': ' + g.why : ''}`).join('; ') : '' };
 }

@@ -32,7 +32,7 @@ const statics = http.createServer((req, res) => {
   else if (path === '/favicon.ico') body = '';
   else if (path.startsWith('/bench/')) file = benchFiles[Number(path.slice('/bench/'.length))];
   else if (path === '/tlr.js' || path === '/tlr_worker.js') file = join(srcWebDir, path);
-  else if (path === '/tlr.mjs' || path === '/tlr.wasm') file = join(wasmDir, path);
+  else if (/^\/tlr(-scalar)?\.(mjs|wasm)$/.test(path)) file = join(wasmDir, path);
   else if (path === '/models/not-a-model.gguf') body = 'This is not a model, it is a text file.\n';
   else if (path === '/models/truncated.gguf') body = readFileSync(join(demoDir, 'slm.gguf')).subarray(0, 700000);
   else if (path.startsWith('/models/')) file = join(demoDir, path.slice('/models/'.length));
@@ -180,6 +180,25 @@ try {
   check('routed tokens came from the server', routed > 0 && run.stats.every((s) => s.fallbacks === 0),
         `${routed} routed, LLM work ${run.stats.reduce((a, s) => a + s.llm_prefilled, 0)} prefilled / ${run.stats.reduce((a, s) => a + s.llm_generated, 0)} generated`);
   console.log(`  (${(2 * questions.length)} generations in the tab in ${tabSeconds.toFixed(1)} s)`);
+
+  // The scalar build (what a browser without WebAssembly SIMD gets): the same tokens.
+  const scalar = await tab.evaluate(async ({ server, questions, maxTokens }) => {
+    const { Tlr } = await import('/tlr.js');
+    const tlr = new Tlr();
+    const loaded = await tlr.load({ slm: '/models/slm.gguf', router: '/models/router.gguf', simd: false });
+    await tlr.connect({ server });
+    const out = [];
+    for (const q of questions) {
+      const toks = [];
+      for await (const t of tlr.generate(q, { maxTokens, pipeline: false })) toks.push(`${t.id}/${t.source}`);
+      out.push(toks);
+    }
+    tlr.terminate();
+    return { build: loaded.build, out };
+  }, { server, questions: questions.slice(0, 5), maxTokens: MAX_TOKENS });
+  const sameScalar = scalar.out.filter((toks, i) => JSON.stringify(toks) === JSON.stringify(run.blocking[i])).length;
+  check('the scalar build (no WebAssembly SIMD) gives the same tokens', scalar.build === 'scalar' && sameScalar === 5,
+        `${scalar.build}, ${sameScalar}/5 questions`);
 
   // A conversation of three turns: each later turn reuses the tab's KV cache.
   const conv = await tab.evaluate(async () => {
