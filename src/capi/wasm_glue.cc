@@ -89,6 +89,19 @@ int BadJson(const std::string& what) {
   return TLR_ERR_INVALID_ARGUMENT;
 }
 
+// A value of the wrong type in a request (a page's threshold given as a word, say) makes the
+// JSON library throw: that is the request's error, not a crash of the worker.
+template <typename R, typename F>
+R Guarded(R on_error, F&& f) {
+  g_error.clear();
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    g_error = std::string("a value of the wrong type in the request: ") + e.what();
+    return on_error;
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -96,8 +109,7 @@ extern "C" {
 // Why the last call failed: its JSON, or what tlr_last_error says.
 EMSCRIPTEN_KEEPALIVE const char* tlrw_last_error() { return g_error.empty() ? tlr_last_error() : g_error.c_str(); }
 
-EMSCRIPTEN_KEEPALIVE tlr_device* tlrw_device_open(const char* params_json) {
-  g_error.clear();
+static tlr_device* DeviceOpen(const char* params_json) {
   json j = json::parse(params_json, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return (BadJson("tlrw_device_open: not a JSON object"), nullptr);
   tlr_device_params p;
@@ -112,8 +124,7 @@ EMSCRIPTEN_KEEPALIVE tlr_device* tlrw_device_open(const char* params_json) {
   return tlr_device_open(&p, &d) == TLR_OK ? d : nullptr;
 }
 
-EMSCRIPTEN_KEEPALIVE tlr_llm* tlrw_llm_open(const char* params_json) {
-  g_error.clear();
+static tlr_llm* LlmOpen(const char* params_json) {
   json j = json::parse(params_json, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return (BadJson("tlrw_llm_open: not a JSON object"), nullptr);
   tlr_llm_params p;
@@ -136,8 +147,7 @@ EMSCRIPTEN_KEEPALIVE tlr_llm* tlrw_llm_open(const char* params_json) {
   return tlr_llm_open(&p, &l) == TLR_OK ? l : nullptr;
 }
 
-EMSCRIPTEN_KEEPALIVE int tlrw_generate(tlr_device* dev, const tlr_llm* llm, const char* request_json) {
-  g_error.clear();
+static int Generate(tlr_device* dev, const tlr_llm* llm, const char* request_json) {
   json j = json::parse(request_json, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return BadJson("tlrw_generate: not a JSON object");
   tlr_generate_params p;
@@ -172,6 +182,16 @@ EMSCRIPTEN_KEEPALIVE int tlrw_generate(tlr_device* dev, const tlr_llm* llm, cons
   }
   g_stats = rc == TLR_OK ? StatsJson(st).dump() : "null";
   return rc;
+}
+
+EMSCRIPTEN_KEEPALIVE tlr_device* tlrw_device_open(const char* params_json) {
+  return Guarded<tlr_device*>(nullptr, [&] { return DeviceOpen(params_json); });
+}
+EMSCRIPTEN_KEEPALIVE tlr_llm* tlrw_llm_open(const char* params_json) {
+  return Guarded<tlr_llm*>(nullptr, [&] { return LlmOpen(params_json); });
+}
+EMSCRIPTEN_KEEPALIVE int tlrw_generate(tlr_device* dev, const tlr_llm* llm, const char* request_json) {
+  return Guarded<int>(TLR_ERR_INVALID_ARGUMENT, [&] { return Generate(dev, llm, request_json); });
 }
 
 EMSCRIPTEN_KEEPALIVE const char* tlrw_last_stats() { return g_stats.c_str(); }

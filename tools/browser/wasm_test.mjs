@@ -242,6 +242,7 @@ try {
     stop.abort();
     await attempt('abort', async () => { for await (const t of tlr.generate('Question:', { mode: 'small_only', signal: stop.signal })) void t; });
     await tlr.load({ slm: '/models/slm.gguf', router: '/models/router.gguf' });
+    await attempt('badvalue', async () => { for await (const t of tlr.generate('Question:', { threshold: 'high' })) void t; });
     let n = 0;
     for await (const t of tlr.generate('Question: Where does a fexko live?\n', { mode: 'small_only', maxTokens: 8 })) n++;
     out.after = n;
@@ -251,6 +252,7 @@ try {
   check('a file that is not GGUF says so', /is not a GGUF file/.test(errors.notgguf), errors.notgguf);
   check('a truncated GGUF file says so', /SLM: gguf '\/models\/truncated.gguf'.*runs past the end of the file/.test(errors.truncated), errors.truncated);
   check('a server that refuses the origin says what to do', /--cors-origin/.test(errors.origin), errors.origin);
+  check('a value of the wrong type is the request\'s error', /wrong type/.test(errors.badvalue), errors.badvalue);
   check('a stopped generation ends with an AbortError', /stopped/.test(errors.abort), errors.abort);
   check('the worker stays usable after the errors', errors.after > 0, `${errors.after} tokens`);
 } finally {
