@@ -21,24 +21,8 @@ namespace tlr {
 namespace {
 std::string ErrnoText() { return std::strerror(errno); }
 
-// The browser build's file systems (emscripten's MEMFS, WORKERFS over a Blob) map nothing: the
-// file is read into memory once instead (64-byte aligned, as the kernels' loads like it).
-#ifdef __EMSCRIPTEN__
-constexpr bool kReadInstead = true;
-#else
-constexpr bool kReadInstead = false;
-#endif
-
-void Unmap(const uint8_t* data, size_t size) {
-  if (kReadInstead) {
-    ::operator delete[](const_cast<uint8_t*>(data), std::align_val_t(64));
-  } else {
-    munmap(const_cast<uint8_t*>(data), size);
-  }
-}
-}  // namespace
-
-namespace {
+// Memory files (AddMemoryFile): the browser build has no file system, so its models open from
+// here (MappedFile::Open looks here first).
 struct MemoryFiles {
   std::mutex mu;
   std::map<std::string, std::pair<std::shared_ptr<const uint8_t>, size_t>> files;
@@ -65,7 +49,7 @@ void RemoveMemoryFile(const std::string& name) {
 }
 
 MappedFile::~MappedFile() {
-  if (mapped_) Unmap(data_, size_);
+  if (mapped_) munmap(const_cast<uint8_t*>(data_), size_);
 }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
@@ -77,7 +61,7 @@ MappedFile::MappedFile(MappedFile&& other) noexcept
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
-    if (mapped_) Unmap(data_, size_);
+    if (mapped_) munmap(const_cast<uint8_t*>(data_), size_);
     data_ = other.data_;
     size_ = other.size_;
     mapped_ = other.mapped_;
@@ -115,26 +99,7 @@ Expected<MappedFile> MappedFile::Open(const std::string& path, bool huge) {
   }
   MappedFile f;
   f.size_ = static_cast<size_t>(st.st_size);
-  if (kReadInstead && f.size_ > 0) {
-    auto* buf = static_cast<uint8_t*>(::operator new[](f.size_, std::align_val_t(64), std::nothrow));
-    if (!buf) {
-      ::close(fd);
-      return Status::Error("cannot read '" + path + "': out of memory (" + std::to_string(f.size_ >> 20) + " MiB)");
-    }
-    size_t done = 0;
-    while (done < f.size_) {
-      const ssize_t n = ::read(fd, buf + done, f.size_ - done);
-      if (n <= 0) {
-        std::string e = n < 0 ? ErrnoText() : "the file ended early";
-        ::operator delete[](buf, std::align_val_t(64));
-        ::close(fd);
-        return Status::Error("cannot read '" + path + "': " + e);
-      }
-      done += static_cast<size_t>(n);
-    }
-    f.data_ = buf;
-    f.mapped_ = true;
-  } else if (f.size_ > 0) {
+  if (f.size_ > 0) {
     void* want = nullptr;
     constexpr size_t kHuge = size_t{2} << 20;
     if (huge) {  // a 2 MiB-aligned address: reserve more, keep the aligned part
@@ -167,12 +132,11 @@ Expected<MappedFile> MappedFile::Open(const std::string& path, bool huge) {
 }
 
 void MappedFile::ReleaseResident() const {
-  if (kReadInstead) return;
   if (mapped_ && size_ > 0) madvise(const_cast<uint8_t*>(data_), size_, MADV_DONTNEED);
 }
 
 void MappedFile::ReleaseResident(size_t offset, size_t length) const {
-  if (kReadInstead || !mapped_ || offset >= size_) return;
+  if (!mapped_ || offset >= size_) return;
   length = std::min(length, size_ - offset);
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const uintptr_t from = reinterpret_cast<uintptr_t>(data_) + offset;
