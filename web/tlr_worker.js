@@ -134,11 +134,11 @@ async function fetchModel(id, what, src) {
 async function addFile(name, blob) {
   const ptr = api.alloc(blob.size);
   if (!ptr) throw new Error(`not enough memory for ${name} (${(blob.size / 1048576).toFixed(0)} MiB)`);
+  api.addFile(name, ptr, blob.size);  // owned by the C side from here: removing the name frees it
   for (let at = 0; at < blob.size; at += 16 << 20) {
     const part = new Uint8Array(await blob.slice(at, at + (16 << 20)).arrayBuffer());
     M.HEAPU8.set(part, ptr + at);  // HEAPU8 is fetched again each time: memory may have grown
   }
-  api.addFile(name, ptr, blob.size);
 }
 
 let loads = 0;
@@ -156,12 +156,15 @@ async function load(id, { slm, router, simd }) {
   if (device) api.deviceFree(device);
   device = 0;
   const names = {};
-  for (const [what, g] of Object.entries(got)) {
-    names[what] = `/models/${++loads}/${what === 'SLM' ? 'slm' : 'router'}.gguf`;
-    await addFile(names[what], g.blob);
+  try {
+    for (const [what, g] of Object.entries(got)) {
+      names[what] = `/models/${++loads}/${what === 'SLM' ? 'slm' : 'router'}.gguf`;
+      await addFile(names[what], g.blob);
+    }
+    device = api.deviceOpen(JSON.stringify({ slm: names.SLM, router: names.router || router }));
+  } finally {
+    for (const name of Object.values(names)) api.removeFile(name);  // the device holds what it uses
   }
-  device = api.deviceOpen(JSON.stringify({ slm: names.SLM, router: names.router || router }));
-  for (const name of Object.values(names)) api.removeFile(name);  // the device holds what it uses
   if (!device) {  // said with the URLs or file names the page gave, not the names inside
     let msg = api.lastError();
     for (const [what, name] of Object.entries(names)) {

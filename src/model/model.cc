@@ -65,7 +65,8 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& path, const Opti
   s = CheckKvType(opts.kv_type, m->config_.head_dim);
   if (!s.ok()) return s.WithPrefix("'" + path + "'");
   m->kv_type_ = opts.kv_type;
-  m->fingerprint_ = m->ComputeFingerprint();
+  // (A packed file carries its source's fingerprint: MapPacked takes it from there.)
+  if (!packed->has_value()) m->fingerprint_ = m->ComputeFingerprint();
   if (packed->has_value()) {
     s = m->MapPacked(path, **packed, opts.pre_override);
     if (!s.ok()) return s.WithPrefix("'" + path + "', a packed model (tlr convert), is refused");

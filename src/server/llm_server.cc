@@ -110,9 +110,9 @@ Status LlmServer::Start() {
       const bool allowed = std::find(opts_.cors_origins.begin(), opts_.cors_origins.end(), origin) != opts_.cors_origins.end() ||
                            std::find(opts_.cors_origins.begin(), opts_.cors_origins.end(), "*") != opts_.cors_origins.end();
       const bool preflight = req.method == "OPTIONS" && req.has_header("Access-Control-Request-Method");
+      res.set_header("Vary", "Origin");  // the reply depends on it (for caches in between)
       if (allowed) {
         res.set_header("Access-Control-Allow-Origin", origin);
-        res.set_header("Vary", "Origin");
         res.set_header("Access-Control-Expose-Headers", "Retry-After");
       }
       if (preflight) {
