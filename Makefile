@@ -145,15 +145,17 @@ aarch64-device-test: build
 
 wasm:
 	@scripts/deps.sh wasm
-	@grep -qs "CMAKE_GENERATOR:INTERNAL=Ninja" build-wasm/CMakeCache.txt || cmake --preset wasm
-	cmake --build build-wasm -j $(JOBS)
-	@grep -qs "CMAKE_GENERATOR:INTERNAL=Ninja" build-wasm-scalar/CMakeCache.txt || cmake --preset wasm-scalar
-	cmake --build build-wasm-scalar -j $(JOBS)
+	@for p in wasm wasm-scalar wasm-threads; do \
+	  grep -qs "CMAKE_GENERATOR:INTERNAL=Ninja" build-$$p/CMakeCache.txt || cmake --preset $$p || exit 1; \
+	  cmake --build build-$$p -j $(JOBS) --target tlr_wasm || exit 1; \
+	done
 	cp build-wasm-scalar/web/tlr-scalar.mjs build-wasm-scalar/web/tlr-scalar.wasm build-wasm/web/
+	cp build-wasm-threads/web/tlr-threads.mjs build-wasm-threads/web/tlr-threads.wasm \
+	   build-wasm-threads/web/tlr-threads.worker.js build-wasm/web/
 
 wasm-test: build wasm
 	@scripts/deps.sh test
 	tools/browser/wasm_test.sh build/bin/tlr build-wasm/web build
 
 clean:
-	rm -rf build build-asan build-tsan build-fuzz build-aarch64 build-aarch64-device build-device
+	rm -rf build build-asan build-tsan build-fuzz build-aarch64 build-aarch64-device build-device build-wasm build-wasm-scalar build-wasm-threads

@@ -29,8 +29,8 @@ export class Tlr {
   constructor(options?: { workerUrl?: string | URL });
   stats: Stats | null;
   load(options: { slm: string | File | Blob; router: string | File | Blob; onProgress?: (p: Progress) => void;
-                  simd?: boolean }):
-    Promise<{ build: string; cached: Record<string, boolean>; bytes: Record<string, number>; notice: string }>;
+                  simd?: boolean; threads?: number }):
+    Promise<{ build: string; threads: number; cached: Record<string, boolean>; bytes: Record<string, number>; notice: string }>;
   connect(options: { server?: string; apiKey?: string; backend?: 'tlr' | 'openai'; timeoutS?: number; retries?: number;
                      model?: string }): Promise<{ reachable?: boolean }>;
   generate(input: string | { messages: Message[] }, options?: GenerateOptions): AsyncGenerator<Token, void, void>;

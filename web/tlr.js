@@ -55,13 +55,15 @@ export class Tlr {
   }
 
   // Loads the SLM and its router (URLs or Files; router may also be a built-in kind:
-  // "maxprob", "entropy"). Resolves to {build, cached: {SLM, router}, bytes, notice}. `simd:
-  // false` takes the scalar build (the one browsers without WebAssembly SIMD get).
-  async load({ slm, router, onProgress, simd } = {}) {
+  // "maxprob", "entropy"). Resolves to {build, threads, cached: {SLM, router}, bytes, notice}.
+  // `simd: false` takes the scalar build (the one browsers without WebAssembly SIMD get). On a
+  // cross-origin-isolated page (served with COOP/COEP headers) the SLM runs on up to `threads`
+  // threads (default: the cores the browser reports, at most 8); `threads: 1` keeps one.
+  async load({ slm, router, onProgress, simd, threads } = {}) {
     if (this._ready) await this._ready;
     if (!slm || !router) throw new Error('load needs slm and router (a URL or a File each)');
-    const r = await this._call('load', { slm, router, simd }, { onProgress });
-    this._loaded = { slm, router, simd };
+    const r = await this._call('load', { slm, router, simd, threads }, { onProgress });
+    this._loaded = { slm, router, simd, threads };
     return r;
   }
 

@@ -1,7 +1,8 @@
 // TLR's worker (module worker): the SLM, its router and the decoder run here, in WebAssembly
-// (tlr.mjs / tlr.wasm from `make wasm`; tlr-scalar.* without SIMD); only the tokens the router doubts go to the
-// LLM behind `tlr serve`, through this worker's synchronous XMLHttpRequest (allowed in workers:
-// the one WebAssembly thread waits in the request as a native client's thread would).
+// (tlr.mjs / tlr.wasm from `make wasm`; tlr-scalar.* without SIMD, tlr-threads.* on several cores
+// where the page is cross-origin isolated); only the tokens the router doubts go to the LLM
+// behind `tlr serve`, through synchronous XMLHttpRequests (allowed in workers: the thread that
+// calls waits in the request as a native client's thread would; wasm_glue.cc).
 // Driven by tlr.js over postMessage: {id, op, ...} in, {id, ok, result | error} and
 // {id, token} / {id, progress} out. The worker stays usable after any error.
 const CACHE = 'tlr-models-v1';
@@ -13,25 +14,37 @@ let api = null;
 function post(msg) { self.postMessage(msg); }
 
 // The build for this browser: WebAssembly SIMD where it validates (a module using one v128
-// instruction), else the scalar build (slower). `simd: false` asks for the scalar one.
+// instruction), else the scalar build (slower). `simd: false` asks for the scalar one. Where the
+// page is cross-origin isolated (served with COOP/COEP, so SharedArrayBuffer exists) the threaded
+// SIMD build (tlr-threads.*) runs the SLM on several cores; `threads: 1` asks for the one-thread
+// build, `threads: N` caps the count (default: the cores the browser reports, at most 8).
 const HAS_SIMD = WebAssembly.validate(new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3, 2, 1, 0, 10,
                                                       10, 1, 8, 0, 65, 0, 253, 15, 253, 98, 11]));
-let build = '';
+const ISOLATED = self.crossOriginIsolated === true && typeof SharedArrayBuffer === 'function';
+const MAX_THREADS = 8;  // = the pool the threaded build starts (CMake: TLR_WASM_THREADS)
+let build = '', nThreads = 1;
 
-async function init(simd) {
+async function init(simd, threads) {
   if (M) return;
-  build = HAS_SIMD && simd !== false ? 'simd' : 'scalar';
+  const cores = Math.min(navigator.hardwareConcurrency || 1, MAX_THREADS);
+  const wanted = threads === undefined || threads === null ? cores : Math.max(1, Math.min(threads | 0, MAX_THREADS));
+  build = HAS_SIMD && simd !== false ? (ISOLATED && wanted > 1 ? 'threads' : 'simd') : 'scalar';
   let createTlrModule;
+  const file = { threads: './tlr-threads.mjs', simd: './tlr.mjs', scalar: './tlr-scalar.mjs' }[build];
   try {
-    ({ default: createTlrModule } = await import(build === 'simd' ? './tlr.mjs' : './tlr-scalar.mjs'));
+    ({ default: createTlrModule } = await import(file));
   } catch (e) {
+    if (build === 'threads') {  // a site without the threaded build still works, on one thread
+      build = 'simd';
+      return init(simd, 1);
+    }
     throw new Error(build === 'simd' ? `TLR's WebAssembly module could not be loaded: ${e.message || e}`
                                      : 'this browser has no WebAssembly SIMD and the site serves no scalar build ' +
                                        `(tlr-scalar.mjs: make wasm builds it): ${e.message || e}`);
   }
+  nThreads = build === 'threads' ? wanted : 1;
   M = await createTlrModule({
     tlrOnToken: (t) => { post({ id: current, token: t }); return 0; },
-    tlrHttpSend: httpSend,
     print: (s) => console.log(s),
     printErr: (s) => console.warn(s),
   });
@@ -41,37 +54,12 @@ async function init(simd) {
     generate: M.cwrap('tlrw_generate', 'number', ['number', 'number', 'string']),
     lastError: M.cwrap('tlrw_last_error', 'string', []),
     lastStats: M.cwrap('tlrw_last_stats', 'string', []),
-    complete: M.cwrap('tlrw_http_complete', null, ['number', 'number', 'string', 'number', 'number']),
-    fail: M.cwrap('tlr_http_fail', null, ['number', 'string']),
     alloc: M.cwrap('tlrw_alloc', 'number', ['number']),
     addFile: M.cwrap('tlrw_add_file', null, ['string', 'number', 'number']),
     removeFile: M.cwrap('tlrw_remove_file', null, ['string']),
     deviceFree: M.cwrap('tlr_device_free', null, ['number']),
     llmFree: M.cwrap('tlr_llm_free', null, ['number']),
   };
-}
-
-// One request of the transport hook: answered before returning (tlr_http_complete or _fail).
-function httpSend(exchange, method, url, headers, body, timeoutS) {
-  const xhr = new XMLHttpRequest();
-  try {
-    xhr.open(method, url, false);
-    xhr.timeout = Math.max(1, Math.round(timeoutS * 1000));
-    for (const [k, v] of Object.entries(headers)) xhr.setRequestHeader(k, v);
-    xhr.send(method === 'GET' || method === 'DELETE' ? null : body);
-  } catch (e) {
-    api.fail(exchange, `no answer from ${url} (${e && e.message || e})`);
-    return;
-  }
-  if (xhr.status === 0) {
-    api.fail(exchange, `no answer from ${url} (unreachable, or the browser blocked the call)`);
-    return;
-  }
-  const text = new TextEncoder().encode(xhr.responseText);
-  const ptr = M._malloc(text.length + 1);
-  M.HEAPU8.set(text, ptr);
-  api.complete(exchange, xhr.status, xhr.getAllResponseHeaders(), ptr, text.length);
-  M._free(ptr);
 }
 
 // Whether a server answers this page: 'ok', 'origin' (it answers, but does not allow this
@@ -142,8 +130,8 @@ async function addFile(name, blob) {
 }
 
 let loads = 0;
-async function load(id, { slm, router, simd }) {
-  await init(simd);
+async function load(id, { slm, router, simd, threads }) {
+  await init(simd, threads);
   const got = {};
   for (const [what, src] of [['SLM', slm], ['router', router]]) {
     if (what === 'router' && typeof src === 'string' && !src.includes('/') && !src.includes('.')) continue;  // a built-in kind
@@ -161,7 +149,7 @@ async function load(id, { slm, router, simd }) {
       names[what] = `/models/${++loads}/${what === 'SLM' ? 'slm' : 'router'}.gguf`;
       await addFile(names[what], g.blob);
     }
-    device = api.deviceOpen(JSON.stringify({ slm: names.SLM, router: names.router || router }));
+    device = api.deviceOpen(JSON.stringify({ slm: names.SLM, router: names.router || router, n_threads: nThreads }));
   } finally {
     for (const name of Object.values(names)) api.removeFile(name);  // the device holds what it uses
   }
@@ -175,7 +163,8 @@ async function load(id, { slm, router, simd }) {
   }
   const each = (f) => Object.fromEntries(Object.entries(got).map(([k, g]) => [k, f(g)]));
   const notKept = Object.entries(got).filter(([, g]) => !g.cached && !g.kept);
-  return { build: HAS_SIMD ? build : 'scalar (this browser has no WebAssembly SIMD)',
+  const what = { threads: `simd, ${nThreads} threads`, simd: 'simd, 1 thread', scalar: 'scalar, 1 thread' }[build];
+  return { build: HAS_SIMD ? what : 'scalar, 1 thread (this browser has no WebAssembly SIMD)', threads: nThreads,
            cached: each((g) => g.cached), bytes: each((g) => g.bytes),
            notice: notKept.length ? `not kept in the browser's storage (the next visit downloads again): ` +
                                     notKept.map(([k, g]) => `${k}${g.why ? ': ' + g.why : ''}`).join('; ') : '' };

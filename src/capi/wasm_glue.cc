@@ -1,11 +1,12 @@
 // The browser build's bridge to JavaScript (capi layer; only in the WebAssembly build): the C API
 // (tlr.h) behind a few functions that take and give JSON, so that the worker (web/tlr_worker.js)
 // never lays out C structs, and the transport hook's requests go out through the worker's
-// synchronous XMLHttpRequest (allowed in workers): the one thread blocks in the request, as a
-// native build's built-in client would, and the answer completes the exchange before `send`
+// synchronous XMLHttpRequest (allowed in workers): the calling thread blocks in the request, as
+// a native build's built-in client would, and the answer completes the exchange before `send`
 // returns.
 //
-//   tlrw_device_open(json)         {"slm": path, "router": path or kind, "kv_slots", "n_ctx"} -> handle
+//   tlrw_device_open(json)         {"slm": path, "router": path or kind, "kv_slots", "n_ctx",
+//                                   "n_threads"} -> handle
 //   tlrw_llm_open(json)            {"server": url, "backend", "api_key", "timeout_s", "retries",
 //                                   "server_model"} or {"model": path} -> handle
 //   tlrw_generate(dev, llm, json)  {"prompt": text | "messages": [{role, content}], "mode",
@@ -29,12 +30,38 @@ namespace {
 
 using nlohmann::json;
 
-// The worker's functions (web/tlr_worker.js sets them on the module).
+// One request of the transport hook, answered before it returns (tlr_http_complete or _fail):
+// a synchronous XMLHttpRequest, allowed in workers. Self-contained, so it runs on any thread of
+// the threaded build (each WebAssembly thread is a worker of its own, without the page's
+// functions): the pipelined decoder's LLM calls go out from their own thread there.
 EM_JS(void, tlrw_js_send, (void* exchange, const char* method, const char* url, const char* headers_json,
                            const char* body, size_t body_len, double timeout_s), {
-  Module.tlrHttpSend(exchange, UTF8ToString(method), UTF8ToString(url), JSON.parse(UTF8ToString(headers_json)),
-                     HEAPU8.slice(body, body + body_len), timeout_s);
+  var m = UTF8ToString(method), u = UTF8ToString(url), headers = JSON.parse(UTF8ToString(headers_json));
+  var str = function(s) { var n = lengthBytesUTF8(s) + 1, p = _malloc(n); stringToUTF8(s, p, n); return p; };
+  var fail = function(why) { var p = str(why); _tlr_http_fail(exchange, p); _free(p); };
+  var xhr = new XMLHttpRequest();
+  try {
+    xhr.open(m, u, false);
+    xhr.timeout = Math.max(1, Math.round(timeout_s * 1000));
+    for (var k in headers) xhr.setRequestHeader(k, headers[k]);
+    xhr.send(m === 'GET' || m === 'DELETE' ? null : HEAPU8.slice(body, body + body_len));
+  } catch (e) {
+    fail('no answer from ' + u + ' (' + (e && e.message || e) + ')');
+    return;
+  }
+  if (xhr.status === 0) {
+    fail('no answer from ' + u + ' (unreachable, or the browser blocked the call)');
+    return;
+  }
+  var text = new TextEncoder().encode(xhr.responseText);
+  var p = _malloc(text.length + 1), h = str(xhr.getAllResponseHeaders());
+  HEAPU8.set(text, p);
+  _tlrw_http_complete(exchange, xhr.status, h, p, text.length);
+  _free(h);
+  _free(p);
 });
+// Each token, to the worker (web/tlr_worker.js sets Module.tlrOnToken): always on the thread
+// that called tlrw_generate.
 EM_JS(int, tlrw_js_token, (const char* token_json), { return Module.tlrOnToken(JSON.parse(UTF8ToString(token_json))) | 0; });
 
 void Send(void*, tlr_http_exchange* exchange, const tlr_http_request* r) {
@@ -118,6 +145,7 @@ static tlr_device* DeviceOpen(const char* params_json) {
   p.slm_path = slm.c_str();
   p.router = router.c_str();
   p.kv_slots = Get<int>(j, "kv_slots", p.kv_slots);
+  p.n_threads = Get<int>(j, "n_threads", p.n_threads);  // above 1 only in the threaded build
   p.n_ctx = Get<int64_t>(j, "n_ctx", p.n_ctx);
   p.weight_cache = "off";  // the browser's file system is memory: a second copy would double it
   tlr_device* d = nullptr;

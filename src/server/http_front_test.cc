@@ -410,5 +410,52 @@ TEST_F(ConnTest, NoCorsHeadersByDefault) {
   EXPECT_EQ(r.find("Access-Control-Allow-Origin"), std::string::npos) << r;
 }
 
+// `tlr serve --web`'s files: served without a key (the page loads before anyone types one),
+// cross-origin isolated, in memory or from disk; the API keeps its key, and a file gone from
+// disk is a 404 that names it.
+TEST_F(ConnTest, WebFilesNeedNoKeyAndIsolateThePage) {
+  const std::string path = ::testing::TempDir() + "/web_files_test.wasm";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::string bytes(3 << 20, 'w');  // larger than one slice of the sender
+    bytes[0] = '\0';
+    std::fwrite(bytes.data(), 1, bytes.size(), f);
+    std::fclose(f);
+  }
+  ServerOptions so;
+  so.api_keys = {"k1"};
+  so.web_files = {{"/", "text/html; charset=utf-8", "<!doctype html>page", "", false},
+                  {"/tlr.wasm", WebContentType("tlr.wasm"), "", path, false},
+                  {"/gone.js", WebContentType("gone.js"), "", path + ".missing", false}};
+  Start(so);
+  httplib::Client c("127.0.0.1", port_);
+  auto page = c.Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_EQ(page->body, "<!doctype html>page");
+  EXPECT_EQ(page->get_header_value("Cross-Origin-Opener-Policy"), "same-origin");
+  EXPECT_EQ(page->get_header_value("Cross-Origin-Embedder-Policy"), "require-corp");
+  auto wasm = c.Get("/tlr.wasm");
+  ASSERT_TRUE(wasm);
+  EXPECT_EQ(wasm->status, 200);
+  EXPECT_EQ(wasm->get_header_value("Content-Type"), "application/wasm");
+  ASSERT_EQ(wasm->body.size(), size_t{3} << 20);
+  EXPECT_EQ(wasm->body[0], '\0');
+  EXPECT_EQ(wasm->body.back(), 'w');
+  auto gone = c.Get("/gone.js");
+  ASSERT_TRUE(gone);
+  EXPECT_EQ(gone->status, 404);
+  EXPECT_NE(gone->body.find("/gone.js"), std::string::npos) << gone->body;
+  // Only GET of those paths is free: the API and a POST to a page path want the key.
+  auto info = c.Get("/tlr/v1/info");
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->status, 401);
+  auto post = c.Post("/", "{}", "application/json");
+  ASSERT_TRUE(post);
+  EXPECT_EQ(post->status, 401);
+  std::remove(path.c_str());
+}
+
 }  // namespace
 }  // namespace tlr

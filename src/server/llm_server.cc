@@ -136,6 +136,9 @@ Status LlmServer::Start() {
       return httplib::Server::HandlerResponse::Handled;
     }
     if (opts_.api_keys.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    if ((req.method == "GET" || req.method == "HEAD") && IsWebFile(opts_.web_files, req.path)) {
+      return httplib::Server::HandlerResponse::Unhandled;  // the page loads before anyone types a key
+    }
     if (BearerKeyIndex(req.get_header_value("Authorization"), opts_.api_keys) >= 0) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
@@ -159,6 +162,7 @@ Status LlmServer::Start() {
   });
   Routes();
   RoutesOpenAi();
+  ServeWebFiles(http_.get(), opts_.web_files);
   return BindAndListen(http_.get(), opts_.host, opts_.port, opts_.listen_backlog, &port_, &thread_);
 }
 

@@ -17,6 +17,7 @@
 
 #include "net/metrics.h"
 #include "server/llm_engine.h"
+#include "server/web_files.h"
 #include "util/status.h"
 
 namespace httplib {
@@ -51,6 +52,9 @@ struct ServerOptions {
   // browser (CORS: preflights answered, Access-Control-Allow-Origin on replies). None by default:
   // a browser then refuses every cross-origin call. API keys apply as to any client.
   std::vector<std::string> cors_origins;
+  // Files served to browsers (`tlr serve --web`: the web UI with the SLM in the visitor's tab;
+  // web_files.h). GET without a key; each reply makes the page cross-origin isolated.
+  std::vector<WebFile> web_files;
 };
 
 // An engine's error as an HTTP reply (429 and 503 with Retry-After); `code` overrides the error

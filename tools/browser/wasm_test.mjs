@@ -24,7 +24,11 @@ const hits = new Map();
 const types = { '.js': 'text/javascript', '.mjs': 'text/javascript', '.wasm': 'application/wasm',
                 '.html': 'text/html', '.gguf': 'application/octet-stream' };
 const page = `<!doctype html><meta charset="utf-8"><title>TLR in the tab</title><p id="out">ready</p>`;
-const statics = http.createServer((req, res) => {
+// The same files from a second origin that is cross-origin isolated (COOP/COEP on every reply),
+// where the worker takes the threaded build.
+const isolation = { 'cross-origin-opener-policy': 'same-origin', 'cross-origin-embedder-policy': 'require-corp',
+                    'cross-origin-resource-policy': 'same-origin' };
+const serveFile = (isolated) => (req, res) => {
   const path = new URL(req.url, 'http://x').pathname;
   hits.set(path, (hits.get(path) || 0) + 1);
   let file = null, body = null;
@@ -32,17 +36,21 @@ const statics = http.createServer((req, res) => {
   else if (path === '/favicon.ico') body = '';
   else if (path.startsWith('/bench/')) file = benchFiles[Number(path.slice('/bench/'.length))];
   else if (path === '/tlr.js' || path === '/tlr_worker.js') file = join(srcWebDir, path);
-  else if (/^\/tlr(-scalar)?\.(mjs|wasm)$/.test(path)) file = join(wasmDir, path);
+  else if (/^\/tlr(-scalar|-threads)?\.(mjs|wasm)$|^\/tlr-threads\.worker\.js$/.test(path)) file = join(wasmDir, path);
   else if (path === '/models/not-a-model.gguf') body = 'This is not a model, it is a text file.\n';
   else if (path === '/models/truncated.gguf') body = readFileSync(join(demoDir, 'slm.gguf')).subarray(0, 700000);
   else if (path.startsWith('/models/')) file = join(demoDir, path.slice('/models/'.length));
   if (file && existsSync(file)) body = readFileSync(file);
   if (body === null) { res.writeHead(404, { 'content-type': 'text/plain' }); res.end('not found'); return; }
-  res.writeHead(200, { 'content-type': types[extname(path)] || 'text/html', 'content-length': Buffer.byteLength(body) });
+  res.writeHead(200, { 'content-type': types[extname(path)] || 'text/html', 'content-length': Buffer.byteLength(body),
+                       ...(isolated ? isolation : {}) });
   res.end(body);
-});
+};
+const statics = http.createServer(serveFile(false)), isolatedStatics = http.createServer(serveFile(true));
 await new Promise((r) => statics.listen(0, '127.0.0.1', r));
+await new Promise((r) => isolatedStatics.listen(0, '127.0.0.1', r));
 const origin = `http://127.0.0.1:${statics.address().port}`;
+const isolatedOrigin = `http://127.0.0.1:${isolatedStatics.address().port}`;
 
 // `tlr serve` on an ephemeral port; resolves to its URL.
 const children = [];
@@ -63,45 +71,56 @@ function serve(args) {
 if (benchFiles.length) {
   await bench();
   statics.close();
+  isolatedStatics.close();
   process.exit(0);
 }
-const server = await serve(['--cors-origin', origin]);
+const server = await serve(['--cors-origin', origin, '--cors-origin', isolatedOrigin]);
 const closed = await serve([]);  // allows no origin
 console.log(`page at ${origin}, tlr serve at ${server} (allows it) and ${closed} (does not)`);
 
 // Decode tokens/s of each file as the SLM (router maxprob, small_only, greedy, 64 tokens), in the
-// tab (single thread, WebAssembly SIMD) and natively with one thread; medians of 3 each.
+// tab (WebAssembly SIMD; one thread, and the threaded build on a cross-origin-isolated page with
+// as many threads as the machine has cores) and natively with the same thread counts; medians
+// of 3 each.
 async function bench() {
   const prompt = 'Question: Where does a fexko live? Answer:';
+  const cores = (await import('node:os')).availableParallelism();
   const browser = await chromium.launch({ executablePath, args: ['--no-sandbox'] });
-  const tab = await (await browser.newContext()).newPage();
-  await tab.goto(origin + '/');
+  const context = await browser.newContext();
+  const tabs = [await context.newPage(), await context.newPage()];
+  await tabs[0].goto(origin + '/');
+  await tabs[1].goto(isolatedOrigin + '/');
   const median = (xs) => xs.slice().sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-  console.log('| model | tab tok/s | native tok/s (1 thread) | tab / native |');
-  console.log('|---|---:|---:|---:|');
-  for (let i = 0; i < benchFiles.length; ++i) {
-    const tabTbt = await tab.evaluate(async ({ url, prompt }) => {
-      const { Tlr } = await import('/tlr.js');
-      const tlr = new Tlr();
-      await tlr.load({ slm: url, router: 'maxprob' });
-      const tbt = [];
-      for (let r = 0; r < 3; ++r) {
-        for await (const t of tlr.generate(prompt, { mode: 'small_only', maxTokens: 64 })) void t;
-        tbt.push(tlr.stats.tbt_ms);
-      }
-      tlr.terminate();
-      return tbt;
-    }, { url: `/bench/${i}`, prompt });
-    const nativeTbt = [];
+  const tabRate = async (tab, url, threads) => 1000 / median(await tab.evaluate(async ({ url, prompt, threads }) => {
+    const { Tlr } = await import('/tlr.js');
+    const tlr = new Tlr();
+    await tlr.load({ slm: url, router: 'maxprob', threads });
+    const tbt = [];
     for (let r = 0; r < 3; ++r) {
-      const out = spawnSync(tlr, ['generate', '--slm', benchFiles[i], '--router', 'maxprob', '--mode', 'small_only',
-                                  '-n', '64', '-t', '1', '-p', prompt], { encoding: 'utf8' });
+      for await (const t of tlr.generate(prompt, { mode: 'small_only', maxTokens: 64 })) void t;
+      tbt.push(tlr.stats.tbt_ms);
+    }
+    tlr.terminate();
+    return tbt;
+  }, { url, prompt, threads }));
+  const nativeRate = (file, threads) => {
+    const tbt = [];
+    for (let r = 0; r < 3; ++r) {
+      const out = spawnSync(tlr, ['generate', '--slm', file, '--router', 'maxprob', '--mode', 'small_only',
+                                  '-n', '64', '-t', String(threads), '-p', prompt], { encoding: 'utf8' });
       const m = (out.stdout + out.stderr).match(/TBT ([\d.]+) ms/);
       if (!m) throw new Error('no TBT in tlr generate output: ' + out.stderr);
-      nativeTbt.push(Number(m[1]));
+      tbt.push(Number(m[1]));
     }
-    const a = 1000 / median(tabTbt), b = 1000 / median(nativeTbt);
-    console.log(`| ${benchFiles[i].split('/').pop()} | ${a.toFixed(1)} | ${b.toFixed(1)} | ${(a / b).toFixed(2)}x |`);
+    return 1000 / median(tbt);
+  };
+  console.log(`| model | threads | tab tok/s | native tok/s | tab / native |`);
+  console.log('|---|---:|---:|---:|---:|');
+  for (let i = 0; i < benchFiles.length; ++i) {
+    for (const threads of cores > 1 ? [1, cores] : [1]) {
+      const a = await tabRate(tabs[threads > 1 ? 1 : 0], `/bench/${i}`, threads), b = nativeRate(benchFiles[i], threads);
+      console.log(`| ${benchFiles[i].split('/').pop()} | ${threads} | ${a.toFixed(1)} | ${b.toFixed(1)} | ${(a / b).toFixed(2)}x |`);
+    }
   }
   await browser.close();
 }
@@ -197,8 +216,78 @@ try {
     return { build: loaded.build, out };
   }, { server, questions: questions.slice(0, 5), maxTokens: MAX_TOKENS });
   const sameScalar = scalar.out.filter((toks, i) => JSON.stringify(toks) === JSON.stringify(run.blocking[i])).length;
-  check('the scalar build (no WebAssembly SIMD) gives the same tokens', scalar.build === 'scalar' && sameScalar === 5,
+  check('the scalar build (no WebAssembly SIMD) gives the same tokens', scalar.build.startsWith('scalar') && sameScalar === 5,
         `${scalar.build}, ${sameScalar}/5 questions`);
+
+  // A cross-origin-isolated page: the threaded build, the same tokens (blocking, and pipelined
+  // with the LLM calls on a thread of their own).
+  {
+    const iso = await context.newPage();
+    iso.on('console', (m) => { if (m.type() === 'error') console.log('  [isolated page]', m.text()); });
+    await iso.goto(isolatedOrigin + '/');
+    const threaded = await iso.evaluate(async ({ server, questions, maxTokens }) => {
+      const { Tlr } = await import('/tlr.js');
+      const tlr = new Tlr();
+      const loaded = await tlr.load({ slm: '/models/slm.gguf', router: '/models/router.gguf', threads: 2 });
+      await tlr.connect({ server });
+      const out = { isolated: self.crossOriginIsolated, loaded, blocking: [], pipelined: [] };
+      for (const pipeline of [false, true]) {
+        for (const q of questions) {
+          const toks = [];
+          for await (const t of tlr.generate(q, { maxTokens, pipeline })) toks.push(`${t.id}/${t.source}`);
+          (pipeline ? out.pipelined : out.blocking).push(toks);
+        }
+      }
+      tlr.terminate();
+      return out;
+    }, { server, questions: questions.slice(0, 5), maxTokens: MAX_TOKENS });
+    const same = (a, b) => a.filter((toks, i) => JSON.stringify(toks) === JSON.stringify(b[i])).length;
+    const sb = same(threaded.blocking, run.blocking), sp = same(threaded.pipelined, run.pipelined);
+    check('a cross-origin-isolated page runs the threaded build, with the same tokens',
+          threaded.isolated && threaded.loaded.threads === 2 && sb === 5 && sp === 5,
+          `${threaded.loaded.build}; ${sb}/5 blocking, ${sp}/5 pipelined`);
+    await iso.close();
+  }
+
+  // The web UI in tab mode: `tlr serve --web` serves the page, the SLM runs in the tab (the
+  // threaded build: the page is cross-origin isolated) and the doubted tokens go to that server,
+  // which wants an API key: the page asks for it. The tokens equal `tlr generate --server`.
+  {
+    const key = 'tab-test-key';
+    const webServer = await serve(['--web', wasmDir, '--api-key', key]);
+    const page = await context.newPage();
+    page.on('console', (m) => { if (m.type() === 'error') console.log('  [ui page]', m.text()); });
+    await page.goto(webServer + '/');
+    await page.waitForFunction(() => ['ready', 'error'].includes(document.getElementById('status').dataset.state),
+                               null, { timeout: 120000 });
+    const shown = await page.evaluate(() => ({ state: document.getElementById('status').dataset.state,
+                                               models: document.getElementById('models').textContent,
+                                               error: document.getElementById('error-text').textContent,
+                                               keyBox: !document.getElementById('key-box').hidden }));
+    await page.fill('#api-key', key);
+    const prompt = await page.inputValue('#prompt');
+    await page.click('#start');
+    await page.waitForFunction(() => ['done', 'error', 'stopped'].includes(document.getElementById('status').dataset.state),
+                               null, { timeout: 120000 });
+    const got = await page.evaluate(() => ({ toks: ui.tokens.map((t) => `${t.id}/${t.source}`),
+                                             status: document.getElementById('status').textContent,
+                                             error: document.getElementById('error-text').textContent,
+                                             threshold: Number(document.getElementById('threshold').value),
+                                             maxTokens: document.getElementById('max-tokens').value }));
+    const r = spawnSync(tlr, ['generate', '--server', webServer, '--api-key', key, '-p', prompt, '-n', got.maxTokens,
+                              '--threshold', String(got.threshold), '--trace', join(work, 'ui.jsonl')], { encoding: 'utf8' });
+    const want = r.status === 0 ? readFileSync(join(work, 'ui.jsonl'), 'utf8').split('\n').filter(Boolean)
+      .map((l) => JSON.parse(l)).filter((t) => t.id !== undefined).map((t) => `${t.id}/${t.source}`) : [];
+    const routedUi = got.toks.filter((t) => t.endsWith('/LLM')).length;
+    check('tlr serve --web: the page runs the SLM in the tab (threaded build) and asks for the key',
+          shown.state === 'ready' && /in this tab \(simd, \d+ threads/.test(shown.models) && shown.keyBox,
+          shown.error || shown.models);
+    check('tlr serve --web: the page\'s tokens equal tlr generate --server', got.toks.length > 0 &&
+          JSON.stringify(got.toks) === JSON.stringify(want) && routedUi > 0,
+          `${got.toks.length} tokens, ${routedUi} from the LLM; ${got.status}${got.error ? '; ' + got.error : ''}` +
+          (JSON.stringify(got.toks) === JSON.stringify(want) ? '' : `\n  page   ${got.toks.join(' ')}\n  native ${want.join(' ')} ${r.stderr}`));
+    await page.close();
+  }
 
   // A conversation of three turns: each later turn reuses the tab's KV cache.
   const conv = await tab.evaluate(async () => {
@@ -259,6 +348,7 @@ try {
   await browser.close();
   for (const c of children) c.kill();
   statics.close();
+  isolatedStatics.close();
   rmSync(work, { recursive: true, force: true });
 }
 console.log(`${passed} passed, ${failed} failed`);

@@ -229,6 +229,8 @@ check serve_help 0 "/tlr/v1/next" -- "$tlr" serve --help
 check serve_public_no_key 1 "refusing to listen on 0.0.0.0" -- "$tlr" serve --host 0.0.0.0 --port 0
 check serve_bad_budget 1 "--kv-budget: not a size" -- "$tlr" serve --kv-budget lots --port 0
 check serve_bad_model 1 "cannot open" -- "$tlr" serve -m "$tmp/none.gguf" --port 0
+check serve_web_not_built 1 "the browser build is made by \`make wasm\`" -- "$tlr" serve --web "$tmp" --port 0
+check serve_web_slm_alone 1 "go with --web DIR" -- "$tlr" serve --web-router maxprob --port 0
 check generate_bad_url 1 "must start with http" -- "$tlr" generate -f "$tmp/demo_q.txt" --server ftp://x -n 4
 check generate_bad_url_query 1 "a query or fragment" -- "$tlr" generate -f "$tmp/demo_q.txt" --server "http://127.0.0.1:1/?a=b" -n 4
 # A server that cannot be reached at start is an error that says why; --allow-unreachable answers

@@ -9,6 +9,7 @@
 
 #include "apps/tlr/commands.h"
 #include "apps/tlr/model_args.h"
+#include "apps/tlr/serve_web.h"
 #include "model/model.h"
 #include "ops/thread_pool.h"
 #include "server/llm_engine.h"
@@ -28,6 +29,7 @@ Command AddServeCommand(CLI::App& root) {
     double ttl = 600, request_timeout = 10, keep_alive = 30, default_timeout = 30, cold_share = 0.5;
     bool insecure = false;
     std::vector<std::string> cors_origins;
+    std::string web, web_slm, web_router, web_data;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* app = root.add_subcommand("serve", "Serve an LLM to devices: token protocol with sessions, OpenAI-compatible API");
@@ -91,6 +93,18 @@ Command AddServeCommand(CLI::App& root) {
   app->add_option("--cors-origin", o->cors_origins,
                   "Let web pages of this origin call the server from a browser, e.g. https://app.example "
                   "(repeat for several; * for any); none by default");
+  app->add_option("--web", o->web,
+                  "Serve the web UI with the SLM in the visitor's browser tab: DIR is the browser build (`make wasm`: "
+                  "build-wasm/web); open the printed URL, the tab routes its doubted tokens here")
+      ->check(CLI::ExistingDirectory);
+  app->add_option("--web-slm", o->web_slm, "With --web: the SLM the tab runs (default: the bundled demo SLM)")
+      ->check(CLI::ExistingFile);
+  app->add_option("--web-router", o->web_router,
+                  "With --web: its router, a GGUF or a built-in kind (default: the bundled demo router)");
+  app->add_option("--web-data", o->web_data,
+                  "With --web: question set (JSONL) whose first questions the page offers as examples "
+                  "(default: the bundled test split with the demo SLM, none otherwise)")
+      ->check(CLI::ExistingFile);
   app->add_option("--tls-cert", o->tls_cert, "TLS certificate (PEM); serve HTTPS")->check(CLI::ExistingFile);
   app->add_option("--tls-key", o->tls_key, "TLS private key (PEM)")->check(CLI::ExistingFile);
   app->add_option("--name", o->name, "Model name reported by /v1/models (default: the file name)");
@@ -100,7 +114,8 @@ Command AddServeCommand(CLI::App& root) {
       "Protocol: docs/protocol.md. Prints 'listening on URL' once ready; stops on SIGINT/SIGTERM.\n"
       "Examples:\n"
       "  tlr serve                                          # bundled demo LLM on 127.0.0.1:8080\n"
-      "  tlr serve -m qwen2.5-7b-q4_0.gguf --host 0.0.0.0 --api-key \"$KEY\" --tls-cert c.pem --tls-key k.pem");
+      "  tlr serve -m qwen2.5-7b-q4_0.gguf --host 0.0.0.0 --api-key \"$KEY\" --tls-cert c.pem --tls-key k.pem\n"
+      "  tlr serve --web build-wasm/web                     # + the web UI, the SLM in the visitor's tab (make wasm)");
   return {app, [o]() -> int {
             const char* cmd = "serve";
             if (o->model.empty()) o->model = DemoFile("llm.gguf");
@@ -142,6 +157,23 @@ Command AddServeCommand(CLI::App& root) {
             auto model = Model::Load(o->model, ModelOptions(o->kv_type));
             if (!model.ok()) return ReportError(cmd, model.status().message());
             so.model_name = o->name.empty() ? std::filesystem::path(o->model).stem().string() : o->name;
+            if (o->web.empty() && (!o->web_slm.empty() || !o->web_router.empty() || !o->web_data.empty())) {
+              return ReportError(cmd, "--web-slm, --web-router and --web-data go with --web DIR (the browser build)");
+            }
+            if (!o->web.empty()) {
+              ServeWebArgs web;
+              web.dir = o->web;
+              const bool demo = o->web_slm.empty();
+              web.slm = demo ? DemoFile("slm.gguf") : o->web_slm;
+              web.router = o->web_router.empty() ? (demo ? DemoFile("router.gguf") : "maxprob") : o->web_router;
+              web.data = !o->web_data.empty() ? o->web_data : demo ? DemoFile("test.jsonl") : "";
+              web.llm_name = so.model_name;
+              web.max_context = lim.max_context;
+              web.needs_key = !so.api_keys.empty();
+              auto files = WebUiFiles(web);
+              if (!files.ok()) return ReportError(cmd, files.status().message());
+              so.web_files = std::move(*files);
+            }
             ThreadPool pool(o->threads);
             Metrics metrics;
             LlmEngine engine(**model, &pool, lim, &metrics);
@@ -152,6 +184,10 @@ Command AddServeCommand(CLI::App& root) {
                         (*model)->config().arch_name.c_str(), static_cast<long long>(lim.max_context),
                         static_cast<unsigned long long>(lim.kv_budget_bytes >> 20), o->threads);
             std::printf("listening on %s://%s:%d\n", server.tls() ? "https" : "http", so.host.c_str(), server.port());
+            if (!o->web.empty()) {
+              std::printf("web UI with the SLM in the browser tab: %s://%s:%d/\n", server.tls() ? "https" : "http",
+                          so.host.c_str(), server.port());
+            }
             std::fflush(stdout);
             WaitForStopSignal();
             std::fprintf(stderr, "tlr serve: stopping\n");

@@ -1,6 +1,7 @@
 // The web UI's logic (apps layer, embedded in the binary; plain JavaScript, no libraries).
 // Talks only to its own server: GET /api/info and /api/results, POST /api/generate (a stream
-// of Server-Sent Events read with fetch) and /api/stop. Renders the tokens as they come (LLM
+// of Server-Sent Events read with fetch) and /api/stop. Served by `tlr serve --web` instead,
+// /api/info says "mode": "tab": the SLM then runs in this tab (tab.js) and routes to that server. Renders the tokens as they come (LLM
 // red, FALLBACK yellow), a confidence strip with the threshold line, live statistics, and an
 // accuracy-vs-threshold chart from eval results. With "conversation" on, the output is a chat:
 // each turn sends every message so far (the device's prompt cache prefills only the new ones),
@@ -25,6 +26,7 @@ const ui = {
   userMsg: null,       // the current turn's message elements
   current: null,
   conv: { turns: 0, tokens: 0, routed: 0, prefilled: 0, reused: 0 },
+  tab: null,           // tab mode: tab.js, once the models are loaded in this tab
 };
 
 const STRIP_H = 80;
@@ -453,6 +455,13 @@ async function start() {
   setRunning(true);
   setStatus('running', 'starting…');
   try {
+    if (ui.tab) {
+      setStatus('running', 'generating in this tab… (' + body.mode + (body.mode === 'joint' ? ', ' + body.router +
+                ' < ' + body.threshold.toFixed(2) : '') + ')');
+      await ui.tab.generateInTab(body, $('api-key').value.trim(), controller.signal,
+                                 { token: addToken, stats: finalStats });
+      return;
+    }
     const res = await fetch('/api/generate', {
       method: 'POST',
       headers: { 'Content-Type': 'application/json' },
@@ -494,6 +503,10 @@ async function stop() {
   const controller = ui.controller;
   setStatus('running', 'stopping…');
   $('stop').disabled = true;
+  if (ui.tab) {  // the tab's worker is replaced (the models reload from the browser's storage)
+    controller.abort();
+    return;
+  }
   try {
     const res = await fetch('/api/stop', {
       method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{}',
@@ -627,11 +640,29 @@ function drawMarker() {
 function describeModels(info) {
   const m = info.models || {};
   const slm = m.slm ? m.slm.name : '?';
-  const llm = m.llm ? (m.llm.where === 'server' ? m.llm.name : m.llm.name + ' (in process)') : '?';
+  const llm = m.llm ? (m.llm.where === 'server' ? m.llm.name + (info.mode === 'tab' ? ' (this server)' : '') :
+                       m.llm.name + ' (in process)') : '?';
   const rtt = m.llm && m.llm.sim_rtt_ms > 0 ? ', simulated round trip ' + m.llm.sim_rtt_ms + ' ms' : '';
   const pace = info.pipeline && info.pipeline.sim_slm_ms > 0 ?
     ' · SLM pace SIMULATED: ≥ ' + info.pipeline.sim_slm_ms + ' ms per pass' : '';
   return 'SLM ' + slm + ' · LLM ' + llm + rtt + pace;
+}
+
+// Tab mode: the SLM and router load into this tab (downloaded once, then from the browser's
+// storage); the page asks for the server's API key when it wants one.
+async function openTab(info) {
+  $('key-box').hidden = !info.tab.needs_key;
+  const tab = await import('/tab.js');
+  const MiB = (n) => (n / 1048576).toFixed(1) + ' MiB';
+  const loaded = await tab.openTab(info, (p) => setStatus('loading', 'downloading the ' + p.what + ' into this tab: ' +
+      (p.total ? Math.round(100 * p.done / p.total) + '% of ' + MiB(p.total) : MiB(p.done))));
+  ui.tab = tab;
+  const from = loaded.cached.SLM ? 'from the browser\'s storage' : 'downloaded';
+  $('models').textContent = describeModels(info) + ' · SLM in this tab (' + loaded.build + ', ' + from + ')';
+  if (loaded.notice) {
+    $('warning').textContent = 'Note: ' + loaded.notice;
+    $('warning').hidden = false;
+  }
 }
 
 function routerHint() {
@@ -651,6 +682,7 @@ async function loadInfo() {
   const info = await res.json();
   ui.info = info;
   $('models').textContent = describeModels(info);
+  if (info.mode === 'tab') await openTab(info);
   if (info.warning) {
     $('warning').textContent = 'Warning: ' + info.warning;
     $('warning').hidden = false;
@@ -723,7 +755,7 @@ function init() {
   window.addEventListener('resize', sizeStrip);
   // Leaving the page stops a generation on the device (the server also notices the closed stream).
   window.addEventListener('pagehide', () => {
-    if (ui.controller) {
+    if (ui.controller && !ui.tab) {
       fetch('/api/stop', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{}', keepalive: true })
         .catch(() => {});
     }
