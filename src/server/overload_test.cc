@@ -63,7 +63,7 @@ class OverloadTest : public ::testing::Test {
                 {"timeout_ms", timeout_ms}}
         .dump();
   }
-  double Metric(const std::string& name) const { return metrics_.Value(name); }
+  double Metric(const std::string& name, const Metrics::Labels& labels = {}) const { return metrics_.Value(name, labels); }
 
   static Model* llm_;
   Metrics metrics_;
@@ -154,7 +154,11 @@ TEST_F(OverloadTest, WarmCallsGetInWhereNewConversationsAreRefused) {
       status[i] = r ? r->status : -1;
     });
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  // The wave is in when the server has refused one of it (a fixed sleep was too short on a
+  // busy machine, where the threads had not all sent their calls yet).
+  for (int i = 0; i < 500 && Metric("tlr_calls_refused_total", {{"class", "cold"}}) < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
   std::vector<int32_t> append = Tokens(8, 99);
   std::vector<int32_t> full = context;
   full.push_back(json::parse(first->body)["tokens"][0].get<int32_t>());
