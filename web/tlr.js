@@ -23,6 +23,10 @@ export class Tlr {
     this._loaded = null;
     this._connected = null;
     this.stats = null;
+    // On a cross-origin-isolated page a stop is cooperative: a flag in shared memory that the
+    // worker reads at each token, so the generation ends cleanly (its stats kept, the LLM
+    // server's session closed in order); elsewhere the worker is replaced.
+    this._cooperative = self.crossOriginIsolated === true && typeof SharedArrayBuffer === 'function';
     this._start();
   }
 
@@ -80,7 +84,8 @@ export class Tlr {
   // Tokens after a prompt (text) or a conversation ({messages: [{role, content}]}), as an async
   // iterator of {id, text, source: 'SLM' | 'LLM' | 'FALLBACK', confidence, end, llm_error}.
   // Options: threshold, mode ('joint' | 'small_only' | 'large_only'), maxTokens, pipeline,
-  // temperature, seed, chat, signal. this.stats holds the generation's stats afterwards.
+  // temperature, seed, chat, signal. this.stats holds the generation's stats afterwards (after
+  // a stop, too, where the page is cross-origin isolated: stop "callback").
   async *generate(input, { threshold, mode = 'joint', maxTokens = 128, pipeline = true, temperature, seed, chat,
                            signal } = {}) {
     if (this._ready) await this._ready;
@@ -90,19 +95,30 @@ export class Tlr {
     else throw new Error('generate takes a prompt string or {messages: [...]}');
     const queue = [];
     let wake = null, finished = false, failure = null;
-    const done = this._call('generate', { request }, {
+    this.stats = null;
+    const cooperative = this._cooperative;
+    const stop = cooperative ? new Int32Array(new SharedArrayBuffer(4)) : null;  // this generation's flag
+    const done = this._call('generate', { request, stop }, {
       onToken: (t) => { queue.push(t); if (wake) wake(); },
-    }).then((stats) => { this.stats = stats; }, (e) => { failure = e; })
+    }).then((stats) => { this.stats = stats; }, (e) => { if (!failure) failure = e; })
       .finally(() => { finished = true; if (wake) wake(); });
-    const onAbort = () => { failure = new DOMException('the generation was stopped', 'AbortError'); this._restart(); };
+    const onAbort = () => {
+      failure = new DOMException('the generation was stopped', 'AbortError');
+      if (!cooperative) return this._restart();
+      Atomics.store(stop, 0, 1);  // the worker ends it at its next token
+      const stuck = setTimeout(() => { if (!finished) this._restart(); }, 3000);  // waiting in an LLM call
+      done.finally(() => clearTimeout(stuck));
+      if (wake) wake();
+    };
     if (signal) {
       if (signal.aborted) onAbort();
       else signal.addEventListener('abort', onAbort, { once: true });
     }
     try {
       for (;;) {
-        while (queue.length) yield queue.shift();
-        if (failure) throw failure;
+        while (queue.length && !failure) yield queue.shift();
+        // A cooperative stop throws once the worker has ended (this.stats then holds its stats).
+        if (failure && (finished || !cooperative)) throw failure;
         if (finished) break;
         await new Promise((r) => { wake = r; });
         wake = null;

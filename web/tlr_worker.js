@@ -23,31 +23,36 @@ const HAS_SIMD = WebAssembly.validate(new Uint8Array([0, 97, 115, 109, 1, 0, 0, 
 const ISOLATED = self.crossOriginIsolated === true && typeof SharedArrayBuffer === 'function';
 const MAX_THREADS = 8;  // = the pool the threaded build starts (CMake: TLR_WASM_THREADS)
 let build = '', nThreads = 1;
+let stopFlag = null;      // Int32Array on shared memory: the page sets [0] to stop the running generation
 
 async function init(simd, threads) {
   if (M) return;
   const cores = Math.min(navigator.hardwareConcurrency || 1, MAX_THREADS);
-  const wanted = threads === undefined || threads === null ? cores : Math.max(1, Math.min(threads | 0, MAX_THREADS));
+  const wanted = threads === undefined || threads === null ? cores : Math.max(1, Math.min(threads | 0, cores));
   build = HAS_SIMD && simd !== false ? (ISOLATED && wanted > 1 ? 'threads' : 'simd') : 'scalar';
-  let createTlrModule;
   const file = { threads: './tlr-threads.mjs', simd: './tlr.mjs', scalar: './tlr-scalar.mjs' }[build];
   try {
-    ({ default: createTlrModule } = await import(file));
+    const { default: createTlrModule } = await import(file);
+    nThreads = build === 'threads' ? wanted : 1;
+    const created = createTlrModule({
+      tlrOnToken: (t) => { post({ id: current, token: t }); return stopFlag && Atomics.load(stopFlag, 0) ? 1 : 0; },
+      print: (s) => console.log(s),
+      printErr: (s) => console.warn(s),
+    });
+    // The threaded build starts its pool of workers first: one that cannot start (a missing
+    // tlr-threads.worker.js, no memory for shared memory) would keep it waiting for ever.
+    M = build !== 'threads' ? await created : await Promise.race([created, new Promise((_, reject) =>
+      setTimeout(() => reject(new Error('its threads did not start within 30 s')), 30000))]);
   } catch (e) {
-    if (build === 'threads') {  // a site without the threaded build still works, on one thread
-      build = 'simd';
+    if (build === 'threads') {  // a site without a working threaded build still works, on one thread
+      console.warn(`TLR: the threaded build failed (${e.message || e}); using one thread`);
+      M = null;
       return init(simd, 1);
     }
     throw new Error(build === 'simd' ? `TLR's WebAssembly module could not be loaded: ${e.message || e}`
                                      : 'this browser has no WebAssembly SIMD and the site serves no scalar build ' +
                                        `(tlr-scalar.mjs: make wasm builds it): ${e.message || e}`);
   }
-  nThreads = build === 'threads' ? wanted : 1;
-  M = await createTlrModule({
-    tlrOnToken: (t) => { post({ id: current, token: t }); return 0; },
-    print: (s) => console.log(s),
-    printErr: (s) => console.warn(s),
-  });
   api = {
     deviceOpen: M.cwrap('tlrw_device_open', 'number', ['string']),
     llmOpen: M.cwrap('tlrw_llm_open', 'number', ['string']),
@@ -185,9 +190,10 @@ async function connect(id, params) {
   return { reachable: reach === 'ok' };
 }
 
-function generate(id, request) {
+function generate(id, request, stop) {
   if (!device) throw new Error('no model loaded (load the SLM and router first)');
   current = id;
+  stopFlag = stop || null;
   const rc = api.generate(device, llm, JSON.stringify(request));
   if (rc !== 0) throw new Error(api.lastError());
   return JSON.parse(api.lastStats());
@@ -199,7 +205,7 @@ self.onmessage = async (e) => {
     let result;
     if (op === 'load') result = await load(id, args);
     else if (op === 'connect') result = await connect(id, args);
-    else if (op === 'generate') result = generate(id, args.request);
+    else if (op === 'generate') result = generate(id, args.request, args.stop);
     else throw new Error('unknown operation ' + op);
     post({ id, ok: true, result });
   } catch (err) {

@@ -36,6 +36,7 @@ using nlohmann::json;
 // functions): the pipelined decoder's LLM calls go out from their own thread there.
 EM_JS(void, tlrw_js_send, (void* exchange, const char* method, const char* url, const char* headers_json,
                            const char* body, size_t body_len, double timeout_s), {
+  body >>>= 0;  // a pointer above 2 GiB of memory (the heap may grow to 4 GiB)
   var m = UTF8ToString(method), u = UTF8ToString(url), headers = JSON.parse(UTF8ToString(headers_json));
   var str = function(s) { var n = lengthBytesUTF8(s) + 1, p = _malloc(n); stringToUTF8(s, p, n); return p; };
   var fail = function(why) { var p = str(why); _tlr_http_fail(exchange, p); _free(p); };

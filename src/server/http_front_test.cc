@@ -17,6 +17,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "net/metrics.h"
@@ -425,9 +426,19 @@ TEST_F(ConnTest, WebFilesNeedNoKeyAndIsolateThePage) {
   }
   ServerOptions so;
   so.api_keys = {"k1"};
-  so.web_files = {{"/", "text/html; charset=utf-8", "<!doctype html>page", "", false},
-                  {"/tlr.wasm", WebContentType("tlr.wasm"), "", path, false},
-                  {"/gone.js", WebContentType("gone.js"), "", path + ".missing", false}};
+  auto file = [](std::string path, std::string type, std::string body, std::string disk) {
+    WebFile f;
+    f.path = std::move(path);
+    f.content_type = std::move(type);
+    f.body = std::move(body);
+    f.file = std::move(disk);
+    return f;
+  };
+  so.web_files = {file("/", "text/html; charset=utf-8", "<!doctype html>page", ""),
+                  file("/tlr.wasm", WebContentType("tlr.wasm"), "", path),
+                  file("/gone.js", WebContentType("gone.js"), "", path + ".missing"),
+                  file("/models/a+b.gguf", "application/octet-stream", "", path)};
+  WebFileVersion(path, &so.web_files[3].size, &so.web_files[3].mtime);
   Start(so);
   httplib::Client c("127.0.0.1", port_);
   auto page = c.Get("/");
@@ -447,6 +458,24 @@ TEST_F(ConnTest, WebFilesNeedNoKeyAndIsolateThePage) {
   ASSERT_TRUE(gone);
   EXPECT_EQ(gone->status, 404);
   EXPECT_NE(gone->body.find("/gone.js"), std::string::npos) << gone->body;
+  EXPECT_EQ(gone->body.find(path), std::string::npos) << "the server's file names stay on the server: " << gone->body;
+  // A file whose URL names its version: served while it is that version (the path taken
+  // literally: "+" is no pattern), refused once it changed; an empty file is an empty reply.
+  auto pinned = c.Get("/models/a+b.gguf");
+  ASSERT_TRUE(pinned);
+  EXPECT_EQ(pinned->status, 200);
+  EXPECT_EQ(pinned->body.size(), size_t{3} << 20);
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  std::fclose(f);
+  pinned = c.Get("/models/a+b.gguf");
+  ASSERT_TRUE(pinned);
+  EXPECT_EQ(pinned->status, 503);
+  EXPECT_NE(pinned->body.find("restart"), std::string::npos) << pinned->body;
+  auto empty = c.Get("/tlr.wasm");
+  ASSERT_TRUE(empty);
+  EXPECT_EQ(empty->status, 200);
+  EXPECT_EQ(empty->body, "");
   // Only GET of those paths is free: the API and a POST to a page path want the key.
   auto info = c.Get("/tlr/v1/info");
   ASSERT_TRUE(info);
@@ -454,6 +483,55 @@ TEST_F(ConnTest, WebFilesNeedNoKeyAndIsolateThePage) {
   auto post = c.Post("/", "{}", "application/json");
   ASSERT_TRUE(post);
   EXPECT_EQ(post->status, 401);
+  std::remove(path.c_str());
+}
+
+// Keyless downloads are capped: while 8 readers hold model downloads open, the 9th is told to
+// come back (503, Retry-After), and the API still answers.
+TEST_F(ConnTest, KeylessDownloadsAreCapped) {
+  const std::string path = ::testing::TempDir() + "/web_files_cap.gguf";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    const std::string mb(1 << 20, 'm');
+    for (int i = 0; i < 64; ++i) std::fwrite(mb.data(), 1, mb.size(), f);  // more than socket buffers hold
+    std::fclose(f);
+  }
+  ServerOptions so;
+  WebFile model;
+  model.path = "/models/slm.gguf";
+  model.content_type = "application/octet-stream";
+  model.file = path;
+  so.web_files = {model};
+  Start(so);
+  std::vector<int> readers;
+  for (int i = 0; i < 8; ++i) {  // ask, never read
+    const int fd = Connect(port_);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(SendAll(fd, "GET /models/slm.gguf HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+    readers.push_back(fd);
+  }
+  httplib::Client c("127.0.0.1", port_);
+  int status = 0;
+  for (int i = 0; i < 100 && status != 503; ++i) {  // until the 8 are all sending
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    auto r = c.Head("/models/slm.gguf");
+    ASSERT_TRUE(r);
+    status = r->status;
+    if (status == 503) EXPECT_EQ(r->get_header_value("Retry-After"), "2");
+  }
+  EXPECT_EQ(status, 503);
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  for (int fd : readers) ::close(fd);
+  for (int i = 0; i < 100 && status != 200; ++i) {  // the slots come back when the readers leave
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    auto r = c.Head("/models/slm.gguf");
+    ASSERT_TRUE(r);
+    status = r->status;
+  }
+  EXPECT_EQ(status, 200);
   std::remove(path.c_str());
 }
 

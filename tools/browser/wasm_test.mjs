@@ -238,9 +238,34 @@ try {
           (pipeline ? out.pipelined : out.blocking).push(toks);
         }
       }
-      tlr.terminate();
+      window.isoTlr = tlr;
       return out;
     }, { server, questions: questions.slice(0, 5), maxTokens: MAX_TOKENS });
+    // A stop there is cooperative: AbortError, the stats of what was generated, the same worker
+    // (so no second session on the server).
+    const sessions = async () => (await (await fetch(server + '/health')).json()).sessions;
+    const before = await sessions();
+    const stop = await iso.evaluate(async ({ q }) => {
+      const ctl = new AbortController();
+      let n = 0, error = '';
+      try {
+        for await (const t of window.isoTlr.generate(q, { maxTokens: 40, threshold: 1, signal: ctl.signal })) {
+          void t;
+          if (++n === 2) ctl.abort();
+        }
+      } catch (e) {
+        error = e.name;
+      }
+      const stats = window.isoTlr.stats;
+      for await (const t of window.isoTlr.generate(q, { maxTokens: 4, threshold: 1 })) void t;
+      window.isoTlr.terminate();
+      return { n, error, stats };
+    }, { q: questions[0] });
+    const after = await sessions();
+    check('a stop on a cross-origin-isolated page ends the generation in the same worker, its stats kept',
+          stop.error === 'AbortError' && stop.stats && stop.stats.stop === 'callback' && stop.stats.generated <= 3 &&
+          after === before, `${stop.error}, stop ${stop.stats && stop.stats.stop} after ${stop.stats && stop.stats.generated} tokens; ` +
+          `server sessions ${before} -> ${after}`);
     const same = (a, b) => a.filter((toks, i) => JSON.stringify(toks) === JSON.stringify(b[i])).length;
     const sb = same(threaded.blocking, run.blocking), sp = same(threaded.pipelined, run.pipelined);
     check('a cross-origin-isolated page runs the threaded build, with the same tokens',

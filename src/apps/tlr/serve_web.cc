@@ -1,5 +1,6 @@
 #include "apps/tlr/serve_web.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <string_view>
 
@@ -29,31 +30,52 @@ std::string VersionedUrl(const std::string& url, const std::string& path) {
 
 Expected<std::vector<WebFile>> WebUiFiles(const ServeWebArgs& a) {
   std::vector<WebFile> files;
-  for (const UiAsset& asset : UiAssets()) {
-    files.push_back({asset.path, asset.content_type, std::string(asset.data), "", false});
-  }
-  // The browser build: the module and its worker are required, each WebAssembly build optional
-  // beside the SIMD one (the worker falls back, or says what the site lacks).
+  auto in_memory = [&](std::string path, std::string type, std::string body) {
+    WebFile f;
+    f.path = std::move(path);
+    f.content_type = std::move(type);
+    f.body = std::move(body);
+    files.push_back(std::move(f));
+  };
+  auto on_disk = [&](std::string path, const std::string& file, bool pinned) {
+    WebFile f;
+    f.path = std::move(path);
+    f.content_type = WebContentType(file);
+    f.file = file;
+    if (pinned) WebFileVersion(file, &f.size, &f.mtime);
+    files.push_back(std::move(f));
+  };
+  for (const UiAsset& asset : UiAssets()) in_memory(asset.path, asset.content_type, std::string(asset.data));
+  // The browser build: the module, its worker and the SIMD build are required; the scalar and
+  // threaded builds are served where complete (the worker falls back, or says what the site lacks).
+  const fs::path dir(a.dir);
   for (const char* name : {"tlr.js", "tlr_worker.js", "tlr.mjs", "tlr.wasm"}) {
-    if (!fs::is_regular_file(fs::path(a.dir) / name)) {
+    if (!fs::is_regular_file(dir / name)) {
       return Status::Error("--web " + a.dir + ": no " + name + " there; the browser build is made by `make wasm` "
                            "(then: tlr serve --web build-wasm/web)");
     }
   }
-  for (const char* name : {"tlr.js", "tlr_worker.js", "tlr.d.ts", "tlr.mjs", "tlr.wasm", "tlr-scalar.mjs",
-                           "tlr-scalar.wasm", "tlr-threads.mjs", "tlr-threads.wasm", "tlr-threads.worker.js"}) {
-    const fs::path p = fs::path(a.dir) / name;
-    if (fs::is_regular_file(p)) files.push_back({std::string("/") + name, WebContentType(name), "", p.string(), false});
+  const std::vector<std::vector<const char*>> sets = {{"tlr.js", "tlr_worker.js", "tlr.mjs", "tlr.wasm"},
+                                                      {"tlr.d.ts"},
+                                                      {"tlr-scalar.mjs", "tlr-scalar.wasm"},
+                                                      {"tlr-threads.mjs", "tlr-threads.wasm", "tlr-threads.worker.js"}};
+  for (const auto& set : sets) {
+    if (!std::all_of(set.begin(), set.end(), [&](const char* n) { return fs::is_regular_file(dir / n); })) continue;
+    for (const char* name : set) on_disk(std::string("/") + name, (dir / name).string(), false);
   }
 
-  auto slm = Model::Load(a.slm);
+  // Only to check the pair: not repacked, no weight cache written.
+  Model::Options check;
+  check.repack = false;
+  check.weight_cache = "off";
+  auto slm = Model::Load(a.slm, check);
   if (!slm.ok()) return Status::Error("--web-slm: " + slm.status().message());
   auto router = Router::LoadOrBuiltin(a.router);
   if (!router.ok()) return Status::Error("--web-router: " + router.status().message());
   if (Status s = router->CheckCompatible(**slm); !s.ok()) return Status::Error("--web-router: " + s.message());
   const bool builtin = !RouterIsLearned(router->kind());
-  files.push_back({"/models/slm.gguf", "application/octet-stream", "", a.slm, false});
-  if (!builtin) files.push_back({"/models/router.gguf", "application/octet-stream", "", a.router, false});
+  on_disk("/models/slm.gguf", a.slm, true);
+  if (!builtin) on_disk("/models/router.gguf", a.router, true);
 
   nlohmann::json examples = nlohmann::json::array();
   if (!a.data.empty() && a.examples > 0) {
@@ -90,7 +112,7 @@ Expected<std::vector<WebFile>> WebUiFiles(const ServeWebArgs& a) {
       {"examples", examples},
       {"results", false},
       {"warning", ""}};
-  files.push_back({"/api/info", "application/json", info.dump(), "", false});
+  in_memory("/api/info", "application/json", info.dump());
   return files;
 }
 

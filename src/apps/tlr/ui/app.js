@@ -413,6 +413,10 @@ function readNumber(id, what, integer) {
 
 async function start() {
   clearError();
+  if (ui.info && ui.info.mode === 'tab' && !ui.tab) {
+    showError('the models are not loaded in this tab (see the message above, or reload the page)');
+    return;
+  }
   const prompt = $('prompt').value;
   const chatTurn = $('chat').checked;
   let body;
@@ -458,8 +462,9 @@ async function start() {
     if (ui.tab) {
       setStatus('running', 'generating in this tab… (' + body.mode + (body.mode === 'joint' ? ', ' + body.router +
                 ' < ' + body.threshold.toFixed(2) : '') + ')');
+      const mine = (f) => (x) => { if (ui.controller === controller) f(x); };  // not a superseded one's
       await ui.tab.generateInTab(body, $('api-key').value.trim(), controller.signal,
-                                 { token: addToken, stats: finalStats });
+                                 { token: mine(addToken), stats: mine(finalStats) });
       return;
     }
     const res = await fetch('/api/generate', {
@@ -652,11 +657,13 @@ function describeModels(info) {
 // storage); the page asks for the server's API key when it wants one.
 async function openTab(info) {
   $('key-box').hidden = !info.tab.needs_key;
+  $('start').disabled = true;  // until the models are in this tab (Start never falls back to the device API)
   const tab = await import('/tab.js');
   const MiB = (n) => (n / 1048576).toFixed(1) + ' MiB';
   const loaded = await tab.openTab(info, (p) => setStatus('loading', 'downloading the ' + p.what + ' into this tab: ' +
       (p.total ? Math.round(100 * p.done / p.total) + '% of ' + MiB(p.total) : MiB(p.done))));
   ui.tab = tab;
+  $('start').disabled = false;
   const from = loaded.cached.SLM ? 'from the browser\'s storage' : 'downloaded';
   $('models').textContent = describeModels(info) + ' · SLM in this tab (' + loaded.build + ', ' + from + ')';
   if (loaded.notice) {
@@ -682,7 +689,6 @@ async function loadInfo() {
   const info = await res.json();
   ui.info = info;
   $('models').textContent = describeModels(info);
-  if (info.mode === 'tab') await openTab(info);
   if (info.warning) {
     $('warning').textContent = 'Warning: ' + info.warning;
     $('warning').hidden = false;
@@ -727,6 +733,7 @@ async function loadInfo() {
       showError('loading the eval results: ' + e.message);
     }
   }
+  if (info.mode === 'tab') await openTab(info);
 }
 
 function init() {

@@ -20,16 +20,22 @@ export async function openTab(info, onProgress) {
 export async function generateInTab(body, apiKey, signal, on) {
   if (!tlr) throw new Error('the models are not loaded in this tab yet');
   if (connectedKey !== apiKey) {  // the server that served the page, with the key the page was given
+    connectedKey = null;  // (a failed connect leaves no LLM behind)
     await tlr.connect({ server: location.origin, apiKey: apiKey || undefined });
     connectedKey = apiKey;
   }
   const input = body.messages ? { messages: body.messages } : body.prompt;
-  let i = 0;
-  for await (const t of tlr.generate(input, {
-    threshold: body.threshold, mode: body.mode, maxTokens: body.max_tokens, temperature: body.temperature,
-    chat: body.chat, pipeline: body.pipeline, signal,
-  })) {
-    on.token({ ...t, i: i++ });
+  let i = 0, stopped = false;
+  try {
+    for await (const t of tlr.generate(input, {
+      threshold: body.threshold, mode: body.mode, maxTokens: body.max_tokens, temperature: body.temperature,
+      chat: body.chat, pipeline: body.pipeline, signal,
+    })) {
+      on.token({ ...t, i: i++ });
+    }
+  } catch (e) {
+    if (e.name !== 'AbortError' || !tlr.stats) throw e;  // stopped cleanly: its stats follow
+    stopped = true;
   }
   const s = tlr.stats;
   const n = s.generated;
@@ -41,6 +47,6 @@ export async function generateInTab(body, apiKey, signal, on) {
     fallback_reason: s.llm_failure || '',
     network_ms: Math.max(0, s.llm_ms - Math.max(0, s.llm_forward_ms)),
     pipeline: !!body.pipeline,
-    stop: s.stop === 'cancelled' || s.stop === 'callback' ? 'stopped' : s.stop,
+    stop: stopped || s.stop === 'cancelled' || s.stop === 'callback' ? 'stopped' : s.stop,
   });
 }
