@@ -4,7 +4,11 @@
     util < quant < ops < model < routing < net < device | server < tools < capi < apps
 
 `device` and `server` are the two sides of the network on one level: neither library includes
-the other. A test, fuzzer or benchmark (`*_test.cc`, `*_fuzz.cc`, `*_bench.cc`) may also include
+the other. Inside `device` the rooms are ordered the same way:
+
+    llm < http | decode < remote < labels < session < ui
+
+(`http` and `decode` side by side: neither includes the other). A test, fuzzer or benchmark (`*_test.cc`, `*_fuzz.cc`, `*_bench.cc`) may also include
 the other side of its level, since an end-to-end test drives a real server with the device's
 backends; it never includes a layer above its own. Run by CTest as `layers_test` (label unit);
 exits 1 listing every include that breaks the rule, with file and line.
@@ -19,8 +23,27 @@ RANK = {
     "util": 0, "quant": 1, "ops": 2, "model": 3, "routing": 4, "net": 5,
     "device": 6, "server": 6, "tools": 7, "capi": 8, "apps": 9,
 }
+# The rooms of src/device, in order; a file in a room includes only rooms below it (a test
+# anything of its layer).
+ROOMS = {"llm": 0, "http": 1, "decode": 1, "remote": 2, "labels": 3, "session": 4, "ui": 5}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 TEST_FILE = re.compile(r"_(test|fuzz|bench)\.cc$")
+
+
+def room_violation(rel, name, lineno, included, is_test):
+    """An include inside src/device: the room order (every file of device sits in a room)."""
+    parts = rel.split(os.sep)
+    mine = parts[1] if len(parts) > 1 else None
+    target = included.split("/")
+    theirs = target[1] if len(target) > 2 else None
+    where = os.path.join(rel, name)
+    if mine not in ROOMS:
+        return [f"{where}: src/device files sit in a room ({', '.join(ROOMS)}), not in {rel}"]
+    if theirs not in ROOMS:
+        return [f"{where}:{lineno}: includes \"{included}\", which is in no room of src/device"]
+    if theirs == mine or is_test or ROOMS[theirs] < ROOMS[mine]:
+        return []
+    return [f"{where}:{lineno}: includes \"{included}\" ({theirs}, not below {mine} among device's rooms)"]
 
 
 def violations(src):
@@ -40,12 +63,18 @@ def violations(src):
                 continue
             path = os.path.join(root, name)
             is_test = bool(TEST_FILE.search(name))
+            if layer == "device" and (len(rel.split(os.sep)) < 2 or rel.split(os.sep)[1] not in ROOMS):
+                found.append(f"{os.path.join(rel, name)}: src/device files sit in a room ({', '.join(ROOMS)})")
+                continue
             with open(path, encoding="utf-8", errors="replace") as f:
                 for lineno, line in enumerate(f, 1):
                     m = INCLUDE.match(line)
                     if not m:
                         continue
                     target = m.group(1).split("/")[0]
+                    if target == "device" and layer == "device":
+                        found.extend(room_violation(rel, name, lineno, m.group(1), is_test))
+                        continue
                     if target not in RANK or target == layer:
                         continue  # a system/third-party-style or same-folder include
                     mine, theirs = RANK[layer], RANK[target]

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "device/llm_backend.h"
+#include "device/llm/llm_backend.h"
 
 struct tlr_http_exchange {
   std::mutex mu;

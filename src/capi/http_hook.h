@@ -1,11 +1,11 @@
 // The app's own HTTP stack under the device's LLM calls (capi layer): an HttpStack
-// (device/http_stack.h) that hands each exchange to the tlr_http_hook of include/tlr.h and waits
+// (device/http/http_stack.h) that hands each exchange to the tlr_http_hook of include/tlr.h and waits
 // for the app's tlr_http_complete / tlr_http_fail, its deadline or the call's cancellation.
 #pragma once
 
 #include <memory>
 
-#include "device/http_stack.h"
+#include "device/http/http_stack.h"
 #include "tlr.h"
 
 namespace tlr {

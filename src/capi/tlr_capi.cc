@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "capi/http_hook.h"
-#include "device/context_file.h"
-#include "device/context_pool.h"
-#include "device/device_session.h"
+#include "device/session/context_file.h"
+#include "device/session/context_pool.h"
+#include "device/session/device_session.h"
 #include "model/chat_messages.h"
 #include "model/packed_gguf.h"
 #include "ops/thread_pool.h"

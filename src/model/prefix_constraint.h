@@ -1,5 +1,5 @@
 // Token healing's constraint (model layer): while a generation must first spell given bytes
-// (the text a vocabulary bridge held back, device/vocab_bridge.h), only tokens that agree with
+// (the text a vocabulary bridge held back, device/llm/vocab_bridge.h), only tokens that agree with
 // what remains of them may be sampled: a piece that is a prefix of the remaining bytes, or one
 // that starts with all of them. Control tokens (end of generation included) wait until the
 // bytes are spelled. Thread-safe after construction.

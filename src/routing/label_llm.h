@@ -3,7 +3,7 @@
 // teacher-forced predictions along a sequence (the token it would pick after every prefix: the
 // CITER label at each position), or after one prefix. Token ids are the SLM's: an LLM of
 // another vocabulary answers through the device layer's BridgedLabelLlm (bridged_label_llm.h). In this process (InProcessLabelLlm, below) the LLM's Forward
-// answers them; behind a server the device layer's RemoteLabelLlm (device/remote_label_llm.h)
+// answers them; behind a server the device layer's RemoteLabelLlm (device/labels/remote_label_llm.h)
 // asks `tlr serve` or a vLLM-compatible engine, so an LLM that lives on GPUs elsewhere labels
 // a router here.
 //

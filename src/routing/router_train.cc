@@ -183,7 +183,7 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, const Model& llm,
                                         const RouterTrainOptions& opts, ThreadPool* pool) {
   if (slm.tokenizer().Fingerprint() != llm.tokenizer().Fingerprint()) {
     return Status::Error("the SLM and the LLM have different tokenizers: label through a vocabulary bridge "
-                         "(device/bridged_label_llm.h; `tlr router train` does)");
+                         "(device/labels/bridged_label_llm.h; `tlr router train` does)");
   }
   InProcessLabelLlm labels(llm, pool);
   return TrainRouter(slm, labels, rows, opts, pool);

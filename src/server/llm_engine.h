@@ -132,7 +132,7 @@ struct NextRequest {
   SamplerParams sampling;
   int top_logprobs = 0;
   // Token healing: bytes the reply spells first (the device held them back from its context,
-  // device/vocab_bridge.h); the tokens spelling them come before the n. At most 256.
+  // device/llm/vocab_bridge.h); the tokens spelling them come before the n. At most 256.
   std::string heal;
   // The device gives up after this long (0: never). A call the server cannot answer in that
   // time is refused at once (kBusy); one still running when it passes is dropped (503).

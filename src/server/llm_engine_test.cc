@@ -8,7 +8,7 @@
 #include <chrono>
 #include <thread>
 
-#include "device/llm_backend.h"
+#include "device/llm/llm_backend.h"
 #include "routing/label_llm.h"
 #include "net/protocol.h"
 #include "ops/thread_pool.h"

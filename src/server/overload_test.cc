@@ -148,12 +148,27 @@ TEST_F(OverloadTest, WarmCallsGetInWhereNewConversationsAreRefused) {
   for (int i = 0; i < kCold; ++i) sessions.push_back(NewSession());
   std::vector<int> status(kCold, 0);
   std::vector<std::thread> threads;
+  // A wave: every client connected first, then all released at once (on a busy machine, threads
+  // that connect as they start send their calls too far apart to queue behind each other).
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
   for (int i = 0; i < kCold; ++i) {
     threads.emplace_back([&, i] {
-      auto r = Client()->Post("/tlr/v1/next", NextBody(sessions[i], Tokens(60, i + 1), 1000), "application/json");
+      auto c = Client();
+      c->set_keep_alive(true);
+      auto warmup = c->Get("/health");
+      ++ready;
+      while (!go) std::this_thread::yield();
+      if (!warmup) {
+        status[i] = -1;
+        return;
+      }
+      auto r = c->Post("/tlr/v1/next", NextBody(sessions[i], Tokens(60, i + 1), 1000), "application/json");
       status[i] = r ? r->status : -1;
     });
   }
+  while (ready < kCold) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  go = true;
   // The wave is in when the server has refused one of it (a fixed sleep was too short on a
   // busy machine, where the threads had not all sent their calls yet).
   for (int i = 0; i < 500 && Metric("tlr_calls_refused_total", {{"class", "cold"}}) < 1; ++i) {

@@ -16,8 +16,8 @@
 
 #include <fstream>
 
-#include "device/decoder.h"
-#include "device/llm_factory.h"
+#include "device/decode/decoder.h"
+#include "device/session/llm_factory.h"
 #include "model/random_pair_fixture.h"
 #include "ops/thread_pool.h"
 #include "server/llm_engine.h"

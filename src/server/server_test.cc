@@ -9,8 +9,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "device/decoder.h"
-#include "device/remote_llm.h"
+#include "device/decode/decoder.h"
+#include "device/remote/remote_llm.h"
 #include "net/protocol.h"
 #include "ops/thread_pool.h"
 #include "routing/qa.h"

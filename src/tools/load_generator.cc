@@ -16,7 +16,7 @@
 #include <sstream>
 #include <thread>
 
-#include "device/remote_llm.h"
+#include "device/remote/remote_llm.h"
 #include "model/gguf/gguf_reader.h"
 
 namespace tlr {

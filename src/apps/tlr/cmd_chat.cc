@@ -16,8 +16,8 @@
 
 #include "apps/tlr/commands.h"
 #include "apps/tlr/model_args.h"
-#include "device/context_file.h"
-#include "device/device_session.h"
+#include "device/session/context_file.h"
+#include "device/session/device_session.h"
 #include "model/chat_messages.h"
 #include "ops/thread_pool.h"
 #include "util/mapped_file.h"

@@ -9,7 +9,7 @@
 #include "apps/tlr/commands.h"
 #include "apps/tlr/model_args.h"
 #include "apps/tlr/progress.h"
-#include "device/remote_llm.h"
+#include "device/remote/remote_llm.h"
 #include "model/model.h"
 #include "ops/thread_pool.h"
 #include "tools/eval.h"

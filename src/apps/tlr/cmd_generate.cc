@@ -10,7 +10,7 @@
 
 #include "apps/tlr/commands.h"
 #include "apps/tlr/model_args.h"
-#include "device/device_session.h"
+#include "device/session/device_session.h"
 #include "model/chat_messages.h"
 #include "model/model.h"
 #include "ops/thread_pool.h"

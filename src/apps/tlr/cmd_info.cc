@@ -5,7 +5,7 @@
 #include <iostream>
 
 #include "apps/tlr/commands.h"
-#include "device/remote_llm.h"
+#include "device/remote/remote_llm.h"
 #include "model/gguf/gguf_reader.h"
 
 namespace tlr::cli {

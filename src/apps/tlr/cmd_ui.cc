@@ -11,7 +11,7 @@
 #include "apps/tlr/commands.h"
 #include "apps/tlr/model_args.h"
 #include "apps/tlr/ui_assets.h"
-#include "device/ui_server.h"
+#include "device/ui/ui_server.h"
 #include "model/model.h"
 #include "net/http_front.h"
 #include "ops/thread_pool.h"

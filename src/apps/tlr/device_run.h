@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "device/decoder.h"
-#include "device/llm_backend.h"
+#include "device/decode/decoder.h"
+#include "device/llm/llm_backend.h"
 #include "ops/thread_pool.h"
 #include "routing/router.h"
 

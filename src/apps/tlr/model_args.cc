@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "device/device_session.h"
+#include "device/session/device_session.h"
 
 namespace tlr::cli {
 

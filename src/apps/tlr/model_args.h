@@ -8,10 +8,10 @@
 #include <optional>
 #include <string>
 
-#include "device/decoder.h"
-#include "device/llm_backend.h"
-#include "device/llm_factory.h"
-#include "device/remote_llm.h"
+#include "device/decode/decoder.h"
+#include "device/llm/llm_backend.h"
+#include "device/session/llm_factory.h"
+#include "device/remote/remote_llm.h"
 #include "model/sampler.h"
 #include "model/tokenizer/tokenizer.h"
 

@@ -27,7 +27,7 @@
 
 #include "apps/tlr/child_process.h"
 #include "apps/tlr/device_run.h"
-#include "device/remote_llm.h"
+#include "device/remote/remote_llm.h"
 #include "routing/qa.h"
 
 namespace tlr {

@@ -1,0 +1,61 @@
+// The two wire protocols of the remote LLM backend (device layer, internal to remote_llm.cc):
+// the native session protocol of `tlr serve` and OpenAI-compatible completions. See
+// remote_llm.h for what each does and docs/protocol.md for the native protocol.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "device/remote/remote_llm.h"
+
+namespace tlr {
+
+class TlrServerLlm : public RemoteLlm {
+ public:
+  TlrServerLlm(const RemoteOptions& opts, const Tokenizer& vocab);
+  ~TlrServerLlm() override;
+
+ protected:
+  Status CheckServer(bool* reachable) override;
+  void Prepare() override;
+  Expected<LlmReply> Execute(const LlmRequest& req, LlmCall& call, CallError* err) override;
+
+ public:
+  // The server spells held-back bytes first ("prefix_bytes" in its info's features).
+  bool spells_prefix() const override { return spells_prefix_.load(); }
+
+ private:
+  std::atomic<bool> spells_prefix_{false};
+  // Creates a session unless one exists with a generation other than `stale` (the one a 404
+  // came from); returns the session id and its generation.
+  Status EnsureSession(uint64_t stale, std::string* id, uint64_t* generation, CallError* err);
+
+  std::mutex session_mu_;     // held while a session is created
+  std::mutex mu_;             // everything below
+  std::string session_;
+  uint64_t session_generation_ = 0;  // increments with every new session
+  std::vector<int32_t> held_;        // what the server's session holds, as far as we know
+  int64_t held_version_ = -1;        // the server's session version held_ comes from
+  // Calls on their way to the server: their contexts bound the base of later calls.
+  std::map<uint64_t, std::vector<int32_t>> in_flight_;
+  uint64_t next_call_ = 0;
+  uint64_t request_seq_ = 0;
+  std::string request_prefix_;
+  bool reachable_ = false;
+};
+
+class OpenAiLlm : public RemoteLlm {
+ public:
+  OpenAiLlm(const RemoteOptions& opts, const Tokenizer& vocab);
+  ~OpenAiLlm() override;
+
+ protected:
+  Status CheckServer(bool* reachable) override;
+  Expected<LlmReply> Execute(const LlmRequest& req, LlmCall& call, CallError* err) override;
+};
+
+}  // namespace tlr
