@@ -75,17 +75,45 @@ Status ParseCommon(const json& j, bool chat, const SamplerParams& defaults, Open
   return f.status();
 }
 
+// One prompt: a string (encoded with BOS) or token ids.
+Status ParseOnePrompt(const json& v, const std::string& what, const Tokenizer& tok, std::vector<int32_t>* out) {
+  if (v.is_string()) {
+    *out = tok.Encode(v.get<std::string>(), true, false);
+    return Status::Ok();
+  }
+  if (v.is_array()) return ReadTokenIds(v, what, tok.n_vocab(), out);
+  return Status::Error(what + " must be a string or an array of token ids");
+}
+
 Status ParsePrompt(const json& j, const Tokenizer& tok, OpenAiRequest* p) {
   auto it = j.find("prompt");
   if (it == j.end()) return Status::Error("'prompt' is required");
-  const json* v = &*it;
-  if (v->is_array() && v->size() == 1 && ((*v)[0].is_string() || (*v)[0].is_array())) v = &(*v)[0];
-  if (v->is_string()) {
-    p->prompt = tok.Encode(v->get<std::string>(), true, false);
+  const json& v = *it;
+  // A list of prompts (strings or token-id lists): one choice each, as OpenAI's API and vLLM.
+  if (v.is_array() && !v.empty() && (v[0].is_string() || v[0].is_array())) {
+    if (v.size() > kMaxPromptBatch) {
+      return Status::Error("'prompt' holds " + std::to_string(v.size()) + " prompts; at most " +
+                           std::to_string(kMaxPromptBatch) + " in one request");
+    }
+    for (size_t i = 0; i < v.size(); ++i) {
+      const std::string what = v.size() == 1 ? "'prompt'" : "'prompt'[" + std::to_string(i) + "]";
+      if (!v[i].is_string() && !v[i].is_array()) {
+        return Status::Error(what + " must be a string or an array of token ids (every element of a batch alike)");
+      }
+      std::vector<int32_t> ids;
+      TLR_RETURN_IF_ERROR(ParseOnePrompt(v[i], what, tok, &ids));
+      if (ids.empty() && v.size() > 1) return Status::Error(what + " is empty");
+      p->prompts.push_back(std::move(ids));
+    }
+    p->prompt = p->prompts[0];
     return Status::Ok();
   }
-  if (v->is_array()) return ReadTokenIds(*v, "'prompt'", tok.n_vocab(), &p->prompt);
-  return Status::Error("'prompt' must be a string, an array of token ids, or a one-element array of either");
+  if (!v.is_string() && !v.is_array()) {
+    return Status::Error("'prompt' must be a string, an array of token ids, or an array of either");
+  }
+  TLR_RETURN_IF_ERROR(ParseOnePrompt(v, "'prompt'", tok, &p->prompt));
+  p->prompts = {p->prompt};
+  return Status::Ok();
 }
 
 Status ParseMessages(const json& j, const Tokenizer& tok, const ChatTemplate& chat_template, OpenAiRequest* p) {
@@ -96,6 +124,7 @@ Status ParseMessages(const json& j, const Tokenizer& tok, const ChatTemplate& ch
   TLR_RETURN_IF_ERROR(ParseChatTemplateKwargs(j, &opts));
   TLR_ASSIGN_OR_RETURN(const std::string text, chat_template.Apply(msgs, opts));
   p->prompt = tok.Encode(text, false, true);
+  p->prompts = {p->prompt};
   return Status::Ok();
 }
 

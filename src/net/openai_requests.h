@@ -16,8 +16,12 @@
 
 namespace tlr {
 
+// Most prompts in one /v1/completions request ('prompt' as a list).
+inline constexpr size_t kMaxPromptBatch = 256;
+
 struct OpenAiRequest {
-  std::vector<int32_t> prompt;
+  std::vector<int32_t> prompt;     // the (first) prompt
+  std::vector<std::vector<int32_t>> prompts;  // every prompt: a batch has several, one choice each
   int max_tokens = 16;             // -1 (chat, not given): as many as fit
   SamplerParams sampling;
   int logprobs = -1;               // -1: none; else top-k count (0 = just the chosen token)
@@ -32,7 +36,8 @@ struct OpenAiRequest {
 // OpenAI's sampling defaults: temperature 1, no top-k, a seed from the clock.
 SamplerParams OpenAiSamplingDefaults();
 
-// Reads a /v1/completions (chat false: `prompt`, a string or token ids) or /v1/chat/completions
+// Reads a /v1/completions (chat false: `prompt`, a string or token ids, or a list of either: a
+// batch, in `prompts`) or /v1/chat/completions
 // (chat true: `messages` rendered with `chat_template`, required then) body. Sampling fields
 // not given keep `defaults`. Fields it does not know are ignored (as OpenAI-compatible servers
 // do); `model` is not checked here.

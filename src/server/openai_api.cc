@@ -99,16 +99,24 @@ void LlmServer::RoutesOpenAi() {
     if (p.prompt_logprobs >= 0 && p.stream) {
       return SendError(res, 400, "invalid_request_error", "'prompt_logprobs' is not supported with streaming");
     }
+    const bool batch = p.prompts.size() > 1;
+    if (batch && p.stream) {
+      return SendError(res, 400, "invalid_request_error",
+                       "a batch of prompts cannot be streamed here: send it with \"stream\": false, or one prompt per request");
+    }
     const int limit = engine_->limits().max_tokens_per_call;
-    const int64_t room = engine_->limits().max_context - static_cast<int64_t>(p.prompt.size());
+    size_t longest = 0;
+    for (const auto& one : p.prompts) longest = std::max(longest, one.size());
+    const int64_t room = engine_->limits().max_context - static_cast<int64_t>(longest);
     if (p.max_tokens < 0) p.max_tokens = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(limit, room)));
     if (p.max_tokens > limit) {
       return SendError(res, 400, "invalid_request_error", "'max_tokens' is above the server's limit of " + std::to_string(limit));
     }
     if (p.max_tokens > room) {
       return SendError(res, 400, "invalid_request_error",
-                       "prompt of " + std::to_string(p.prompt.size()) + " tokens + max_tokens " + std::to_string(p.max_tokens) +
-                           " exceeds the server's context of " + std::to_string(engine_->limits().max_context) + " tokens");
+                       std::string(batch ? "the longest prompt, " : "prompt of ") + std::to_string(longest) +
+                           " tokens + max_tokens " + std::to_string(p.max_tokens) + " exceeds the server's context of " +
+                           std::to_string(engine_->limits().max_context) + " tokens");
     }
     auto timeout = RequestTimeout(req, opts_.default_timeout_s);
     if (!timeout.ok()) return SendError(res, 400, "invalid_request_error", timeout.status().message());
@@ -118,17 +126,22 @@ void LlmServer::RoutesOpenAi() {
     const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
     const int64_t created = static_cast<int64_t>(std::time(nullptr));
     const std::string object = chat ? "chat.completion" : "text_completion";
-    const int64_t n_prompt = static_cast<int64_t>(p.prompt.size());
+    int64_t n_prompt = 0;
+    for (const auto& one : p.prompts) n_prompt += static_cast<int64_t>(one.size());
     auto usage = [n_prompt](int64_t completion) {
       return json{{"prompt_tokens", n_prompt}, {"completion_tokens", completion},
                   {"total_tokens", n_prompt + completion}};
     };
     if (p.max_tokens == 0) {
-      json choice = {{"index", 0}, {"finish_reason", "length"}, {"logprobs", nullptr}};
-      if (chat) choice["message"] = {{"role", "assistant"}, {"content", ""}};
-      else choice["text"] = "";
+      json choices = json::array();
+      for (size_t i = 0; i < p.prompts.size(); ++i) {
+        json choice = {{"index", i}, {"finish_reason", "length"}, {"logprobs", nullptr}};
+        if (chat) choice["message"] = {{"role", "assistant"}, {"content", ""}};
+        else choice["text"] = "";
+        choices.push_back(std::move(choice));
+      }
       return SendJson(res, 200, {{"id", id}, {"object", object}, {"created", created}, {"model", opts_.model_name},
-                                 {"choices", json::array({choice})}, {"usage", usage(0)}});
+                                 {"choices", choices}, {"usage", usage(0)}});
     }
     // Per token: logprob entries for the response.
     const bool as_ids = p.ids_as_tokens;
@@ -146,65 +159,86 @@ void LlmServer::RoutesOpenAi() {
       return e;
     };
     if (!p.stream) {
-      CompletionText text(tok, p.stop);
-      std::vector<json> lps;
-      std::vector<int32_t> ids;
-      std::vector<PromptPosition> prompt_scores;
+      // One choice per prompt (a batch runs its prompts one after another; each may reuse the
+      // prompt cache), in vLLM's shape: index in order, each with its own prompt_logprobs.
       if (front_) control.client_gone = [] { return HttpFront::CurrentClientGone(); };
-      EngineResult r = engine_->Complete(p.prompt, p.max_tokens, p.sampling, std::max(0, p.logprobs),
-                                         [&](int32_t t, float lp, const std::vector<TopLogprob>& top) {
-                                           ids.push_back(t);
-                                           if (p.logprobs >= 0) lps.push_back(token_logprob(t, lp, top));
-                                           return text.Push(t, tok.IsEndOfGeneration(t));
-                                         },
-                                         p.prompt_logprobs >= 0 ? &prompt_scores : nullptr, std::max(0, p.prompt_logprobs),
-                                         control);
-      if (!r.ok()) return SendEngineError(res, r, r.code == EngineCode::kBadRequest ? "invalid_request_error" : "");
-      text.Finish();
-      const std::string finish = r.reply.finish == "length" ? "length" : "stop";
-      json logprobs = nullptr;
-      if (p.logprobs >= 0) {
-        if (chat) {
-          json content = json::array();
-          for (const json& e : lps) content.push_back(e);
-          logprobs = {{"content", content}};
-        } else {
-          json toks = json::array(), tlp = json::array(), tops = json::array(), offs = json::array();
-          size_t off = 0;
-          for (size_t i = 0; i < lps.size(); ++i) {
-            toks.push_back(lps[i]["token"]);
-            tlp.push_back(lps[i]["logprob"]);
-            tops.push_back(lps[i]["top"]);
-            offs.push_back(off);
-            off += tok.Piece(ids[i]).size();
-          }
-          logprobs = {{"tokens", toks}, {"token_logprobs", tlp}, {"top_logprobs", tops}, {"text_offset", offs}};
+      json choices = json::array(), per_choice_tlr = json::array();
+      int64_t n_completion = 0, prefilled = 0;
+      double queue_s = 0, compute_s = 0;
+      for (size_t index = 0; index < p.prompts.size(); ++index) {
+        const std::vector<int32_t>& prompt = p.prompts[index];
+        CompletionText text(tok, p.stop);
+        std::vector<json> lps;
+        std::vector<int32_t> ids;
+        std::vector<PromptPosition> prompt_scores;
+        EngineResult r = engine_->Complete(prompt, p.max_tokens, p.sampling, std::max(0, p.logprobs),
+                                           [&](int32_t t, float lp, const std::vector<TopLogprob>& top) {
+                                             ids.push_back(t);
+                                             if (p.logprobs >= 0) lps.push_back(token_logprob(t, lp, top));
+                                             return text.Push(t, tok.IsEndOfGeneration(t));
+                                           },
+                                           p.prompt_logprobs >= 0 ? &prompt_scores : nullptr, std::max(0, p.prompt_logprobs),
+                                           control);
+        if (!r.ok()) {
+          if (batch) r.message = "prompt " + std::to_string(index) + " of the batch: " + r.message;
+          return SendEngineError(res, r, r.code == EngineCode::kBadRequest ? "invalid_request_error" : "");
         }
+        text.Finish();
+        const std::string finish = r.reply.finish == "length" ? "length" : "stop";
+        json logprobs = nullptr;
+        if (p.logprobs >= 0) {
+          if (chat) {
+            json content = json::array();
+            for (const json& e : lps) content.push_back(e);
+            logprobs = {{"content", content}};
+          } else {
+            json toks = json::array(), tlp = json::array(), tops = json::array(), offs = json::array();
+            size_t off = 0;
+            for (size_t i = 0; i < lps.size(); ++i) {
+              toks.push_back(lps[i]["token"]);
+              tlp.push_back(lps[i]["logprob"]);
+              tops.push_back(lps[i]["top"]);
+              offs.push_back(off);
+              off += tok.Piece(ids[i]).size();
+            }
+            logprobs = {{"tokens", toks}, {"token_logprobs", tlp}, {"top_logprobs", tops}, {"text_offset", offs}};
+          }
+        }
+        json choice = {{"index", index}, {"finish_reason", finish}, {"logprobs", logprobs}};
+        if (chat) choice["message"] = {{"role", "assistant"}, {"content", text.text()}};
+        else choice["text"] = text.text();
+        if (p.prompt_logprobs >= 0) {
+          // vLLM's shape: per prompt token (null for the first) a dict keyed by token id: the token
+          // itself and the top k at its position, each {logprob, rank, decoded_token}.
+          json list = json::array({nullptr});
+          for (size_t i = 1; i < prompt.size() && i - 1 < prompt_scores.size(); ++i) {
+            const PromptPosition& pos = prompt_scores[i - 1];
+            json d = json::object();
+            for (size_t k = 0; k < pos.top.size(); ++k) {
+              d[std::to_string(pos.top[k].id)] = {{"logprob", pos.top[k].logprob}, {"rank", k + 1},
+                                                 {"decoded_token", TokenLabel(tok, pos.top[k].id, as_ids)}};
+            }
+            d[std::to_string(prompt[i])] = {{"logprob", pos.logprob}, {"rank", pos.rank},
+                                            {"decoded_token", TokenLabel(tok, prompt[i], as_ids)}};
+            list.push_back(std::move(d));
+          }
+          choice["prompt_logprobs"] = std::move(list);
+        }
+        if (batch) choice["tlr"] = {{"token_ids", ids}};
+        choices.push_back(std::move(choice));
+        per_choice_tlr.push_back(ids);
+        n_completion += static_cast<int64_t>(ids.size());
+        queue_s += r.reply.queue_s;
+        compute_s += r.reply.compute_s;
+        prefilled += r.reply.prefilled;
       }
-      json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", logprobs}};
-      if (chat) choice["message"] = {{"role", "assistant"}, {"content", text.text()}};
-      else choice["text"] = text.text();
+      json tlr = {{"queue_ms", queue_s * 1e3}, {"compute_ms", compute_s * 1e3}, {"prefilled", prefilled}};
+      if (!batch) tlr["token_ids"] = per_choice_tlr[0];
       json out = {{"id", id}, {"object", object}, {"created", created}, {"model", opts_.model_name},
-                  {"choices", json::array({choice})}, {"usage", usage(static_cast<int64_t>(ids.size()))},
-                  {"tlr", {{"token_ids", ids}, {"queue_ms", r.reply.queue_s * 1e3}, {"compute_ms", r.reply.compute_s * 1e3},
-                           {"prefilled", r.reply.prefilled}}}};
-      if (p.prompt_logprobs >= 0) {
-        // vLLM's shape: per prompt token (null for the first) a dict keyed by token id: the token
-        // itself and the top k at its position, each {logprob, rank, decoded_token}.
-        json list = json::array({nullptr});
-        for (size_t i = 1; i < p.prompt.size() && i - 1 < prompt_scores.size(); ++i) {
-          const PromptPosition& pos = prompt_scores[i - 1];
-          json d = json::object();
-          for (size_t k = 0; k < pos.top.size(); ++k) {
-            d[std::to_string(pos.top[k].id)] = {{"logprob", pos.top[k].logprob}, {"rank", k + 1},
-                                               {"decoded_token", TokenLabel(tok, pos.top[k].id, as_ids)}};
-          }
-          d[std::to_string(p.prompt[i])] = {{"logprob", pos.logprob}, {"rank", pos.rank},
-                                            {"decoded_token", TokenLabel(tok, p.prompt[i], as_ids)}};
-          list.push_back(std::move(d));
-        }
-        if (chat) out["prompt_logprobs"] = std::move(list);
-        else out["choices"][0]["prompt_logprobs"] = std::move(list);
+                  {"choices", choices}, {"usage", usage(n_completion)}, {"tlr", tlr}};
+      if (chat && p.prompt_logprobs >= 0) {  // chat: at the top (vLLM's chat shape)
+        out["prompt_logprobs"] = out["choices"][0]["prompt_logprobs"];
+        out["choices"][0].erase("prompt_logprobs");
       }
       SendJson(res, 200, out);
       if (metrics_) {

@@ -286,6 +286,56 @@ TEST_F(ServerTest, OpenAiCompletionsStreamAndStop) {
   EXPECT_EQ(cut["choices"][0]["finish_reason"], "stop");
 }
 
+// A batch of token-id prompts in vLLM's shape: one choice per prompt, in order, each with its own
+// prompt_logprobs (null first, then a dict keyed by token id holding the prompt's token); usage
+// sums the batch; each choice equals the prompt sent alone.
+TEST_F(ServerTest, OpenAiCompletionsTakeABatchOfPrompts) {
+  Start();
+  httplib::Client c = Client();
+  const std::vector<int32_t> a = slm_->tokenizer().Encode(QaPrompt((*rows_)[0]));
+  const std::vector<int32_t> b = slm_->tokenizer().Encode(QaPrompt((*rows_)[1]));
+  const json body = {{"prompt", {a, b}}, {"max_tokens", 4}, {"temperature", 0}, {"prompt_logprobs", 1}};
+  auto r = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json out = json::parse(r->body);
+  ASSERT_EQ(out["choices"].size(), 2u);
+  InProcessLlm ref(*llm_, 1, 1024);
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<int32_t>& prompt = i == 0 ? a : b;
+    const json& choice = out["choices"][i];
+    EXPECT_EQ(choice["index"], i);
+    EXPECT_EQ(choice["tlr"]["token_ids"].get<std::vector<int32_t>>(), ref.Next(prompt, 4, SamplerParams{})->tokens);
+    const json& plp = choice["prompt_logprobs"];
+    ASSERT_EQ(plp.size(), prompt.size());
+    EXPECT_TRUE(plp[0].is_null());
+    for (size_t k = 1; k < prompt.size(); ++k) {
+      ASSERT_TRUE(plp[k].contains(std::to_string(prompt[k]))) << i << " " << k;
+      EXPECT_TRUE(plp[k][std::to_string(prompt[k])].contains("logprob"));
+    }
+    // The same prompt alone gives the same choice.
+    const json alone = {{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}, {"prompt_logprobs", 1}};
+    auto one = c.Post("/v1/completions", alone.dump(), "application/json");
+    ASSERT_TRUE(one && one->status == 200);
+    const json single = json::parse(one->body);
+    EXPECT_EQ(single["choices"][0]["text"], choice["text"]);
+    EXPECT_EQ(single["choices"][0]["prompt_logprobs"], plp);
+  }
+  EXPECT_EQ(out["usage"]["prompt_tokens"], a.size() + b.size());
+  EXPECT_EQ(out["usage"]["completion_tokens"], 8);
+  // What a batch cannot be: streamed, or hold an empty prompt; both say so.
+  json streamed = {{"prompt", {a, b}}, {"max_tokens", 2}, {"stream", true}};
+  auto s = c.Post("/v1/completions", streamed.dump(), "application/json");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->status, 400);
+  EXPECT_NE(s->body.find("cannot be streamed"), std::string::npos) << s->body;
+  json empty = {{"prompt", {a, std::vector<int32_t>{}}}, {"max_tokens", 2}};
+  auto e = c.Post("/v1/completions", empty.dump(), "application/json");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->status, 400);
+  EXPECT_NE(e->body.find("'prompt'[1] is empty"), std::string::npos) << e->body;
+}
+
 TEST_F(ServerTest, TlsWithVerifiedCertificate) {
   if (std::system("command -v openssl >/dev/null 2>&1") != 0) GTEST_SKIP() << "openssl command not installed";
   TempDir dir("tlr_tls_test");

@@ -79,6 +79,10 @@ void UiServer::RoutesOpenAi() {
     if (!parsed.ok()) return SendError(res, 400, "invalid_request_error", parsed.status().message());
     OpenAiRequest& p = *parsed;
     if (p.prompt.empty()) return SendError(res, 400, "invalid_request_error", "the prompt is empty");
+    if (p.prompts.size() > 1) {
+      return SendError(res, 400, "invalid_request_error",
+                       "a batch of prompts: routed generation takes one prompt per request here");
+    }
     if (p.logprobs >= 0) {
       return SendError(res, 400, "invalid_request_error",
                        "logprobs are not available from routed generation (each token comes from the SLM or the LLM)");
