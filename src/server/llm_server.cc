@@ -56,9 +56,9 @@ Status LlmServer::Start() {
   if (opts_.tls_cert.empty() != opts_.tls_key.empty()) {
     return Status::Error("TLS needs both --tls-cert and --tls-key");
   }
-  if (!IsLoopbackHost(opts_.host) && opts_.api_keys.empty() && !opts_.insecure) {
+  if (!IsLoopbackHost(opts_.host) && opts_.api_keys.empty() && !opts_.public_bind) {
     return Status::Error("refusing to listen on " + opts_.host +
-                         " (not loopback) without an API key: give --api-key, or --insecure to allow anyone");
+                         " (not loopback) without an API key: give --accept-key, or --public to allow anyone");
   }
   for (const std::string& k : opts_.api_keys) {
     if (k.empty()) return Status::Error("an API key must not be empty");

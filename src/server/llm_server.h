@@ -34,7 +34,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                      // 0: any free port (see LlmServer::port)
   std::vector<std::string> api_keys;    // Bearer keys; empty: no auth (loopback only)
-  bool insecure = false;                // allow a non-loopback address without a key
+  bool public_bind = false;             // allow a non-loopback address without a key (--public)
   std::string tls_cert, tls_key;        // PEM files; both or neither
   uint64_t max_body_bytes = 4ull << 20; // Content-Length or chunked (413 past it)
   int http_threads = 64;                // requests handled at once (an idle connection holds none)

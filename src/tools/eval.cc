@@ -34,6 +34,11 @@ Expected<std::vector<EvalRow>> RunEval(const Model& slm, Router* router, LlmBack
     if (!text.ok()) return text.status().WithPrefix("question '" + r.id + "'");
     prompts.push_back(opts.chat ? tok.Encode(*text, false, true) : tok.Encode(*text));
     if (prompts.back().empty()) return Status::Error("question '" + r.id + "' has an empty prompt");
+    if (opts.n_ctx > 0 && static_cast<int64_t>(prompts.back().size()) + opts.max_tokens > opts.n_ctx) {
+      return Status::Error("question '" + r.id + "': its prompt of " + std::to_string(prompts.back().size()) +
+                           " tokens + max tokens " + std::to_string(opts.max_tokens) + " exceed the context of " +
+                           std::to_string(opts.n_ctx) + " tokens (raise --ctx)");
+    }
   }
   if (answers) answers->assign(out.size(), {});
   const int64_t total = static_cast<int64_t>(out.size() * rows.size());

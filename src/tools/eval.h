@@ -25,6 +25,7 @@ struct EvalOptions {
   std::vector<float> thresholds = {0.4f, 0.5f, 0.6f, 0.7f, 0.72f, 0.76f, 0.8f, 0.9f};
   bool small_only = true, large_only = true;  // baseline rows
   int max_tokens = 100;
+  int64_t n_ctx = 0;         // > 0: every prompt + max_tokens must fit (the -c of the command)
   int route_span = 1;
   SamplerParams sampling;
   PipelineOptions pipeline;  // joint rows (the baselines never route)

@@ -279,7 +279,7 @@ try {
   // which wants an API key: the page asks for it. The tokens equal `tlr generate --server`.
   {
     const key = 'tab-test-key';
-    const webServer = await serve(['--web', wasmDir, '--api-key', key]);
+    const webServer = await serve(['--web', wasmDir, '--accept-key', key]);
     const page = await context.newPage();
     page.on('console', (m) => { if (m.type() === 'error') console.log('  [ui page]', m.text()); });
     await page.goto(webServer + '/');
@@ -299,7 +299,7 @@ try {
                                              error: document.getElementById('error-text').textContent,
                                              threshold: Number(document.getElementById('threshold').value),
                                              maxTokens: document.getElementById('max-tokens').value }));
-    const r = spawnSync(tlr, ['generate', '--server', webServer, '--api-key', key, '-p', prompt, '-n', got.maxTokens,
+    const r = spawnSync(tlr, ['generate', '--server', webServer, '--server-key', key, '-p', prompt, '-n', got.maxTokens,
                               '--threshold', String(got.threshold), '--trace', join(work, 'ui.jsonl')], { encoding: 'utf8' });
     const want = r.status === 0 ? readFileSync(join(work, 'ui.jsonl'), 'utf8').split('\n').filter(Boolean)
       .map((l) => JSON.parse(l)).filter((t) => t.id !== undefined).map((t) => `${t.id}/${t.source}`) : [];

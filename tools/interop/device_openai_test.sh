@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Interoperability test (ctest label `server`): the official `openai` npm client (pinned in
 # openai_npm.sh)
-# against the device's routed OpenAI-compatible API: `tlr ui --no-page --client-key` on an
+# against the device's routed OpenAI-compatible API: `tlr ui --no-page --accept-key` on an
 # ephemeral loopback port, its LLM behind a `tlr serve` (the bundled demo pair). A 6-turn streamed
 # chat (tlr.tokens, usage, prompt-cache reuse, and token for token what `tlr generate --messages
 # --trace` produces for the same conversation), models, error classes (401, 400, 400
@@ -49,7 +49,7 @@ wait_url() {
 serve_pid=$!
 serve_url=$(wait_url serve "$serve_pid")
 echo "tlr serve at $serve_url"
-"$tlr" ui --port 0 -t 1 --no-page --client-key test-key --server "$serve_url" >"$log/ui.out" 2>"$log/ui.err" &
+"$tlr" ui --port 0 -t 1 --no-page --accept-key test-key --server "$serve_url" >"$log/ui.out" 2>"$log/ui.err" &
 ui_pid=$!
 ui_url=$(wait_url ui "$ui_pid")
 grep -qxF "OpenAI-compatible API at $ui_url/v1 (model \"tlr\")" "$log/ui.out" ||

@@ -20,7 +20,7 @@ cleanup() {
   rm -rf "$log"
 }
 trap cleanup EXIT
-"$tlr" serve --port 0 -t 1 --api-key test-key >"$log/out" 2>"$log/err" &
+"$tlr" serve --port 0 -t 1 --accept-key test-key >"$log/out" 2>"$log/err" &
 server_pid=$!
 url=
 for _ in $(seq 200); do  # up to 20 s

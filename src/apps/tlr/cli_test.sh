@@ -124,6 +124,7 @@ gen=("$tlr" generate --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" -p "the answ
 check generate 0 "tokens: 12 generated, [0-9]+ routed to the LLM" -- "${gen[@]}" --router maxprob --threshold 0.5
 check generate_trace 0 "mode joint" -- "${gen[@]}" --router entropy --trace "$tmp/trace.jsonl"
 check trace_lines 0 "^12$" -- sh -c "wc -l < '$tmp/trace.jsonl'"
+check generate_ctx 1 "4 tokens \+ max tokens 12 exceed the context of 8 tokens \(raise --ctx\)" -- "${gen[@]}" --router maxprob -c 8
 check trace_fields 0 '"source":"(SLM|LLM)"' -- head -1 "$tmp/trace.jsonl"
 check generate_small 0 "0 routed" -- "${gen[@]}" --router entropy --mode small_only
 check generate_large 0 "12 routed to the LLM \(100.0%\)" -- "${gen[@]}" --mode large_only
@@ -145,6 +146,7 @@ check generate_messages_and_prompt 1 "not both" -- "${msgs[@]}" --messages "$tmp
 # tlr chat through a pipe: one message per line, slash commands; the second turn reuses the
 # first's SLM cache; a saved conversation loads in a new process with its cache.
 chat=("$tlr" chat --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob -n 6 -t 1 --no-color)
+check chat_ctx 0 "exceed the context of 8 tokens: /new starts over" -- bash -c 'printf "hello there\n" | "${@}" -c 8' _ "${chat[@]}"
 check chat_pipe 0 "conversation: 2 turns; prompt tokens [0-9]+ \([1-9][0-9]* reused from the cache" -- \
   bash -c 'printf "hi\n/threshold 0.7\nand then?\n/stats\n" | "$@"' _ "${chat[@]}"
 check chat_bad_commands 0 "threshold wants a number.*unknown mode 'both'.*unknown command /nope" -- \
@@ -167,6 +169,7 @@ check trace_spec_fields 0 '"spec":"[a-z]+".*"stall_ms"' -- head -1 "$tmp/trace.j
 check generate_no_prompt 1 "give a prompt" -- "$tlr" generate --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob
 check eval 0 "^joint @ 0.50 +2 " -- "$tlr" eval --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob --data "$tmp/q.jsonl" --thresholds 0.5 --max-tokens 6 -t 1 --out "$tmp/ev"
 check eval_json 0 '"routed_pct"' -- cat "$tmp/ev/results.json"
+check eval_ctx 1 "max tokens 6 exceed the context of 10 tokens \(raise --ctx\)" -- "$tlr" eval --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob --data "$tmp/q.jsonl" --thresholds 0.5 --max-tokens 6 -t 1 -c 10
 check eval_csv 0 "^mode,threshold,n,accuracy" -- head -1 "$tmp/ev/results.csv"
 # Every plot is a well-formed SVG document (an XML parser reads it; root element svg).
 check eval_svg_parse 0 "^4 svg$" -- python3 -c '
@@ -203,6 +206,7 @@ check demo_router_info 0 "citer" -- "$tlr" router info "$(dirname "$0")/../../..
 # Calibration writes a calibrated copy (-o) and says what it chose; it never rewrites an input
 # unless -o names it.
 cp "$(dirname "$0")/../../../models/demo/router.gguf" "$tmp/cal.gguf"
+check router_calibrate_ctx 1 "exceed the context of 10 tokens \(raise --ctx\)" -- "$tlr" router calibrate --router "$tmp/cal.gguf" --limit 5 --target-routed 8 -c 10 -o "$tmp/cal_ctx.gguf"
 check router_calibrate_needs_out 1 "give -o FILE" -- "$tlr" router calibrate --router "$tmp/cal.gguf" --limit 5 --target-routed 8
 check router_calibrate 0 "threshold 0\.[0-9]+: [0-9.]+% of tokens routed.*written to .*cal8.gguf" -- \
   "$tlr" router calibrate --router "$tmp/cal.gguf" --limit 40 -n 24 --target-routed 8 -o "$tmp/cal8.gguf"
@@ -228,6 +232,15 @@ check demo_wrong_slm 1 "trained for another model" -- "$tlr" generate -f "$tmp/d
 check serve_help 0 "/tlr/v1/next" -- "$tlr" serve --help
 check serve_public_no_key 1 "refusing to listen on 0.0.0.0" -- "$tlr" serve --host 0.0.0.0 --port 0
 check serve_bad_budget 1 "--kv-budget: not a size" -- "$tlr" serve --kv-budget lots --port 0
+# One word for one thing: the keys an endpoint accepts are --accept-key in serve and ui, the key a
+# device sends is --server-key, listening beyond loopback is --public; the old spellings still
+# work for a release and say so.
+check serve_public_words 1 "give --accept-key, or --public to allow anyone" -- "$tlr" serve --host 0.0.0.0 --port 0
+check serve_old_api_key 1 "--api-key is deprecated: use --accept-key" -- "$tlr" serve --api-key k --kv-budget lots --port 0
+check serve_old_insecure 1 "--insecure is deprecated: use --public" -- "$tlr" serve --insecure --kv-budget lots --port 0
+check serve_old_env 1 'TLR_API_KEY is deprecated here: use .TLR_ACCEPT_KEY' -- env TLR_API_KEY=k "$tlr" serve --kv-budget lots --port 0
+check ui_old_client_key 1 "--client-key is deprecated: use --accept-key" -- "$tlr" ui --client-key k --results "$tmp/none.json" --port 0
+check generate_old_api_key 1 "--api-key is deprecated: use --server-key" -- "$tlr" generate --api-key k --server http://127.0.0.1:1 -p hi -n 1
 check serve_bad_model 1 "cannot open" -- "$tlr" serve -m "$tmp/none.gguf" --port 0
 check serve_web_not_built 1 "the browser build is made by \`make wasm\`" -- "$tlr" serve --web "$tmp" --port 0
 check serve_web_slm_alone 1 "go with --web DIR" -- "$tlr" serve --web-router maxprob --port 0
@@ -273,6 +286,11 @@ wait "$serve_pid" 2>/dev/null
 
 # The web UI (its page is tested in headless Chromium by tools/browser/ui_test.sh, label browser).
 check ui_help 0 "/api/generate" -- "$tlr" ui --help
+"$tlr" ui --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob -t 1 -c 333 --port 0 > "$tmp/ui.log" 2>&1 &
+ui_pid=$!
+ui_url=$(wait_url "$tmp/ui.log")
+check ui_ctx 0 '"max":333' -- curl -s "$ui_url/api/info"
+kill "$ui_pid" 2>/dev/null; wait "$ui_pid" 2>/dev/null
 check ui_public_no_flag 1 "refusing to listen on 0.0.0.0 .*--public" -- "$tlr" ui --host 0.0.0.0 --port 0
 check ui_bad_results 1 "--results: .* is not a results.json" -- "$tlr" ui --results "$tmp/q.jsonl" --port 0
 check ui_missing_results 1 "--results: cannot open" -- "$tlr" ui --results "$tmp/none.json" --port 0

@@ -62,7 +62,8 @@ Command AddBenchCommand(CLI::App& root) {
                   "untrained one of the model's width (its cost is what matters here)");
   app->add_option("--router-type", o->router_type, "Weight type of an untrained --router citer/colm")
       ->default_val("f32")->check(CLI::IsMember({"f32", "f16", "q8_0"}));
-  AddThreadArgs(app, &o->run);
+  AddThreadsOnly(app, &o->run.threads);  // no --ctx: each test sizes its cache to its own tokens
+  AddKvTypeArg(app, &o->run.kv_type);
   app->footer(
       "Roofline: generation must read every weight once per token, so tok/s cannot exceed\n"
       "bandwidth / bytes per token. tg_roofline_pct is generation speed as a percentage of that;\n"

@@ -221,6 +221,13 @@ Command AddChatCommand(CLI::App& root) {
                 note("error: " + ids.status().message());
                 continue;
               }
+              if (static_cast<int64_t>(ids->size()) + d.max_tokens > o->run.ctx) {
+                messages.pop_back();
+                note("error: the conversation's " + std::to_string(ids->size()) + " tokens + max tokens " +
+                     std::to_string(d.max_tokens) + " exceed the context of " + std::to_string(o->run.ctx) +
+                     " tokens: /new starts over (or raise --ctx)");
+                continue;
+              }
               std::string reply;
               auto run = RunDeviceGeneration(slm, router, &llm, &pool, *ids, d, [&](const TokenEvent& ev) {
                 if (ev.end || ev.text.empty()) return true;

@@ -123,13 +123,14 @@ Command AddEvalCommand(CLI::App& root) {
               if (ec) return ReportError(cmd, "cannot create '" + o->out + "': " + ec.message());
             }
             ThreadPool pool(o->run.threads);
-            auto stack = MakeLlm(o->net, llm.get(), o->run.threads, 8192, (*slm)->tokenizer(), o->run.sampling.seed);
+            auto stack = MakeLlm(o->net, llm.get(), o->run.threads, o->run.ctx, (*slm)->tokenizer(), o->run.sampling.seed);
             if (!stack.ok()) return ReportError(cmd, stack.status().message());
             LlmBackend* backend = (*stack)->backend();
             EvalOptions e;
             e.thresholds = *thresholds;
             e.small_only = e.large_only = !o->no_baselines;
             e.max_tokens = o->max_tokens;
+            e.n_ctx = o->run.ctx;
             e.route_span = o->span;
             e.sampling = o->run.sampling;
             e.chat = o->chat;

@@ -107,7 +107,7 @@ Command AddGenerateCommand(CLI::App& root) {
       "  tlr generate -f question.txt                      # bundled demo pair and router\n"
       "  tlr generate --slm qwen2.5-0.5b.gguf --llm qwen2.5-7b.gguf --router r.gguf --chat -p \"...\"\n"
       "  tlr generate --threshold 0.9 --trace trace.jsonl -p \"Question: ...\"\n"
-      "  tlr generate --server http://gpu-box:8080 --api-key \"$KEY\" -f q.txt   # LLM on `tlr serve`");
+      "  tlr generate --server http://gpu-box:8080 --server-key \"$KEY\" -f q.txt   # LLM on `tlr serve`");
   return {app, [o]() -> int {
             const char* cmd = "generate";
             TLR_CLI_CHECK(cmd, o->run.sampling.Validate());
@@ -167,6 +167,11 @@ Command AddGenerateCommand(CLI::App& root) {
             auto ids = messages ? EncodeMessages(main_model, *messages, o->think)
                                 : EncodePrompt(main_model, prompt, o->chat, o->think);
             if (!ids.ok()) return ReportError(cmd, ids.status().message());
+            if (static_cast<int64_t>(ids->size()) + o->n > o->run.ctx) {
+              return ReportError(cmd, "the prompt of " + std::to_string(ids->size()) + " tokens + max tokens " +
+                                          std::to_string(o->n) + " exceed the context of " + std::to_string(o->run.ctx) +
+                                          " tokens (raise --ctx)");
+            }
             ThreadPool pool(o->run.threads);
             auto spec = MakeLlmSpec(o->net, nullptr, o->run.threads, 0, o->run.sampling.seed);
             TLR_CLI_CHECK(cmd, spec.status());

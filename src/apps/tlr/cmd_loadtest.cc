@@ -31,7 +31,8 @@ Command AddLoadtestCommand(CLI::App& root) {
   CLI::App* app = root.add_subcommand(
       "loadtest", "Load-test a `tlr serve` server with many simulated devices (routed calls/s, latency, batching)");
   app->add_option("--server", o->server, "The server (http[s]://host:port)")->required();
-  app->add_option("--api-key", o->api_key, "API key for the server (also $TLR_API_KEY)");
+  app->add_option("--server-key", o->api_key, "The key sent to the server (also $TLR_SERVER_KEY)");
+  AddDeprecatedOption(app, "--api-key", &o->api_key, "--server-key");
   app->add_option("--backend", o->backend,
                   "tlr: the native session protocol (each call sends only new tokens); openai: /v1/completions "
                   "with the whole context as token ids (what devices on the openai backend and OpenAI clients send)")
@@ -88,7 +89,7 @@ Command AddLoadtestCommand(CLI::App& root) {
   return {app, [o]() -> int {
             const char* cmd = "loadtest";
             if (o->api_key.empty()) {
-              if (const char* k = std::getenv("TLR_API_KEY"); k && *k) o->api_key = k;
+              o->api_key = EnvWithFallback("TLR_SERVER_KEY", "TLR_API_KEY");
             }
             if (o->prompt_tokens + o->gen_tokens + 1 > o->max_context) {
               return ReportError(cmd, "--max-context must exceed --prompt-tokens + --gen-tokens + 1");

@@ -93,10 +93,11 @@ CLI::App* AddRouterCalibrate(CLI::App* router_app, RunFn* run) {
       llm = std::move(m).value();
     }
     ThreadPool pool(o->run.threads);
-    auto stack = MakeLlm(o->net, llm.get(), o->run.threads, 8192, (*slm)->tokenizer(), o->run.sampling.seed);
+    auto stack = MakeLlm(o->net, llm.get(), o->run.threads, o->run.ctx, (*slm)->tokenizer(), o->run.sampling.seed);
     if (!stack.ok()) return ReportError(cmd, stack.status().message());
     CalibrateOptions c;
     c.eval.max_tokens = o->max_tokens;
+    c.eval.n_ctx = o->run.ctx;
     c.eval.sampling = o->run.sampling;
     c.eval.chat = o->chat;
     if (o->target_routed > 0) c.target_routed_pct = o->target_routed;

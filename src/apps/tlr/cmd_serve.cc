@@ -20,21 +20,21 @@ namespace tlr::cli {
 
 Command AddServeCommand(CLI::App& root) {
   struct Opts {
-    std::string model, host = "127.0.0.1", kv_budget = "4G", max_body = "4M", name, api_key_file, kv_type = "f16";
+    std::string model, host = "127.0.0.1", kv_budget = "4G", max_body = "4M", name, kv_type = "f16";
     std::string tls_cert, tls_key;
-    std::vector<std::string> api_keys;
+    AcceptKeyArgs keys;
     int port = 8080, threads = 2, http_threads = 64, max_tokens = 256, prompt_cache = 0, max_connections = 1024,
         backlog = 1024;
     int64_t ctx = 4096, max_sessions = 1024, batch_tokens = 512, session_quota = 0;
     double ttl = 600, request_timeout = 10, keep_alive = 30, default_timeout = 30, cold_share = 0.5;
-    bool insecure = false;
+    bool public_bind = false;
     std::vector<std::string> cors_origins;
     std::string web, web_slm, web_router, web_data;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* app = root.add_subcommand("serve", "Serve an LLM to devices: token protocol with sessions, OpenAI-compatible API");
   app->add_option("-m,--model", o->model, "LLM GGUF (default: the bundled demo LLM)");
-  app->add_option("--host", o->host, "Address to listen on (non-loopback needs --api-key or --insecure)")
+  app->add_option("--host", o->host, "Address to listen on (non-loopback needs --accept-key or --public)")
       ->default_val("127.0.0.1");
   app->add_option("--port", o->port, "Port (0: any free port; the chosen one is printed)")->default_val(8080)
       ->check(CLI::Range(0, 65535));
@@ -86,10 +86,12 @@ Command AddServeCommand(CLI::App& root) {
                   "Open sessions one client may hold: per API key, or per client address without keys "
                   "(429 session_quota past it; 0: a quarter of --max-sessions)")
       ->default_val(0)->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
-  app->add_option("--api-key", o->api_keys, "Require 'Authorization: Bearer KEY' (repeat for several keys; "
-                                            "also $TLR_API_KEY)");
-  app->add_option("--api-key-file", o->api_key_file, "File with one API key per line");
-  app->add_flag("--insecure", o->insecure, "Allow a non-loopback --host without an API key");
+  AddAcceptKeyArgs(app, &o->keys, "every endpoint but /health");
+  app->add_flag("--public", o->public_bind,
+                "Allow a non-loopback --host without --accept-key: anyone who reaches the port can use the LLM");
+  AddDeprecatedOption(app, "--api-key", &o->keys.keys, "--accept-key");
+  AddDeprecatedOption(app, "--api-key-file", &o->keys.file, "--accept-key-file");
+  AddDeprecatedFlag(app, "--insecure", &o->public_bind, "--public");
   app->add_option("--cors-origin", o->cors_origins,
                   "Let web pages of this origin call the server from a browser, e.g. https://app.example "
                   "(repeat for several; * for any); none by default");
@@ -114,7 +116,7 @@ Command AddServeCommand(CLI::App& root) {
       "Protocol: docs/protocol.md. Prints 'listening on URL' once ready; stops on SIGINT/SIGTERM.\n"
       "Examples:\n"
       "  tlr serve                                          # bundled demo LLM on 127.0.0.1:8080\n"
-      "  tlr serve -m qwen2.5-7b-q4_0.gguf --host 0.0.0.0 --api-key \"$KEY\" --tls-cert c.pem --tls-key k.pem\n"
+      "  tlr serve -m qwen2.5-7b-q4_0.gguf --host 0.0.0.0 --accept-key \"$KEY\" --tls-cert c.pem --tls-key k.pem\n"
       "  tlr serve --web build-wasm/web                     # + the web UI, the SLM in the visitor's tab (make wasm)");
   return {app, [o]() -> int {
             const char* cmd = "serve";
@@ -122,18 +124,10 @@ Command AddServeCommand(CLI::App& root) {
             ServerOptions so;
             so.host = o->host;
             so.port = o->port;
-            so.api_keys = o->api_keys;
-            if (const char* k = std::getenv("TLR_API_KEY"); k && *k) so.api_keys.push_back(k);
-            if (!o->api_key_file.empty()) {
-              auto text = ReadFileToString(o->api_key_file);
-              if (!text.ok()) return ReportError(cmd, "--api-key-file: " + text.status().message());
-              std::istringstream in(*text);
-              for (std::string line; std::getline(in, line);) {
-                while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-                if (!line.empty() && line[0] != '#') so.api_keys.push_back(line);
-              }
-            }
-            so.insecure = o->insecure;
+            auto keys = ResolveAcceptKeys(o->keys, "TLR_API_KEY");
+            if (!keys.ok()) return ReportError(cmd, keys.status().message());
+            so.api_keys = std::move(keys).value();
+            so.public_bind = o->public_bind;
             so.cors_origins = o->cors_origins;
             so.tls_cert = o->tls_cert;
             so.tls_key = o->tls_key;

@@ -29,10 +29,10 @@ std::string FileName(const std::string& path) { return std::filesystem::path(pat
 
 Command AddUiCommand(CLI::App& root) {
   struct Opts {
-    std::string slm, llm, router, data, results, host = "127.0.0.1", model_name = "tlr", key_file;
+    std::string slm, llm, router, data, results, host = "127.0.0.1", model_name = "tlr";
     int port = 8090, examples = 5, max_tokens = 128, kv_slots = 4, max_queue = 8;
     std::string kv_budget = "1G";
-    std::vector<std::string> keys;
+    AcceptKeyArgs keys;
     bool public_bind = false, no_page = false;
     RunArgs run;
     LlmArgs net;
@@ -55,14 +55,14 @@ Command AddUiCommand(CLI::App& root) {
       ->check(CLI::Range(0, 65535));
   app->add_flag("--public", o->public_bind,
                 "Allow a non-loopback --host. The page has no login: whoever reaches the port can run "
-                "generations on this machine and use your LLM server (and its --api-key)");
+                "generations on this machine and use your LLM server (and its --server-key)");
   app->add_flag("--no-page", o->no_page,
                 "Headless: serve only the OpenAI-compatible API (/v1/...), no web page and no /api/*");
-  app->add_option("--client-key", o->keys,
-                  "Require 'Authorization: Bearer KEY' on the OpenAI API (repeat for several keys; also "
-                  "$TLR_CLIENT_KEY). With --no-page it guards everything, and a non-loopback --host is allowed "
-                  "without --public. (--api-key is the key this device sends to the LLM server.)");
-  app->add_option("--client-key-file", o->key_file, "File with one client key per line");
+  AddAcceptKeyArgs(app, &o->keys,
+                   "the OpenAI API (with --no-page it guards everything, and a non-loopback --host is allowed "
+                   "without --public; --server-key is the key this device sends to the LLM server)");
+  AddDeprecatedOption(app, "--client-key", &o->keys.keys, "--accept-key");
+  AddDeprecatedOption(app, "--client-key-file", &o->keys.file, "--accept-key-file");
   app->add_option("--max-queue", o->max_queue,
                   "OpenAI requests waiting or running at once; past it 429 with Retry-After")
       ->default_val(8)->check(CLI::Range(1, 15));
@@ -92,32 +92,20 @@ Command AddUiCommand(CLI::App& root) {
       "Examples:\n"
       "  tlr ui                                             # bundled demo pair, http://127.0.0.1:8090/\n"
       "  tlr ui --results docs/results/results.json --sim-rtt 170\n"
-      "  tlr ui --slm s.gguf --router r.gguf --server http://gpu-box:8080 --api-key \"$KEY\" --port 0\n"
-      "  tlr ui --no-page --port 8080 --client-key \"$APP_KEY\" --server http://gpu-box:8080");
+      "  tlr ui --slm s.gguf --router r.gguf --server http://gpu-box:8080 --server-key \"$KEY\" --port 0\n"
+      "  tlr ui --no-page --port 8080 --accept-key \"$APP_KEY\" --server http://gpu-box:8080");
   return {app, [o]() -> int {
             const char* cmd = "ui";
             TLR_CLI_CHECK(cmd, o->run.sampling.Validate());
-            std::vector<std::string> keys = o->keys;
-            if (const char* k = std::getenv("TLR_CLIENT_KEY"); k && *k) keys.push_back(k);
-            if (!o->key_file.empty()) {
-              auto text = ReadFileToString(o->key_file);
-              if (!text.ok()) return ReportError(cmd, "--client-key-file: " + text.status().message());
-              size_t start = 0;
-              while (start <= text->size()) {
-                size_t end = std::min(text->find('\n', start), text->size());
-                std::string line = text->substr(start, end - start);
-                while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-                if (!line.empty()) keys.push_back(line);
-                start = end + 1;
-              }
-              if (keys.empty()) return ReportError(cmd, "--client-key-file: " + o->key_file + " has no keys");
-            }
+            auto accepted = ResolveAcceptKeys(o->keys, "TLR_CLIENT_KEY");
+            if (!accepted.ok()) return ReportError(cmd, accepted.status().message());
+            std::vector<std::string> keys = std::move(accepted).value();
             const bool guarded = o->no_page && !keys.empty();
             if (!IsLoopbackHost(o->host) && !o->public_bind && !guarded) {
               return ReportError(cmd, "refusing to listen on " + o->host +
                                           " (not loopback): the page has no login, so anyone who reaches it could "
                                           "run generations here and use your LLM server; serve the API alone with "
-                                          "--no-page --client-key KEY, or give --public to allow it");
+                                          "--no-page --accept-key KEY, or give --public to allow it");
             }
             const bool remote = !o->net.server.empty();
             if (remote && !o->llm.empty()) return ReportError(cmd, "give either --llm or --server, not both");

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "device/session/device_session.h"
+#include "util/mapped_file.h"
 
 namespace tlr::cli {
 
@@ -128,7 +129,8 @@ void AddLlmServerArgs(CLI::App* app, LlmArgs* a) {
   app->add_option("--backend", a->backend, "Server protocol: tlr (`tlr serve` sessions, delta sync) or openai "
                                            "(any OpenAI-compatible engine: vLLM, SGLang, llama.cpp server)")
       ->default_val("tlr")->check(CLI::IsMember({"tlr", "openai"}));
-  app->add_option("--api-key", a->api_key, "API key for the server (also $TLR_API_KEY)");
+  app->add_option("--server-key", a->api_key, "The key this device sends to the --server (also $TLR_SERVER_KEY)");
+  AddDeprecatedOption(app, "--api-key", &a->api_key, "--server-key");
   app->add_option("--server-model", a->model, "openai backend: model name (default: the server's first)");
   app->add_option("--llm-timeout", a->timeout_s,
                   "Deadline of one LLM call, in seconds (connect, send and receive, retries included); past it the "
@@ -162,6 +164,73 @@ void AddLlmServerArgs(CLI::App* app, LlmArgs* a) {
   GroupSince(app, before, "LLM server (--server)");
 }
 
+void AddDeprecatedOption(CLI::App* app, const std::string& old_name, std::string* target, const std::string& now) {
+  app->add_option(old_name, *target)->group("")->each([old_name, now](const std::string&) {
+    std::fprintf(stderr, "tlr: %s is deprecated: use %s (the old spelling goes in the next release)\n",
+                 old_name.c_str(), now.c_str());
+  });
+}
+
+void AddDeprecatedOption(CLI::App* app, const std::string& old_name, std::vector<std::string>* target,
+                         const std::string& now) {
+  app->add_option(old_name, *target)->group("")->each([old_name, now](const std::string&) {
+    std::fprintf(stderr, "tlr: %s is deprecated: use %s (the old spelling goes in the next release)\n",
+                 old_name.c_str(), now.c_str());
+  });
+}
+
+void AddDeprecatedFlag(CLI::App* app, const std::string& old_name, bool* target, const std::string& now) {
+  app->add_flag_callback(old_name, [target, old_name, now] {
+       *target = true;
+       std::fprintf(stderr, "tlr: %s is deprecated: use %s (the old spelling goes in the next release)\n",
+                    old_name.c_str(), now.c_str());
+     })->group("");
+}
+
+std::string EnvWithFallback(const char* name, const char* deprecated) {
+  if (const char* v = std::getenv(name); v && *v) return v;
+  if (deprecated) {
+    if (const char* v = std::getenv(deprecated); v && *v) {
+      std::fprintf(stderr, "tlr: $%s is deprecated here: use $%s (the old name goes in the next release)\n",
+                   deprecated, name);
+      return v;
+    }
+  }
+  return "";
+}
+
+void AddAcceptKeyArgs(CLI::App* app, AcceptKeyArgs* a, const std::string& what) {
+  app->add_option("--accept-key", a->keys,
+                  "Require 'Authorization: Bearer KEY' on " + what + " (repeat for several keys; also $TLR_ACCEPT_KEY)");
+  app->add_option("--accept-key-file", a->file,
+                  "File with keys to accept, one per line (blank lines and '#' comments skipped)");
+}
+
+Expected<std::vector<std::string>> ResolveAcceptKeys(const AcceptKeyArgs& a, const char* deprecated_env) {
+  std::vector<std::string> keys = a.keys;
+  if (std::string k = EnvWithFallback("TLR_ACCEPT_KEY", deprecated_env); !k.empty()) keys.push_back(k);
+  if (!a.file.empty()) {
+    auto text = ReadFileToString(a.file);
+    if (!text.ok()) return Status::Error("--accept-key-file: " + text.status().message());
+    size_t n = 0, start = 0;
+    while (start <= text->size()) {
+      const size_t end = std::min(text->find('\n', start), text->size());
+      std::string line = text->substr(start, end - start);
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+      size_t lead = 0;
+      while (lead < line.size() && (line[lead] == ' ' || line[lead] == '\t')) ++lead;
+      line.erase(0, lead);
+      if (!line.empty() && line[0] != '#') {
+        keys.push_back(line);
+        ++n;
+      }
+      start = end + 1;
+    }
+    if (n == 0) return Status::Error("--accept-key-file: " + a.file + " has no keys");
+  }
+  return keys;
+}
+
 Expected<LlmSpec> MakeLlmSpec(const LlmArgs& a, const Model* model, int threads, int64_t n_ctx, uint64_t seed) {
   LlmSpec spec;
   spec.model = model;
@@ -177,9 +246,7 @@ Expected<LlmSpec> MakeLlmSpec(const LlmArgs& a, const Model* model, int threads,
     if (!protocol.ok()) return protocol.status();
     r.protocol = *protocol;
     r.http.api_key = a.api_key;
-    if (r.http.api_key.empty()) {
-      if (const char* k = std::getenv("TLR_API_KEY"); k && *k) r.http.api_key = k;
-    }
+    if (r.http.api_key.empty()) r.http.api_key = EnvWithFallback("TLR_SERVER_KEY", "TLR_API_KEY");
     r.model = a.model;
     r.http.ca_file = a.ca_file;
     r.http.verify_tls = !a.no_verify_tls;

@@ -72,6 +72,25 @@ std::string BridgeSummary(const VocabBridgeStats& s);
 Expected<std::unique_ptr<LlmStack>> MakeLlm(const LlmArgs& args, const Model* model, int threads, int64_t n_ctx,
                                             const Tokenizer& vocab, uint64_t seed);
 
+// An old spelling of an option, kept for one release: hidden from --help, same target, and a
+// line on stderr naming the new one when used.
+void AddDeprecatedOption(CLI::App* app, const std::string& old_name, std::string* target, const std::string& now);
+void AddDeprecatedOption(CLI::App* app, const std::string& old_name, std::vector<std::string>* target,
+                         const std::string& now);
+void AddDeprecatedFlag(CLI::App* app, const std::string& old_name, bool* target, const std::string& now);
+// An environment variable: `name`, else the old `deprecated` one (with a line naming the new).
+std::string EnvWithFallback(const char* name, const char* deprecated);
+
+// The keys a listening endpoint accepts (serve and ui alike): --accept-key (repeat for several),
+// --accept-key-file (one per line; blank lines and '#' comments skipped), $TLR_ACCEPT_KEY.
+struct AcceptKeyArgs {
+  std::vector<std::string> keys;
+  std::string file;
+};
+void AddAcceptKeyArgs(CLI::App* app, AcceptKeyArgs* a, const std::string& what);
+// Every key given; a file that cannot be read or holds none is an error.
+Expected<std::vector<std::string>> ResolveAcceptKeys(const AcceptKeyArgs& a, const char* deprecated_env);
+
 // The asynchronous pipeline and the simulated device pace (generate, eval, ui).
 struct PipelineArgs {
   std::string pipeline = "on";

@@ -166,7 +166,7 @@ class NetFaultTest : public ::testing::Test {
     // The server in its namespace, with a short session TTL (a partition outlives the session).
     ASSERT_TRUE(server_.Start(net_.ip(), {"netns", "exec", net_.server_ns(), kTlrBinary, "serve", "-m",
                                           kDemoDir + "llm.gguf", "--host", kServerAddr, "--port", "0", "-t", "1",
-                                          "--session-ttl", "1", "--api-key", kApiKey},
+                                          "--session-ttl", "1", "--accept-key", kApiKey},
                               &url_))
         << "tlr serve did not start in " << net_.server_ns();
     ASSERT_TRUE(net_.EnterDevice()) << "setns into the device's namespace failed";
