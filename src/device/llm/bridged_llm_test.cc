@@ -43,7 +43,7 @@ class BridgedLlmTest : public CrossVocabPairTest {
     CollabDecoder dec(slm, &*router, &bridged, &pool_);
     DecodeOptions d;
     d.threshold = 0.4f;
-    d.max_tokens = 32;
+    d.max_tokens = 24;
     d.pipeline.enabled = pipeline;
     d.sampling.temperature = temperature;
     d.sampling.seed = 5;
@@ -79,8 +79,12 @@ TEST_F(BridgedLlmTest, RoutesAcrossVocabulariesAndThePipelineChangesNothing) {
   for (const auto& [slm_p, llm_p] : {std::pair<Model*, Model*>{gemma_, qwen_}, {qwen_, gemma_}}) {
     const Model &slm = *slm_p, &llm = *llm_p;
     ASSERT_TRUE(VocabBridge::Needed(slm.tokenizer(), llm.tokenizer()));
-    for (const std::string& p : prompts) {
+    for (size_t k = 0; k < prompts.size(); ++k) {
+      const std::string& p = prompts[k];
+      // Every prompt greedy, two of them sampled too (make test's time: each run reads a
+      // 150k-262k-token F32 output layer per token).
       for (float temp : {0.0f, 0.8f}) {
+        if (temp > 0 && k % 2 == 1) continue;
         SCOPED_TRACE(p + (temp > 0 ? " sampled" : " greedy"));
         const Out off = Run(slm, llm, p, false, temp);
         const Out on = Run(slm, llm, p, true, temp);
