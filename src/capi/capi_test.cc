@@ -27,7 +27,9 @@
 
 namespace {
 
+// The C API's test sees only tlr.h (as an app does), so it names the demo folder itself.
 const std::string kDemo = std::string(TLR_SOURCE_DIR) + "/models/demo/";
+
 // Test question 2 of the demo pair: the SLM answers river, the LLM (and joint routing) cave.
 const char* kPrompt = "Question: Where does a fexko live?\nA. marsh\nB. desert\nC. forest\nD. river\nE. cave\n";
 

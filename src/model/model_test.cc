@@ -18,6 +18,7 @@
 #include "ops/thread_pool.h"
 #include "quant/quantize.h"
 #include "util/mapped_file.h"
+#include "util/test_support.h"
 
 namespace tlr {
 namespace {
@@ -248,7 +249,7 @@ class ModelCache : public ::testing::TestWithParam<CacheCase> {
     const std::string& name = GetParam().model;
     model_ = LoadOrDie(name == "tiny-llama"    ? MakeTiny("llama", "q8_0")
                        : name == "tiny-gemma3" ? MakeTiny("gemma3", "q8_0", 7, "tiny-gemma3")
-                                               : std::string(TLR_SOURCE_DIR) + "/models/demo/llm.gguf");
+                                               : kDemo + "llm.gguf");
     ASSERT_TRUE(model_);
   }
   Expected<KvCache> NewCache(int64_t n_ctx) { return model_->NewCache(n_ctx, GetParam().kv); }
@@ -552,7 +553,7 @@ namespace {
 TEST(ModelGolden, DemoPairMatchesItsPyTorchTraining) {
   ThreadPool pool(2);
   for (const std::string name : {"slm", "llm"}) {
-    auto loaded = Model::Load(std::string(TLR_SOURCE_DIR) + "/models/demo/" + name + ".gguf");
+    auto loaded = Model::Load(kDemo + name + ".gguf");
     ASSERT_TRUE(loaded.ok()) << loaded.status().message();
     for (GgmlType kv : {GgmlType::kF32, GgmlType::kF16, GgmlType::kQ8_0}) {
       if (!CheckKvType(kv, (*loaded)->config().head_dim).ok()) continue;

@@ -20,12 +20,12 @@
 #include "util/hash.h"
 #include "util/mapped_file.h"
 #include "util/temp_dir.h"
+#include "util/test_support.h"
 
 namespace tlr {
 namespace {
 
 namespace fs = std::filesystem;
-const std::string kDemo = std::string(TLR_SOURCE_DIR) + "/models/demo/";
 
 
 

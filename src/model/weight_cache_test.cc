@@ -13,12 +13,12 @@
 #include "model/load_check.h"
 #include "model/model.h"
 #include "util/temp_dir.h"
+#include "util/test_support.h"
 
 namespace tlr {
 namespace {
 
 namespace fs = std::filesystem;
-const std::string kDemo = std::string(TLR_SOURCE_DIR) + "/models/demo/";
 
 
 

@@ -8,11 +8,11 @@
 #include <nlohmann/json.hpp>
 
 #include "model/model.h"
+#include "util/test_support.h"
 
 namespace tlr {
 namespace {
 
-const std::string kDemo = std::string(TLR_SOURCE_DIR) + "/models/demo/";
 
 // A template that shows what it was given, as Qwen3's does with enable_thinking.
 constexpr const char* kThinkTemplate =

@@ -23,12 +23,12 @@
 #include "net/metrics.h"
 #include "server/llm_engine.h"
 #include "server/llm_server.h"
+#include "util/test_support.h"
 
 namespace tlr {
 namespace {
 
 using nlohmann::json;
-const std::string kDemo = std::string(TLR_SOURCE_DIR) + "/models/demo/";
 
 // ---- Framing ---------------------------------------------------------------------------------
 

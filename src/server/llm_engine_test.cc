@@ -12,11 +12,12 @@
 #include "routing/label_llm.h"
 #include "net/protocol.h"
 #include "ops/thread_pool.h"
+#include "util/test_support.h"
 
 namespace tlr {
 namespace {
 
-const std::string kLlm = std::string(TLR_SOURCE_DIR) + "/models/demo/llm.gguf";
+const std::string kLlm = kDemo + "llm.gguf";
 
 class EngineTest : public ::testing::Test {
  protected:

@@ -13,12 +13,12 @@
 
 #include "net/protocol.h"
 #include "server/llm_server.h"
+#include "util/test_support.h"
 
 namespace tlr {
 namespace {
 
 using nlohmann::json;
-const std::string kDemo = std::string(TLR_SOURCE_DIR) + "/models/demo/";
 
 class OverloadTest : public ::testing::Test {
  protected:

@@ -23,6 +23,7 @@
 #include "server/llm_engine.h"
 #include "server/llm_server.h"
 #include "util/temp_dir.h"
+#include "device/decode/decode_test_support.h"
 
 namespace tlr {
 namespace {
@@ -40,12 +41,7 @@ class ServerBridgeTest : public CrossVocabPairTest {
     url_ = "http://127.0.0.1:" + std::to_string(server_->port());
   }
 
-  struct Out {
-    std::vector<int32_t> ids;
-    std::vector<TokenSource> src;
-    std::vector<std::string> errors;
-    DecodeStats st;
-  };
+  using Out = DecodedTokens;
   // One generation; `server_tokenizer` empty: the LLM in process.
   // `protocol`, `text_prompt`: how the device talks to the server.
   Out Run(const std::string& server_tokenizer, const std::string& prompt, bool pipeline, float temperature,
@@ -73,16 +69,7 @@ class ServerBridgeTest : public CrossVocabPairTest {
     d.pipeline.enabled = pipeline;
     d.sampling.temperature = temperature;
     d.sampling.seed = 5;
-    Out out;
-    auto st = dec.Generate(slm_->tokenizer().Encode(prompt, true), d, [&](const TokenEvent& ev) {
-      out.ids.push_back(ev.id);
-      out.src.push_back(ev.source);
-      if (!ev.llm_error.empty()) out.errors.push_back(ev.llm_error);
-      return true;
-    });
-    EXPECT_TRUE(st.ok()) << st.status().message();
-    if (st.ok()) out.st = *st;
-    return out;
+    return DecodeAll(dec, slm_->tokenizer().Encode(prompt, true), d);
   }
 
   ThreadPool pool_{2};

@@ -17,12 +17,13 @@
 #include "routing/router.h"
 #include "server/llm_server.h"
 #include "util/temp_dir.h"
+#include "util/test_support.h"
+#include "device/decode/decode_test_support.h"
 
 namespace tlr {
 namespace {
 
 using nlohmann::json;
-const std::string kDemo = std::string(TLR_SOURCE_DIR) + "/models/demo/";
 
 class ServerTest : public ::testing::Test {
  protected:
@@ -58,11 +59,7 @@ class ServerTest : public ::testing::Test {
     EXPECT_TRUE(r.ok()) << r.status().message();
     return r.ok() ? std::move(r).value() : nullptr;
   }
-  struct Run {
-    std::vector<int32_t> ids;
-    std::vector<TokenSource> src;
-    DecodeStats st;
-  };
+  using Run = DecodedTokens;
   Run Generate(LlmBackend* llm, const QaRow& row, float threshold, bool pipeline = true) {
     CollabDecoder dec(*slm_, router_, llm, &pool_);
     DecodeOptions d;
@@ -70,15 +67,7 @@ class ServerTest : public ::testing::Test {
     d.max_tokens = 40;
     d.pipeline.enabled = pipeline;
     d.pipeline.llm_budget = 0;  // no limit: lookahead drafts cross the network too
-    Run out;
-    auto st = dec.Generate(slm_->tokenizer().Encode(QaPrompt(row)), d, [&](const TokenEvent& ev) {
-      out.ids.push_back(ev.id);
-      out.src.push_back(ev.source);
-      return true;
-    });
-    EXPECT_TRUE(st.ok()) << st.status().message();
-    if (st.ok()) out.st = *st;
-    return out;
+    return DecodeAll(dec, slm_->tokenizer().Encode(QaPrompt(row)), d);
   }
   httplib::Client Client() {
     httplib::Client c(url_);

@@ -10,11 +10,11 @@
 #include "net/metrics.h"
 #include "server/llm_engine.h"
 #include "server/llm_server.h"
+#include "util/test_support.h"
 
 namespace tlr {
 namespace {
 
-const std::string kDemo = std::string(TLR_SOURCE_DIR) + "/models/demo/";
 
 TEST(LoadGeneratorTest, ParsesMetricsAndDiffsHistograms) {
   const MetricsScrape before = ParseMetricsText(

@@ -18,10 +18,10 @@
 #include "device/llm/llm_backend.h"
 #include "ops/thread_pool.h"
 #include "routing/router.h"
+#include "util/test_support.h"
 
 namespace tlr {
 
-inline const std::string kDemoDir = std::string(TLR_SOURCE_DIR) + "/models/demo/";
 inline const std::string kTlrBinary = std::string(TLR_BIN_DIR) + "/tlr";
 
 // Another backend with the calls for the given positions (generated tokens before them)

@@ -60,17 +60,17 @@ int Sessions(const std::string& url) {
 TEST(FailoverTest, ReplicaKilledMidGenerationSessionsContinueOnTheOther) {
   const std::string haproxy = FindTool("haproxy");
   if (haproxy.empty()) GTEST_SKIP() << "no haproxy (Debian package haproxy): the load-balancer test needs it";
-  auto slm = Model::Load(kDemoDir + "slm.gguf");
-  auto llm = Model::Load(kDemoDir + "llm.gguf");
+  auto slm = Model::Load(kDemo + "slm.gguf");
+  auto llm = Model::Load(kDemo + "llm.gguf");
   ASSERT_TRUE(slm.ok() && llm.ok());
-  auto rows = LoadQaJsonl(kDemoDir + "test.jsonl");
+  auto rows = LoadQaJsonl(kDemo + "test.jsonl");
   ASSERT_TRUE(rows.ok());
   auto Prompt = [&](int device, int q) { return (*slm)->tokenizer().Encode(QaPrompt((*rows)[device * kQuestions + q])); };
 
   ChildProcess replica[2];
   std::string url[2];
   for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(replica[r].Start(kTlrBinary, {"serve", "-m", kDemoDir + "llm.gguf", "--port", "0", "-t", "1"}, &url[r]))
+    ASSERT_TRUE(replica[r].Start(kTlrBinary, {"serve", "-m", kDemo + "llm.gguf", "--port", "0", "-t", "1"}, &url[r]))
         << "replica " << r + 1 << " did not start";
   }
   const int lb_port = FreePort();

@@ -14,11 +14,11 @@
 
 #include "apps/tlr/child_process.h"
 #include "apps/tlr/raw_http.h"
+#include "util/test_support.h"
 
 namespace tlr {
 namespace {
 
-const std::string kDemo = std::string(TLR_SOURCE_DIR) + "/models/demo/";
 const std::string kTlr = std::string(TLR_BIN_DIR) + "/tlr";
 
 int PortOf(const std::string& url) { return std::stoi(url.substr(url.rfind(':') + 1)); }

@@ -155,17 +155,17 @@ class NetFaultTest : public ::testing::Test {
   void SetUp() override {
     const std::string why = net_.Create();
     if (!why.empty()) GTEST_SKIP() << "network namespaces unavailable: " << why;
-    auto slm = Model::Load(kDemoDir + "slm.gguf");
-    auto llm = Model::Load(kDemoDir + "llm.gguf");
+    auto slm = Model::Load(kDemo + "slm.gguf");
+    auto llm = Model::Load(kDemo + "llm.gguf");
     ASSERT_TRUE(slm.ok() && llm.ok());
     slm_ = std::move(slm).value();
     llm_ = std::move(llm).value();
-    auto rows = LoadQaJsonl(kDemoDir + "test.jsonl");
+    auto rows = LoadQaJsonl(kDemo + "test.jsonl");
     ASSERT_TRUE(rows.ok());
     rows_ = std::move(rows).value();
     // The server in its namespace, with a short session TTL (a partition outlives the session).
     ASSERT_TRUE(server_.Start(net_.ip(), {"netns", "exec", net_.server_ns(), kTlrBinary, "serve", "-m",
-                                          kDemoDir + "llm.gguf", "--host", kServerAddr, "--port", "0", "-t", "1",
+                                          kDemo + "llm.gguf", "--host", kServerAddr, "--port", "0", "-t", "1",
                                           "--session-ttl", "1", "--accept-key", kApiKey},
                               &url_))
         << "tlr serve did not start in " << net_.server_ns();

@@ -16,15 +16,15 @@ namespace {
 class ServerProcess : public ChildProcess {
  public:
   bool Start(int port, std::string* url) {
-    return ChildProcess::Start(kTlrBinary, {"serve", "-m", kDemoDir + "llm.gguf", "--port", std::to_string(port), "-t", "1"}, url);
+    return ChildProcess::Start(kTlrBinary, {"serve", "-m", kDemo + "llm.gguf", "--port", std::to_string(port), "-t", "1"}, url);
   }
 };
 
 TEST(ServeKillTest, DeviceFallsBackAndResyncsAfterRestart) {
-  auto slm = Model::Load(kDemoDir + "slm.gguf");
-  auto llm = Model::Load(kDemoDir + "llm.gguf");
+  auto slm = Model::Load(kDemo + "slm.gguf");
+  auto llm = Model::Load(kDemo + "llm.gguf");
   ASSERT_TRUE(slm.ok() && llm.ok());
-  auto rows = LoadQaJsonl(kDemoDir + "test.jsonl");
+  auto rows = LoadQaJsonl(kDemo + "test.jsonl");
   ASSERT_TRUE(rows.ok());
   const std::vector<int32_t> prompt = (*slm)->tokenizer().Encode(QaPrompt((*rows)[5]));
 

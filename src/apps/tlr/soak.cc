@@ -65,10 +65,10 @@ struct RssSample {
 TEST(Soak, DevicesAndBadRequestsAgainstServe) {
   const double seconds = EnvOr("SOAK_SECONDS", 600);
   const int n_devices = static_cast<int>(EnvOr("SOAK_DEVICES", 64));
-  auto slm = Model::Load(kDemoDir + "slm.gguf");
-  auto llm = Model::Load(kDemoDir + "llm.gguf");
+  auto slm = Model::Load(kDemo + "slm.gguf");
+  auto llm = Model::Load(kDemo + "llm.gguf");
   ASSERT_TRUE(slm.ok() && llm.ok());
-  auto rows = LoadQaJsonl(kDemoDir + "test.jsonl");
+  auto rows = LoadQaJsonl(kDemo + "test.jsonl");
   ASSERT_TRUE(rows.ok());
   const size_t n_questions = std::min<size_t>(rows->size(), 48);
   auto Prompt = [&](size_t q) { return (*slm)->tokenizer().Encode(QaPrompt((*rows)[q])); };
@@ -78,7 +78,7 @@ TEST(Soak, DevicesAndBadRequestsAgainstServe) {
   // sessions are evicted and resync.
   ChildProcess server;
   std::string url;
-  ASSERT_TRUE(server.Start(kTlrBinary, {"serve", "-m", kDemoDir + "llm.gguf", "--port", "0", "-t", "1",
+  ASSERT_TRUE(server.Start(kTlrBinary, {"serve", "-m", kDemo + "llm.gguf", "--port", "0", "-t", "1",
                                         "--kv-budget", "2M", "--session-ttl", "60"},
                            &url));
   const int port = std::stoi(url.substr(url.rfind(':') + 1));

@@ -8,6 +8,7 @@
 #include "model/random_pair_fixture.h"
 #include "ops/thread_pool.h"
 #include "util/temp_dir.h"
+#include "device/decode/decode_test_support.h"
 
 namespace tlr {
 namespace {
@@ -17,24 +18,10 @@ class DecoderTestT : public RandomPairTest<11, 12, kPreset> {
  protected:
   using Base = RandomPairTest<11, 12, kPreset>;
 
-  struct Out {
-    std::vector<int32_t> ids;
-    std::vector<TokenSource> src;
-    std::vector<float> conf;
-    DecodeStats st;
-  };
+  using Out = DecodedTokens;
   Out Run(Router* router, LlmBackend* llm, const DecodeOptions& d) {
     CollabDecoder dec(*Base::slm_, router, llm, &pool_);
-    Out out;
-    auto st = dec.Generate(prompt_, d, [&](const TokenEvent& ev) {
-      out.ids.push_back(ev.id);
-      out.src.push_back(ev.source);
-      out.conf.push_back(ev.confidence);
-      return true;
-    });
-    EXPECT_TRUE(st.ok()) << st.status().message();
-    if (st.ok()) out.st = *st;
-    return out;
+    return DecodeAll(dec, prompt_, d);
   }
 
   // Logits (and hidden) of the last position of `seq`, computed from scratch.

@@ -14,6 +14,7 @@
 #include "model/random_pair_fixture.h"
 #include "ops/thread_pool.h"
 #include "util/temp_dir.h"
+#include "device/decode/decode_test_support.h"
 
 namespace tlr {
 namespace {
@@ -21,12 +22,7 @@ namespace {
 class PipelineTest : public RandomPairTest<11, 12> {
  protected:
 
-  struct Out {
-    std::vector<int32_t> ids;
-    std::vector<TokenSource> src;
-    std::vector<SpecOutcome> spec;
-    DecodeStats st;
-  };
+  using Out = DecodedTokens;
   // One generation with a fresh LLM backend (`llm_model` in process, behind a simulated
   // network of rtt +- jitter ms).
   Out Run(const Model& llm_model, const DecodeOptions& d, double rtt_ms, double jitter_ms, uint64_t net_seed = 1,
@@ -36,16 +32,7 @@ class PipelineTest : public RandomPairTest<11, 12> {
     InProcessLlm local(llm_model, 1, 512);
     DelayedLlm net(&local, rtt_ms / 1e3, jitter_ms / 1e3, net_seed);
     CollabDecoder dec(*slm_, &*router, backend ? backend : &net, &pool_);
-    Out out;
-    auto st = dec.Generate(prompt_, d, [&](const TokenEvent& ev) {
-      out.ids.push_back(ev.id);
-      out.src.push_back(ev.source);
-      out.spec.push_back(ev.spec);
-      return true;
-    });
-    EXPECT_TRUE(st.ok()) << st.status().message();
-    if (st.ok()) out.st = *st;
-    return out;
+    return DecodeAll(dec, prompt_, d);
   }
 
   ThreadPool pool_{2};

@@ -22,18 +22,14 @@
 #include "routing/label_cache.h"
 #include "routing/router_train.h"
 #include "util/temp_dir.h"
+#include "device/decode/decode_test_support.h"
 
 namespace tlr {
 namespace {
 
 class BridgedLlmTest : public CrossVocabPairTest {
  protected:
-  struct Out {
-    std::vector<int32_t> ids;
-    std::vector<TokenSource> src;
-    std::vector<std::string> errors;
-    DecodeStats st;
-  };
+  using Out = DecodedTokens;
   Out Run(const Model& slm, const Model& llm, const std::string& prompt, bool pipeline, float temperature) {
     auto router = Router::Builtin(RouterKind::kRandom, 5);
     EXPECT_TRUE(router.ok());
@@ -47,16 +43,8 @@ class BridgedLlmTest : public CrossVocabPairTest {
     d.pipeline.enabled = pipeline;
     d.sampling.temperature = temperature;
     d.sampling.seed = 5;
-    Out out;
     const std::vector<int32_t> ids = slm.tokenizer().Encode(prompt, true);
-    auto st = dec.Generate(ids, d, [&](const TokenEvent& ev) {
-      out.ids.push_back(ev.id);
-      out.src.push_back(ev.source);
-      if (!ev.llm_error.empty()) out.errors.push_back(ev.llm_error);
-      return true;
-    });
-    EXPECT_TRUE(st.ok()) << st.status().message();
-    if (st.ok()) out.st = *st;
+    Out out = DecodeAll(dec, ids, d);
     // The whole text (prompt and output) in the LLM's tokens: no call's context is longer.
     std::vector<int32_t> all = ids;
     all.insert(all.end(), out.ids.begin(), out.ids.end());

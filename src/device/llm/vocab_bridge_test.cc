@@ -19,6 +19,7 @@
 
 #include "model/gguf/gguf_reader.h"
 #include "util/utf8.h"
+#include "util/test_support.h"
 
 namespace tlr {
 namespace {
@@ -40,7 +41,7 @@ std::vector<Named>& Tokenizers() {
   static std::vector<Named> all = [] {
     std::vector<Named> v;
     for (const char* pkg : {"qwen3", "llama3", "gemma3"}) v.push_back({pkg, FromJson(pkg)});
-    auto demo = GgufFile::Open(std::string(TLR_SOURCE_DIR) + "/models/demo/slm.gguf");
+    auto demo = GgufFile::Open(kDemo + "slm.gguf");
     EXPECT_TRUE(demo.ok());
     if (demo.ok()) {
       auto t = Tokenizer::FromGguf(*demo);

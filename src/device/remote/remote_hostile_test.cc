@@ -18,11 +18,11 @@
 #include "net/protocol.h"
 #include "ops/thread_pool.h"
 #include "routing/router.h"
+#include "util/test_support.h"
 
 namespace tlr {
 namespace {
 
-const std::string kDemo = std::string(TLR_SOURCE_DIR) + "/models/demo/";
 
 // The answer the fake server gives to one endpoint.
 struct Answer {

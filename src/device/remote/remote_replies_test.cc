@@ -7,11 +7,11 @@
 
 #include "model/gguf/gguf_reader.h"
 #include "model/model.h"
+#include "util/test_support.h"
 
 namespace tlr::remote {
 namespace {
 
-const std::string kDemo = std::string(TLR_SOURCE_DIR) + "/models/demo/";
 
 TEST(RemoteReplies, NativeReplies) {
   auto next = ParseNextReply(R"({"tokens":[5,6],"logprobs":[-0.5,null],"position":14,"version":4,"lookahead":[7]})", 10);

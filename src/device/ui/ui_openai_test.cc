@@ -21,13 +21,13 @@
 #include "device/ui/ui_server.h"
 #include "ops/thread_pool.h"
 #include "routing/router.h"
+#include "util/test_support.h"
 
 namespace tlr {
 namespace {
 
 using nlohmann::json;
 
-const std::string kDemo = std::string(TLR_SOURCE_DIR) + "/models/demo/";
 constexpr char kPage[] = "<!doctype html><title>t</title>";
 const UiAsset kAssets[] = {{"/", "text/html; charset=utf-8", kPage}};
 

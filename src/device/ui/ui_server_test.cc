@@ -18,11 +18,11 @@
 #include "net/http_front.h"
 #include "ops/thread_pool.h"
 #include "routing/router.h"
+#include "util/test_support.h"
 
 namespace tlr {
 namespace {
 
-const std::string kDemo = std::string(TLR_SOURCE_DIR) + "/models/demo/";
 constexpr char kPage[] = "<!doctype html><title>t</title>";
 const UiAsset kAssets[] = {{"/", "text/html; charset=utf-8", kPage}};
 
