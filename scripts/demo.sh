@@ -30,7 +30,7 @@ server_pid=$!
 trap 'kill $server_pid 2>/dev/null || true' EXIT
 url=""
 for _ in $(seq 1 100); do
-  url=$(sed -n 's/^listening on //p' $log)
+  url=$(sed -n 's/^listening on //p' $log 2>/dev/null || true)
   [ -n "$url" ] && break
   kill -0 $server_pid 2>/dev/null || { cat $log >&2; echo "demo: tlr serve failed" >&2; exit 1; }
   sleep 0.1

@@ -16,7 +16,7 @@ server_pid=$!
 trap 'kill $server_pid 2>/dev/null || true' EXIT
 url=""
 for _ in $(seq 1 100); do
-  url=$(sed -n 's/^listening on //p' "$out/serve.log")
+  url=$(sed -n 's/^listening on //p' "$out/serve.log" 2>/dev/null || true)
   [ -n "$url" ] && break
   sleep 0.1
 done

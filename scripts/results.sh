@@ -26,7 +26,7 @@ server_pid=$!
 trap 'kill $server_pid 2>/dev/null || true; rm -f "$log"' EXIT
 url=""
 for _ in $(seq 1 100); do
-  url=$(sed -n 's/^listening on //p' "$log")
+  url=$(sed -n 's/^listening on //p' "$log" 2>/dev/null || true)
   [ -n "$url" ] && break
   sleep 0.1
 done

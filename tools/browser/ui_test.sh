@@ -52,7 +52,8 @@ start_ui() {
   pids+=($!)
   url=
   for _ in $(seq 200); do  # up to 20 s
-    url=$(sed -n 's/^listening on \(http[^ ]*\)$/\1/p' "$log/$name.out")
+    # (the background shell may not have created the file yet: under set -e a failing sed would end the test)
+    url=$(sed -n 's/^listening on \(http[^ ]*\)$/\1/p' "$log/$name.out" 2>/dev/null || true)
     [ -n "$url" ] && return 0
     kill -0 "${pids[-1]}" 2>/dev/null || break
     sleep 0.1

@@ -32,7 +32,7 @@ trap cleanup EXIT
 wait_url() {
   local url=
   for _ in $(seq 200); do
-    url=$(sed -n 's/^listening on \(http[^ ]*\)$/\1/p' "$log/$1.out")
+    url=$(sed -n 's/^listening on \(http[^ ]*\)$/\1/p' "$log/$1.out" 2>/dev/null || true)
     [ -n "$url" ] && break
     kill -0 "$2" 2>/dev/null || break
     sleep 0.1

@@ -24,7 +24,7 @@ trap cleanup EXIT
 server_pid=$!
 url=
 for _ in $(seq 200); do  # up to 20 s
-  url=$(sed -n 's/^listening on \(http[^ ]*\)$/\1/p' "$log/out")
+  url=$(sed -n 's/^listening on \(http[^ ]*\)$/\1/p' "$log/out" 2>/dev/null || true)
   [ -n "$url" ] && break
   kill -0 "$server_pid" 2>/dev/null || break
   sleep 0.1

@@ -32,7 +32,7 @@ check() {  # check NAME EXPECTED_STATUS REGEX -- command...
 wait_url() {  # the URL a background `tlr serve` / `tlr ui` prints once listening (10 s at most)
   local u=""
   for _ in $(seq 1 100); do
-    u=$(sed -n 's/^listening on //p' "$1")
+    u=$(sed -n 's/^listening on //p' "$1" 2>/dev/null || true)
     [ -n "$u" ] && break
     sleep 0.1
   done

@@ -32,7 +32,7 @@ start_serve() {
   pids+=("$pid")
   url=
   for _ in $(seq 200); do
-    url=$(sed -n 's/^listening on \(http[^ ]*\)$/\1/p' "$tmp/$name.out")
+    url=$(sed -n 's/^listening on \(http[^ ]*\)$/\1/p' "$tmp/$name.out" 2>/dev/null || true)
     [ -n "$url" ] && return 0
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
