@@ -164,26 +164,33 @@ void AddLlmServerArgs(CLI::App* app, LlmArgs* a) {
   GroupSince(app, before, "LLM server (--server)");
 }
 
+namespace {
+
+void SayDeprecated(const std::string& old_name, const std::string& now) {
+  std::fprintf(stderr, "tlr: %s is deprecated: use %s (the old spelling goes in the next release)\n",
+               old_name.c_str(), now.c_str());
+}
+
+template <typename T>
+void AddDeprecated(CLI::App* app, const std::string& old_name, T* target, const std::string& now) {
+  app->add_option(old_name, *target)->group("")->each([old_name, now](const std::string&) { SayDeprecated(old_name, now); });
+}
+
+}  // namespace
+
 void AddDeprecatedOption(CLI::App* app, const std::string& old_name, std::string* target, const std::string& now) {
-  app->add_option(old_name, *target)->group("")->each([old_name, now](const std::string&) {
-    std::fprintf(stderr, "tlr: %s is deprecated: use %s (the old spelling goes in the next release)\n",
-                 old_name.c_str(), now.c_str());
-  });
+  AddDeprecated(app, old_name, target, now);
 }
 
 void AddDeprecatedOption(CLI::App* app, const std::string& old_name, std::vector<std::string>* target,
                          const std::string& now) {
-  app->add_option(old_name, *target)->group("")->each([old_name, now](const std::string&) {
-    std::fprintf(stderr, "tlr: %s is deprecated: use %s (the old spelling goes in the next release)\n",
-                 old_name.c_str(), now.c_str());
-  });
+  AddDeprecated(app, old_name, target, now);
 }
 
 void AddDeprecatedFlag(CLI::App* app, const std::string& old_name, bool* target, const std::string& now) {
   app->add_flag_callback(old_name, [target, old_name, now] {
        *target = true;
-       std::fprintf(stderr, "tlr: %s is deprecated: use %s (the old spelling goes in the next release)\n",
-                    old_name.c_str(), now.c_str());
+       SayDeprecated(old_name, now);
      })->group("");
 }
 
