@@ -11,7 +11,7 @@
 #include <memory>
 
 #include "apps/tlr/commands.h"
-#include "apps/tlr/model_args.h"
+#include "apps/tlr/options.h"
 #include "model/model.h"
 #include "model/sampler.h"
 #include "ops/bandwidth.h"
@@ -33,54 +33,53 @@ Stat Summarize(std::vector<double> v) {
   return {v[v.size() / 2], v.front(), v.back()};
 }
 
+struct BenchOwn {
+  std::string router, router_type = "f32";
+  int pp = 128, tg = 64, reps = 5;
+  int64_t depth = 0;
+  bool json = false;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(BenchOwn, router, router_type, pp, tg, reps, depth, json)
+
 }  // namespace
 
 Command AddBenchCommand(CLI::App& root) {
-  struct Opts {
-    std::string model, router, router_type = "f32";
-    int pp = 128, tg = 64, reps = 5;
-    int64_t depth = 0;
-    bool json = false;
-    RunArgs run;
-  };
-  auto o = std::make_shared<Opts>();
-  CLI::App* app = root.add_subcommand(
-      "bench", "Measure prompt processing and generation speed against the memory roofline");
-  app->add_option("-m,--model", o->model, "GGUF model")->required();
-  app->add_option("--pp", o->pp, "Prompt tokens per prompt-processing run")->default_val(128)
-      ->check(CLI::Range(1, 1 << 16));
-  app->add_option("--tg", o->tg, "Tokens per generation run")->default_val(64)->check(CLI::Range(1, 1 << 16));
-  app->add_option("-r,--reps", o->reps, "Repetitions (median and range are reported)")
-      ->default_val(5)->check(CLI::Range(1, 1000));
-  app->add_option("--depth", o->depth,
+  auto [app, o, p] = NewCommand<BenchOwn>(
+      &root, "bench", "Measure prompt processing and generation speed against the memory roofline");
+  Example(app->add_option("--pp", o->pp, "Prompt tokens per prompt-processing run")->default_val(128)
+      ->check(CLI::Range(1, 1 << 16)), "8");
+  Example(app->add_option("--tg", o->tg, "Tokens per generation run")->default_val(64)->check(CLI::Range(1, 1 << 16)), "4");
+  Example(app->add_option("-r,--reps", o->reps, "Repetitions (median and range are reported)")
+      ->default_val(5)->check(CLI::Range(1, 1000)), "1");
+  Example(app->add_option("--depth", o->depth,
                   "Also measure generation after DEPTH tokens of context (long-context decode), as tok/s and as a"
                   " share of the speed at the start (runs alternated, median step times)")
-      ->default_val(0)->check(CLI::Range(0, 1 << 24));
-  app->add_flag("--json", o->json, "One JSON object on stdout");
-  app->add_option("--router", o->router,
+      ->default_val(0)->check(CLI::Range(0, 1 << 24)), "16");
+  Example(app->add_flag("--json", o->json, "One JSON object on stdout"), "");
+  Example(app->add_option("--router", o->router,
                   "Also time a router per generated token: a router GGUF, or citer / colm for an "
-                  "untrained one of the model's width (its cost is what matters here)");
-  app->add_option("--router-type", o->router_type, "Weight type of an untrained --router citer/colm")
-      ->default_val("f32")->check(CLI::IsMember({"f32", "f16", "q8_0"}));
-  AddThreadsOnly(app, &o->run.threads);  // no --ctx: each test sizes its cache to its own tokens
-  AddKvTypeArg(app, &o->run.kv_type);
+                  "untrained one of the model's width (its cost is what matters here)"), "citer");
+  Example(app->add_option("--router-type", o->router_type, "Weight type of an untrained --router citer/colm")
+      ->default_val("f32")->check(CLI::IsMember({"f32", "f16", "q8_0"})), "f16");
+  ExampleArgs(app, "-m @demo/slm.gguf");
+  AddOptions(app, kCmdBench, p.get());  // no --ctx: each test sizes its cache to its own tokens
   app->footer(
       "Roofline: generation must read every weight once per token, so tok/s cannot exceed\n"
       "bandwidth / bytes per token. tg_roofline_pct is generation speed as a percentage of that;\n"
       "tg_roofline_pct_paired takes each run against a short bandwidth probe taken beside it;\n"
       "tg_roofline_pct_interleaved follows every generation step with a read pass over 256 MiB and\n"
       "takes the median step against the median pass (the stable figure on a shared host).");
-  return {app, [o]() -> int {
+  return MakeCommand(app, p, o, [o, p]() -> int {
             const char* cmd = "bench";
             const auto t_load = std::chrono::steady_clock::now();
-            auto loaded = Model::Load(o->model, ModelOptions(o->run.kv_type));
+            auto loaded = Model::Load(p->model, ModelOptions(p->kv_type));
             if (!loaded.ok()) return ReportError(cmd, loaded.status().message());
             const double load_s = SecondsSince(t_load);
             const Model& model = **loaded;
             const Expected<ResidentMemory> mem_loaded = ReadResidentMemory();
             const int64_t V = model.config().n_vocab;
             const int64_t need_ctx = std::max<int64_t>(o->pp, o->depth + o->tg) + o->tg + 8;
-            ThreadPool pool(o->run.threads);
+            ThreadPool pool(p->threads);
             ForwardContext fctx(&pool);
             std::vector<float> logits(V);
             const bool tty = isatty(2) && !o->json;
@@ -253,7 +252,7 @@ Command AddBenchCommand(CLI::App& root) {
             const Expected<ResidentMemory> mem_after = ReadResidentMemory();  // weights, KV cache, scratch in use
             if (o->json) {
               nlohmann::json j = {
-                  {"model", o->model}, {"arch", c.arch_name}, {"threads", pool.n_threads()}, {"kv_type", o->run.kv_type},
+                  {"model", p->model}, {"arch", c.arch_name}, {"threads", pool.n_threads()}, {"kv_type", p->kv_type},
                   {"simd", ActiveSimdTarget()}, {"model_bytes", model.total_weight_bytes()},
                   {"bytes_per_token", bytes_per_token}, {"pp", o->pp}, {"tg", o->tg}, {"reps", o->reps},
                   {"pp_tok_s", pp.median}, {"pp_tok_s_min", pp.min}, {"pp_tok_s_max", pp.max},
@@ -293,7 +292,7 @@ Command AddBenchCommand(CLI::App& root) {
               std::cout << j.dump(2) << "\n";
               return 0;
             }
-            std::printf("model       %s (%s, %.1f MiB, %s)\n", o->model.c_str(), c.arch_name.c_str(),
+            std::printf("model       %s (%s, %.1f MiB, %s)\n", p->model.c_str(), c.arch_name.c_str(),
                         model.total_weight_bytes() / 1048576.0, ActiveSimdTarget().c_str());
             std::printf("threads     %d\n", pool.n_threads());
             std::printf("load        %.2f s%s%s\n", load_s, mem_loaded.ok() ? ", then " : "",
@@ -303,7 +302,7 @@ Command AddBenchCommand(CLI::App& root) {
                           "includes the bandwidth probes)\n",
                           mem_after->total / 1048576.0, mem_after->file / 1048576.0, mem_after->anonymous / 1048576.0);
             }
-            std::printf("kv cache    %s\n", o->run.kv_type.c_str());
+            std::printf("kv cache    %s\n", p->kv_type.c_str());
             std::printf("bandwidth   %.1f GB/s (best of 7; median %.1f)\n", bw.best_gbps, bw.median_gbps);
             std::printf("pp%-4d      %8.1f tok/s  (range %.1f-%.1f)  %.1f GFLOP/s = %.0f%% of %.0f GFLOP/s FP32 FMA peak,"
                         " %.0f%% of %.0f GOP/s int8 dot peak\n",
@@ -330,7 +329,7 @@ Command AddBenchCommand(CLI::App& root) {
                           100.0 * depth_ratio.min, 100.0 * depth_ratio.max);
             }
             return 0;
-          }};
+          });
 }
 
 }  // namespace tlr::cli

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "apps/tlr/commands.h"
-#include "apps/tlr/model_args.h"
+#include "apps/tlr/options.h"
 #include "device/session/context_file.h"
 #include "device/session/device_session.h"
 #include "model/chat_messages.h"
@@ -49,80 +49,44 @@ struct Totals {
 }  // namespace chat_cmd
 
 Command AddChatCommand(CLI::App& root) {
-  struct Opts : PairArgs {
-    std::string system;
-    int n = 256;
-    bool no_color = false;
-    std::optional<bool> think;
-    RunArgs run;
-    LlmArgs net;
-    PipelineArgs pipe;
-  };
-  auto o = std::make_shared<Opts>();
+  auto p = std::make_shared<Params>();
+  p->max_tokens = 256;
   CLI::App* app = root.add_subcommand(
       "chat", "Chat in the terminal with token-level routing (the LLM's tokens in red; /help for commands)");
-  AddPairArgs(app, o.get());
-  app->add_option("--system", o->system, "A system message to start the conversation with");
-  app->add_option("-n,--max-tokens", o->n, "Most tokens per reply")->default_val(256)->check(CLI::Range(1, 1 << 20));
-  app->add_flag("--no-color", o->no_color, "Plain text even on a terminal");
-  AddThinkArgs(app, nullptr, &o->think);
-  AddThreadArgs(app, &o->run);
-  AddSamplingArgs(app, &o->run);
-  AddLlmServerArgs(app, &o->net);
-  AddPipelineArgs(app, &o->pipe);
+  AddOptions(app, kCmdChat, p.get());
   app->footer(std::string("Commands (on a line of their own):\n") + chat_cmd::kHelp +
               "Examples:\n"
               "  tlr chat                                     # the bundled demo pair\n"
               "  tlr chat --slm qwen2.5-0.5b-instruct.gguf --router r.gguf --server http://gpu-box:8080\n"
               "  printf 'hi\\nand then?\\n' | tlr chat --no-color   # scripted: one message per line");
-  return {app, [o]() -> int {
+  return MakeCommand(app, p, nullptr, [p]() -> int {
             const char* cmd = "chat";
-            TLR_CLI_CHECK(cmd, o->run.sampling.Validate());
-            if (o->slm.empty()) o->slm = DemoFile("slm.gguf");
-            if (o->llm.empty()) o->llm = DemoFile("llm.gguf");
-            if (o->router.empty()) o->router = DemoFile("router.gguf");
-            const Model::Options model_opts = ModelOptions(o->run.kv_type);
-            auto device = DeviceModels::Load(o->slm, o->router, model_opts, o->run.sampling.seed);
-            if (!device.ok()) return ReportError(cmd, device.status().message());
-            const bool remote = !o->net.server.empty();
-            LlmTarget llm;
-            if (!remote) {
-              auto m = LoadModelAs("LLM", o->llm, model_opts);
-              if (!m.ok()) return ReportError(cmd, m.status().message());
-              llm.model = std::move(m).value();
-            }
-            auto spec = MakeLlmSpec(o->net, nullptr, o->run.threads, 0, o->run.sampling.seed);
-            TLR_CLI_CHECK(cmd, spec.status());
-            llm.spec = *spec;
-            const Model& slm = *device->slm;
+            auto pair = LoadPair(*p, PairNeeds{});  // all three: /mode may switch to any
+            if (!pair.ok()) return ReportError(cmd, pair.status().message());
+            LlmTarget& llm = pair->llm;
+            const bool remote = p->remote();
+            const Model& slm = *pair->slm;
             if (remote) {  // the server is checked once, at start; a later turn while it is down gets FALLBACK tokens
               auto check = LlmStack::Create(llm.spec, slm.tokenizer());
               if (!check.ok()) return ReportError(cmd, check.status().message());
               if (!(*check)->warning().empty()) std::fprintf(stderr, "warning: %s\n", (*check)->warning().c_str());
               llm.spec.remote.require_reachable = false;
             }
-            Router* router = device->router.get();
-            DecodeOptions d;
-            auto mode = ParseDecodeMode(o->mode);
-            TLR_CLI_CHECK(cmd, mode.status());
-            d.mode = *mode;
-            d.threshold = o->threshold >= 0 ? o->threshold : router->info().threshold;
-            d.max_tokens = o->n;
-            d.sampling = o->run.sampling;
-            TLR_CLI_CHECK(cmd, o->pipe.Apply(&d));
-            ThreadPool pool(o->run.threads);
-            const bool tty_in = isatty(STDIN_FILENO), color = !o->no_color && isatty(STDOUT_FILENO);
+            Router* router = pair->router.get();
+            DecodeOptions d = pair->decode;
+            ThreadPool pool(p->threads);
+            const bool tty_in = isatty(STDIN_FILENO), color = !p->no_color && isatty(STDOUT_FILENO);
             auto context = std::make_unique<DeviceContext>();
-            context->slm.n_ctx = o->run.ctx;
+            context->slm.n_ctx = p->ctx;
             std::vector<ChatMessage> messages;
-            if (!o->system.empty()) messages.push_back({"system", o->system});
+            if (!p->system.empty()) messages.push_back({"system", p->system});
             chat_cmd::Totals totals;
             DeviceRunResult last;
             bool have_last = false;
             auto note = [&](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
             if (tty_in) {
-              note("tlr chat: " + std::filesystem::path(o->slm).filename().string() + " + " +
-                   (remote ? o->net.server : std::filesystem::path(o->llm).filename().string()) +
+              note("tlr chat: " + std::filesystem::path(p->slm).filename().string() + " + " +
+                   (remote ? p->server.url : std::filesystem::path(p->llm).filename().string()) +
                    ", threshold " + std::to_string(d.threshold).substr(0, 5) + " (/help for commands, Ctrl-D to leave)");
             }
             std::string line;
@@ -157,9 +121,9 @@ Command AddChatCommand(CLI::App& root) {
                   }
                 } else if (c == "/clear") {
                   messages.clear();
-                  if (!o->system.empty()) messages.push_back({"system", o->system});
+                  if (!p->system.empty()) messages.push_back({"system", p->system});
                   context = std::make_unique<DeviceContext>();
-                  context->slm.n_ctx = o->run.ctx;
+                  context->slm.n_ctx = p->ctx;
                   totals = {};
                   have_last = false;
                   note("a new conversation");
@@ -200,8 +164,8 @@ Command AddChatCommand(CLI::App& root) {
                   }
                   messages = std::move(parsed).value();
                   context = std::make_unique<DeviceContext>();
-                  context->slm.n_ctx = o->run.ctx;
-                  if (auto c2 = LoadSlmContext(arg + ".ctx", slm, o->run.ctx); c2.ok()) {
+                  context->slm.n_ctx = p->ctx;
+                  if (auto c2 = LoadSlmContext(arg + ".ctx", slm, p->ctx); c2.ok()) {
                     context->slm = std::move(c2).value();
                     note("loaded " + arg + " (" + std::to_string(messages.size()) + " messages, the SLM's cache " +
                          std::to_string(context->slm.tokens.size()) + " tokens)");
@@ -215,16 +179,16 @@ Command AddChatCommand(CLI::App& root) {
                 continue;
               }
               messages.push_back({"user", line});
-              auto ids = EncodeMessages(slm, messages, o->think);
+              auto ids = EncodeMessages(slm, messages, p->think);
               if (!ids.ok()) {
                 messages.pop_back();
                 note("error: " + ids.status().message());
                 continue;
               }
-              if (static_cast<int64_t>(ids->size()) + d.max_tokens > o->run.ctx) {
+              if (static_cast<int64_t>(ids->size()) + d.max_tokens > p->ctx) {
                 messages.pop_back();
                 note("error: the conversation's " + std::to_string(ids->size()) + " tokens + max tokens " +
-                     std::to_string(d.max_tokens) + " exceed the context of " + std::to_string(o->run.ctx) +
+                     std::to_string(d.max_tokens) + " exceed the context of " + std::to_string(p->ctx) +
                      " tokens: /new starts over (or raise --ctx)");
                 continue;
               }
@@ -265,7 +229,7 @@ Command AddChatCommand(CLI::App& root) {
               note(color ? std::string(chat_cmd::kDim) + b + chat_cmd::kOff : std::string(b));
             }
             return 0;
-          }};
+          });
 }
 
 }  // namespace tlr::cli

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "apps/tlr/commands.h"
+#include "apps/tlr/options.h"
 #include "apps/tlr/progress.h"
 #include "model/model.h"
 #include "model/packed_gguf.h"
@@ -36,13 +37,13 @@ Command AddConvertCommand(CLI::App& root) {
     std::string in, out;
     bool unpack = false, force = false;
   };
-  auto opts = std::make_shared<Opts>();
-  CLI::App* app = root.add_subcommand(
-      "convert", "Write a model as one packed file that TLR maps directly (no weight cache beside it), or back");
+  auto [app, opts, p] = NewCommand<Opts>(
+      &root, "convert",
+      "Write a model as one packed file that TLR maps directly (no weight cache beside it), or back");
   app->add_option("model", opts->in, "GGUF model to convert (--unpack: a packed one)")->required();
-  app->add_option("-o,--out", opts->out, "Output file (default: model.packed.gguf beside it; --unpack: model.gguf)");
-  app->add_flag("--unpack", opts->unpack, "Write a packed model back as the plain GGUF it was made from");
-  app->add_flag("--force", opts->force, "Replace the output file when it exists");
+  Example(app->add_option("-o,--out", opts->out, "Output file (default: model.packed.gguf beside it; --unpack: model.gguf)"), "o.gguf");
+  Example(app->add_flag("--unpack", opts->unpack, "Write a packed model back as the plain GGUF it was made from"), "");
+  Example(app->add_flag("--force", opts->force, "Replace the output file when it exists"), "");
   app->footer(
       "A packed model holds the weights already in the layout TLR's kernels read, so it opens as\n"
       "fast as a model whose weight cache exists, with one copy on disk: the original GGUF and its\n"
@@ -51,7 +52,9 @@ Command AddConvertCommand(CLI::App& root) {
       "same on every CPU (convert on a desktop, ship to ARM devices). Other GGUF readers refuse it\n"
       "(general.architecture is 'tlr-packed'); `tlr convert --unpack` gives the plain GGUF back.\n"
       "Example: tlr convert qwen2.5-0.5b-instruct-q8_0.gguf -o app/assets/slm.gguf");
-  return {app, [opts]() -> int {
+  AddOptions(app, kCmdConvert, p.get());
+  ExampleArgs(app, "@demo/slm.gguf");
+  return MakeCommand(app, p, [opts] { return nlohmann::json{{"in", opts->in}, {"out", opts->out}, {"unpack", opts->unpack}, {"force", opts->force}}; }, [opts]() -> int {
             if (opts->out.empty()) opts->out = DefaultOut(opts->in, opts->unpack);
             std::error_code ec;
             if (std::filesystem::exists(opts->out, ec)) {
@@ -89,7 +92,7 @@ Command AddConvertCommand(CLI::App& root) {
                           n, n == 0 ? " (its weights are float: they are used as stored)" : "", (*m)->fingerprint_hex().c_str());
             }
             return 0;
-          }};
+          });
 }
 
 }  // namespace tlr::cli

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "apps/tlr/commands.h"
-#include "apps/tlr/model_args.h"
+#include "apps/tlr/options.h"
 #include "apps/tlr/progress.h"
 #include "device/remote/remote_llm.h"
 #include "model/model.h"
@@ -42,108 +42,82 @@ Status WriteText(const std::string& path, const std::string& text) {
 
 }  // namespace
 
+namespace {
+
+struct EvalOwn {
+  std::string out, answers, thresholds = "0.4,0.5,0.6,0.7,0.72,0.76,0.8,0.9";
+  double price_ratio = 4;
+  bool no_baselines = false, full_table = false;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(EvalOwn, out, answers, thresholds, price_ratio, no_baselines, full_table)
+
+}  // namespace
+
 Command AddEvalCommand(CLI::App& root) {
-  struct Opts {
-    std::string slm, llm, router, data, out, answers, thresholds = "0.4,0.5,0.6,0.7,0.72,0.76,0.8,0.9";
-    int limit = 100, max_tokens = 100, span = 1;
-    double price_ratio = 4;
-    bool no_baselines = false, chat = false, full_table = false;
-    std::optional<bool> think;
-    RunArgs run;
-    LlmArgs net;
-    PipelineArgs pipe;
-  };
-  auto o = std::make_shared<Opts>();
-  CLI::App* app = root.add_subcommand(
-      "eval", "Accuracy, routed share and latency per threshold on a multiple-choice set (Table 1)");
-  app->add_option("--slm", o->slm, "Small model GGUF (default: the bundled demo SLM)");
-  app->add_option("--llm", o->llm, "Large model GGUF (default: the bundled demo LLM)");
-  app->add_option("--router", o->router, "Router GGUF or maxprob/entropy/random (default: the demo router)");
-  app->add_option("--data", o->data,
-                  "CommonsenseQA JSONL, flattened or nested schema (default: the demo test split)");
-  app->add_option("--thresholds", o->thresholds, "Comma-separated thresholds for joint rows")
-      ->default_val(o->thresholds);
-  app->add_option("--limit", o->limit, "Questions to use (0 = all)")->default_val(100)
-      ->check(CLI::Range(0, 1 << 30));
-  app->add_option("--max-tokens", o->max_tokens, "Tokens per answer at most")->default_val(100)
-      ->check(CLI::Range(1, 1 << 20));
-  app->add_option("--span", o->span, "Tokens per LLM call")->default_val(1)->check(CLI::Range(1, 64));
-  app->add_flag("--no-baselines", o->no_baselines, "Skip the small_only and large_only rows");
-  app->add_flag("--full-table", o->full_table, "Print every column (22, as Markdown) instead of the terminal's nine");
-  app->add_option("--price-ratio", o->price_ratio,
-                  "Price model of the LLM cost columns: an output token costs this many input tokens "
-                  "(API price lists: 3-5)")
-      ->default_val(4)->check(CLI::Range(0.0, 1000.0));
-  auto* chat = app->add_flag("--chat", o->chat,
-                "Instruct models: ask in the SLM's chat template (question, choices, \"Answer with the "
-                "letter of the correct choice, then explain briefly.\"); default: the plain "
-                "\"Question: ...\\nA. ...\" prompt the demo pair was trained on");
-  AddThinkArgs(app, chat, &o->think);
-  app->add_option("--out", o->out,
-                  "Directory for results.json, results.csv and SVG plots (accuracy and routed share vs "
-                  "threshold, stacked latency, accuracy vs routed share)");
-  app->add_option("--answers", o->answers,
-                  "Write every answer as JSONL: row (mode, threshold), question id, token ids and their sources "
-                  "(to compare runs token for token)");
-  AddThreadArgs(app, &o->run);
-  AddSamplingArgs(app, &o->run);
-  AddLlmServerArgs(app, &o->net);
-  AddPipelineArgs(app, &o->pipe);
+  auto [app, o, p] = NewCommand<EvalOwn>(
+      &root, "eval", "Accuracy, routed share and latency per threshold on a multiple-choice set (Table 1)");
+  p->max_tokens = 100;
+  p->limit = 100;
+  Example(app->add_option("--thresholds", o->thresholds, "Comma-separated thresholds for joint rows")
+              ->capture_default_str(),
+          "0.5");
+  Example(app->add_flag("--no-baselines", o->no_baselines, "Skip the small_only and large_only rows"), "");
+  Example(app->add_flag("--full-table", o->full_table,
+                        "Print every column (22, as Markdown) instead of the terminal's nine"),
+          "");
+  Example(app->add_option("--price-ratio", o->price_ratio,
+                          "Price model of the LLM cost columns: an output token costs this many input tokens "
+                          "(API price lists: 3-5)")
+              ->capture_default_str()->check(CLI::Range(0.0, 1000.0)),
+          "3");
+  Example(app->add_option("--out", o->out,
+                          "Directory for results.json, results.csv and SVG plots (accuracy and routed share vs "
+                          "threshold, stacked latency, accuracy vs routed share)"),
+          "results");
+  Example(app->add_option("--answers", o->answers,
+                          "Write every answer as JSONL: row (mode, threshold), question id, token ids and their "
+                          "sources (to compare runs token for token)"),
+          "a.jsonl");
+  AddOptions(app, kCmdEval, p.get());
   app->footer("Examples:\n"
               "  tlr eval --limit 200 --out results/   # bundled demo pair, test split\n"
               "  tlr eval --server http://127.0.0.1:8080 --sim-rtt 170 --out results/   # LLM behind `tlr serve`\n"
               "  tlr eval --sim-rtt 170 --sim-slm-ms 20 --pipeline off --thresholds 0.8   # the blocking loop");
-  return {app, [o]() -> int {
+  return MakeCommand(app, p, o, [o, p]() -> int {
             const char* cmd = "eval";
-            TLR_CLI_CHECK(cmd, o->run.sampling.Validate());
             auto thresholds = ParseThresholds(o->thresholds);
             TLR_CLI_CHECK(cmd, thresholds.status());
-            if (o->slm.empty()) o->slm = DemoFile("slm.gguf");
-            if (o->llm.empty()) o->llm = DemoFile("llm.gguf");
-            if (o->router.empty()) o->router = DemoFile("router.gguf");
-            if (o->data.empty()) o->data = DemoFile("test.jsonl");
-            auto rows = LoadQaJsonl(o->data);
+            auto rows = LoadQaJsonl(p->data);
             if (!rows.ok()) return ReportError(cmd, rows.status().message());
-            if (o->limit > 0 && static_cast<size_t>(o->limit) < rows->size()) rows->resize(o->limit);
-            auto slm = Model::Load(o->slm, ModelOptions(o->run.kv_type));
-            if (!slm.ok()) return ReportError(cmd, "SLM: " + slm.status().message());
-            const bool remote = !o->net.server.empty();
-            std::unique_ptr<Model> llm;
-            if (!remote) {
-              auto m = Model::Load(o->llm, ModelOptions(o->run.kv_type));
-              if (!m.ok()) return ReportError(cmd, "LLM: " + m.status().message());
-              llm = std::move(m).value();
-            }
-            auto router = Router::LoadOrBuiltin(o->router, o->run.sampling.seed);
-            if (!router.ok()) return ReportError(cmd, router.status().message());
-            TLR_CLI_CHECK(cmd, router->CheckCompatible(**slm));
+            if (p->limit > 0 && static_cast<size_t>(p->limit) < rows->size()) rows->resize(p->limit);
+            auto pair = LoadPair(*p, PairNeeds{});
+            if (!pair.ok()) return ReportError(cmd, pair.status().message());
+            const bool remote = p->remote();
             if (!o->out.empty()) {
               std::error_code ec;
               std::filesystem::create_directories(o->out, ec);
               if (ec) return ReportError(cmd, "cannot create '" + o->out + "': " + ec.message());
             }
-            ThreadPool pool(o->run.threads);
-            auto stack = MakeLlm(o->net, llm.get(), o->run.threads, o->run.ctx, (*slm)->tokenizer(), o->run.sampling.seed);
+            ThreadPool pool(p->threads);
+            auto stack = MakeLlmStack(*pair, *p, p->ctx, pair->slm->tokenizer());
             if (!stack.ok()) return ReportError(cmd, stack.status().message());
             LlmBackend* backend = (*stack)->backend();
             EvalOptions e;
             e.thresholds = *thresholds;
             e.small_only = e.large_only = !o->no_baselines;
-            e.max_tokens = o->max_tokens;
-            e.n_ctx = o->run.ctx;
-            e.route_span = o->span;
-            e.sampling = o->run.sampling;
-            e.chat = o->chat;
-            e.enable_thinking = o->think;
+            e.max_tokens = p->decode.max_tokens;
+            e.n_ctx = p->ctx;
+            e.route_span = p->decode.route_span;
+            e.sampling = p->decode.sampling;
+            e.chat = p->chat;
+            e.enable_thinking = p->think;
             e.price_ratio = o->price_ratio;
-            DecodeOptions pipe_opts;
-            TLR_CLI_CHECK(cmd, o->pipe.Apply(&pipe_opts));
-            e.pipeline = pipe_opts.pipeline;
-            e.sim_slm_s = pipe_opts.sim_slm_s;
+            e.pipeline = p->decode.pipeline;
+            e.sim_slm_s = p->decode.sim_slm_s;
             std::vector<std::vector<EvalAnswer>> answers;
             Progress progress;
             e.on_progress = [&](int64_t done, int64_t total) { progress.Update("eval", done, total); };
-            auto result = RunEval(**slm, &*router, backend, *rows, e, &pool, o->answers.empty() ? nullptr : &answers);
+            auto result = RunEval(*pair->slm, pair->router.get(), backend, *rows, e, &pool, o->answers.empty() ? nullptr : &answers);
             progress.Done();
             if ((*stack)->bridge()) std::fprintf(stderr, "%s\n", BridgeSummary((*stack)->bridge()->bridge_stats()).c_str());
             if (const RemoteLlm* r = (*stack)->remote()) {  // every row together
@@ -176,23 +150,23 @@ Command AddEvalCommand(CLI::App& root) {
               std::printf("Times are per question (means). LLM cost: the tokens it read and wrote (output x %g) against\n"
                           "the LLM alone. Every column: --full-table (results.md with --out).\n", o->price_ratio);
             }
-            std::printf("Pipeline %s", o->pipe.pipeline.c_str());
+            std::printf("Pipeline %s", p->pipeline.c_str());
             if (e.sim_slm_s > 0) {
-              std::printf("; SLM pace SIMULATED: every SLM pass takes at least %g ms (--sim-slm-ms)", o->pipe.sim_slm_ms);
+              std::printf("; SLM pace SIMULATED: every SLM pass takes at least %g ms (--sim-slm-ms)", p->sim_slm_ms);
             }
             std::printf(".\n");
             if (!o->out.empty()) {
-              nlohmann::json meta = {{"slm", o->slm}, {"llm", remote ? o->net.server : o->llm}, {"router", o->router},
-                                     {"backend", remote ? o->net.backend : "in-process"}, {"sim_rtt_ms", o->net.sim_rtt_ms},
-                                     {"sim_jitter_ms", o->net.sim_jitter_ms}, {"pipeline", o->pipe.pipeline},
+              nlohmann::json meta = {{"slm", p->slm}, {"llm", remote ? p->server.url : p->llm}, {"router", p->router},
+                                     {"backend", remote ? p->server.backend : "in-process"}, {"sim_rtt_ms", p->server.sim_rtt_ms},
+                                     {"sim_jitter_ms", p->server.sim_jitter_ms}, {"pipeline", p->pipeline},
                                      {"spec_depth", e.pipeline.depth}, {"spec_branches", e.pipeline.branches},
-                                     {"lookahead", e.pipeline.lookahead}, {"llm_budget", o->pipe.llm_budget},
-                                     {"sim_slm_ms", o->pipe.sim_slm_ms},
-                                     {"data", o->data}, {"questions", rows->size()},
-                                     {"max_tokens", o->max_tokens}, {"threads", o->run.threads},
+                                     {"lookahead", e.pipeline.lookahead}, {"llm_budget", p->llm_budget},
+                                     {"sim_slm_ms", p->sim_slm_ms},
+                                     {"data", p->data}, {"questions", rows->size()},
+                                     {"max_tokens", p->decode.max_tokens}, {"threads", p->threads},
                                      {"price_ratio", o->price_ratio},
-                                     {"prompt", o->chat ? "chat" : "plain"},
-                                     {"enable_thinking", o->think ? nlohmann::json(*o->think) : nlohmann::json()}};
+                                     {"prompt", p->chat ? "chat" : "plain"},
+                                     {"enable_thinking", p->think ? nlohmann::json(*p->think) : nlohmann::json()}};
               TLR_CLI_CHECK(cmd, WriteText(o->out + "/results.json", EvalJson(*result, meta.dump())));
               TLR_CLI_CHECK(cmd, WriteText(o->out + "/results.csv", EvalCsv(*result)));
               TLR_CLI_CHECK(cmd, WriteText(o->out + "/results.md", EvalMarkdown(*result)));
@@ -206,7 +180,7 @@ Command AddEvalCommand(CLI::App& root) {
               std::fprintf(stderr, "wrote %s/results.json, results.csv, results.md%s\n", o->out.c_str(), plots.c_str());
             }
             return 0;
-          }};
+          });
 }
 
 }  // namespace tlr::cli

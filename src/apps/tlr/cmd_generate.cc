@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/tlr/commands.h"
-#include "apps/tlr/model_args.h"
+#include "apps/tlr/options.h"
 #include "device/session/device_session.h"
 #include "model/chat_messages.h"
 #include "model/model.h"
@@ -65,42 +65,32 @@ std::string FormatDecodeSummary(const DecodeStats& st) {
   return b;
 }
 
+namespace {
+
+struct GenerateOwn {
+  std::string prompt, prompt_file, messages_file, trace;
+  bool quiet = false;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(GenerateOwn, prompt, prompt_file, messages_file, trace, quiet)
+
+}  // namespace
+
 Command AddGenerateCommand(CLI::App& root) {
-  struct Opts : PairArgs {
-    std::string prompt, prompt_file, messages_file, trace;
-    int n = 128, span = 1;
-    bool chat = false, no_color = false, quiet = false;
-    std::optional<bool> think;
-    RunArgs run;
-    LlmArgs net;
-    PipelineArgs pipe;
-  };
-  auto o = std::make_shared<Opts>();
-  CLI::App* app = root.add_subcommand(
-      "generate", "Generate with the SLM, routing uncertain tokens to the LLM (token-level routing)");
-  AddPairArgs(app, o.get());
-  app->add_option("--span", o->span, "Tokens the LLM produces per routed call")->default_val(1)
-      ->check(CLI::Range(1, 64));
-  app->add_option("-p,--prompt", o->prompt, "Prompt text");
-  app->add_option("-f,--file", o->prompt_file, "Read the prompt from a file ('-' = stdin)");
-  app->add_option("--messages", o->messages_file,
-                  "A conversation to continue: a JSON file holding an OpenAI message array (or an object with "
-                  "\"messages\"); the SLM's chat template renders it and the next assistant message is generated "
-                  "('-' = stdin)");
-  app->add_option("-n,--max-tokens", o->n, "Maximum tokens to generate")->default_val(128)
-      ->check(CLI::Range(0, kMaxGenerateTokens));
-  auto* chat = app->add_flag("--chat", o->chat,
-                             "Wrap the prompt as a user message in the SLM's chat template (instruct models)");
-  AddThinkArgs(app, chat, &o->think);
-  app->add_flag("--no-color", o->no_color, "Plain text even on a terminal (LLM tokens are red otherwise)");
-  app->add_option("--trace", o->trace,
-                  "Write a JSONL trace: per token id, text, source (SLM/LLM/FALLBACK), confidence, what became "
-                  "of its speculation (hit/branch/miss/draft), discarded SLM steps, times and stall");
-  app->add_flag("-q,--quiet", o->quiet, "Print only the text, no summary");
-  AddThreadArgs(app, &o->run);
-  AddSamplingArgs(app, &o->run);
-  AddLlmServerArgs(app, &o->net);
-  AddPipelineArgs(app, &o->pipe);
+  auto [app, o, p] = NewCommand<GenerateOwn>(
+      &root, "generate", "Generate with the SLM, routing uncertain tokens to the LLM (token-level routing)");
+  Example(app->add_option("-p,--prompt", o->prompt, "Prompt text"), "hello");
+  Example(app->add_option("-f,--file", o->prompt_file, "Read the prompt from a file ('-' = stdin)"), "-");
+  Example(app->add_option("--messages", o->messages_file,
+                          "A conversation to continue: a JSON file holding an OpenAI message array (or an object with "
+                          "\"messages\"); the SLM's chat template renders it and the next assistant message is "
+                          "generated ('-' = stdin)"),
+          "-");
+  Example(app->add_option("--trace", o->trace,
+                          "Write a JSONL trace: per token id, text, source (SLM/LLM/FALLBACK), confidence, what became "
+                          "of its speculation (hit/branch/miss/draft), discarded SLM steps, times and stall"),
+          "t.jsonl");
+  Example(app->add_flag("-q,--quiet", o->quiet, "Print only the text, no summary"), "");
+  AddOptions(app, kCmdGenerate, p.get());
   app->footer(
       "LLM tokens print in red, FALLBACK tokens (LLM unavailable: the SLM's own) in underlined yellow.\n"
       "Examples:\n"
@@ -108,31 +98,20 @@ Command AddGenerateCommand(CLI::App& root) {
       "  tlr generate --slm qwen2.5-0.5b.gguf --llm qwen2.5-7b.gguf --router r.gguf --chat -p \"...\"\n"
       "  tlr generate --threshold 0.9 --trace trace.jsonl -p \"Question: ...\"\n"
       "  tlr generate --server http://gpu-box:8080 --server-key \"$KEY\" -f q.txt   # LLM on `tlr serve`");
-  return {app, [o]() -> int {
+  return MakeCommand(app, p, o, [o, p]() -> int {
             const char* cmd = "generate";
-            TLR_CLI_CHECK(cmd, o->run.sampling.Validate());
-            auto mode = ParseDecodeMode(o->mode);
-            TLR_CLI_CHECK(cmd, mode.status());
             std::string prompt = o->prompt;
-            if (o->prompt_file == "-") {
-              prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-            } else if (!o->prompt_file.empty()) {
-              auto s = ReadFileToString(o->prompt_file);
+            if (!o->prompt_file.empty()) {
+              auto s = ReadTextArg(o->prompt_file);
               if (!s.ok()) return ReportError(cmd, s.status().message());
               prompt = *s;
             }
             std::optional<std::vector<ChatMessage>> messages;
             if (!o->messages_file.empty()) {
               if (!prompt.empty()) return ReportError(cmd, "give either --messages or a prompt (-p, -f), not both");
-              std::string text;
-              if (o->messages_file == "-") {
-                text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-              } else {
-                auto s = ReadFileToString(o->messages_file);
-                if (!s.ok()) return ReportError(cmd, s.status().message());
-                text = std::move(s).value();
-              }
-              const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+              auto text = ReadTextArg(o->messages_file);
+              if (!text.ok()) return ReportError(cmd, text.status().message());
+              const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
               if (j.is_discarded()) return ReportError(cmd, "--messages: " + o->messages_file + " is not JSON");
               const nlohmann::json& arr = j.is_object() && j.contains("messages") ? j["messages"] : j;
               auto parsed = ParseChatMessages(arr);
@@ -141,51 +120,26 @@ Command AddGenerateCommand(CLI::App& root) {
             } else if (prompt.empty()) {
               return ReportError(cmd, "give a prompt with -p or -f, or a conversation with --messages");
             }
-            if (o->slm.empty()) o->slm = DemoFile("slm.gguf");
-            if (o->llm.empty()) o->llm = DemoFile("llm.gguf");
-            if (o->router.empty()) o->router = DemoFile("router.gguf");
-            const Model::Options model_opts = ModelOptions(o->run.kv_type);
-            const bool remote = !o->net.server.empty();
-            DeviceModels device;
-            if (*mode != DecodeMode::kLargeOnly) {
-              auto d = DeviceModels::Load(o->slm, o->router, model_opts, o->run.sampling.seed);
-              if (!d.ok()) return ReportError(cmd, d.status().message());
-              device = std::move(d).value();
-            } else if (remote) {
-              auto m = LoadModelAs("SLM", o->slm, model_opts);
-              if (!m.ok()) return ReportError(cmd, m.status().message());
-              device.slm = std::move(m).value();
-            }
-            LlmTarget llm;
-            if (*mode != DecodeMode::kSmallOnly && !remote) {
-              auto m = LoadModelAs("LLM", o->llm, model_opts);
-              if (!m.ok()) return ReportError(cmd, m.status().message());
-              llm.model = std::move(m).value();
-            }
-            const Model& main_model = device.slm ? *device.slm : *llm.model;
-            Router* router = device.router.get();
-            auto ids = messages ? EncodeMessages(main_model, *messages, o->think)
-                                : EncodePrompt(main_model, prompt, o->chat, o->think);
+            const DecodeMode mode = p->decode.mode;
+            PairNeeds needs = NeedsForMode(mode);
+            needs.slm = mode != DecodeMode::kLargeOnly || p->remote();  // large_only in process: the LLM's tokenizer
+            auto pair = LoadPair(*p, needs);
+            if (!pair.ok()) return ReportError(cmd, pair.status().message());
+            const Model& main_model = pair->slm ? *pair->slm : *pair->llm.model;
+            Router* router = pair->router.get();
+            auto ids = messages ? EncodeMessages(main_model, *messages, p->think)
+                                : EncodePrompt(main_model, prompt, p->chat, p->think);
             if (!ids.ok()) return ReportError(cmd, ids.status().message());
-            if (static_cast<int64_t>(ids->size()) + o->n > o->run.ctx) {
+            if (static_cast<int64_t>(ids->size()) + p->decode.max_tokens > p->ctx) {
               return ReportError(cmd, "the prompt of " + std::to_string(ids->size()) + " tokens + max tokens " +
-                                          std::to_string(o->n) + " exceed the context of " + std::to_string(o->run.ctx) +
-                                          " tokens (raise --ctx)");
+                                          std::to_string(p->decode.max_tokens) + " exceed the context of " +
+                                          std::to_string(p->ctx) + " tokens (raise --ctx)");
             }
-            ThreadPool pool(o->run.threads);
-            auto spec = MakeLlmSpec(o->net, nullptr, o->run.threads, 0, o->run.sampling.seed);
-            TLR_CLI_CHECK(cmd, spec.status());
-            llm.spec = *spec;
-            DecodeOptions d;
-            d.mode = *mode;
-            d.threshold = o->threshold >= 0 ? o->threshold : (router ? router->info().threshold : 0.5f);
-            d.route_span = o->span;
-            d.max_tokens = o->n;
-            d.sampling = o->run.sampling;
-            TLR_CLI_CHECK(cmd, o->pipe.Apply(&d));
-            const bool color = !o->no_color && isatty(STDOUT_FILENO);
+            ThreadPool pool(p->threads);
+            const DecodeOptions& d = pair->decode;
+            const bool color = !p->no_color && isatty(STDOUT_FILENO);
             nlohmann::json trace = nlohmann::json::array();
-            auto run = RunDeviceGeneration(main_model, router, &llm, &pool, *ids, d, [&](const TokenEvent& ev) {
+            auto run = RunDeviceGeneration(main_model, router, &pair->llm, &pool, *ids, d, [&](const TokenEvent& ev) {
               if (!ev.text.empty()) {
                 const char* on = ev.source == TokenSource::kLlm      ? kRed
                                  : ev.source == TokenSource::kFallback ? kYellowUnderline
@@ -215,10 +169,10 @@ Command AddGenerateCommand(CLI::App& root) {
               TLR_CLI_CHECK(cmd, WriteFileAtomic(o->trace, {reinterpret_cast<const uint8_t*>(lines.data()), lines.size()}));
             }
             if (!o->quiet) {
-              std::fprintf(stderr, "\nmode %s, threshold %.3f, router %s, pipeline %s%s\n%s", o->mode.c_str(), d.threshold,
+              std::fprintf(stderr, "\nmode %s, threshold %.3f, router %s, pipeline %s%s\n%s", p->mode.c_str(), d.threshold,
                            router ? std::string(RouterKindName(router->kind())).c_str() : "-",
-                           o->pipe.pipeline.c_str(),
-                           d.sim_slm_s > 0 ? (", SIMULATED SLM pace >= " + FormatNumber(o->pipe.sim_slm_ms) + " ms/step").c_str() : "",
+                           p->pipeline.c_str(),
+                           d.sim_slm_s > 0 ? (", SIMULATED SLM pace >= " + FormatNumber(p->sim_slm_ms) + " ms/step").c_str() : "",
                            FormatDecodeSummary(*stats).c_str());
               if (run->setup_s > 0) {
                 std::fprintf(stderr, "LLM setup before decoding (%s) %s; with it %s in all\n",
@@ -239,7 +193,7 @@ Command AddGenerateCommand(CLI::App& root) {
               }
             }
             return 0;
-          }};
+          });
 }
 
 }  // namespace tlr::cli

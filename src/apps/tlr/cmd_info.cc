@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "apps/tlr/commands.h"
+#include "apps/tlr/options.h"
 #include "device/remote/remote_llm.h"
 #include "model/gguf/gguf_reader.h"
 
@@ -49,20 +50,21 @@ Command AddInfoCommand(CLI::App& root) {
     bool no_tensors = false;
     size_t max_items = 8;
   };
-  auto opts = std::make_shared<Opts>();
-  CLI::App* app = root.add_subcommand(
-      "info", "Print a GGUF file's metadata and tensor table (checks the whole file's structure)");
+  auto [app, opts, p] = NewCommand<Opts>(
+      &root, "info", "Print a GGUF file's metadata and tensor table (checks the whole file's structure)");
   app->add_option("file", opts->path, "GGUF file (version 2 or 3)")->required();
-  app->add_flag("--json", opts->json, "Machine-readable JSON on stdout");
-  app->add_flag("--no-tensors", opts->no_tensors, "Omit the tensor table");
-  app->add_option("--max-items", opts->max_items,
+  Example(app->add_flag("--json", opts->json, "Machine-readable JSON on stdout"), "");
+  Example(app->add_flag("--no-tensors", opts->no_tensors, "Omit the tensor table"), "");
+  Example(app->add_option("--max-items", opts->max_items,
                   "Array elements to show per metadata array (0 = all)")
-      ->default_val(8);
+      ->default_val(8), "3");
   app->footer(
       "Exit status: 0 when the file is a well-formed GGUF file, 1 with an error naming the\n"
       "field and byte offset otherwise.\n"
       "Example: tlr info model.gguf --json --max-items 0 > model.json");
-  return {app, [opts]() -> int {
+  AddOptions(app, kCmdInfo, p.get());
+  ExampleArgs(app, "@demo/slm.gguf");
+  return MakeCommand(app, p, [opts] { return nlohmann::json{{"path", opts->path}, {"json", opts->json}, {"no_tensors", opts->no_tensors}, {"max_items", opts->max_items}}; }, [opts]() -> int {
             auto f = GgufFile::Open(opts->path);
             if (!f.ok()) return ReportError("info", f.status().message());
             const GgufFile& g = *f;
@@ -118,7 +120,7 @@ Command AddInfoCommand(CLI::App& root) {
               }
             }
             return 0;
-          }};
+          });
 }
 
 int ReportError(const std::string& command, const std::string& message) {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "apps/tlr/commands.h"
-#include "apps/tlr/model_args.h"
+#include "apps/tlr/options.h"
 #include "tools/load_generator.h"
 
 namespace tlr::cli {
@@ -27,70 +27,68 @@ Command AddLoadtestCommand(CLI::App& root) {
     bool compare_single = false;
     uint64_t seed = 1;
   };
-  auto o = std::make_shared<Opts>();
-  CLI::App* app = root.add_subcommand(
-      "loadtest", "Load-test a `tlr serve` server with many simulated devices (routed calls/s, latency, batching)");
-  app->add_option("--server", o->server, "The server (http[s]://host:port)")->required();
-  app->add_option("--server-key", o->api_key, "The key sent to the server (also $TLR_SERVER_KEY)");
-  AddDeprecatedOption(app, "--api-key", &o->api_key, "--server-key");
-  app->add_option("--backend", o->backend,
-                  "tlr: the native session protocol (each call sends only new tokens); openai: /v1/completions "
-                  "with the whole context as token ids (what devices on the openai backend and OpenAI clients send)")
-      ->default_val("tlr")->check(CLI::IsMember({"tlr", "openai"}));
-  app->add_option("--vocab", o->vocab,
+  auto [app, o, p] = NewCommand<Opts>(
+      &root, "loadtest",
+      "Load-test a `tlr serve` server with many simulated devices (routed calls/s, latency, batching)");
+  Example(app->add_option("--vocab", o->vocab,
                   "GGUF (or tokenizer.json) with the server model's vocabulary; only the tokenizer is "
-                  "read (default: the bundled demo SLM, whose vocabulary the demo LLM shares)");
-  app->add_option("--sessions", o->sessions, "Concurrent devices (one thread and one server session each; all come from this address, so "
+                  "read (default: the bundled demo SLM, whose vocabulary the demo LLM shares)"), "@demo/llm.gguf");
+  Example(app->add_option("--sessions", o->sessions, "Concurrent devices (one thread and one server session each; all come from this address, so "
                   "the server's --session-quota must allow them: by default a quarter of its --max-sessions)")
-      ->default_val(32)->check(CLI::Range(1, 4096));
-  app->add_option("--duration", o->duration_s, "Seconds to run")->default_val(60)->check(CLI::Range(0.1, 86400.0));
-  app->add_option("--prompt-tokens", o->prompt_tokens, "Random prompt tokens per conversation")->default_val(64)
-      ->check(CLI::Range(1, 1 << 20));
-  app->add_option("--gen-tokens", o->gen_tokens,
+      ->default_val(32)->check(CLI::Range(1, 4096)), "3");
+  Example(app->add_option("--duration", o->duration_s, "Seconds to run")->default_val(60)->check(CLI::Range(0.1, 86400.0)), "5");
+  Example(app->add_option("--prompt-tokens", o->prompt_tokens, "Random prompt tokens per conversation")->default_val(64)
+      ->check(CLI::Range(1, 1 << 20)), "9");
+  Example(app->add_option("--gen-tokens", o->gen_tokens,
                   "Tokens the simulated SLM produces between routed calls (random ids, appended with the next call)")
-      ->default_val(8)->check(CLI::Range(0, 1 << 20));
-  app->add_option("--lookahead", o->lookahead,
+      ->default_val(8)->check(CLI::Range(0, 1 << 20)), "3");
+  Example(app->add_option("--lookahead", o->lookahead,
                   "Every other device asks for this many lookahead tokens per call (native protocol); the latency "
                   "of the devices that ask none is reported apart (what others' lookahead costs them)")
-      ->default_val(0)->check(CLI::Range(0, 256));
-  app->add_option("--max-context", o->max_context,
+      ->default_val(0)->check(CLI::Range(0, 256)), "2");
+  Example(app->add_option("--max-context", o->max_context,
                   "Past this many tokens a device starts a new conversation (from base 0, same session)")
-      ->default_val(1024)->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
-  app->add_option("--slm-ms", o->slm_ms,
+      ->default_val(1024)->check(CLI::Range(int64_t{2}, int64_t{1} << 24)), "99");
+  Example(app->add_option("--slm-ms", o->slm_ms,
                   "Simulated SLM time per token on the device (sleeps --gen-tokens x this between calls; "
                   "0: devices call back to back, the server's worst case)")
-      ->default_val(0)->check(CLI::Range(0.0, 60000.0));
-  app->add_option("--sim-rtt", o->sim_rtt_ms, "Simulated network round trip per HTTP request, in ms (in the latency)")
-      ->default_val(0)->check(CLI::Range(0.0, 600000.0));
-  app->add_option("--sweep", o->sweep,
+      ->default_val(0)->check(CLI::Range(0.0, 60000.0)), "5");
+  Example(app->add_option("--sweep", o->sweep,
                   "Device counts to run one after another, e.g. 4,8,16,32,64,128 (each for --duration): the goodput "
-                  "curve against offered load, printed as a table and written with --json (replaces --sessions)");
-  app->add_flag("--compare-single", o->compare_single,
-                "First run 1 session for the same duration and report calls/s(N) / calls/s(1)");
-  app->add_option("--server-pid", o->server_pid, "Report the server's memory (VmRSS, VmHWM) from /proc/PID")
-      ->check(CLI::Range(1, 1 << 30));
-  app->add_option("--ramp-up", o->ramp_s,
+                  "curve against offered load, printed as a table and written with --json (replaces --sessions)"), "1,2");
+  Example(app->add_flag("--compare-single", o->compare_single,
+                "First run 1 session for the same duration and report calls/s(N) / calls/s(1)"), "");
+  Example(app->add_option("--server-pid", o->server_pid, "Report the server's memory (VmRSS, VmHWM) from /proc/PID")
+      ->check(CLI::Range(1, 1 << 30)), "1");
+  Example(app->add_option("--ramp-up", o->ramp_s,
                   "Devices start spread over this many seconds (at most half of --duration) and calls/s counts the "
                   "calls after it: all at once, their prompts arrive as one prefill wave that a slow server cannot "
                   "finish within --timeout (0: all at once)")
-      ->default_val(10)->check(CLI::Range(0.0, 86400.0));
-  app->add_option("--timeout", o->timeout_s,
-                  "Seconds a device waits for one call (its --llm-timeout; the server refuses at once what it cannot "
-                  "answer in that time)")
-      ->default_val(2)->check(CLI::Range(0.001, 3600.0));
-  app->add_option("--json", o->json_path, "Also write every number to this JSON file");
-  app->add_option("--seed", o->seed, "Seed of the random tokens")->default_val(1);
+      ->default_val(10)->check(CLI::Range(0.0, 86400.0)), "1");
+  Example(app->add_option("--json", o->json_path, "Also write every number to this JSON file"), "j.json");
+  Example(app->add_option("--seed", o->seed, "Seed of the random tokens")->default_val(1), "3");
   app->footer(
       "Example (demo LLM):\n"
       "  tlr serve --port 8080 -t 2 &\n"
       "  tlr loadtest --server http://127.0.0.1:8080 --sessions 32 --duration 60 --compare-single --server-pid $!\n"
       "  tlr loadtest --server http://127.0.0.1:8080 --sweep 4,8,16,32,64,128 --duration 20 --ramp-up 0 --json sweep.json\n"
       "Exit status 1 when a call timed out or failed; refused calls (the server shedding load) are not failures.");
-  return {app, [o]() -> int {
+  AddOptions(app, kCmdLoadtest, p.get());
+  ExampleArgs(app, "--server http://127.0.0.1:9");
+  auto own = [o] {
+    return json{{"vocab", o->vocab}, {"json", o->json_path}, {"sweep", o->sweep}, {"sessions", o->sessions},
+                {"compare_single", o->compare_single}, {"seed", o->seed}, {"prompt_tokens", o->prompt_tokens},
+                {"gen_tokens", o->gen_tokens}, {"lookahead", o->lookahead}, {"max_context", o->max_context},
+                {"duration_s", o->duration_s}, {"slm_ms", o->slm_ms}, {"ramp_s", o->ramp_s},
+                {"server_pid", o->server_pid}};
+  };
+  return MakeCommand(app, p, own, [o, p]() -> int {
             const char* cmd = "loadtest";
-            if (o->api_key.empty()) {
-              o->api_key = EnvWithFallback("TLR_SERVER_KEY", "TLR_API_KEY");
-            }
+            o->server = p->server.url;
+            o->api_key = p->server.key;
+            o->backend = p->server.backend;
+            o->sim_rtt_ms = p->server.sim_rtt_ms;
+            o->timeout_s = p->server.timeout_s;
             if (o->prompt_tokens + o->gen_tokens + 1 > o->max_context) {
               return ReportError(cmd, "--max-context must exceed --prompt-tokens + --gen-tokens + 1");
             }
@@ -191,7 +189,7 @@ Command AddLoadtestCommand(CLI::App& root) {
               if (!f) return ReportError(cmd, "cannot write '" + o->json_path + "'");
             }
             return failed == 0 ? 0 : 1;
-          }};
+          });
 }
 
 }  // namespace tlr::cli

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "apps/tlr/commands.h"
+#include "apps/tlr/options.h"
 #include "model/random_model.h"
 
 namespace tlr::cli {
@@ -12,6 +13,7 @@ namespace tlr::cli {
 Command AddMakeRandomCommand(CLI::App& root) {
   auto opts = std::make_shared<RandomModelOptions>();
   auto out = std::make_shared<std::string>();
+  auto p = std::make_shared<Params>();
   std::string presets, types, type_lines;
   for (const auto& p : RandomModelPresets()) presets += (presets.empty() ? "" : "|") + p;
   for (const auto& t : RandomModelTypes()) {
@@ -22,17 +24,17 @@ Command AddMakeRandomCommand(CLI::App& root) {
       "make-random",
       "Write a random-weight GGUF model with the real shapes of a known model (for benchmarks "
       "and interop tests)");
-  app->add_option("--preset", opts->preset, "Shape: " + presets)->default_val("tiny");
-  app->add_option("--arch", opts->arch, "qwen2|llama|qwen3|gemma3 (default: the preset's; tiny and tiny256 take any)");
-  app->add_option("--type", opts->type, "File type: " + types)->default_val("q8_0");
-  app->add_flag("--pure", opts->pure,
+  Example(app->add_option("--preset", opts->preset, "Shape: " + presets)->default_val("tiny"), "tiny256");
+  Example(app->add_option("--arch", opts->arch, "qwen2|llama|qwen3|gemma3 (default: the preset's; tiny and tiny256 take any)"), "llama");
+  Example(app->add_option("--type", opts->type, "File type: " + types)->default_val("q8_0"), "f16");
+  Example(app->add_flag("--pure", opts->pure,
                 "Every weight matrix in the type's base type, mixes included (llama-quantize "
-                "--pure): --type q4_k --pure is pure q4_K");
-  app->add_option("--tokenizer", opts->tokenizer_path,
+                "--pure): --type q4_k --pure is pure q4_K"), "");
+  Example(app->add_option("--tokenizer", opts->tokenizer_path,
                   "Vocabulary from a tokenizer.json or a GGUF file (default: a small built-in "
-                  "byte-level BPE vocabulary, padded to the preset's size)");
-  app->add_option("--seed", opts->seed, "Random seed (same seed, same file)")->default_val(1);
-  app->add_option("-o,--out", *out, "Output GGUF path")->required();
+                  "byte-level BPE vocabulary, padded to the preset's size)"), "@demo/slm.gguf");
+  Example(app->add_option("--seed", opts->seed, "Random seed (same seed, same file)")->default_val(1), "3");
+  Example(app->add_option("-o,--out", *out, "Output GGUF path")->required(), "n.gguf");
   app->footer(
       "File types:\n" + type_lines +
       "Single types put every weight matrix, embedding and LM head included, in that type\n"
@@ -41,7 +43,9 @@ Command AddMakeRandomCommand(CLI::App& root) {
       "q2_K/q3_K -> q4_0, iq4_xs -> iq4_nl). The mixes assign types per tensor as\n"
       "llama-quantize does (more bits for some attn_v / ffn_down layers and the LM head).\n"
       "Example: tlr make-random --preset qwen2.5-0.5b --type q4_k_m -o /tmp/qwen-0.5b-q4km.gguf");
-  return {app, [opts, out]() -> int {
+  AddOptions(app, kCmdMakeRandom, p.get());
+  ExampleArgs(app, "-o m.gguf");
+  return MakeCommand(app, p, [opts, out] { return nlohmann::json{{"preset", opts->preset}, {"arch", opts->arch}, {"type", opts->type}, {"pure", opts->pure}, {"tokenizer", opts->tokenizer_path}, {"seed", opts->seed}, {"out", *out}}; }, [opts, out]() -> int {
             const bool tty = isatty(2);
             Status s = WriteRandomModel(*opts, *out, [&](size_t done, size_t total) {
               if (tty) std::fprintf(stderr, "\rwriting tensors: %zu/%zu", done, total);
@@ -50,7 +54,7 @@ Command AddMakeRandomCommand(CLI::App& root) {
             if (!s.ok()) return ReportError("make-random", s.message());
             std::printf("wrote %s\n", out->c_str());
             return 0;
-          }};
+          });
 }
 
 }  // namespace tlr::cli

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/tlr/commands.h"
-#include "apps/tlr/model_args.h"
+#include "apps/tlr/options.h"
 #include "apps/tlr/progress.h"
 #include "model/model.h"
 #include "ops/thread_pool.h"
@@ -66,80 +66,125 @@ class CountingLabelLlm : public LabelLlm {
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };
 
-}  // namespace
 
-// `tlr router calibrate` (cmd_router_calibrate.cc): adds the subcommand; *run runs it.
-CLI::App* AddRouterCalibrate(CLI::App* router_app, RunFn* run);
-// `tlr router import` (cmd_router_import.cc).
-CLI::App* AddRouterImport(CLI::App* router_app, RunFn* run);
+struct TrainOwn {
+  std::string out, kind = "citer", both_wrong = "rollout", weight_type = "f16", work_dir, reference = "row",
+      chat_template, dump_features;
+  int rounds = 1, epochs = 60, batch = 256, max_answer = 64, patience = 8;
+  float lr = 1e-3f, val_frac = 0.15f, dropout = 0.1f;
+  uint64_t seed = 1;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TrainOwn, out, kind, both_wrong, weight_type, work_dir, reference, chat_template,
+                                   dump_features, rounds, epochs, batch, max_answer, patience, lr, val_frac, dropout,
+                                   seed)
 
-Command AddRouterCommand(CLI::App& root) {
-  struct Opts {
-    std::string slm, llm, data, out, kind = "citer", both_wrong = "rollout", weight_type = "f16", info_path;
-    std::string kv_type = "f16", work_dir, reference = "row", chat_template, dump_features;
-    LlmArgs net;
-    int rounds = 1, epochs = 60, batch = 256, max_answer = 64, limit = 0, threads = 2, patience = 8;
-    float lr = 1e-3f, val_frac = 0.15f, dropout = 0.1f;
-    uint64_t seed = 1;
-    bool json = false;
-  };
-  auto o = std::make_shared<Opts>();
-  CLI::App* app = root.add_subcommand("router", "Train or inspect a token router");
-  app->require_subcommand(1);
-  CLI::App* train = app->add_subcommand(
-      "train", "Train a router for an SLM/LLM pair on questions or chat rows (CITER labels)");
-  train->add_option("--slm", o->slm, "Small model GGUF")->required();
-  train->add_option("--llm", o->llm, "Large model GGUF, run in this process (another vocabulary is bridged: labels "
-                                    "are decided on text); or --server");
-  train->add_option("--data", o->data,
-                    "Training rows, JSONL: CommonsenseQA questions (flattened or nested schema; a row's optional "
-                    "\"reference\" text replaces the LLM's own answer as the reference) and/or chat rows in the "
-                    "OpenAI fine-tuning format ({\"messages\": [...]}, rendered with the SLM's chat template, labels at "
-                    "the assistant tokens; with \"choices\" and \"answerKey\" too, their answers are graded)")
-      ->required();
-  train->add_option("--reference", o->reference,
-                    "row: the rows' own references (\"reference\", the assistant messages) where they have them; "
-                    "llm: the LLM's greedy answer instead (a chat row's last assistant message)")
-      ->default_val("row")->check(CLI::IsMember({"row", "llm"}));
-  train->add_option("--chat-template", o->chat_template,
-                    "Chat rows: a Jinja chat template file to render them with instead of the SLM's own (for a "
-                    "model without one; bos_token and eos_token are the SLM's)")
-      ->check(CLI::ExistingFile);
-  train->add_option("-o,--out", o->out, "Router GGUF to write")->required();
-  train->add_option("--kind", o->kind, "citer (MLP) or colm (linear deferral head)")
-      ->default_val("citer")->check(CLI::IsMember({"citer", "colm"}));
-  train->add_option("--both-wrong", o->both_wrong,
-                    "Positions where neither model matches the reference: rollout (label by whether "
-                    "the SLM's continuation still answers right) or drop (rows without a grader always drop them)")
-      ->default_val("rollout")->check(CLI::IsMember({"rollout", "drop"}));
-  train->add_option("--rounds", o->rounds, "Labelling rounds; later rounds relabel both-wrong positions "
-                    "with the router in the loop (CITER's iterative training)")
-      ->default_val(1)->check(CLI::Range(1, 10));
-  train->add_option("--epochs", o->epochs, "Maximum epochs")->default_val(60)->check(CLI::Range(1, 10000));
-  train->add_option("--patience", o->patience, "Stop after this many epochs without a better validation loss")
-      ->default_val(8)->check(CLI::Range(1, 10000));
-  train->add_option("--batch", o->batch, "Batch size")->default_val(256)->check(CLI::Range(2, 1 << 20));
-  train->add_option("--lr", o->lr, "Adam learning rate")->default_val(1e-3f)->check(CLI::Range(1e-7f, 1.0f));
-  train->add_option("--dropout", o->dropout, "Dropout (citer)")->default_val(0.1f)->check(CLI::Range(0.0f, 0.9f));
-  train->add_option("--val-frac", o->val_frac, "Questions held out for validation and AUROC")
-      ->default_val(0.15f)->check(CLI::Range(0.01f, 0.9f));
-  train->add_option("--max-answer-tokens", o->max_answer, "Reference and rollout length limit")
-      ->default_val(64)->check(CLI::Range(1, 4096));
-  train->add_option("--limit", o->limit, "Use only the first N questions (0 = all)")->default_val(0)
-      ->check(CLI::Range(0, 1 << 30));
-  train->add_option("--weight-type", o->weight_type, "How the router stores its matrices")
-      ->default_val("f16")->check(CLI::IsMember({"f32", "f16", "q8_0"}));
-  train->add_option("--seed", o->seed, "Seed (initialisation, shuffling, validation split)")->default_val(1);
-  train->add_option("--work-dir", o->work_dir,
-                    "Keep the LLM's answers here as they arrive: a run stopped for any reason continues where it "
-                    "stopped when started again with the same directory (nothing is asked twice)");
-  train->add_option("--dump-features", o->dump_features,
-                    "Also write the labelled positions (SLM hidden states, labels, question ids) to this directory as "
-                    "safetensors, for training the router network in PyTorch (tools/train/router_torch.py)");
-  AddThreadsOnly(train, &o->threads);
-  AddKvTypeArg(train, &o->kv_type);
-  o->net.timeout_s = 60;  // a scoring call reads whole sequences
-  AddLlmServerArgs(train, &o->net);
+struct InfoOwn {
+  std::string path;
+  bool json = false;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(InfoOwn, path, json)
+
+Command AddRouterInfo(CLI::App* router_app) {
+  auto [info, o, p] =
+      NewCommand<InfoOwn>(router_app, "info", "Print a router file's kind, SLM and training summary");
+  info->add_option("router", o->path, "Router GGUF")->required();
+  Example(info->add_flag("--json", o->json, "Print JSON"), "");
+  ExampleArgs(info, "@demo/router.gguf");
+  AddOptions(info, kCmdRouterInfo, p.get());
+  return MakeCommand(info, p, o, [o]() -> int {
+    const char* cmd = "router info";
+    auto r = Router::Load(o->path);
+    if (!r.ok()) return ReportError(cmd, r.status().message());
+    const RouterInfo& in = r->info();
+    // Two routers with the same weights have the same fingerprint (as loaded: the file's
+    // storage type decoded), whatever their training summaries say.
+    uint64_t wfp = kFnvOffset;
+    for (const DenseLayer& l : r->layers()) {
+      wfp = Fnv1a(wfp, l.w.data(), l.w.size() * sizeof(float));
+      wfp = Fnv1a(wfp, l.b.data(), l.b.size() * sizeof(float));
+    }
+    char hex[17];
+    nlohmann::json j = {{"kind", RouterKindName(in.kind)}, {"input_dim", in.input_dim},
+                        {"weights_fingerprint", std::string(HexU64(wfp, hex))},
+                        {"params", r->n_params()},
+                        {"weight_type", GgmlTraits(r->weight_type()).name},
+                        {"slm_fingerprint", in.slm_fingerprint}, {"slm_name", in.slm_name},
+                        {"threshold", in.threshold}};
+    auto summary = nlohmann::json::parse(in.training_summary, nullptr, false);
+    j["training_summary"] = summary.is_discarded() ? nlohmann::json(in.training_summary) : summary;
+    if (o->json) {
+      std::printf("%s\n", j.dump(1).c_str());
+    } else {
+      for (auto& [k, v] : j.items()) std::printf("%-19s %s\n", k.c_str(), v.dump().c_str());
+    }
+    return 0;
+  });
+}
+
+Command AddRouterTrain(CLI::App* router_app) {
+  auto [train, o, p] = NewCommand<TrainOwn>(
+      router_app, "train", "Train a router for an SLM/LLM pair on questions or chat rows (CITER labels)");
+  p->server.timeout_s = 60;  // a scoring call reads whole sequences
+  Example(train->add_option("--reference", o->reference,
+                            "row: the rows' own references (\"reference\", the assistant messages) where they have "
+                            "them; llm: the LLM's greedy answer instead (a chat row's last assistant message)")
+              ->capture_default_str()->check(CLI::IsMember({"row", "llm"})),
+          "llm");
+  Example(train->add_option("--chat-template", o->chat_template,
+                            "Chat rows: a Jinja chat template file to render them with instead of the SLM's own (for "
+                            "a model without one; bos_token and eos_token are the SLM's)")
+              ->check(CLI::ExistingFile),
+          "@demo/chat_template.jinja");
+  Example(train->add_option("-o,--out", o->out, "Router GGUF to write")->required(), "r2.gguf");
+  Example(train->add_option("--kind", o->kind, "citer (MLP) or colm (linear deferral head)")
+              ->capture_default_str()->check(CLI::IsMember({"citer", "colm"})),
+          "colm");
+  Example(train->add_option("--both-wrong", o->both_wrong,
+                            "Positions where neither model matches the reference: rollout (label by whether the SLM's "
+                            "continuation still answers right) or drop (rows without a grader always drop them)")
+              ->capture_default_str()->check(CLI::IsMember({"rollout", "drop"})),
+          "drop");
+  Example(train->add_option("--rounds", o->rounds, "Labelling rounds; later rounds relabel both-wrong positions "
+                                                   "with the router in the loop (CITER's iterative training)")
+              ->capture_default_str()->check(CLI::Range(1, 10)),
+          "2");
+  Example(train->add_option("--epochs", o->epochs, "Maximum epochs")->capture_default_str()
+              ->check(CLI::Range(1, 10000)),
+          "3");
+  Example(train->add_option("--patience", o->patience, "Stop after this many epochs without a better validation loss")
+              ->capture_default_str()->check(CLI::Range(1, 10000)),
+          "3");
+  Example(train->add_option("--batch", o->batch, "Batch size")->capture_default_str()->check(CLI::Range(2, 1 << 20)),
+          "16");
+  Example(train->add_option("--lr", o->lr, "Adam learning rate")->capture_default_str()
+              ->check(CLI::Range(1e-7f, 1.0f)),
+          "0.01");
+  Example(train->add_option("--dropout", o->dropout, "Dropout (citer)")->capture_default_str()
+              ->check(CLI::Range(0.0f, 0.9f)),
+          "0.2");
+  Example(train->add_option("--val-frac", o->val_frac, "Questions held out for validation and AUROC")
+              ->capture_default_str()->check(CLI::Range(0.01f, 0.9f)),
+          "0.2");
+  Example(train->add_option("--max-answer-tokens", o->max_answer, "Reference and rollout length limit")
+              ->capture_default_str()->check(CLI::Range(1, 4096)),
+          "9");
+  Example(train->add_option("--weight-type", o->weight_type, "How the router stores its matrices")
+              ->capture_default_str()->check(CLI::IsMember({"f32", "f16", "q8_0"})),
+          "f32");
+  Example(train->add_option("--seed", o->seed, "Seed (initialisation, shuffling, validation split)")
+              ->capture_default_str(),
+          "5");
+  Example(train->add_option("--work-dir", o->work_dir,
+                            "Keep the LLM's answers here as they arrive: a run stopped for any reason continues where "
+                            "it stopped when started again with the same directory (nothing is asked twice)"),
+          "w");
+  Example(train->add_option("--dump-features", o->dump_features,
+                            "Also write the labelled positions (SLM hidden states, labels, question ids) to this "
+                            "directory as safetensors, for training the router network in PyTorch "
+                            "(tools/train/router_torch.py)"),
+          "f");
+  ExampleArgs(train, "--slm @demo/slm.gguf --data @demo/dev.jsonl -o r.gguf");
+  AddOptions(train, kCmdRouterTrain, p.get());
   train->footer("The LLM's labels come from --llm (in this process) or --server: `tlr serve` (--backend tlr:\n"
                 "teacher-forced scoring, many sequences per request) or a vLLM-compatible engine (--backend\n"
                 "openai: /v1/completions with prompt_logprobs). Either way the labels are the same.\n"
@@ -149,94 +194,54 @@ Command AddRouterCommand(CLI::App& root) {
                 "      --data train.jsonl --out router.gguf\n"
                 "  tlr router train --slm qwen2.5-0.5b.gguf --server http://gpu-box:8000 --backend openai \\\n"
                 "      --data train.jsonl --out router.gguf --work-dir router-work");
-  CLI::App* info = app->add_subcommand("info", "Print a router file's kind, SLM and training summary");
-  info->add_option("router", o->info_path, "Router GGUF")->required();
-  info->add_flag("--json", o->json, "Print JSON");
-  auto run_calibrate = std::make_shared<RunFn>();
-  CLI::App* calibrate = AddRouterCalibrate(app, run_calibrate.get());
-  auto run_import = std::make_shared<RunFn>();
-  CLI::App* import = AddRouterImport(app, run_import.get());
-
-  return {app, [o, train, info, calibrate, run_calibrate, import, run_import]() -> int {
-            if (calibrate->parsed()) return (*run_calibrate)();
-            if (import->parsed()) return (*run_import)();
-            if (info->parsed()) {
-              const char* cmd = "router info";
-              auto r = Router::Load(o->info_path);
-              if (!r.ok()) return ReportError(cmd, r.status().message());
-              const RouterInfo& in = r->info();
-              // Two routers with the same weights have the same fingerprint (as loaded: the file's
-              // storage type decoded), whatever their training summaries say.
-              uint64_t wfp = kFnvOffset;
-              for (const DenseLayer& l : r->layers()) {
-                wfp = Fnv1a(wfp, l.w.data(), l.w.size() * sizeof(float));
-                wfp = Fnv1a(wfp, l.b.data(), l.b.size() * sizeof(float));
-              }
-              char hex[17];
-              nlohmann::json j = {{"kind", RouterKindName(in.kind)}, {"input_dim", in.input_dim},
-                                  {"weights_fingerprint", std::string(HexU64(wfp, hex))},
-                                  {"params", r->n_params()},
-                                  {"weight_type", GgmlTraits(r->weight_type()).name},
-                                  {"slm_fingerprint", in.slm_fingerprint}, {"slm_name", in.slm_name},
-                                  {"threshold", in.threshold}};
-              auto summary = nlohmann::json::parse(in.training_summary, nullptr, false);
-              j["training_summary"] = summary.is_discarded() ? nlohmann::json(in.training_summary) : summary;
-              if (o->json) {
-                std::printf("%s\n", j.dump(1).c_str());
-              } else {
-                for (auto& [k, v] : j.items()) std::printf("%-19s %s\n", k.c_str(), v.dump().c_str());
-              }
-              return 0;
-            }
-            (void)train;
+  return MakeCommand(train, p, o, [o, p]() -> int {
             const char* cmd = "router train";
-            auto rows = LoadQaJsonl(o->data);
+            auto rows = LoadQaJsonl(p->data);
             if (!rows.ok()) return ReportError(cmd, rows.status().message());
-            if (o->limit > 0 && static_cast<size_t>(o->limit) < rows->size()) rows->resize(o->limit);
-            const bool remote = !o->net.server.empty();
-            if (remote == !o->llm.empty()) return ReportError(cmd, "give the LLM as --llm FILE or --server URL (one of them)");
-            auto slm = Model::Load(o->slm, ModelOptions(o->kv_type));
-            if (!slm.ok()) return ReportError(cmd, "SLM: " + slm.status().message());
-            ThreadPool pool(o->threads);
-            std::unique_ptr<Model> llm_model;
+            if (p->limit > 0 && static_cast<size_t>(p->limit) < rows->size()) rows->resize(p->limit);
+            const bool remote = p->remote();
+            if (!remote && p->llm.empty()) return ReportError(cmd, "give the LLM as --llm FILE or --server URL (one of them)");
+            PairNeeds needs;
+            needs.router = false;
+            auto pair = LoadPair(*p, needs);
+            if (!pair.ok()) return ReportError(cmd, pair.status().message());
+            const std::unique_ptr<Model>& slm = pair->slm;
+            ThreadPool pool(p->threads);
             std::unique_ptr<LabelLlm> llm;
             // An LLM of another vocabulary: its calls go through a vocabulary bridge (the same
             // routed calls the decoder makes), over this stack.
             std::unique_ptr<LlmStack> stack;
             if (remote) {
-              auto spec = MakeLlmSpec(o->net, nullptr, o->threads, 0, o->seed);
-              TLR_CLI_CHECK(cmd, spec.status());
-              RemoteOptions ro = spec->remote;
-              ro.http.sim_rtt_s = spec->sim_rtt_s;  // --sim-rtt: per HTTP request, as the device's calls
-              ro.http.sim_jitter_s = spec->sim_jitter_s;
-              if (!o->net.llm_tokenizer.empty()) {
-                auto st = MakeLlm(o->net, nullptr, o->threads, 0, (*slm)->tokenizer(), o->seed);
+              const LlmSpec& spec = pair->llm.spec;
+              RemoteOptions ro = spec.remote;
+              ro.http.sim_rtt_s = spec.sim_rtt_s;  // --sim-rtt: per HTTP request, as the device's calls
+              ro.http.sim_jitter_s = spec.sim_jitter_s;
+              if (!p->server.llm_tokenizer.empty()) {
+                auto st = MakeLlmStack(*pair, *p, 0, slm->tokenizer());
                 if (!st.ok()) return ReportError(cmd, "LLM: " + st.status().message());
                 stack = std::move(st).value();
               }
-              if (o->net.llm_prompt == "text" && !(stack && stack->bridge())) {
+              if (p->server.llm_prompt == "text" && !(stack && stack->bridge())) {
                 return ReportError(cmd, "--llm-prompt text: router training with an LLM of the SLM's vocabulary asks "
                                         "for teacher-forced predictions, which need token-id prompts (text prompts "
                                         "are for an LLM of another vocabulary, with --llm-tokenizer)");
               }
-              const Tokenizer& server_vocab = stack && stack->llm_vocab() ? *stack->llm_vocab() : (*slm)->tokenizer();
+              const Tokenizer& server_vocab = stack && stack->llm_vocab() ? *stack->llm_vocab() : slm->tokenizer();
               auto r = RemoteLabelLlm::Connect(ro, server_vocab);
               if (!r.ok()) return ReportError(cmd, "LLM: " + r.status().message());
               llm = std::move(r).value();
             } else {
-              auto m = Model::Load(o->llm, ModelOptions(o->kv_type));
-              if (!m.ok()) return ReportError(cmd, "LLM: " + m.status().message());
-              llm_model = std::move(m).value();
-              if (llm_model->tokenizer().Fingerprint() != (*slm)->tokenizer().Fingerprint()) {
-                auto st = MakeLlm(o->net, llm_model.get(), o->threads, 8192, (*slm)->tokenizer(), o->seed);
+              const Model& llm_model = *pair->llm.model;
+              if (llm_model.tokenizer().Fingerprint() != slm->tokenizer().Fingerprint()) {
+                auto st = MakeLlmStack(*pair, *p, 8192, slm->tokenizer());
                 if (!st.ok()) return ReportError(cmd, "LLM: " + st.status().message());
                 stack = std::move(st).value();
               }
-              llm = std::make_unique<InProcessLabelLlm>(*llm_model, &pool);
+              llm = std::make_unique<InProcessLabelLlm>(llm_model, &pool);
             }
             if (stack && stack->bridge()) {
               const std::string id = llm->model_id();  // the LLM's own (checked the server's vocabulary)
-              llm = std::make_unique<BridgedLabelLlm>(stack->unbridged(), (*slm)->tokenizer(), *stack->llm_vocab(), id);
+              llm = std::make_unique<BridgedLabelLlm>(stack->unbridged(), slm->tokenizer(), *stack->llm_vocab(), id);
               std::fprintf(stderr, "router train: the LLM's vocabulary differs from the SLM's: labels through a "
                                    "vocabulary bridge (each position where the SLM is wrong is asked as a routed call)\n");
             }
@@ -273,7 +278,7 @@ Command AddRouterCommand(CLI::App& root) {
             t.val_fraction = o->val_frac;
             t.weight_type = o->weight_type == "q8_0" ? GgmlType::kQ8_0
                             : o->weight_type == "f16" ? GgmlType::kF16 : GgmlType::kF32;
-            if (auto nm = (*slm)->file().GetString("general.name"); nm.ok()) t.slm_name = *nm;
+            if (auto nm = slm->file().GetString("general.name"); nm.ok()) t.slm_name = *nm;
             Progress progress;
             CountingLabelLlm counting(labels);
             t.on_progress = [&](const std::string& stage, int64_t done, int64_t total) {
@@ -286,8 +291,8 @@ Command AddRouterCommand(CLI::App& root) {
               progress.SetExtra(b);
             };
             std::fprintf(stderr, "router train: %zu questions, SLM %s, LLM %s, %s router\n", rows->size(),
-                         o->slm.c_str(), remote ? llm->name().c_str() : o->llm.c_str(), o->kind.c_str());
-            auto result = TrainRouter(**slm, counting, *rows, t, &pool);
+                         p->slm.c_str(), remote ? llm->name().c_str() : p->llm.c_str(), o->kind.c_str());
+            auto result = TrainRouter(*slm, counting, *rows, t, &pool);
             progress.Done();
             if (cached) {
               std::fprintf(stderr, "LLM answers: %lld asked, %lld reused from %s\n", static_cast<long long>(cached->asked()),
@@ -316,6 +321,25 @@ Command AddRouterCommand(CLI::App& root) {
                          o->kind.c_str(), r.auroc_router, r.auroc_maxprob, r.auroc_entropy, r.label_seconds, r.threshold,
                          o->out.c_str(), progress.Elapsed());
             return 0;
+          });
+}
+
+}  // namespace
+
+// `tlr router calibrate` (cmd_router_calibrate.cc) and `tlr router import` (cmd_router_import.cc).
+Command AddRouterCalibrate(CLI::App* router_app);
+Command AddRouterImport(CLI::App* router_app);
+
+Command AddRouterCommand(CLI::App& root) {
+  CLI::App* app = root.add_subcommand("router", "Train or inspect a token router");
+  app->require_subcommand(1);
+  std::vector<Command> subs = {AddRouterTrain(app), AddRouterInfo(app), AddRouterCalibrate(app),
+                               AddRouterImport(app)};
+  return {app, [subs]() -> int {
+            for (const Command& c : subs) {
+              if (c.app->parsed()) return c.run();
+            }
+            return 2;
           }};
 }
 

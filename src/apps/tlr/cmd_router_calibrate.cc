@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/tlr/commands.h"
-#include "apps/tlr/model_args.h"
+#include "apps/tlr/options.h"
 #include "apps/tlr/progress.h"
 #include "model/model.h"
 #include "ops/thread_pool.h"
@@ -15,40 +15,35 @@
 
 namespace tlr::cli {
 
-CLI::App* AddRouterCalibrate(CLI::App* router_app, RunFn* run) {
-  struct Opts {
-    std::string router, slm, llm, data, out;
-    double target_routed = -1, target_accuracy = -1;
-    int max_tokens = 40, limit = 0;
-    bool chat = false;
-    RunArgs run;
-    LlmArgs net;
-  };
-  auto o = std::make_shared<Opts>();
-  CLI::App* app = router_app->add_subcommand(
-      "calibrate", "Choose a router's threshold for a routed share (or an accuracy) and write it into the file");
-  app->add_option("--router", o->router, "Router GGUF to calibrate (default: the bundled demo router)");
-  app->add_option("--slm", o->slm, "The SLM it was trained for (default: the bundled demo SLM)");
-  app->add_option("--llm", o->llm, "Large model GGUF in this process (default: the bundled demo LLM), or --server");
-  app->add_option("--data", o->data, "Questions, CommonsenseQA JSONL (default: the bundled dev split, not the test "
-                                     "split tlr eval reports on); use questions like the ones the router will see");
-  auto* routed = app->add_option("--target-routed", o->target_routed,
-                                 "Percent of generated tokens to route to the LLM, e.g. 7")
-                     ->check(CLI::Range(0.01, 99.99));
-  auto* acc = app->add_option("--target-accuracy", o->target_accuracy,
-                              "Accuracy to reach (0..1, e.g. 0.8): the lowest threshold reaching it (fewest routed tokens)")
-                  ->check(CLI::Range(0.001, 1.0));
+namespace {
+
+struct CalibrateOwn {
+  std::string out;
+  double target_routed = -1, target_accuracy = -1;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(CalibrateOwn, out, target_routed, target_accuracy)
+
+}  // namespace
+
+Command AddRouterCalibrate(CLI::App* router_app) {
+  auto [app, o, p] = NewCommand<CalibrateOwn>(
+      router_app, "calibrate",
+      "Choose a router's threshold for a routed share (or an accuracy) and write it into the file");
+  p->max_tokens = 40;
+  auto* routed = Example(app->add_option("--target-routed", o->target_routed,
+                                         "Percent of generated tokens to route to the LLM, e.g. 7")
+                             ->check(CLI::Range(0.01, 99.99)),
+                         "5");
+  auto* acc = Example(app->add_option("--target-accuracy", o->target_accuracy,
+                                      "Accuracy to reach (0..1, e.g. 0.8): the lowest threshold reaching it (fewest "
+                                      "routed tokens)")
+                          ->check(CLI::Range(0.001, 1.0)),
+                      "0.8");
   routed->excludes(acc);
-  app->add_option("-o,--out", o->out, "Write the calibrated router here (required; name the --router file itself to "
-                                      "rewrite it)");
-  app->add_option("-n,--max-tokens", o->max_tokens, "Answer length per question")->default_val(40)
-      ->check(CLI::Range(1, 4096));
-  app->add_option("--limit", o->limit, "Use only the first N questions (0 = all)")->default_val(0)
-      ->check(CLI::Range(0, 1 << 30));
-  app->add_flag("--chat", o->chat, "Ask through the SLM's chat template (instruct models), as tlr eval --chat");
-  AddThreadArgs(app, &o->run);
-  AddSamplingArgs(app, &o->run);
-  AddLlmServerArgs(app, &o->net);
+  Example(app->add_option("-o,--out", o->out, "Write the calibrated router here (required; name the --router file "
+                                              "itself to rewrite it)"),
+          "r2.gguf");
+  AddOptions(app, kCmdRouterCalibrate, p.get());
   app->footer(
       "The threshold is the router's confidence below which a token goes to the LLM; calibration\n"
       "runs the questions jointly at thresholds it chooses (a coarse grid, then bisection) and\n"
@@ -56,50 +51,38 @@ CLI::App* AddRouterCalibrate(CLI::App* router_app, RunFn* run) {
       "recommended one. Example:\n"
       "  tlr router calibrate --router router.gguf --slm slm.gguf --server http://gpu-box:8080 \\\n"
       "      --data dev.jsonl --target-routed 7 -o router-7pct.gguf");
-  *run = [o]() -> int {
+  return MakeCommand(app, p, o, [o, p]() -> int {
     const char* cmd = "router calibrate";
     if (o->target_routed < 0 && o->target_accuracy < 0) {
       return ReportError(cmd, "give a target: --target-routed PERCENT or --target-accuracy FRACTION");
     }
-    const bool remote = !o->net.server.empty();
-    if (remote && !o->llm.empty()) return ReportError(cmd, "give either --llm or --server, not both");
-    if (o->router.empty()) o->router = DemoFile("router.gguf");
-    if (o->slm.empty()) o->slm = DemoFile("slm.gguf");
-    if (o->llm.empty() && !remote) o->llm = DemoFile("llm.gguf");
-    if (o->data.empty()) o->data = DemoFile("dev.jsonl");
     if (o->out.empty()) {
       return ReportError(cmd, "give -o FILE for the calibrated router (inputs are never rewritten unless -o names "
-                              "them: -o " + o->router + " rewrites the router in place)");
+                              "them: -o " + p->router + " rewrites the router in place)");
     }
-    for (const std::string* input : {&o->slm, &o->llm, &o->data}) {
+    for (const std::string* input : {&p->slm, &p->llm, &p->data}) {
       std::error_code ec;
       if (!input->empty() && std::filesystem::equivalent(*input, o->out, ec)) {
         return ReportError(cmd, "-o " + o->out + " is an input of this calibration (" + *input +
                                 "), not a router: give another file");
       }
     }
-    auto rows = LoadQaJsonl(o->data);
+    auto rows = LoadQaJsonl(p->data);
     if (!rows.ok()) return ReportError(cmd, "--data: " + rows.status().message());
-    if (o->limit > 0 && static_cast<size_t>(o->limit) < rows->size()) rows->resize(o->limit);
-    auto router = Router::Load(o->router);
-    if (!router.ok()) return ReportError(cmd, router.status().message());
-    auto slm = Model::Load(o->slm, ModelOptions(o->run.kv_type));
-    if (!slm.ok()) return ReportError(cmd, "SLM: " + slm.status().message());
-    TLR_CLI_CHECK(cmd, router->CheckCompatible(**slm));
-    std::unique_ptr<Model> llm;
-    if (!remote) {
-      auto m = Model::Load(o->llm, ModelOptions(o->run.kv_type));
-      if (!m.ok()) return ReportError(cmd, "LLM: " + m.status().message());
-      llm = std::move(m).value();
-    }
-    ThreadPool pool(o->run.threads);
-    auto stack = MakeLlm(o->net, llm.get(), o->run.threads, o->run.ctx, (*slm)->tokenizer(), o->run.sampling.seed);
+    if (p->limit > 0 && static_cast<size_t>(p->limit) < rows->size()) rows->resize(p->limit);
+    PairNeeds needs;
+    needs.router_file = true;
+    auto pair = LoadPair(*p, needs);
+    if (!pair.ok()) return ReportError(cmd, pair.status().message());
+    Router* router = pair->router.get();
+    ThreadPool pool(p->threads);
+    auto stack = MakeLlmStack(*pair, *p, p->ctx, pair->slm->tokenizer());
     if (!stack.ok()) return ReportError(cmd, stack.status().message());
     CalibrateOptions c;
-    c.eval.max_tokens = o->max_tokens;
-    c.eval.n_ctx = o->run.ctx;
-    c.eval.sampling = o->run.sampling;
-    c.eval.chat = o->chat;
+    c.eval.max_tokens = p->decode.max_tokens;
+    c.eval.n_ctx = p->ctx;
+    c.eval.sampling = p->decode.sampling;
+    c.eval.chat = p->chat;
     if (o->target_routed > 0) c.target_routed_pct = o->target_routed;
     if (o->target_accuracy > 0) c.target_accuracy = o->target_accuracy;
     Progress progress;
@@ -109,7 +92,7 @@ CLI::App* AddRouterCalibrate(CLI::App* router_app, RunFn* run) {
     } else {
       std::fprintf(stderr, "router calibrate: %zu questions, target accuracy %g\n", rows->size(), o->target_accuracy);
     }
-    auto result = CalibrateThreshold(**slm, &*router, (*stack)->backend(), *rows, c, &pool);
+    auto result = CalibrateThreshold(*pair->slm, router, (*stack)->backend(), *rows, c, &pool);
     progress.Done();
     if (!result.ok()) return ReportError(cmd, result.status().message());
     std::printf("| threshold | routed %% | accuracy |\n|---:|---:|---:|\n");
@@ -120,7 +103,7 @@ CLI::App* AddRouterCalibrate(CLI::App* router_app, RunFn* run) {
     // The file keeps its training summary, with the calibration added to it.
     nlohmann::json summary = nlohmann::json::parse(router->info().training_summary, nullptr, false);
     if (!summary.is_object()) summary = nlohmann::json::object();
-    summary["calibration"] = {{"data", o->data},
+    summary["calibration"] = {{"data", p->data},
                               {"questions", rows->size()},
                               {"target", c.target_routed_pct ? nlohmann::json{{"routed_pct", o->target_routed}}
                                                              : nlohmann::json{{"accuracy", o->target_accuracy}}},
@@ -135,8 +118,7 @@ CLI::App* AddRouterCalibrate(CLI::App* router_app, RunFn* run) {
                  result->threshold, result->at.routed_pct, result->at.accuracy, rows->size(),
                  result->met ? "" : " (the target was not reached: the nearest threshold tried)", o->out.c_str());
     return 0;
-  };
-  return app;
+  });
 }
 
 }  // namespace tlr::cli

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/tlr/commands.h"
-#include "apps/tlr/model_args.h"
+#include "apps/tlr/options.h"
 #include "model/model.h"
 #include "ops/thread_pool.h"
 #include "quant/ggml_type.h"
@@ -15,37 +15,56 @@
 
 namespace tlr::cli {
 
-CLI::App* AddRouterImport(CLI::App* router_app, RunFn* run) {
-  struct Opts {
-    std::string slm, from, out, kind = "auto", weight_type = "f32", check;
-    float threshold = 0.5f, bn_eps = 1e-5f, tolerance = 1e-5f;
-    bool invert = false;
-  };
-  auto o = std::make_shared<Opts>();
-  CLI::App* app = router_app->add_subcommand("import", "Make a router file from a PyTorch router (a safetensors state_dict)");
-  app->add_option("--slm", o->slm, "The SLM the router reads (its hidden size and fingerprint go into the file)")->required();
-  app->add_option("--from", o->from, "The network's state_dict as safetensors (safetensors.torch.save_file)")->required();
-  app->add_option("-o,--out", o->out, "Router GGUF to write")->required();
-  app->add_option("--kind", o->kind, "citer (Linear h-2h, BatchNorm, Linear 2h-h, Linear h-1), colm (Linear h-1), or auto "
-                                     "(from the number of linear layers)")
-      ->default_val("auto")->check(CLI::IsMember({"auto", "citer", "colm"}));
-  app->add_flag("--invert", o->invert, "The network's sigmoid is the probability of routing to the LLM (as Co-LLM's "
-                                      "deferral head gives it), not of keeping the SLM's token (as router_torch.py trains)");
-  app->add_option("--threshold", o->threshold, "Recommended threshold to store (calibrate it: tlr router calibrate)")
-      ->default_val(0.5f)->check(CLI::Range(0.0f, 1.0f));
-  app->add_option("--weight-type", o->weight_type, "How the file stores the matrices (f32: scores exactly as PyTorch's)")
-      ->default_val("f32")->check(CLI::IsMember({"f32", "f16", "q8_0"}));
-  app->add_option("--bn-eps", o->bn_eps, "BatchNorm1d's eps")->default_val(1e-5f);
-  app->add_option("--check", o->check,
-                  "safetensors with \"features\" [n, hidden] and PyTorch's \"scores\" [n] on them (after the sigmoid): "
-                  "the imported router must give the same scores within --tolerance")
-      ->check(CLI::ExistingFile);
-  app->add_option("--tolerance", o->tolerance, "Largest allowed |difference| for --check")->default_val(1e-5f);
+namespace {
+
+struct ImportOwn {
+  std::string from, out, kind = "auto", weight_type = "f32", check;
+  float threshold = 0.5f, bn_eps = 1e-5f, tolerance = 1e-5f;
+  bool invert = false;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ImportOwn, from, out, kind, weight_type, check, threshold, bn_eps, tolerance, invert)
+
+}  // namespace
+
+Command AddRouterImport(CLI::App* router_app) {
+  auto [app, o, p] = NewCommand<ImportOwn>(
+      router_app, "import", "Make a router file from a PyTorch router (a safetensors state_dict)");
+  Example(app->add_option("--from", o->from, "The network's state_dict as safetensors (safetensors.torch.save_file)")
+              ->required(),
+          "y.safetensors");
+  Example(app->add_option("-o,--out", o->out, "Router GGUF to write")->required(), "r2.gguf");
+  Example(app->add_option("--kind", o->kind, "citer (Linear h-2h, BatchNorm, Linear 2h-h, Linear h-1), colm (Linear "
+                                             "h-1), or auto (from the number of linear layers)")
+              ->capture_default_str()->check(CLI::IsMember({"auto", "citer", "colm"})),
+          "colm");
+  Example(app->add_flag("--invert", o->invert, "The network's sigmoid is the probability of routing to the LLM (as "
+                                              "Co-LLM's deferral head gives it), not of keeping the SLM's token (as "
+                                              "router_torch.py trains)"),
+          "");
+  Example(app->add_option("--threshold", o->threshold, "Recommended threshold to store (calibrate it: tlr router "
+                                                       "calibrate)")
+              ->capture_default_str()->check(CLI::Range(0.0f, 1.0f)),
+          "0.7");
+  Example(app->add_option("--weight-type", o->weight_type, "How the file stores the matrices (f32: scores exactly as "
+                                                           "PyTorch's)")
+              ->capture_default_str()->check(CLI::IsMember({"f32", "f16", "q8_0"})),
+          "f16");
+  Example(app->add_option("--bn-eps", o->bn_eps, "BatchNorm1d's eps")->capture_default_str(), "0.001");
+  Example(app->add_option("--check", o->check,
+                          "safetensors with \"features\" [n, hidden] and PyTorch's \"scores\" [n] on them (after the "
+                          "sigmoid): the imported router must give the same scores within --tolerance")
+              ->check(CLI::ExistingFile),
+          "@demo/test.jsonl");
+  Example(app->add_option("--tolerance", o->tolerance, "Largest allowed |difference| for --check")
+              ->capture_default_str(),
+          "0.01");
+  ExampleArgs(app, "--slm @demo/slm.gguf --from x.safetensors -o r.gguf");
+  AddOptions(app, kCmdRouterImport, p.get());
   app->footer("Example (tools/train/router_torch.py trains one on `tlr router train --dump-features DIR`):\n"
               "  tlr router import --slm slm.gguf --from router.safetensors -o router.gguf --check scores.safetensors");
-  *run = [o]() -> int {
+  return MakeCommand(app, p, o, [o, p]() -> int {
     const char* cmd = "router import";
-    auto slm = Model::Load(o->slm);
+    auto slm = Model::Load(p->slm);
     if (!slm.ok()) return ReportError(cmd, "SLM: " + slm.status().message());
     auto st = ReadSafeTensors(o->from);
     if (!st.ok()) return ReportError(cmd, "--from: " + st.status().message());
@@ -92,10 +111,9 @@ CLI::App* AddRouterImport(CLI::App* router_app, RunFn* run) {
     }
     TLR_CLI_CHECK(cmd, router->Save(o->out));
     std::printf("%s router (%lld parameters) for %s written to %s\n", std::string(RouterKindName(kind)).c_str(),
-                static_cast<long long>(router->n_params()), o->slm.c_str(), o->out.c_str());
+                static_cast<long long>(router->n_params()), p->slm.c_str(), o->out.c_str());
     return 0;
-  };
-  return app;
+  });
 }
 
 }  // namespace tlr::cli

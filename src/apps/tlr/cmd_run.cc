@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/tlr/commands.h"
-#include "apps/tlr/model_args.h"
+#include "apps/tlr/options.h"
 #include "model/chat_template.h"
 #include "model/model.h"
 #include "model/sampler.h"
@@ -19,45 +19,37 @@
 
 namespace tlr::cli {
 
+namespace {
+
+struct RunOwn {
+  std::string prompt, prompt_file, logits_out;
+  bool verbose = false;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RunOwn, prompt, prompt_file, logits_out, verbose)
+
+}  // namespace
+
 Command AddRunCommand(CLI::App& root) {
-  struct Opts {
-    std::string model, prompt, prompt_file, system, logits_out;
-    int n = 128;
-    bool chat = false, verbose = false;
-    std::optional<bool> think;
-    RunArgs run;
-  };
-  auto o = std::make_shared<Opts>();
-  CLI::App* app = root.add_subcommand("run", "Generate text with a GGUF model, streaming it");
-  app->add_option("-m,--model", o->model, "GGUF model (qwen2, llama, qwen3 or gemma3; default: the bundled demo SLM)");
-  app->add_option("-p,--prompt", o->prompt, "Prompt text");
-  app->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
-  app->add_option("-n,--max-tokens", o->n, "Maximum tokens to generate")->default_val(128)
-      ->check(CLI::Range(0, 1 << 24));
-  auto* chat = app->add_flag("--chat", o->chat,
-                             "Wrap the prompt as a user message in the model's chat template (the file's "
-                             "tokenizer.chat_template; built-in ChatML / Llama 3 / Gemma formats without one)");
-  app->add_option("--system", o->system, "With --chat: a system message")->needs(chat);
-  AddThinkArgs(app, chat, &o->think);
-  app->add_flag("-v,--verbose", o->verbose, "Print model details, load notes and timings");
-  app->add_option("--logits-out", o->logits_out,
-                  "Also write the prompt's logits at every position to FILE.f32 (float32, [tokens, "
-                  "n_vocab]) and the prompt and generated ids to FILE.json (comparisons with other engines)");
-  AddThreadArgs(app, &o->run);
-  AddSamplingArgs(app, &o->run);
+  auto [app, o, p] = NewCommand<RunOwn>(&root, "run", "Generate text with a GGUF model, streaming it");
+  Example(app->add_option("-p,--prompt", o->prompt, "Prompt text"), "hello");
+  Example(app->add_option("-f,--file", o->prompt_file, "Read the prompt from a file ('-' = stdin)"), "-");
+  Example(app->add_flag("-v,--verbose", o->verbose, "Print model details, load notes and timings"), "");
+  Example(app->add_option("--logits-out", o->logits_out,
+                          "Also write the prompt's logits at every position to FILE.f32 (float32, [tokens, "
+                          "n_vocab]) and the prompt and generated ids to FILE.json (comparisons with other engines)"),
+          "l");
+  AddOptions(app, kCmdRun, p.get());
   app->footer("Example: tlr run -m qwen2.5-0.5b-instruct-q8_0.gguf --chat -p \"Why is the sky blue?\"");
-  return {app, [o]() -> int {
+  return MakeCommand(app, p, o, [o, p]() -> int {
             const char* cmd = "run";
-            TLR_CLI_CHECK(cmd, o->run.sampling.Validate());
-            if (o->model.empty()) o->model = DemoFile("slm.gguf");
             std::string prompt = o->prompt;
             if (!o->prompt_file.empty()) {
-              auto s = ReadFileToString(o->prompt_file);
+              auto s = ReadTextArg(o->prompt_file);
               if (!s.ok()) return ReportError(cmd, s.status().message());
               prompt = *s;
             }
             const auto t_load = std::chrono::steady_clock::now();
-            auto loaded = Model::Load(o->model, ModelOptions(o->run.kv_type));
+            auto loaded = Model::Load(p->model, ModelOptions(p->kv_type));
             if (!loaded.ok()) return ReportError(cmd, loaded.status().message());
             const Model& model = **loaded;
             const Tokenizer& tok = model.tokenizer();
@@ -65,19 +57,19 @@ Command AddRunCommand(CLI::App& root) {
               std::fprintf(stderr, "model: %s\n", model.config().Summary().c_str());
               std::fprintf(stderr, "weights: %.1f MiB mapped, load %.2f s, SIMD %s, %d threads\n",
                            model.total_weight_bytes() / 1048576.0, SecondsSince(t_load),
-                           ActiveSimdTarget().c_str(), o->run.threads);
+                           ActiveSimdTarget().c_str(), p->threads);
               for (const auto& note : model.load_notes()) std::fprintf(stderr, "note: %s\n", note.c_str());
               if (auto mem = ReadResidentMemory(); mem.ok()) std::fprintf(stderr, "after load: %s\n", mem->Describe().c_str());
             }
             std::vector<int32_t> ids;
-            if (o->chat) {
+            if (p->chat) {
               auto tmpl = ChatTemplate::ForModel(model);
               if (!tmpl.ok()) return ReportError(cmd, tmpl.status().message());
               std::vector<ChatMessage> msgs;
-              if (!o->system.empty()) msgs.push_back({"system", o->system});
+              if (!p->system.empty()) msgs.push_back({"system", p->system});
               msgs.push_back({"user", prompt});
               ChatTemplateOptions co;
-              co.enable_thinking = o->think;
+              co.enable_thinking = p->think;
               auto text = tmpl->Apply(msgs, co);
               if (!text.ok()) return ReportError(cmd, text.status().message());
               ids = tok.Encode(*text, false, true);
@@ -89,17 +81,17 @@ Command AddRunCommand(CLI::App& root) {
               ids = tok.Encode(prompt, true, false);
             }
             if (ids.empty()) return ReportError(cmd, "the prompt is empty");
-            if (static_cast<int64_t>(ids.size()) + o->n > o->run.ctx) {
+            if (static_cast<int64_t>(ids.size()) + p->decode.max_tokens > p->ctx) {
               return ReportError(cmd, "prompt (" + std::to_string(ids.size()) + " tokens) plus " +
-                                          std::to_string(o->n) + " new tokens exceed the context of " +
-                                          std::to_string(o->run.ctx) + " (raise --ctx)");
+                                          std::to_string(p->decode.max_tokens) + " new tokens exceed the context of " +
+                                          std::to_string(p->ctx) + " (raise --ctx)");
             }
-            auto cache = model.NewCache(o->run.ctx);
+            auto cache = model.NewCache(p->ctx);
             if (!cache.ok()) return ReportError(cmd, cache.status().message());
-            ThreadPool pool(o->run.threads);
+            ThreadPool pool(p->threads);
             ForwardContext fctx(&pool);
             std::vector<float> logits(model.config().n_vocab);
-            Sampler sampler(o->run.sampling, static_cast<int32_t>(model.config().n_vocab));
+            Sampler sampler(p->decode.sampling, static_cast<int32_t>(model.config().n_vocab));
             const auto t_pp = std::chrono::steady_clock::now();
             const int64_t V = model.config().n_vocab;
             std::vector<float> all_logits(o->logits_out.empty() ? 0 : ids.size() * V);
@@ -117,12 +109,12 @@ Command AddRunCommand(CLI::App& root) {
             std::vector<int32_t> history = ids;
             int generated = 0;
             const auto t_tg = std::chrono::steady_clock::now();
-            for (; generated < o->n; ++generated) {
+            for (; generated < p->decode.max_tokens; ++generated) {
               const int32_t next = sampler.Sample(logits.data(), history);
               if (tok.IsEndOfGeneration(next)) break;
               history.push_back(next);
               std::cout << dec.Push(next) << std::flush;
-              if (generated + 1 == o->n) {
+              if (generated + 1 == p->decode.max_tokens) {
                 ++generated;
                 break;
               }
@@ -149,11 +141,11 @@ Command AddRunCommand(CLI::App& root) {
               if (auto mem = ReadResidentMemory(); mem.ok()) {
                 std::fprintf(stderr, "while generating: %s (the KV cache: %.0f MiB)\n", mem->Describe().c_str(),
                              static_cast<double>(KvCache::BytesPerPosition(model.config(), model.kv_type())) *
-                                 static_cast<double>(o->run.ctx) / 1048576.0);
+                                 static_cast<double>(p->ctx) / 1048576.0);
               }
             }
             return 0;
-          }};
+          });
 }
 
 }  // namespace tlr::cli

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "apps/tlr/commands.h"
-#include "apps/tlr/model_args.h"
+#include "apps/tlr/options.h"
 #include "apps/tlr/serve_web.h"
 #include "model/model.h"
 #include "ops/thread_pool.h"
@@ -18,98 +18,85 @@
 
 namespace tlr::cli {
 
+namespace {
+
+struct ServeOwn {
+  std::string max_body = "4M", name, tls_cert, tls_key, web, web_slm, web_router, web_data;
+  int http_threads = 64, max_tokens = 256, prompt_cache = 0, max_connections = 1024, backlog = 1024;
+  int64_t max_sessions = 1024, batch_tokens = 512, session_quota = 0;
+  double ttl = 600, request_timeout = 10, keep_alive = 30, default_timeout = 30, cold_share = 0.5;
+  std::vector<std::string> cors_origins;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ServeOwn, max_body, name, tls_cert, tls_key, web, web_slm, web_router, web_data,
+                                   http_threads, max_tokens, prompt_cache, max_connections, backlog, max_sessions,
+                                   batch_tokens, session_quota, ttl, request_timeout, keep_alive, default_timeout,
+                                   cold_share, cors_origins)
+
+}  // namespace
+
 Command AddServeCommand(CLI::App& root) {
-  struct Opts {
-    std::string model, host = "127.0.0.1", kv_budget = "4G", max_body = "4M", name, kv_type = "f16";
-    std::string tls_cert, tls_key;
-    AcceptKeyArgs keys;
-    int port = 8080, threads = 2, http_threads = 64, max_tokens = 256, prompt_cache = 0, max_connections = 1024,
-        backlog = 1024;
-    int64_t ctx = 4096, max_sessions = 1024, batch_tokens = 512, session_quota = 0;
-    double ttl = 600, request_timeout = 10, keep_alive = 30, default_timeout = 30, cold_share = 0.5;
-    bool public_bind = false;
-    std::vector<std::string> cors_origins;
-    std::string web, web_slm, web_router, web_data;
-  };
-  auto o = std::make_shared<Opts>();
-  CLI::App* app = root.add_subcommand("serve", "Serve an LLM to devices: token protocol with sessions, OpenAI-compatible API");
-  app->add_option("-m,--model", o->model, "LLM GGUF (default: the bundled demo LLM)");
-  app->add_option("--host", o->host, "Address to listen on (non-loopback needs --accept-key or --public)")
-      ->default_val("127.0.0.1");
-  app->add_option("--port", o->port, "Port (0: any free port; the chosen one is printed)")->default_val(8080)
-      ->check(CLI::Range(0, 65535));
-  AddThreadsOnly(app, &o->threads);
-  AddKvTypeArg(app, &o->kv_type);
-  app->add_option("-c,--ctx", o->ctx, "Tokens one session can hold (its KV cache size)")->default_val(4096)
-      ->check(CLI::Range(int64_t{16}, int64_t{1} << 20));
-  app->add_option("--kv-budget", o->kv_budget,
-                  "KV cache memory for all sessions (e.g. 512M, 4G); least recently used idle sessions "
-                  "are evicted past it")->default_val("4G");
-  app->add_option("--max-sessions", o->max_sessions, "Open sessions at most")->default_val(1024)
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  app->add_option("--session-ttl", o->ttl, "Seconds an idle session lives")->default_val(600)
-      ->check(CLI::Range(1.0, 1e7));
-  app->add_option("--max-tokens", o->max_tokens, "Tokens one call may generate at most")->default_val(256)
-      ->check(CLI::Range(1, 1 << 16));
-  app->add_option("--max-body", o->max_body, "Largest request body (e.g. 4M)")->default_val("4M");
-  app->add_option("--batch-tokens", o->batch_tokens, "Tokens per batched forward pass")->default_val(512)
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
-  app->add_option("--default-timeout", o->default_timeout,
+  auto [app, o, p] = NewCommand<ServeOwn>(
+      &root, "serve", "Serve an LLM to devices: token protocol with sessions, OpenAI-compatible API");
+  p->kv_budget = "4G";
+  Example(app->add_option("--max-sessions", o->max_sessions, "Open sessions at most")->default_val(1024)
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20)), "5");
+  Example(app->add_option("--session-ttl", o->ttl, "Seconds an idle session lives")->default_val(600)
+      ->check(CLI::Range(1.0, 1e7)), "9");
+  Example(app->add_option("--max-tokens", o->max_tokens, "Tokens one call may generate at most")->default_val(256)
+      ->check(CLI::Range(1, 1 << 16)), "7");
+  Example(app->add_option("--max-body", o->max_body, "Largest request body (e.g. 4M)")->default_val("4M"), "1M");
+  Example(app->add_option("--batch-tokens", o->batch_tokens, "Tokens per batched forward pass")->default_val(512)
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16)), "64");
+  Example(app->add_option("--default-timeout", o->default_timeout,
                   "Seconds a call may take when it does not say (native: timeout_ms; OpenAI: the X-TLR-Timeout-Ms "
                   "or X-Stainless-Timeout header); a call that cannot be answered within its time is refused at once "
                   "(429 overloaded, with Retry-After)")
-      ->default_val(30)->check(CLI::Range(0.01, 86400.0));
-  app->add_option("--cold-share", o->cold_share,
+      ->default_val(30)->check(CLI::Range(0.01, 86400.0)), "5");
+  Example(app->add_option("--cold-share", o->cold_share,
                   "Behind a queue, a new or resynced conversation's prefill is admitted only when it can be answered "
                   "within this share of its time; the rest is kept for the routed tokens of conversations in progress "
                   "(behind a short queue it may use all of it)")
-      ->default_val(0.5)->check(CLI::Range(0.01, 1.0));
-  app->add_option("--prompt-cache", o->prompt_cache,
+      ->default_val(0.5)->check(CLI::Range(0.01, 1.0)), "0.3");
+  Example(app->add_option("--prompt-cache", o->prompt_cache,
                   "Most KV caches the OpenAI endpoints keep for reuse by prefix (one per client resending a growing "
                   "context); 0: as many as --kv-budget holds (least recently used evicted first)")
-      ->default_val(0)->check(CLI::Range(0, 1 << 20));
-  app->add_option("--http-threads", o->http_threads,
+      ->default_val(0)->check(CLI::Range(0, 1 << 20)), "3");
+  Example(app->add_option("--http-threads", o->http_threads,
                   "Requests handled at once (idle and slow connections hold none; with TLS, connections)")
-      ->default_val(64)->check(CLI::Range(4, 4096));
-  app->add_option("--max-connections", o->max_connections,
+      ->default_val(64)->check(CLI::Range(4, 4096)), "8");
+  Example(app->add_option("--max-connections", o->max_connections,
                   "Open connections at most; past it a new one gets 503 too_many_connections")
-      ->default_val(1024)->check(CLI::Range(1, 1 << 20));
-  app->add_option("--request-timeout", o->request_timeout,
+      ->default_val(1024)->check(CLI::Range(1, 1 << 20)), "9");
+  Example(app->add_option("--request-timeout", o->request_timeout,
                   "Seconds a request's header and body may take to arrive (408 past it)")
-      ->default_val(10)->check(CLI::Range(0.1, 3600.0));
-  app->add_option("--keep-alive-timeout", o->keep_alive, "Seconds an idle keep-alive connection stays open")
-      ->default_val(30)->check(CLI::Range(0.1, 3600.0));
-  app->add_option("--listen-backlog", o->backlog, "Connections the kernel queues before they are accepted "
+      ->default_val(10)->check(CLI::Range(0.1, 3600.0)), "3");
+  Example(app->add_option("--keep-alive-timeout", o->keep_alive, "Seconds an idle keep-alive connection stays open")
+      ->default_val(30)->check(CLI::Range(0.1, 3600.0)), "3");
+  Example(app->add_option("--listen-backlog", o->backlog, "Connections the kernel queues before they are accepted "
                                                  "(capped by net.core.somaxconn)")
-      ->default_val(1024)->check(CLI::Range(1, 1 << 20));
-  app->add_option("--session-quota", o->session_quota,
+      ->default_val(1024)->check(CLI::Range(1, 1 << 20)), "9");
+  Example(app->add_option("--session-quota", o->session_quota,
                   "Open sessions one client may hold: per API key, or per client address without keys "
                   "(429 session_quota past it; 0: a quarter of --max-sessions)")
-      ->default_val(0)->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
-  AddAcceptKeyArgs(app, &o->keys, "every endpoint but /health");
-  app->add_flag("--public", o->public_bind,
-                "Allow a non-loopback --host without --accept-key: anyone who reaches the port can use the LLM");
-  AddDeprecatedOption(app, "--api-key", &o->keys.keys, "--accept-key");
-  AddDeprecatedOption(app, "--api-key-file", &o->keys.file, "--accept-key-file");
-  AddDeprecatedFlag(app, "--insecure", &o->public_bind, "--public");
-  app->add_option("--cors-origin", o->cors_origins,
+      ->default_val(0)->check(CLI::Range(int64_t{0}, int64_t{1} << 20)), "3");
+  Example(app->add_option("--cors-origin", o->cors_origins,
                   "Let web pages of this origin call the server from a browser, e.g. https://app.example "
-                  "(repeat for several; * for any); none by default");
-  app->add_option("--web", o->web,
+                  "(repeat for several; * for any); none by default"), "https://a.example");
+  Example(app->add_option("--web", o->web,
                   "Serve the web UI with the SLM in the visitor's browser tab: DIR is the browser build (`make wasm`: "
                   "build-wasm/web); open the printed URL, the tab routes its doubted tokens here")
-      ->check(CLI::ExistingDirectory);
-  app->add_option("--web-slm", o->web_slm, "With --web: the SLM the tab runs (default: the bundled demo SLM)")
-      ->check(CLI::ExistingFile);
-  app->add_option("--web-router", o->web_router,
-                  "With --web: its router, a GGUF or a built-in kind (default: the bundled demo router)");
-  app->add_option("--web-data", o->web_data,
+      ->check(CLI::ExistingDirectory), "@demo");
+  Example(app->add_option("--web-slm", o->web_slm, "With --web: the SLM the tab runs (default: the bundled demo SLM)")
+      ->check(CLI::ExistingFile), "@demo/slm.gguf");
+  Example(app->add_option("--web-router", o->web_router,
+                  "With --web: its router, a GGUF or a built-in kind (default: the bundled demo router)"), "maxprob");
+  Example(app->add_option("--web-data", o->web_data,
                   "With --web: question set (JSONL) whose first questions the page offers as examples "
                   "(default: the bundled test split with the demo SLM, none otherwise)")
-      ->check(CLI::ExistingFile);
-  app->add_option("--tls-cert", o->tls_cert, "TLS certificate (PEM); serve HTTPS")->check(CLI::ExistingFile);
-  app->add_option("--tls-key", o->tls_key, "TLS private key (PEM)")->check(CLI::ExistingFile);
-  app->add_option("--name", o->name, "Model name reported by /v1/models (default: the file name)");
+      ->check(CLI::ExistingFile), "@demo/test.jsonl");
+  Example(app->add_option("--tls-cert", o->tls_cert, "TLS certificate (PEM); serve HTTPS")->check(CLI::ExistingFile), "@demo/README.md");
+  Example(app->add_option("--tls-key", o->tls_key, "TLS private key (PEM)")->check(CLI::ExistingFile), "@demo/README.md");
+  Example(app->add_option("--name", o->name, "Model name reported by /v1/models (default: the file name)"), "x");
   app->footer(
       "Endpoints: POST /tlr/v1/sessions, POST /tlr/v1/next, DELETE /tlr/v1/sessions/ID, GET /tlr/v1/info\n"
       "           POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics\n"
@@ -118,16 +105,14 @@ Command AddServeCommand(CLI::App& root) {
       "  tlr serve                                          # bundled demo LLM on 127.0.0.1:8080\n"
       "  tlr serve -m qwen2.5-7b-q4_0.gguf --host 0.0.0.0 --accept-key \"$KEY\" --tls-cert c.pem --tls-key k.pem\n"
       "  tlr serve --web build-wasm/web                     # + the web UI, the SLM in the visitor's tab (make wasm)");
-  return {app, [o]() -> int {
+  AddOptions(app, kCmdServe, p.get());
+  return MakeCommand(app, p, o, [o, p]() -> int {
             const char* cmd = "serve";
-            if (o->model.empty()) o->model = DemoFile("llm.gguf");
             ServerOptions so;
-            so.host = o->host;
-            so.port = o->port;
-            auto keys = ResolveAcceptKeys(o->keys, "TLR_API_KEY");
-            if (!keys.ok()) return ReportError(cmd, keys.status().message());
-            so.api_keys = std::move(keys).value();
-            so.public_bind = o->public_bind;
+            so.host = p->host;
+            so.port = p->port;
+            so.api_keys = p->accept_keys;
+            so.public_bind = p->public_bind;
             so.cors_origins = o->cors_origins;
             so.tls_cert = o->tls_cert;
             so.tls_key = o->tls_key;
@@ -140,17 +125,17 @@ Command AddServeCommand(CLI::App& root) {
             so.default_timeout_s = o->default_timeout;
             if (!ParseBytes(o->max_body, &so.max_body_bytes)) return ReportError(cmd, "--max-body: not a size: '" + o->max_body + "' (e.g. 4M)");
             EngineLimits lim;
-            if (!ParseBytes(o->kv_budget, &lim.kv_budget_bytes)) return ReportError(cmd, "--kv-budget: not a size: '" + o->kv_budget + "' (e.g. 4G)");
-            lim.max_context = o->ctx;
+            lim.kv_budget_bytes = p->kv_budget_bytes;
+            lim.max_context = p->ctx;
             lim.max_sessions = o->max_sessions;
             lim.session_ttl_s = o->ttl;
             lim.max_tokens_per_call = o->max_tokens;
             lim.max_batch_tokens = o->batch_tokens;
             lim.prompt_cache_slots = o->prompt_cache;
             lim.cold_share = o->cold_share;
-            auto model = Model::Load(o->model, ModelOptions(o->kv_type));
+            auto model = Model::Load(p->model, ModelOptions(p->kv_type));
             if (!model.ok()) return ReportError(cmd, model.status().message());
-            so.model_name = o->name.empty() ? std::filesystem::path(o->model).stem().string() : o->name;
+            so.model_name = o->name.empty() ? std::filesystem::path(p->model).stem().string() : o->name;
             if (o->web.empty() && (!o->web_slm.empty() || !o->web_router.empty() || !o->web_data.empty())) {
               return ReportError(cmd, "--web-slm, --web-router and --web-data go with --web DIR (the browser build)");
             }
@@ -168,7 +153,7 @@ Command AddServeCommand(CLI::App& root) {
               if (!files.ok()) return ReportError(cmd, files.status().message());
               so.web_files = std::move(*files);
             }
-            ThreadPool pool(o->threads);
+            ThreadPool pool(p->threads);
             Metrics metrics;
             LlmEngine engine(**model, &pool, lim, &metrics);
             LlmServer server(&engine, &metrics, so);
@@ -176,7 +161,7 @@ Command AddServeCommand(CLI::App& root) {
             InstallStopSignals();
             std::printf("tlr serve: %s (%s, %lld-token sessions, KV budget %llu MiB, %d threads)\n", so.model_name.c_str(),
                         (*model)->config().arch_name.c_str(), static_cast<long long>(lim.max_context),
-                        static_cast<unsigned long long>(lim.kv_budget_bytes >> 20), o->threads);
+                        static_cast<unsigned long long>(lim.kv_budget_bytes >> 20), p->threads);
             std::printf("listening on %s://%s:%d\n", server.tls() ? "https" : "http", so.host.c_str(), server.port());
             if (!o->web.empty()) {
               std::printf("web UI with the SLM in the browser tab: %s://%s:%d/\n", server.tls() ? "https" : "http",
@@ -187,7 +172,7 @@ Command AddServeCommand(CLI::App& root) {
             std::fprintf(stderr, "tlr serve: stopping\n");
             server.Stop();
             return 0;
-          }};
+          });
 }
 
 }  // namespace tlr::cli

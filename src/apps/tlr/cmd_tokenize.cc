@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "apps/tlr/commands.h"
+#include "apps/tlr/options.h"
 #include "model/gguf/gguf_reader.h"
 #include "model/tokenizer/tokenizer.h"
 #include "util/mapped_file.h"
@@ -46,37 +47,38 @@ Command AddTokenizeCommand(CLI::App& root) {
     bool ids_only = false, add_special = false, parse_special = false, decode = false;
     bool render_special = false;
   };
-  auto opts = std::make_shared<Opts>();
-  CLI::App* app = root.add_subcommand(
-      "tokenize", "Token ids of a text with a model's tokenizer (or text of ids with --decode)");
+  auto [app, opts, p] = NewCommand<Opts>(
+      &root, "tokenize", "Token ids of a text with a model's tokenizer (or text of ids with --decode)");
   auto* src = app->add_option_group("tokenizer source", "Where the tokenizer comes from");
   auto* m = src->add_option("-m,--model", opts->model, "GGUF file whose tokenizer.ggml.* to use");
   auto* t = src->add_option("--tokenizer", opts->tokenizer,
                             "Hugging Face tokenizer.json (tokenizer_config.json beside it is "
                             "read for BOS/EOS)");
   src->require_option(1);
-  (void)m;
-  (void)t;
+  Example(m, "@demo/llm.gguf");
+  Example(t, "@demo/README.md", "!--model");  // instead of -m (one tokenizer source)
   app->add_option("text", opts->args,
                   "Text to tokenize (several arguments are joined by spaces); with --decode, "
                   "token ids");
-  app->add_option("-f,--file", opts->file, "Read the text from a file instead ('-' = stdin)");
-  app->add_flag("--ids-only", opts->ids_only, "Print only the ids, space-separated, on one line");
-  app->add_flag("--add-special", opts->add_special,
-                "Add BOS/EOS as the tokenizer's metadata says (tokenizer.ggml.add_bos_token)");
-  app->add_flag("--parse-special", opts->parse_special,
-                "Turn control-token text such as <|im_start|> into its id");
-  app->add_flag("--decode", opts->decode, "Arguments are token ids: print their text");
-  app->add_flag("--render-special", opts->render_special,
-                "With --decode: print control tokens' text instead of nothing");
-  app->add_option("--pre", opts->pre,
-                  "Override the pre-tokenizer (" + KnownPreTokenizers() + ")");
+  Example(app->add_option("-f,--file", opts->file, "Read the text from a file instead ('-' = stdin)"), "-");
+  Example(app->add_flag("--ids-only", opts->ids_only, "Print only the ids, space-separated, on one line"), "");
+  Example(app->add_flag("--add-special", opts->add_special,
+                "Add BOS/EOS as the tokenizer's metadata says (tokenizer.ggml.add_bos_token)"), "");
+  Example(app->add_flag("--parse-special", opts->parse_special,
+                "Turn control-token text such as <|im_start|> into its id"), "");
+  Example(app->add_flag("--decode", opts->decode, "Arguments are token ids: print their text"), "");
+  Example(app->add_flag("--render-special", opts->render_special,
+                "With --decode: print control tokens' text instead of nothing"), "");
+  Example(app->add_option("--pre", opts->pre,
+                  "Override the pre-tokenizer (" + KnownPreTokenizers() + ")"), "gpt2");
   app->footer(
       "Examples:\n"
       "  tlr tokenize -m model.gguf --ids-only \"Hello world\"\n"
       "  tlr tokenize --tokenizer tokenizer.json -f prompt.txt\n"
       "  tlr tokenize -m model.gguf --decode 15496 995");
-  return {app, [opts]() -> int {
+  AddOptions(app, kCmdTokenize, p.get());
+  ExampleArgs(app, "-m @demo/slm.gguf");
+  return MakeCommand(app, p, [opts] { return nlohmann::json{{"model", opts->model}, {"tokenizer", opts->tokenizer}, {"pre", opts->pre}, {"file", opts->file}, {"args", opts->args}, {"ids_only", opts->ids_only}, {"add_special", opts->add_special}, {"parse_special", opts->parse_special}, {"decode", opts->decode}, {"render_special", opts->render_special}}; }, [opts]() -> int {
             TokenizerOptions topts;
             topts.pre_override = opts->pre;
             std::unique_ptr<Tokenizer> tok;
@@ -143,7 +145,7 @@ Command AddTokenizeCommand(CLI::App& root) {
               }
             }
             return 0;
-          }};
+          });
 }
 
 }  // namespace tlr::cli

@@ -4,6 +4,12 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+
+#include "apps/tlr/options.h"
+#include "util/mapped_file.h"
 
 namespace tlr::cli {
 namespace {
@@ -12,6 +18,29 @@ volatile std::sig_atomic_t g_stop = 0;
 void OnStopSignal(int) { g_stop = 1; }
 
 }  // namespace
+
+Command MakeCommand(CLI::App* app, std::shared_ptr<Params> p, std::function<nlohmann::json()> own, RunFn run) {
+  return {app, [app, p, own, run]() -> int {
+            const CLI::App* parent = app->get_parent();
+            const std::string name =
+                parent && parent->get_parent() ? parent->get_name() + " " + app->get_name() : app->get_name();
+            Status st = Resolve(app, p.get());
+            if (!st.ok()) return ReportError(name, st.message());
+            if (p->print_params) {
+              nlohmann::json j = ToJson(*p);
+              j["command"] = name;
+              j["own"] = own ? own() : nlohmann::json::object();
+              std::printf("%s\n", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+              return 0;
+            }
+            return run();
+          }};
+}
+
+Expected<std::string> ReadTextArg(const std::string& path) {
+  if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  return ReadFileToString(path);
+}
 
 bool ParseBytes(const std::string& s, uint64_t* out) {
   if (s.empty()) return false;

@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "util/status.h"
@@ -23,6 +25,18 @@ struct Command {
   CLI::App* app;
   RunFn run;
 };
+
+struct Params;
+// A command on the options layer (options.h): after parsing, `p` is resolved (an error is
+// reported as the command's), then --print-params prints the shared parameters with `own` (the
+// command's own options as JSON) instead of running, else `run` runs.
+Command MakeCommand(CLI::App* app, std::shared_ptr<Params> p, std::function<nlohmann::json()> own, RunFn run);
+// The same with the command's own options in a struct that converts to JSON.
+template <typename Own>
+Command MakeCommand(CLI::App* app, std::shared_ptr<Params> p, std::shared_ptr<Own> own, RunFn run) {
+  return MakeCommand(app, std::move(p), std::function<nlohmann::json()>([own] { return nlohmann::json(*own); }),
+                     std::move(run));
+}
 
 Command AddInfoCommand(CLI::App& root);
 Command AddTokenizeCommand(CLI::App& root);
@@ -44,6 +58,9 @@ std::string FormatDecodeSummary(const DecodeStats& st);
 
 // Prints "tlr <cmd>: error: <message>" to stderr and returns the exit code for errors (1).
 int ReportError(const std::string& command, const std::string& message);
+
+// The text of a file argument; "-": standard input.
+Expected<std::string> ReadTextArg(const std::string& path);
 
 // A size flag: "512M", "4G", "1048576" -> bytes (K, M, G binary). False when malformed or <= 0.
 bool ParseBytes(const std::string& s, uint64_t* out);
