@@ -35,7 +35,7 @@ def sweep(tlr, server_tlr, model, backend, a, work, tag):
                            "--max-sessions", "1024", "--session-quota", "1024"], log, "overload_sweep: tlr serve")
     out = os.path.join(a.out, tag + ".json")
     cmd = [tlr, "loadtest", "--server", url, "--backend", backend, "--vocab", model, "--sweep", a.counts,
-           "--duration", str(a.duration), "--ramp-up", "0", "--timeout", str(a.timeout),
+           "--duration", str(a.duration), "--ramp-up", "0", "--llm-timeout", str(a.timeout),
            "--prompt-tokens", "64", "--gen-tokens", "8", "--server-pid", str(p.pid), "--json", out]
     print("overload_sweep: " + " ".join(cmd), file=sys.stderr, flush=True)
     try:
