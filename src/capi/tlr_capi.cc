@@ -446,10 +446,10 @@ int tlr_llm_open(const tlr_llm_params* params, tlr_llm** out) {
                   "[1, 64], sim_rtt_ms and sim_jitter_ms [0, 600000]");
     }
     auto llm = std::make_unique<tlr_llm>();
-    tlr::LlmSpec& spec = llm->target.spec;
-    spec.threads = p.n_threads;
-    spec.sim_rtt_s = p.sim_rtt_ms / 1e3;
-    spec.sim_jitter_s = p.sim_jitter_ms / 1e3;
+    tlr::LlmConfig& config = llm->target.config;
+    config.threads = p.n_threads;
+    config.sim_rtt_s = p.sim_rtt_ms / 1e3;
+    config.sim_jitter_s = p.sim_jitter_ms / 1e3;
     if (!path.empty()) {
       auto opts = tlr::ModelOptionsForKvType(Str(p.kv_type));
       if (!opts.ok()) return Fail(TLR_ERR_INVALID_ARGUMENT, opts.status().message());
@@ -461,8 +461,8 @@ int tlr_llm_open(const tlr_llm_params* params, tlr_llm** out) {
       if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0) {
         return Fail(TLR_ERR_INVALID_ARGUMENT, "server_url '" + url + "' must start with http:// or https://");
       }
-      tlr::RemoteOptions& r = spec.remote;
-      spec.llm_tokenizer = Str(p.llm_tokenizer);
+      tlr::RemoteOptions& r = config.remote;
+      config.llm_tokenizer = Str(p.llm_tokenizer);
       auto protocol = tlr::ParseRemoteProtocol(p.backend ? p.backend : "tlr");
       if (!protocol.ok()) return Fail(TLR_ERR_INVALID_ARGUMENT, protocol.status().message());
       r.protocol = *protocol;

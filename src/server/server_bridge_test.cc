@@ -46,18 +46,16 @@ class ServerBridgeTest : public CrossVocabPairTest {
   // `protocol`, `text_prompt`: how the device talks to the server.
   Out Run(const std::string& server_tokenizer, const std::string& prompt, bool pipeline, float temperature,
           RemoteProtocol protocol = RemoteProtocol::kTlr, bool text_prompt = false) {
-    LlmSpec spec;
-    spec.n_ctx = 1024;
-    if (server_tokenizer.empty()) {
-      spec.model = llm_;
-    } else {
-      spec.remote.http.url = url_;
-      spec.remote.http.timeout_s = 10;
-      spec.remote.protocol = protocol;
-      spec.remote.text_prompt = text_prompt;
-      spec.llm_tokenizer = server_tokenizer;
+    LlmConfig config;
+    const Model* in_process = server_tokenizer.empty() ? llm_ : nullptr;
+    if (!server_tokenizer.empty()) {
+      config.remote.http.url = url_;
+      config.remote.http.timeout_s = 10;
+      config.remote.protocol = protocol;
+      config.remote.text_prompt = text_prompt;
+      config.llm_tokenizer = server_tokenizer;
     }
-    auto stack = LlmStack::Create(spec, slm_->tokenizer());
+    auto stack = LlmStack::Create(config, in_process, 1024, slm_->tokenizer());
     EXPECT_TRUE(stack.ok()) << stack.status().message();
     if (!stack.ok()) return {};
     EXPECT_NE((*stack)->bridge(), nullptr);
@@ -115,12 +113,12 @@ TEST_F(ServerBridgeTest, OpenAiBackendWithTokenIdsOrTextPrompts) {
   // One call without the bridge: the engine answers a text prompt as it answers its token ids.
   std::string replies[2];
   for (bool text_prompt : {false, true}) {
-    LlmSpec spec;
-    spec.remote.http.url = url_;
-    spec.remote.protocol = RemoteProtocol::kOpenAi;
-    spec.remote.text_prompt = text_prompt;
-    spec.llm_tokenizer = tokenizer_file;
-    auto stack = LlmStack::Create(spec, slm_->tokenizer());
+    LlmConfig config;
+    config.remote.http.url = url_;
+    config.remote.protocol = RemoteProtocol::kOpenAi;
+    config.remote.text_prompt = text_prompt;
+    config.llm_tokenizer = tokenizer_file;
+    auto stack = LlmStack::Create(config, nullptr, 0, slm_->tokenizer());
     ASSERT_TRUE(stack.ok()) << stack.status().message();
     auto r = (*stack)->unbridged()->Next(llm_->tokenizer().Encode("Привет, мир! 東京は 😀", true), 6, SamplerParams{});
     ASSERT_TRUE(r.ok()) << r.status().message();
@@ -150,17 +148,17 @@ TEST_F(ServerBridgeTest, OpenAiBackendWithTokenIdsOrTextPrompts) {
 TEST_F(ServerBridgeTest, WrongOrDamagedTokenizersAndBadPrefixBytesAreErrors) {
   // The SLM's own vocabulary is not the server's.
   const std::string gemma = kNpm + "tokenizer-gemma3/models/tokenizer.json";
-  LlmSpec spec;
-  spec.remote.http.url = url_;
-  spec.llm_tokenizer = gemma;
-  auto s = LlmStack::Create(spec, slm_->tokenizer());
+  LlmConfig config;
+  config.remote.http.url = url_;
+  config.llm_tokenizer = gemma;
+  auto s = LlmStack::Create(config, nullptr, 0, slm_->tokenizer());
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("different vocabulary"), std::string::npos) << s.status().message();
   // A damaged file.
   const std::string bad = dir_->File("bad.json");
   std::ofstream(bad) << "{\"model\": {\"type\": \"BPE\", \"vocab\": ";
-  spec.llm_tokenizer = bad;
-  s = LlmStack::Create(spec, slm_->tokenizer());
+  config.llm_tokenizer = bad;
+  s = LlmStack::Create(config, nullptr, 0, slm_->tokenizer());
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("the LLM tokenizer"), std::string::npos) << s.status().message();
   // The server's vocabulary endpoint and malformed prefix_bytes.

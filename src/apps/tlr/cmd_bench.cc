@@ -61,16 +61,15 @@ Command AddBenchCommand(CLI::App& root) {
                   "untrained one of the model's width (its cost is what matters here)"), "citer");
   Example(app->add_option("--router-type", o->router_type, "Weight type of an untrained --router citer/colm")
       ->default_val("f32")->check(CLI::IsMember({"f32", "f16", "q8_0"})), "f16");
-  ExampleArgs(app, "-m @demo/slm.gguf");
-  AddOptions(app, kCmdBench, p.get());  // no --ctx: each test sizes its cache to its own tokens
+  // No --ctx: each test sizes its cache to its own tokens.
+  AddOptions(app, kCmdBench, p.get(), "-m @demo/slm.gguf");
   app->footer(
       "Roofline: generation must read every weight once per token, so tok/s cannot exceed\n"
       "bandwidth / bytes per token. tg_roofline_pct is generation speed as a percentage of that;\n"
       "tg_roofline_pct_paired takes each run against a short bandwidth probe taken beside it;\n"
       "tg_roofline_pct_interleaved follows every generation step with a read pass over 256 MiB and\n"
       "takes the median step against the median pass (the stable figure on a shared host).");
-  return MakeCommand(app, p, o, [o, p]() -> int {
-            const char* cmd = "bench";
+  return MakeCommand(app, p, o, [o, p](const std::string& cmd) -> int {
             const auto t_load = std::chrono::steady_clock::now();
             auto loaded = Model::Load(p->model, ModelOptions(p->kv_type));
             if (!loaded.ok()) return ReportError(cmd, loaded.status().message());

@@ -59,18 +59,17 @@ Command AddChatCommand(CLI::App& root) {
               "  tlr chat                                     # the bundled demo pair\n"
               "  tlr chat --slm qwen2.5-0.5b-instruct.gguf --router r.gguf --server http://gpu-box:8080\n"
               "  printf 'hi\\nand then?\\n' | tlr chat --no-color   # scripted: one message per line");
-  return MakeCommand(app, p, nullptr, [p]() -> int {
-            const char* cmd = "chat";
+  return MakeCommand(app, p, nullptr, [p](const std::string& cmd) -> int {
             auto pair = LoadPair(*p, PairNeeds{});  // all three: /mode may switch to any
             if (!pair.ok()) return ReportError(cmd, pair.status().message());
             LlmTarget& llm = pair->llm;
             const bool remote = p->remote();
             const Model& slm = *pair->slm;
             if (remote) {  // the server is checked once, at start; a later turn while it is down gets FALLBACK tokens
-              auto check = LlmStack::Create(llm.spec, slm.tokenizer());
+              auto check = LlmStack::Create(llm.config, nullptr, 0, slm.tokenizer());
               if (!check.ok()) return ReportError(cmd, check.status().message());
               if (!(*check)->warning().empty()) std::fprintf(stderr, "warning: %s\n", (*check)->warning().c_str());
-              llm.spec.remote.require_reachable = false;
+              llm.config.remote.require_reachable = false;
             }
             Router* router = pair->router.get();
             DecodeOptions d = pair->decode;

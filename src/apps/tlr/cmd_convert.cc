@@ -32,12 +32,18 @@ double MiB(const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+struct ConvertOwn {
+  std::string in, out;
+  bool unpack = false, force = false;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ConvertOwn, in, out, unpack, force)
+
+}  // namespace
+
 Command AddConvertCommand(CLI::App& root) {
-  struct Opts {
-    std::string in, out;
-    bool unpack = false, force = false;
-  };
-  auto [app, opts, p] = NewCommand<Opts>(
+  auto [app, opts, p] = NewCommand<ConvertOwn>(
       &root, "convert",
       "Write a model as one packed file that TLR maps directly (no weight cache beside it), or back");
   app->add_option("model", opts->in, "GGUF model to convert (--unpack: a packed one)")->required();
@@ -52,16 +58,15 @@ Command AddConvertCommand(CLI::App& root) {
       "same on every CPU (convert on a desktop, ship to ARM devices). Other GGUF readers refuse it\n"
       "(general.architecture is 'tlr-packed'); `tlr convert --unpack` gives the plain GGUF back.\n"
       "Example: tlr convert qwen2.5-0.5b-instruct-q8_0.gguf -o app/assets/slm.gguf");
-  AddOptions(app, kCmdConvert, p.get());
-  ExampleArgs(app, "@demo/slm.gguf");
-  return MakeCommand(app, p, [opts] { return nlohmann::json{{"in", opts->in}, {"out", opts->out}, {"unpack", opts->unpack}, {"force", opts->force}}; }, [opts]() -> int {
+  AddOptions(app, kCmdConvert, p.get(), "@demo/slm.gguf");
+  return MakeCommand(app, p, opts, [opts](const std::string& cmd) -> int {
             if (opts->out.empty()) opts->out = DefaultOut(opts->in, opts->unpack);
             std::error_code ec;
             if (std::filesystem::exists(opts->out, ec)) {
               if (std::filesystem::equivalent(opts->in, opts->out, ec)) {
-                return ReportError("convert", "the output '" + opts->out + "' is the input itself: name another file with -o");
+                return ReportError(cmd, "the output '" + opts->out + "' is the input itself: name another file with -o");
               }
-              if (!opts->force) return ReportError("convert", "'" + opts->out + "' exists (--force replaces it)");
+              if (!opts->force) return ReportError(cmd, "'" + opts->out + "' exists (--force replaces it)");
             }
             Progress progress;
             const bool show = isatty(STDERR_FILENO) || MiB(opts->in) >= 256;  // a small file: no 10 lines of it
@@ -71,7 +76,7 @@ Command AddConvertCommand(CLI::App& root) {
             Status s = opts->unpack ? WriteUnpackedGguf(opts->in, opts->out, report)
                                     : WritePackedGguf(opts->in, opts->out, report);
             progress.Done();
-            if (!s.ok()) return ReportError("convert", s.message());
+            if (!s.ok()) return ReportError(cmd, s.message());
             // Read back as a user will: every check of a load.
             Model::Options check;
             check.weight_cache = "off";
@@ -79,7 +84,7 @@ Command AddConvertCommand(CLI::App& root) {
             auto m = Model::Load(opts->out, check);
             if (!m.ok()) {
               std::filesystem::remove(opts->out, ec);
-              return ReportError("convert", "the file written does not load (removed): " + m.status().message());
+              return ReportError(cmd, "the file written does not load (removed): " + m.status().message());
             }
             std::printf("wrote %s (%.1f MiB, from %.1f MiB) in %.1f s\n", opts->out.c_str(), MiB(opts->out), MiB(opts->in),
                         progress.Elapsed());

@@ -98,14 +98,10 @@ Command AddGenerateCommand(CLI::App& root) {
       "  tlr generate --slm qwen2.5-0.5b.gguf --llm qwen2.5-7b.gguf --router r.gguf --chat -p \"...\"\n"
       "  tlr generate --threshold 0.9 --trace trace.jsonl -p \"Question: ...\"\n"
       "  tlr generate --server http://gpu-box:8080 --server-key \"$KEY\" -f q.txt   # LLM on `tlr serve`");
-  return MakeCommand(app, p, o, [o, p]() -> int {
-            const char* cmd = "generate";
-            std::string prompt = o->prompt;
-            if (!o->prompt_file.empty()) {
-              auto s = ReadTextArg(o->prompt_file);
-              if (!s.ok()) return ReportError(cmd, s.status().message());
-              prompt = *s;
-            }
+  return MakeCommand(app, p, o, [o, p](const std::string& cmd) -> int {
+            auto text = PromptText(o->prompt, o->prompt_file);
+            if (!text.ok()) return ReportError(cmd, text.status().message());
+            std::string prompt = std::move(text).value();
             std::optional<std::vector<ChatMessage>> messages;
             if (!o->messages_file.empty()) {
               if (!prompt.empty()) return ReportError(cmd, "give either --messages or a prompt (-p, -f), not both");

@@ -43,14 +43,20 @@ std::string TypeLabel(const GgufValue& v) {
 
 }  // namespace
 
+namespace {
+
+struct GgufInfoOwn {
+  std::string path;
+  bool json = false;
+  bool no_tensors = false;
+  size_t max_items = 8;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(GgufInfoOwn, path, json, no_tensors, max_items)
+
+}  // namespace
+
 Command AddInfoCommand(CLI::App& root) {
-  struct Opts {
-    std::string path;
-    bool json = false;
-    bool no_tensors = false;
-    size_t max_items = 8;
-  };
-  auto [app, opts, p] = NewCommand<Opts>(
+  auto [app, opts, p] = NewCommand<GgufInfoOwn>(
       &root, "info", "Print a GGUF file's metadata and tensor table (checks the whole file's structure)");
   app->add_option("file", opts->path, "GGUF file (version 2 or 3)")->required();
   Example(app->add_flag("--json", opts->json, "Machine-readable JSON on stdout"), "");
@@ -62,11 +68,10 @@ Command AddInfoCommand(CLI::App& root) {
       "Exit status: 0 when the file is a well-formed GGUF file, 1 with an error naming the\n"
       "field and byte offset otherwise.\n"
       "Example: tlr info model.gguf --json --max-items 0 > model.json");
-  AddOptions(app, kCmdInfo, p.get());
-  ExampleArgs(app, "@demo/slm.gguf");
-  return MakeCommand(app, p, [opts] { return nlohmann::json{{"path", opts->path}, {"json", opts->json}, {"no_tensors", opts->no_tensors}, {"max_items", opts->max_items}}; }, [opts]() -> int {
+  AddOptions(app, kCmdInfo, p.get(), "@demo/slm.gguf");
+  return MakeCommand(app, p, opts, [opts](const std::string& cmd) -> int {
             auto f = GgufFile::Open(opts->path);
-            if (!f.ok()) return ReportError("info", f.status().message());
+            if (!f.ok()) return ReportError(cmd, f.status().message());
             const GgufFile& g = *f;
             if (opts->json) {
               json j;

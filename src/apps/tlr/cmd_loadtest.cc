@@ -20,14 +20,22 @@ namespace tlr::cli {
 
 using nlohmann::json;
 
+namespace {
+
+struct LoadtestOwn : LoadOptions {
+  std::string vocab, json_path, sweep;
+  int sessions = 32;
+  bool compare_single = false;
+  uint64_t seed = 1;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(LoadtestOwn, vocab, json_path, sweep, sessions, compare_single, seed,
+                                   prompt_tokens, gen_tokens, lookahead, max_context, duration_s, slm_ms, ramp_s,
+                                   server_pid)
+
+}  // namespace
+
 Command AddLoadtestCommand(CLI::App& root) {
-  struct Opts : LoadOptions {
-    std::string vocab, json_path, sweep;
-    int sessions = 32;
-    bool compare_single = false;
-    uint64_t seed = 1;
-  };
-  auto [app, o, p] = NewCommand<Opts>(
+  auto [app, o, p] = NewCommand<LoadtestOwn>(
       &root, "loadtest",
       "Load-test a `tlr serve` server with many simulated devices (routed calls/s, latency, batching)");
   Example(app->add_option("--vocab", o->vocab,
@@ -73,17 +81,8 @@ Command AddLoadtestCommand(CLI::App& root) {
       "  tlr loadtest --server http://127.0.0.1:8080 --sessions 32 --duration 60 --compare-single --server-pid $!\n"
       "  tlr loadtest --server http://127.0.0.1:8080 --sweep 4,8,16,32,64,128 --duration 20 --ramp-up 0 --json sweep.json\n"
       "Exit status 1 when a call timed out or failed; refused calls (the server shedding load) are not failures.");
-  AddOptions(app, kCmdLoadtest, p.get());
-  ExampleArgs(app, "--server http://127.0.0.1:9");
-  auto own = [o] {
-    return json{{"vocab", o->vocab}, {"json", o->json_path}, {"sweep", o->sweep}, {"sessions", o->sessions},
-                {"compare_single", o->compare_single}, {"seed", o->seed}, {"prompt_tokens", o->prompt_tokens},
-                {"gen_tokens", o->gen_tokens}, {"lookahead", o->lookahead}, {"max_context", o->max_context},
-                {"duration_s", o->duration_s}, {"slm_ms", o->slm_ms}, {"ramp_s", o->ramp_s},
-                {"server_pid", o->server_pid}};
-  };
-  return MakeCommand(app, p, own, [o, p]() -> int {
-            const char* cmd = "loadtest";
+  AddOptions(app, kCmdLoadtest, p.get(), "--server http://127.0.0.1:9");
+  return MakeCommand(app, p, o, [o, p](const std::string& cmd) -> int {
             o->server = p->server.url;
             o->api_key = p->server.key;
             o->backend = p->server.backend;

@@ -43,15 +43,19 @@ Command AddMakeRandomCommand(CLI::App& root) {
       "q2_K/q3_K -> q4_0, iq4_xs -> iq4_nl). The mixes assign types per tensor as\n"
       "llama-quantize does (more bits for some attn_v / ffn_down layers and the LM head).\n"
       "Example: tlr make-random --preset qwen2.5-0.5b --type q4_k_m -o /tmp/qwen-0.5b-q4km.gguf");
-  AddOptions(app, kCmdMakeRandom, p.get());
-  ExampleArgs(app, "-o m.gguf");
-  return MakeCommand(app, p, [opts, out] { return nlohmann::json{{"preset", opts->preset}, {"arch", opts->arch}, {"type", opts->type}, {"pure", opts->pure}, {"tokenizer", opts->tokenizer_path}, {"seed", opts->seed}, {"out", *out}}; }, [opts, out]() -> int {
+  AddOptions(app, kCmdMakeRandom, p.get(), "-o m.gguf");
+  auto own = [opts, out] {
+    return nlohmann::json{
+        {"preset", opts->preset}, {"arch", opts->arch}, {"type", opts->type}, {"pure", opts->pure},
+        {"tokenizer", opts->tokenizer_path}, {"seed", opts->seed}, {"out", *out}};
+  };
+  return MakeCommand(app, p, own, [opts, out](const std::string& cmd) -> int {
             const bool tty = isatty(2);
             Status s = WriteRandomModel(*opts, *out, [&](size_t done, size_t total) {
               if (tty) std::fprintf(stderr, "\rwriting tensors: %zu/%zu", done, total);
             });
             if (tty) std::fprintf(stderr, "\n");
-            if (!s.ok()) return ReportError("make-random", s.message());
+            if (!s.ok()) return ReportError(cmd, s.message());
             std::printf("wrote %s\n", out->c_str());
             return 0;
           });

@@ -78,21 +78,19 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TrainOwn, out, kind, both_wrong, weight_type,
                                    dump_features, rounds, epochs, batch, max_answer, patience, lr, val_frac, dropout,
                                    seed)
 
-struct InfoOwn {
+struct RouterInfoOwn {
   std::string path;
   bool json = false;
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(InfoOwn, path, json)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RouterInfoOwn, path, json)
 
 Command AddRouterInfo(CLI::App* router_app) {
   auto [info, o, p] =
-      NewCommand<InfoOwn>(router_app, "info", "Print a router file's kind, SLM and training summary");
+      NewCommand<RouterInfoOwn>(router_app, "info", "Print a router file's kind, SLM and training summary");
   info->add_option("router", o->path, "Router GGUF")->required();
   Example(info->add_flag("--json", o->json, "Print JSON"), "");
-  ExampleArgs(info, "@demo/router.gguf");
-  AddOptions(info, kCmdRouterInfo, p.get());
-  return MakeCommand(info, p, o, [o]() -> int {
-    const char* cmd = "router info";
+  AddOptions(info, kCmdRouterInfo, p.get(), "@demo/router.gguf");
+  return MakeCommand(info, p, o, [o](const std::string& cmd) -> int {
     auto r = Router::Load(o->path);
     if (!r.ok()) return ReportError(cmd, r.status().message());
     const RouterInfo& in = r->info();
@@ -183,8 +181,7 @@ Command AddRouterTrain(CLI::App* router_app) {
                             "directory as safetensors, for training the router network in PyTorch "
                             "(tools/train/router_torch.py)"),
           "f");
-  ExampleArgs(train, "--slm @demo/slm.gguf --data @demo/dev.jsonl -o r.gguf");
-  AddOptions(train, kCmdRouterTrain, p.get());
+  AddOptions(train, kCmdRouterTrain, p.get(), "--slm @demo/slm.gguf --data @demo/dev.jsonl -o r.gguf");
   train->footer("The LLM's labels come from --llm (in this process) or --server: `tlr serve` (--backend tlr:\n"
                 "teacher-forced scoring, many sequences per request) or a vLLM-compatible engine (--backend\n"
                 "openai: /v1/completions with prompt_logprobs). Either way the labels are the same.\n"
@@ -194,8 +191,7 @@ Command AddRouterTrain(CLI::App* router_app) {
                 "      --data train.jsonl --out router.gguf\n"
                 "  tlr router train --slm qwen2.5-0.5b.gguf --server http://gpu-box:8000 --backend openai \\\n"
                 "      --data train.jsonl --out router.gguf --work-dir router-work");
-  return MakeCommand(train, p, o, [o, p]() -> int {
-            const char* cmd = "router train";
+  return MakeCommand(train, p, o, [o, p](const std::string& cmd) -> int {
             auto rows = LoadQaJsonl(p->data);
             if (!rows.ok()) return ReportError(cmd, rows.status().message());
             if (p->limit > 0 && static_cast<size_t>(p->limit) < rows->size()) rows->resize(p->limit);
@@ -212,10 +208,10 @@ Command AddRouterTrain(CLI::App* router_app) {
             // routed calls the decoder makes), over this stack.
             std::unique_ptr<LlmStack> stack;
             if (remote) {
-              const LlmSpec& spec = pair->llm.spec;
-              RemoteOptions ro = spec.remote;
-              ro.http.sim_rtt_s = spec.sim_rtt_s;  // --sim-rtt: per HTTP request, as the device's calls
-              ro.http.sim_jitter_s = spec.sim_jitter_s;
+              const LlmConfig& config = pair->llm.config;
+              RemoteOptions ro = config.remote;
+              ro.http.sim_rtt_s = config.sim_rtt_s;  // --sim-rtt: per HTTP request, as the device's calls
+              ro.http.sim_jitter_s = config.sim_jitter_s;
               if (!p->server.llm_tokenizer.empty()) {
                 auto st = MakeLlmStack(*pair, *p, 0, slm->tokenizer());
                 if (!st.ok()) return ReportError(cmd, "LLM: " + st.status().message());

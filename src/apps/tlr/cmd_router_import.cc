@@ -22,7 +22,8 @@ struct ImportOwn {
   float threshold = 0.5f, bn_eps = 1e-5f, tolerance = 1e-5f;
   bool invert = false;
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ImportOwn, from, out, kind, weight_type, check, threshold, bn_eps, tolerance, invert)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ImportOwn, from, out, kind, weight_type, check, threshold, bn_eps, tolerance,
+                                   invert)
 
 }  // namespace
 
@@ -58,12 +59,10 @@ Command AddRouterImport(CLI::App* router_app) {
   Example(app->add_option("--tolerance", o->tolerance, "Largest allowed |difference| for --check")
               ->capture_default_str(),
           "0.01");
-  ExampleArgs(app, "--slm @demo/slm.gguf --from x.safetensors -o r.gguf");
-  AddOptions(app, kCmdRouterImport, p.get());
+  AddOptions(app, kCmdRouterImport, p.get(), "--slm @demo/slm.gguf --from x.safetensors -o r.gguf");
   app->footer("Example (tools/train/router_torch.py trains one on `tlr router train --dump-features DIR`):\n"
               "  tlr router import --slm slm.gguf --from router.safetensors -o router.gguf --check scores.safetensors");
-  return MakeCommand(app, p, o, [o, p]() -> int {
-    const char* cmd = "router import";
+  return MakeCommand(app, p, o, [o, p](const std::string& cmd) -> int {
     auto slm = Model::Load(p->slm);
     if (!slm.ok()) return ReportError(cmd, "SLM: " + slm.status().message());
     auto st = ReadSafeTensors(o->from);

@@ -40,14 +40,10 @@ Command AddRunCommand(CLI::App& root) {
           "l");
   AddOptions(app, kCmdRun, p.get());
   app->footer("Example: tlr run -m qwen2.5-0.5b-instruct-q8_0.gguf --chat -p \"Why is the sky blue?\"");
-  return MakeCommand(app, p, o, [o, p]() -> int {
-            const char* cmd = "run";
-            std::string prompt = o->prompt;
-            if (!o->prompt_file.empty()) {
-              auto s = ReadTextArg(o->prompt_file);
-              if (!s.ok()) return ReportError(cmd, s.status().message());
-              prompt = *s;
-            }
+  return MakeCommand(app, p, o, [o, p](const std::string& cmd) -> int {
+            auto text = PromptText(o->prompt, o->prompt_file);
+            if (!text.ok()) return ReportError(cmd, text.status().message());
+            std::string prompt = std::move(text).value();
             const auto t_load = std::chrono::steady_clock::now();
             auto loaded = Model::Load(p->model, ModelOptions(p->kv_type));
             if (!loaded.ok()) return ReportError(cmd, loaded.status().message());

@@ -40,14 +40,21 @@ std::string Escaped(const std::string& piece) {
 
 }  // namespace
 
+namespace {
+
+struct TokenizeOwn {
+  std::string model, tokenizer, pre, file;
+  std::vector<std::string> args;
+  bool ids_only = false, add_special = false, parse_special = false, decode = false;
+  bool render_special = false;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TokenizeOwn, model, tokenizer, pre, file, args, ids_only, add_special,
+                                   parse_special, decode, render_special)
+
+}  // namespace
+
 Command AddTokenizeCommand(CLI::App& root) {
-  struct Opts {
-    std::string model, tokenizer, pre, file;
-    std::vector<std::string> args;
-    bool ids_only = false, add_special = false, parse_special = false, decode = false;
-    bool render_special = false;
-  };
-  auto [app, opts, p] = NewCommand<Opts>(
+  auto [app, opts, p] = NewCommand<TokenizeOwn>(
       &root, "tokenize", "Token ids of a text with a model's tokenizer (or text of ids with --decode)");
   auto* src = app->add_option_group("tokenizer source", "Where the tokenizer comes from");
   auto* m = src->add_option("-m,--model", opts->model, "GGUF file whose tokenizer.ggml.* to use");
@@ -76,21 +83,20 @@ Command AddTokenizeCommand(CLI::App& root) {
       "  tlr tokenize -m model.gguf --ids-only \"Hello world\"\n"
       "  tlr tokenize --tokenizer tokenizer.json -f prompt.txt\n"
       "  tlr tokenize -m model.gguf --decode 15496 995");
-  AddOptions(app, kCmdTokenize, p.get());
-  ExampleArgs(app, "-m @demo/slm.gguf");
-  return MakeCommand(app, p, [opts] { return nlohmann::json{{"model", opts->model}, {"tokenizer", opts->tokenizer}, {"pre", opts->pre}, {"file", opts->file}, {"args", opts->args}, {"ids_only", opts->ids_only}, {"add_special", opts->add_special}, {"parse_special", opts->parse_special}, {"decode", opts->decode}, {"render_special", opts->render_special}}; }, [opts]() -> int {
+  AddOptions(app, kCmdTokenize, p.get(), "-m @demo/slm.gguf");
+  return MakeCommand(app, p, opts, [opts](const std::string& cmd) -> int {
             TokenizerOptions topts;
             topts.pre_override = opts->pre;
             std::unique_ptr<Tokenizer> tok;
             if (!opts->model.empty()) {
               auto f = GgufFile::Open(opts->model);
-              if (!f.ok()) return ReportError("tokenize", f.status().message());
+              if (!f.ok()) return ReportError(cmd, f.status().message());
               auto t = Tokenizer::FromGguf(*f, topts);
-              if (!t.ok()) return ReportError("tokenize", "'" + opts->model + "': " + t.status().message());
+              if (!t.ok()) return ReportError(cmd, "'" + opts->model + "': " + t.status().message());
               tok = std::make_unique<Tokenizer>(std::move(t).value());
             } else {
               auto t = Tokenizer::FromHfJsonFile(opts->tokenizer, topts);
-              if (!t.ok()) return ReportError("tokenize", t.status().message());
+              if (!t.ok()) return ReportError(cmd, t.status().message());
               tok = std::make_unique<Tokenizer>(std::move(t).value());
             }
             if (opts->decode) {
@@ -106,9 +112,9 @@ Command AddTokenizeCommand(CLI::App& root) {
                   } catch (...) {
                     used = 0;
                   }
-                  if (used != w.size()) return ReportError("tokenize", "'" + w + "' is not a token id");
+                  if (used != w.size()) return ReportError(cmd, "'" + w + "' is not a token id");
                   if (v < 0 || v >= tok->n_vocab()) {
-                    return ReportError("tokenize", "token id " + w + " is outside the vocabulary (0.." +
+                    return ReportError(cmd, "token id " + w + " is outside the vocabulary (0.." +
                                                        std::to_string(tok->n_vocab() - 1) + ")");
                   }
                   ids.push_back(static_cast<int32_t>(v));
@@ -119,14 +125,14 @@ Command AddTokenizeCommand(CLI::App& root) {
             }
             std::string text;
             if (!opts->file.empty()) {
-              if (!opts->args.empty()) return ReportError("tokenize", "give the text or --file, not both");
+              if (!opts->args.empty()) return ReportError(cmd, "give the text or --file, not both");
               if (opts->file == "-") {
                 std::ostringstream ss;
                 ss << std::cin.rdbuf();
                 text = ss.str();
               } else {
                 auto s = ReadFileToString(opts->file);
-                if (!s.ok()) return ReportError("tokenize", s.status().message());
+                if (!s.ok()) return ReportError(cmd, s.status().message());
                 text = std::move(s).value();
               }
             } else {

@@ -77,8 +77,7 @@ Command AddUiCommand(CLI::App& root) {
       "  tlr ui --results docs/results/results.json --sim-rtt 170\n"
       "  tlr ui --slm s.gguf --router r.gguf --server http://gpu-box:8080 --server-key \"$KEY\" --port 0\n"
       "  tlr ui --no-page --port 8080 --accept-key \"$APP_KEY\" --server http://gpu-box:8080");
-  return MakeCommand(app, p, o, [o, p]() -> int {
-            const char* cmd = "ui";
+  return MakeCommand(app, p, o, [o, p](const std::string& cmd) -> int {
             const bool guarded = o->no_page && !p->accept_keys.empty();
             if (!IsLoopbackHost(p->host) && !p->public_bind && !guarded) {
               return ReportError(cmd, "refusing to listen on " + p->host +
@@ -144,7 +143,7 @@ Command AddUiCommand(CLI::App& root) {
               server_name = (*r)->remote()->name();
               models.warning = (*r)->warning();
               // Checked at start; a conversation that begins while it is down later gets FALLBACK tokens.
-              llm.spec.remote.require_reachable = false;
+              llm.config.remote.require_reachable = false;
             }
             models.pipeline = p->decode.pipeline;
             models.sim_slm_s = p->decode.sim_slm_s;
@@ -184,11 +183,7 @@ Command AddUiCommand(CLI::App& root) {
             std::printf("listening on http://%s%s%s:%d\n", v6 ? "[" : "", p->host.c_str(), v6 ? "]" : "", ui.port());
             std::printf("OpenAI-compatible API at http://%s%s%s:%d/v1 (model \"%s\")\n", v6 ? "[" : "", p->host.c_str(),
                         v6 ? "]" : "", ui.port(), o->model_name.c_str());
-            std::fflush(stdout);
-            WaitForStopSignal();
-            std::fprintf(stderr, "tlr ui: stopping\n");
-            ui.Stop();
-            return 0;
+            return ServeUntilStopSignal(cmd, [&] { ui.Stop(); });
           });
 }
 

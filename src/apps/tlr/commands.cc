@@ -19,7 +19,7 @@ void OnStopSignal(int) { g_stop = 1; }
 
 }  // namespace
 
-Command MakeCommand(CLI::App* app, std::shared_ptr<Params> p, std::function<nlohmann::json()> own, RunFn run) {
+Command MakeCommand(CLI::App* app, std::shared_ptr<Params> p, std::function<nlohmann::json()> own, CommandFn run) {
   return {app, [app, p, own, run]() -> int {
             const CLI::App* parent = app->get_parent();
             const std::string name =
@@ -33,13 +33,18 @@ Command MakeCommand(CLI::App* app, std::shared_ptr<Params> p, std::function<nloh
               std::printf("%s\n", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
               return 0;
             }
-            return run();
+            return run(name);
           }};
 }
 
 Expected<std::string> ReadTextArg(const std::string& path) {
   if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   return ReadFileToString(path);
+}
+
+Expected<std::string> PromptText(const std::string& text, const std::string& file) {
+  if (file.empty()) return text;
+  return ReadTextArg(file);
 }
 
 bool ParseBytes(const std::string& s, uint64_t* out) {
@@ -73,8 +78,12 @@ void InstallStopSignals() {
   std::signal(SIGPIPE, SIG_IGN);
 }
 
-void WaitForStopSignal() {
+int ServeUntilStopSignal(const std::string& cmd, const std::function<void()>& stop) {
+  std::fflush(stdout);
   while (!g_stop) ::usleep(100 * 1000);
+  std::fprintf(stderr, "tlr %s: stopping\n", cmd.c_str());
+  stop();
+  return 0;
 }
 
 }  // namespace tlr::cli

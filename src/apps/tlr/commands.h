@@ -29,29 +29,22 @@ struct Command {
 struct Params;
 // A command on the options layer (options.h): after parsing, `p` is resolved (an error is
 // reported as the command's), then --print-params prints the shared parameters with `own` (the
-// command's own options as JSON) instead of running, else `run` runs.
-Command MakeCommand(CLI::App* app, std::shared_ptr<Params> p, std::function<nlohmann::json()> own, RunFn run);
+// command's own options as JSON) instead of running, else `run` runs, given the command's name
+// for its messages ("router train").
+using CommandFn = std::function<int(const std::string& cmd)>;
+Command MakeCommand(CLI::App* app, std::shared_ptr<Params> p, std::function<nlohmann::json()> own, CommandFn run);
 // The same with the command's own options in a struct that converts to JSON.
 template <typename Own>
-Command MakeCommand(CLI::App* app, std::shared_ptr<Params> p, std::shared_ptr<Own> own, RunFn run) {
+Command MakeCommand(CLI::App* app, std::shared_ptr<Params> p, std::shared_ptr<Own> own, CommandFn run) {
   return MakeCommand(app, std::move(p), std::function<nlohmann::json()>([own] { return nlohmann::json(*own); }),
                      std::move(run));
 }
 
-Command AddInfoCommand(CLI::App& root);
-Command AddTokenizeCommand(CLI::App& root);
-Command AddRunCommand(CLI::App& root);
-Command AddMakeRandomCommand(CLI::App& root);
-Command AddConvertCommand(CLI::App& root);
-Command AddBenchCommand(CLI::App& root);
-Command AddGenerateCommand(CLI::App& root);
-Command AddRouterCommand(CLI::App& root);
-Command AddEvalCommand(CLI::App& root);
-Command AddServeCommand(CLI::App& root);
-Command AddLoadtestCommand(CLI::App& root);
-Command AddUiCommand(CLI::App& root);
-
-Command AddChatCommand(CLI::App& root);
+// The commands (cmd_*.cc): each adds its subcommand to the root and returns how to run it.
+using AddCommandFn = Command(CLI::App& root);
+AddCommandFn AddInfoCommand, AddTokenizeCommand, AddRunCommand, AddMakeRandomCommand, AddConvertCommand, AddBenchCommand,
+    AddGenerateCommand, AddChatCommand, AddRouterCommand, AddEvalCommand, AddServeCommand, AddLoadtestCommand,
+    AddUiCommand;
 
 // The summary `tlr generate` prints after a generation (and `tlr chat` on /stats).
 std::string FormatDecodeSummary(const DecodeStats& st);
@@ -61,6 +54,8 @@ int ReportError(const std::string& command, const std::string& message);
 
 // The text of a file argument; "-": standard input.
 Expected<std::string> ReadTextArg(const std::string& path);
+// The prompt of -p TEXT or -f FILE (the file's text when given).
+Expected<std::string> PromptText(const std::string& text, const std::string& file);
 
 // A size flag: "512M", "4G", "1048576" -> bytes (K, M, G binary). False when malformed or <= 0.
 bool ParseBytes(const std::string& s, uint64_t* out);
@@ -72,7 +67,8 @@ double SecondsSince(std::chrono::steady_clock::time_point t0);
 // SIGPIPE is ignored (a client that hangs up must not end the server). Install before saying
 // "listening", so a signal sent right after that line is never lost; then wait.
 void InstallStopSignals();
-void WaitForStopSignal();
+// Waits for SIGINT/SIGTERM, says "tlr <cmd>: stopping" and calls `stop`; returns 0.
+int ServeUntilStopSignal(const std::string& cmd, const std::function<void()>& stop);
 
 }  // namespace tlr::cli
 

@@ -12,21 +12,14 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "tlr 0.1.0");
   app.require_subcommand(1);
   app.fallthrough(false);
-  std::vector<tlr::cli::Command> commands = {
-      tlr::cli::AddInfoCommand(app),
-      tlr::cli::AddTokenizeCommand(app),
-      tlr::cli::AddRunCommand(app),
-      tlr::cli::AddGenerateCommand(app),
-      tlr::cli::AddChatCommand(app),
-      tlr::cli::AddRouterCommand(app),
-      tlr::cli::AddEvalCommand(app),
-      tlr::cli::AddServeCommand(app),
-      tlr::cli::AddLoadtestCommand(app),
-      tlr::cli::AddUiCommand(app),
-      tlr::cli::AddBenchCommand(app),
-      tlr::cli::AddMakeRandomCommand(app),
-      tlr::cli::AddConvertCommand(app),
-  };
+  std::vector<tlr::cli::Command> commands;
+  for (tlr::cli::AddCommandFn* add :
+       {tlr::cli::AddInfoCommand, tlr::cli::AddTokenizeCommand, tlr::cli::AddRunCommand, tlr::cli::AddGenerateCommand,
+        tlr::cli::AddChatCommand, tlr::cli::AddRouterCommand, tlr::cli::AddEvalCommand, tlr::cli::AddServeCommand,
+        tlr::cli::AddLoadtestCommand, tlr::cli::AddUiCommand, tlr::cli::AddBenchCommand,
+        tlr::cli::AddMakeRandomCommand, tlr::cli::AddConvertCommand}) {
+    commands.push_back(add(app));
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -358,10 +358,9 @@ CLI::Option* Example(CLI::Option* opt, std::string value, std::string with) {
   return opt;
 }
 
-void ExampleArgs(CLI::App* app, std::string args) { ExampleTable().args[app] = std::move(args); }
-
-void AddOptions(CLI::App* app, CommandId command, Params* p) {
+void AddOptions(CLI::App* app, CommandId command, Params* p, std::string example_args) {
   p->command = command;
+  ExampleTable().args[app] = std::move(example_args);
   if (command & kThreadCmds) p->threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::map<std::string, CLI::Option*> chat_flag;
   std::vector<std::pair<CLI::Option*, const OptionDef*>> added;

@@ -115,15 +115,14 @@ NewCommandParts<Own> NewCommand(CLI::App* parent, const std::string& name, const
 }
 
 // Adds every shared option `command` takes to `app`, bound to `p` (whose current values are the
-// defaults shown), plus the hidden --list-options and --print-params.
-void AddOptions(CLI::App* app, CommandId command, Params* p);
+// defaults shown), plus the hidden --list-options and --print-params. `example_args`: the
+// arguments the command needs to parse at all (its required options and positionals), for
+// --list-options; "@demo/NAME" stands for a file of the demo pair.
+void AddOptions(CLI::App* app, CommandId command, Params* p, std::string example_args = "");
 
 // An example value of a command's own option, for --list-options and the options test: `value`
 // (empty for a flag) given with `with` (other arguments it needs, present in both runs).
 CLI::Option* Example(CLI::Option* opt, std::string value, std::string with = "");
-// The arguments a command needs to parse at all (its required options and positionals), for
-// --list-options; "@demo/NAME" stands for a file of the demo pair.
-void ExampleArgs(CLI::App* app, std::string args);
 
 // The resolve step: environment variables under old names, the demo files the command uses
 // where none were given, exclusive options, and the derived values (decode, kv_budget_bytes,
@@ -143,7 +142,7 @@ Model::Options ModelOptions(const std::string& kv_type);
 struct Pair {
   std::unique_ptr<Model> slm;      // null where not needed
   std::unique_ptr<Router> router;  // null where not needed
-  LlmTarget llm;                   // in process (llm.model) or the server (llm.spec.remote)
+  LlmTarget llm;                   // in process (llm.model) or the server (llm.config.remote)
   DecodeOptions decode;            // Params::decode with the router's threshold where none was given
 };
 struct PairNeeds {

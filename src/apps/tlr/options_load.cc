@@ -62,14 +62,14 @@ Expected<Pair> LoadPair(const Params& p, PairNeeds needs) {
     TLR_ASSIGN_OR_RETURN(std::unique_ptr<Model> llm, LoadModelAs("LLM", p.llm, opts));
     out.llm.model = std::move(llm);
   }
-  LlmSpec& spec = out.llm.spec;
-  spec.threads = p.threads;
-  spec.sim_rtt_s = p.server.sim_rtt_ms / 1e3;
-  spec.sim_jitter_s = p.server.sim_jitter_ms / 1e3;
-  spec.seed = p.sampling.seed;
+  LlmConfig& config = out.llm.config;
+  config.threads = p.threads;
+  config.sim_rtt_s = p.server.sim_rtt_ms / 1e3;
+  config.sim_jitter_s = p.server.sim_jitter_ms / 1e3;
+  config.seed = p.sampling.seed;
   if (p.remote()) {
     const ServerParams& a = p.server;
-    RemoteOptions& r = spec.remote;
+    RemoteOptions& r = config.remote;
     r.http.url = a.url;
     TLR_ASSIGN_OR_RETURN(r.protocol, ParseRemoteProtocol(a.backend));
     r.http.api_key = a.key;
@@ -82,7 +82,7 @@ Expected<Pair> LoadPair(const Params& p, PairNeeds needs) {
     r.max_in_flight = a.connections;
     r.text_prompt = a.llm_prompt == "text";
     r.require_reachable = !a.allow_unreachable;
-    spec.llm_tokenizer = a.llm_tokenizer;
+    config.llm_tokenizer = a.llm_tokenizer;
   }
   out.decode = p.decode;
   if (out.decode.threshold < 0) out.decode.threshold = out.router ? out.router->info().threshold : 0.5f;
@@ -91,11 +91,7 @@ Expected<Pair> LoadPair(const Params& p, PairNeeds needs) {
 
 Expected<std::unique_ptr<LlmStack>> MakeLlmStack(const Pair& pair, const Params& p, int64_t n_ctx,
                                                  const Tokenizer& vocab) {
-  LlmSpec spec = pair.llm.spec;
-  spec.model = pair.llm.model.get();
-  spec.threads = p.threads;
-  spec.n_ctx = n_ctx;
-  auto stack = LlmStack::Create(spec, vocab);
+  auto stack = LlmStack::Create(pair.llm.config, pair.llm.model.get(), n_ctx, vocab);
   if (stack.ok() && !(*stack)->warning().empty()) std::fprintf(stderr, "warning: %s\n", (*stack)->warning().c_str());
   return stack;
 }

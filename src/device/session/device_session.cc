@@ -120,11 +120,9 @@ Expected<DeviceRunResult> RunDeviceGeneration(const Model& main, Router* router,
       stack = context->llm.get();
       if (stack->remote()) before = stack->remote()->stats();
     } else {
-      LlmSpec spec = llm->spec;
-      spec.model = llm->model.get();
-      spec.n_ctx = context ? std::max(need, context->slm.n_ctx) : need;
+      const int64_t n_ctx = context ? std::max(need, context->slm.n_ctx) : need;
       const auto t0 = std::chrono::steady_clock::now();
-      auto s = LlmStack::Create(spec, main.tokenizer());
+      auto s = LlmStack::Create(llm->config, llm->model.get(), n_ctx, main.tokenizer());
       if (!s.ok()) return s.status();
       own = std::move(s).value();
       stack = own.get();
@@ -136,7 +134,7 @@ Expected<DeviceRunResult> RunDeviceGeneration(const Model& main, Router* router,
         context->llm = std::move(own);
         context->llm_owner = llm->id;
         context->llm_model = llm->model;  // the backend reads it: it lives as long as the backend
-        context->llm_n_ctx = spec.n_ctx;
+        context->llm_n_ctx = n_ctx;
       }
     }
   }

@@ -51,10 +51,10 @@ struct DeviceModels {
 };
 
 // Where the LLM runs: an in-process model (shared, not owned by a generation) or a server.
-// spec.n_ctx is ignored: each generation sizes its own KV cache.
 struct LlmTarget {
-  std::shared_ptr<const Model> model;  // in process (when spec.remote.http.url is empty)
-  LlmSpec spec;                        // threads, remote options, simulated round trip, seed
+  std::shared_ptr<const Model> model;  // in process (when config.remote.http.url is empty); each
+                                       // generation sizes its own KV cache
+  LlmConfig config;                    // threads, remote options, simulated round trip, seed
   // Unique per target object: a DeviceContext reuses its LLM backend only for the target it was
   // made for, even when another target later lives at the same address.
   const uint64_t id = NextId();

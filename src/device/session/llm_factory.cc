@@ -54,22 +54,23 @@ Expected<std::unique_ptr<Tokenizer>> LoadTokenizerFile(const std::string& path) 
   return std::make_unique<Tokenizer>(std::move(t).value());
 }
 
-Expected<std::unique_ptr<LlmStack>> LlmStack::Create(const LlmSpec& spec, const Tokenizer& vocab) {
-  if (!(spec.sim_rtt_s >= 0) || !(spec.sim_jitter_s >= 0)) {
+Expected<std::unique_ptr<LlmStack>> LlmStack::Create(const LlmConfig& config, const Model* model, int64_t n_ctx,
+                                                   const Tokenizer& vocab) {
+  if (!(config.sim_rtt_s >= 0) || !(config.sim_jitter_s >= 0)) {
     return Status::Error("simulated network delays must not be negative");
   }
   std::unique_ptr<LlmStack> s(new LlmStack());
-  if (!spec.remote.http.url.empty()) {
-    RemoteOptions r = spec.remote;
-    r.http.sim_rtt_s = spec.sim_rtt_s;
-    r.http.sim_jitter_s = spec.sim_jitter_s;
-    r.http.seed = spec.seed;
+  if (!config.remote.http.url.empty()) {
+    RemoteOptions r = config.remote;
+    r.http.sim_rtt_s = config.sim_rtt_s;
+    r.http.sim_jitter_s = config.sim_jitter_s;
+    r.http.seed = config.seed;
     // The server is checked against the LLM's tokenizer when one is given (the bridge then
     // speaks the SLM's ids to the decoder), else against the SLM's.
-    if (spec.llm_tokenizer == "server") {
+    if (config.llm_tokenizer == "server") {
       TLR_ASSIGN_OR_RETURN(s->llm_vocab_, FetchServerVocabulary(r.http));
-    } else if (!spec.llm_tokenizer.empty()) {
-      TLR_ASSIGN_OR_RETURN(s->llm_vocab_, LoadTokenizerFile(spec.llm_tokenizer));
+    } else if (!config.llm_tokenizer.empty()) {
+      TLR_ASSIGN_OR_RETURN(s->llm_vocab_, LoadTokenizerFile(config.llm_tokenizer));
     }
     const Tokenizer& server_vocab = s->llm_vocab_ ? *s->llm_vocab_ : vocab;
     TLR_ASSIGN_OR_RETURN(s->remote_, RemoteLlm::Connect(r, server_vocab));
@@ -81,18 +82,18 @@ Expected<std::unique_ptr<LlmStack>> LlmStack::Create(const LlmSpec& spec, const 
     }
     return s;
   }
-  if (!spec.model) return Status::Error("no LLM: give a model file or a server URL");
-  s->local_ = std::make_unique<InProcessLlm>(*spec.model, spec.threads, spec.n_ctx);
+  if (!model) return Status::Error("no LLM: give a model file or a server URL");
+  s->local_ = std::make_unique<InProcessLlm>(*model, config.threads, n_ctx);
   s->top_ = s->local_.get();
-  if (spec.sim_rtt_s > 0 || spec.sim_jitter_s > 0) {
-    s->delayed_ = std::make_unique<DelayedLlm>(s->top_, spec.sim_rtt_s, spec.sim_jitter_s, spec.seed);
+  if (config.sim_rtt_s > 0 || config.sim_jitter_s > 0) {
+    s->delayed_ = std::make_unique<DelayedLlm>(s->top_, config.sim_rtt_s, config.sim_jitter_s, config.seed);
     s->top_ = s->delayed_.get();
   }
   s->unbridged_ = s->top_;
   // Another vocabulary: the model's own tokenizer, bridged.
-  if (VocabBridge::Needed(vocab, spec.model->tokenizer())) {
-    s->llm_vocab_used_ = &spec.model->tokenizer();
-    s->bridged_ = std::make_unique<BridgedLlm>(s->top_, vocab, spec.model->tokenizer());
+  if (VocabBridge::Needed(vocab, model->tokenizer())) {
+    s->llm_vocab_used_ = &model->tokenizer();
+    s->bridged_ = std::make_unique<BridgedLlm>(s->top_, vocab, model->tokenizer());
     s->top_ = s->bridged_.get();
   }
   return s;

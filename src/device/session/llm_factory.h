@@ -13,10 +13,10 @@
 
 namespace tlr {
 
-struct LlmSpec {
-  const Model* model = nullptr;   // in process: the LLM (when remote.http.url is empty)
+// How the LLM is reached: in this process (the model and its KV cache size are given to
+// LlmStack::Create) or behind a server.
+struct LlmConfig {
   int threads = 1;                // in process: the LLM's own thread pool
-  int64_t n_ctx = 4096;           // in process: its KV cache (prompt + generated must fit)
   RemoteOptions remote;           // behind a server when remote.http.url is set
   // Simulated network round trip per call (+- uniform jitter): in process it wraps the model
   // (DelayedLlm); behind a server it is added to every HTTP request.
@@ -31,10 +31,13 @@ struct LlmSpec {
 // A tokenizer from a GGUF file (its vocabulary) or a Hugging Face tokenizer.json.
 Expected<std::unique_ptr<Tokenizer>> LoadTokenizerFile(const std::string& path);
 
-// Owns the chain of backends one spec makes. Not copyable; the backends live as long as it.
+// Owns the chain of backends one config makes. Not copyable; the backends live as long as it.
 class LlmStack {
  public:
-  static Expected<std::unique_ptr<LlmStack>> Create(const LlmSpec& spec, const Tokenizer& vocab);
+  // `model`, `n_ctx`: the in-process LLM and its KV cache (prompt + generated must fit); unused
+  // behind a server.
+  static Expected<std::unique_ptr<LlmStack>> Create(const LlmConfig& config, const Model* model, int64_t n_ctx,
+                                                    const Tokenizer& vocab);
   LlmBackend* backend() const { return top_; }
   RemoteLlm* remote() const { return remote_.get(); }  // null in process
   BridgedLlm* bridge() const { return bridged_.get(); }  // null when the vocabularies are equal

@@ -45,7 +45,7 @@ class UiOpenAiTest : public ::testing::Test {
     llm_->model = std::move(Model::Load(kDemo + "llm.gguf")).value();
     slow_llm_ = new LlmTarget;
     slow_llm_->model = llm_->model;
-    slow_llm_->spec.sim_rtt_s = 0.15;  // every LLM call takes 150 ms more
+    slow_llm_->config.sim_rtt_s = 0.15;  // every LLM call takes 150 ms more
   }
   static void TearDownTestSuite() {
     delete slm_;
