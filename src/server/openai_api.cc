@@ -11,6 +11,7 @@
 #include "model/chat_template.h"
 #include "net/http_front.h"
 #include "net/openai_requests.h"
+#include "net/openai_writer.h"
 #include "net/protocol.h"
 #include "net/server_json.h"
 #include "net/sse_stream.h"
@@ -123,25 +124,14 @@ void LlmServer::RoutesOpenAi() {
     CallControl control;
     // Time the request waited for a free worker counts.
     control.timeout_s = std::max(1e-3, *timeout - (front_ ? HttpFront::CurrentRequestAge() : 0.0));
-    const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
-    const int64_t created = static_cast<int64_t>(std::time(nullptr));
-    const std::string object = chat ? "chat.completion" : "text_completion";
+    const OpenAiWriter out(chat, next_id_++, opts_.model_name);
     int64_t n_prompt = 0;
     for (const auto& one : p.prompts) n_prompt += static_cast<int64_t>(one.size());
-    auto usage = [n_prompt](int64_t completion) {
-      return json{{"prompt_tokens", n_prompt}, {"completion_tokens", completion},
-                  {"total_tokens", n_prompt + completion}};
-    };
+    auto usage = [n_prompt](int64_t completion) { return OpenAiWriter::Usage(n_prompt, completion); };
     if (p.max_tokens == 0) {
       json choices = json::array();
-      for (size_t i = 0; i < p.prompts.size(); ++i) {
-        json choice = {{"index", i}, {"finish_reason", "length"}, {"logprobs", nullptr}};
-        if (chat) choice["message"] = {{"role", "assistant"}, {"content", ""}};
-        else choice["text"] = "";
-        choices.push_back(std::move(choice));
-      }
-      return SendJson(res, 200, {{"id", id}, {"object", object}, {"created", created}, {"model", opts_.model_name},
-                                 {"choices", choices}, {"usage", usage(0)}});
+      for (size_t i = 0; i < p.prompts.size(); ++i) choices.push_back(out.Choice(i, "", "length"));
+      return SendJson(res, 200, out.Response(choices, usage(0)));
     }
     // Per token: logprob entries for the response.
     const bool as_ids = p.ids_as_tokens;
@@ -204,9 +194,7 @@ void LlmServer::RoutesOpenAi() {
             logprobs = {{"tokens", toks}, {"token_logprobs", tlp}, {"top_logprobs", tops}, {"text_offset", offs}};
           }
         }
-        json choice = {{"index", index}, {"finish_reason", finish}, {"logprobs", logprobs}};
-        if (chat) choice["message"] = {{"role", "assistant"}, {"content", text.text()}};
-        else choice["text"] = text.text();
+        json choice = out.Choice(index, text.text(), finish, logprobs);
         if (p.prompt_logprobs >= 0) {
           // vLLM's shape: per prompt token (null for the first) a dict keyed by token id: the token
           // itself and the top k at its position, each {logprob, rank, decoded_token}.
@@ -234,13 +222,13 @@ void LlmServer::RoutesOpenAi() {
       }
       json tlr = {{"queue_ms", queue_s * 1e3}, {"compute_ms", compute_s * 1e3}, {"prefilled", prefilled}};
       if (!batch) tlr["token_ids"] = per_choice_tlr[0];
-      json out = {{"id", id}, {"object", object}, {"created", created}, {"model", opts_.model_name},
-                  {"choices", choices}, {"usage", usage(n_completion)}, {"tlr", tlr}};
+      json response = out.Response(choices, usage(n_completion));
+      response["tlr"] = tlr;
       if (chat && p.prompt_logprobs >= 0) {  // chat: at the top (vLLM's chat shape)
-        out["prompt_logprobs"] = out["choices"][0]["prompt_logprobs"];
-        out["choices"][0].erase("prompt_logprobs");
+        response["prompt_logprobs"] = response["choices"][0]["prompt_logprobs"];
+        response["choices"][0].erase("prompt_logprobs");
       }
-      SendJson(res, 200, out);
+      SendJson(res, 200, response);
       if (metrics_) {
         metrics_->Observe("tlr_http_request_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                           {{"endpoint", chat ? "/v1/chat/completions" : "/v1/completions"}});
@@ -261,17 +249,9 @@ void LlmServer::RoutesOpenAi() {
       start->admitted = admitted;
       start->cv.notify_all();
     };
-    const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
-    auto chunk = [=, this](const std::string& delta, const json& lp, const json& finish) {
-      json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", lp}};
-      if (chat) choice["delta"] = delta.empty() && finish.is_null() ? json{{"role", "assistant"}, {"content", ""}} : json{{"content", delta}};
-      else choice["text"] = delta;
-      return json{{"id", id}, {"object", chunk_object}, {"created", created}, {"model", opts_.model_name},
-                  {"choices", json::array({choice})}};
-    };
-    st->worker = std::thread([this, st, p, chunk, token_logprob, &tok, usage, chat, t0, control, start, early] {
+    st->worker = std::thread([this, st, p, out, token_logprob, &tok, usage, chat, t0, control, start, early] {
       CompletionText text(tok, p.stop);
-      if (chat) st->Push(Sse(chunk("", nullptr, nullptr)));
+      if (chat) st->Push(Sse(out.RoleChunk()));
       int64_t n_tokens = 0;
       EngineResult r = engine_->Complete(p.prompt, p.max_tokens, p.sampling, std::max(0, p.logprobs),
                                          [&](int32_t t, float lp, const std::vector<TopLogprob>& top) {
@@ -284,7 +264,7 @@ void LlmServer::RoutesOpenAi() {
                                              lpj = chat ? json{{"content", json::array({e})}}
                                                         : json{{"tokens", {e["token"]}}, {"token_logprobs", {e["logprob"]}}, {"top_logprobs", {e["top"]}}};
                                            }
-                                           if (!delta.empty() || !lpj.is_null()) st->Push(Sse(chunk(delta, lpj, nullptr)));
+                                           if (!delta.empty() || !lpj.is_null()) st->Push(Sse(out.Chunk(delta, nullptr, lpj)));
                                            return go && !st->cancelled.load();
                                          },
                                          nullptr, 0, control);
@@ -306,15 +286,14 @@ void LlmServer::RoutesOpenAi() {
         text.Finish();
         std::string rest = text.TakeReady(true);
         const std::string finish = r.reply.finish == "length" ? "length" : "stop";
-        json last = chunk(rest, nullptr, finish);
-        if (chat && rest.empty()) last["choices"][0]["delta"] = json::object();
+        json last = out.Chunk(rest, finish);
         last["usage"] = usage(n_tokens);
         st->Push(Sse(last));
       } else {
         st->Push(Sse({{"error", {{"code", std::string(EngineCodeName(r.code))}, {"message", r.message},
                                   {"type", std::string(EngineCodeName(r.code))}}}}));
       }
-      st->Push("data: [DONE]\n\n");
+      st->Push(OpenAiWriter::kDone);
       if (metrics_) {
         metrics_->Observe("tlr_http_request_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                           {{"endpoint", chat ? "/v1/chat/completions" : "/v1/completions"}});

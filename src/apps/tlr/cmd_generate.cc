@@ -10,6 +10,7 @@
 
 #include "apps/tlr/commands.h"
 #include "apps/tlr/options.h"
+#include "device/decode/token_json.h"
 #include "device/session/device_session.h"
 #include "model/chat_messages.h"
 #include "model/model.h"
@@ -145,14 +146,9 @@ Command AddGenerateCommand(CLI::App& root) {
                 std::cout.flush();
               }
               if (!o->trace.empty()) {
-                trace.push_back({{"i", trace.size()}, {"id", ev.id}, {"text", ev.text},
-                                 {"source", TokenSourceName(ev.source)},
-                                 {"confidence", ev.confidence}, {"end", ev.end},
-                                 {"spec", SpecOutcomeName(ev.spec)}, {"wasted_slm_steps", ev.wasted},
-                                 {"slm_ms", ev.slm_s * 1e3}, {"router_ms", ev.router_s * 1e3},
-                                 {"llm_ms", ev.llm_s * 1e3}, {"stall_ms", ev.stall_s * 1e3},
-                                 {"at_ms", ev.at_s * 1e3}});
-                if (!ev.llm_error.empty()) trace.back()["llm_error"] = ev.llm_error;
+                nlohmann::json t = TokenEventJson(ev, /*timing=*/true);
+                t["i"] = trace.size();
+                trace.push_back(std::move(t));
               }
               return true;
             }, [](const std::string& w) { std::fprintf(stderr, "warning: %s\n", w.c_str()); });

@@ -10,11 +10,13 @@
 #include <cmath>
 #include <ctime>
 
+#include "device/decode/token_json.h"
 #include "device/ui/ui_server.h"
 #include "device/ui/ui_server_internal.h"
 #include "model/chat_template.h"
 #include "net/http_front.h"
 #include "net/openai_requests.h"
+#include "net/openai_writer.h"
 #include "net/server_json.h"
 
 namespace tlr {
@@ -44,9 +46,6 @@ void SendContextExceeded(httplib::Response& res, bool chat, int64_t n_ctx, int64
                                  {"param", chat ? "messages" : "prompt"}, {"code", "context_length_exceeded"}}}});
 }
 
-json TokenJson(const TokenEvent& ev) {
-  return {{"id", ev.id}, {"text", ev.text}, {"source", TokenSourceName(ev.source)}, {"confidence", ev.confidence}};
-}
 
 }  // namespace
 
@@ -121,31 +120,26 @@ void UiServer::RoutesOpenAi() {
       job->id = next_job_++;
       live_.push_back(job.get());
     }
-    const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(job->id);
-    const int64_t created = static_cast<int64_t>(std::time(nullptr));
-    const std::string object = chat ? "chat.completion" : "text_completion";
-    const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
-    const std::string model = opts_.model_name;
+    const OpenAiWriter out(chat, job->id, opts_.model_name);
     const std::string router_name = models_.routers[r.router].name;
     auto usage = [r, router_name](const DecodeStats& st) {
-      return json{{"prompt_tokens", st.prompt_tokens},
-                  {"completion_tokens", st.generated},
-                  {"total_tokens", st.prompt_tokens + st.generated},
-                  {"prompt_tokens_details", {{"cached_tokens", st.prompt_reused}}},
-                  {"tlr", {{"routed_tokens", st.routed},
-                           {"llm_calls", st.llm_calls},
-                           {"fallbacks", st.fallbacks},
-                           {"stall_ms", Ms(st.stall_s)},
-                           {"llm_prefilled", st.llm_work.prefilled},
-                           {"llm_generated", st.llm_work.generated},
-                           {"ttft_ms", Ms(st.ttft_s)},
-                           {"total_ms", Ms(st.total_s)},
-                           {"mode", DecodeModeName(r.decode.mode)},
-                           {"router", router_name},
-                           {"threshold", r.decode.threshold}}}};
+      json u = OpenAiWriter::Usage(st.prompt_tokens, st.generated);
+      u["prompt_tokens_details"] = {{"cached_tokens", st.prompt_reused}};
+      u["tlr"] = {{"routed_tokens", st.routed},
+                  {"llm_calls", st.llm_calls},
+                  {"fallbacks", st.fallbacks},
+                  {"stall_ms", Ms(st.stall_s)},
+                  {"llm_prefilled", st.llm_work.prefilled},
+                  {"llm_generated", st.llm_work.generated},
+                  {"ttft_ms", Ms(st.ttft_s)},
+                  {"total_ms", Ms(st.total_s)},
+                  {"mode", DecodeModeName(r.decode.mode)},
+                  {"router", router_name},
+                  {"threshold", r.decode.threshold}};
+      return u;
     };
     auto finish_reason = [](const DecodeStats& st, const CompletionText& text) {
-      return text.stopped() || st.stop == "eos" ? "stop" : "length";
+      return OpenAiWriter::FinishReason(text.stopped() || st.stop == "eos");
     };
     // One generation within this job's turn; `gone` (polled) says the client left. `on_token`
     // hears each token with the text that became ready; `tokens` collects them all.
@@ -181,28 +175,22 @@ void UiServer::RoutesOpenAi() {
       CompletionText text(slm.tokenizer(), p.stop);
       json tokens = json::array();
       auto result = run([] { return HttpFront::CurrentClientGone(); },
-                        [&](const TokenEvent& ev, const std::string&) { tokens.push_back(TokenJson(ev)); }, &text);
+                        [&](const TokenEvent& ev, const std::string&) { tokens.push_back(TokenEventJson(ev, false)); }, &text);
       leave();
       if (!result.ok()) return SendError(res, 500, "server_error", result.status().message());
       text.Finish();
       const DecodeStats& st = result->stats;
-      json choice = {{"index", 0}, {"finish_reason", finish_reason(st, text)}, {"logprobs", nullptr},
-                     {"tlr", {{"tokens", tokens}}}};
-      if (chat) choice["message"] = {{"role", "assistant"}, {"content", text.text()}};
-      else choice["text"] = text.text();
-      return SendJson(res, 200, {{"id", id}, {"object", object}, {"created", created}, {"model", model},
-                                 {"choices", json::array({choice})}, {"usage", usage(st)}});
+      json choice = out.Choice(0, text.text(), finish_reason(st, text));
+      choice["tlr"] = {{"tokens", tokens}};
+      return SendJson(res, 200, out.Response(json::array({choice}), usage(st)));
     }
 
     // Streamed: generated on a worker thread; httplib's thread sends the chunks (a heartbeat
     // comment each second notices a client that went away, even while the request waits).
-    auto chunk = [=](const std::string& delta, const json& tokens, const json& finish) {
-      json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
-      if (chat) choice["delta"] = finish.is_null() || !delta.empty() ? json{{"content", delta}} : json::object();
-      else choice["text"] = delta;
-      if (!tokens.empty()) choice["tlr"] = {{"tokens", tokens}};
-      return json{{"id", id}, {"object", chunk_object}, {"created", created}, {"model", model},
-                  {"choices", json::array({choice})}};
+    auto chunk = [out](const std::string& delta, const json& tokens, const json& finish) {
+      json c = out.Chunk(delta, finish);
+      if (!tokens.empty()) c["choices"][0]["tlr"] = {{"tokens", tokens}};
+      return c;
     };
     const bool include_usage = p.include_usage;
     StartWorker(job, [=, stop = p.stop, &slm] {
@@ -210,13 +198,9 @@ void UiServer::RoutesOpenAi() {
       json pending = json::array();  // tokens whose text is not out yet
       bool started = false;
       auto result = run({}, [&](const TokenEvent& ev, const std::string& delta) {
-        if (chat && !started) {
-          json first = chunk("", json::array(), nullptr);
-          first["choices"][0]["delta"] = {{"role", "assistant"}, {"content", ""}};
-          job->Push(SseData(first));
-        }
+        if (chat && !started) job->Push(SseData(out.RoleChunk()));
         started = true;
-        pending.push_back(TokenJson(ev));
+        pending.push_back(TokenEventJson(ev, false));
         if (delta.empty()) return;
         job->Push(SseData(chunk(delta, pending, nullptr)));
         pending = json::array();
@@ -225,14 +209,13 @@ void UiServer::RoutesOpenAi() {
         text.Finish();
         job->Push(SseData(chunk(text.TakeReady(true), pending, finish_reason(result->stats, text))));
         if (include_usage) {
-          job->Push(SseData({{"id", id}, {"object", chunk_object}, {"created", created}, {"model", model},
-                             {"choices", json::array()}, {"usage", usage(result->stats)}}));
+          job->Push(SseData(out.UsageChunk(usage(result->stats))));
         }
       } else {
         job->Push(SseData({{"error", {{"message", result.status().message()}, {"type", "server_error"},
                                       {"code", "server_error"}}}}));
       }
-      job->Push("data: [DONE]\n\n");
+      job->Push(OpenAiWriter::kDone);
       job->Finish();
       leave();
     });

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "device/decode/decoder.h"
+#include "device/decode/token_json.h"
 #include "device/llm/llm_backend.h"
 #include "device/session/llm_factory.h"
 #include "device/ui/ui_server_internal.h"
@@ -450,19 +451,8 @@ void UiServer::RunPageJob(const std::shared_ptr<Job>& job, const Request& r) {
       r, job.get(),
       [&](const TokenEvent& ev) {
         if (first_llm_error.empty()) first_llm_error = ev.llm_error;
-        json token = {{"i", i++},
-                      {"id", ev.id},
-                      {"text", ev.text},
-                      {"source", TokenSourceName(ev.source)},
-                      {"confidence", ev.confidence},
-                      {"end", ev.end},
-                      {"spec", SpecOutcomeName(ev.spec)},
-                      {"stall_ms", Ms(ev.stall_s)},
-                      {"slm_ms", Ms(ev.slm_s)},
-                      {"router_ms", Ms(ev.router_s)},
-                      {"llm_ms", Ms(ev.llm_s)},
-                      {"at_ms", Ms(ev.at_s)}};
-        if (!ev.llm_error.empty()) token["llm_error"] = ev.llm_error;
+        json token = TokenEventJson(ev, /*timing=*/true);
+        token["i"] = i++;
         job->Push(Sse("token", token));
         return !job->cancelled.load();
       },
