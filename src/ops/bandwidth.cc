@@ -34,22 +34,27 @@ float SumRange(const float* p, size_t n) {
   return s;
 }
 
-// Integer sum over bytes read as 64-bit lanes (any bit pattern, no float assists), four
-// independent accumulators.
-uint64_t SumBytes(const uint8_t* p, size_t n) {
+// The bytes read as 64-bit lanes and folded by XOR (any bit pattern, no float assists, no
+// overflow), four independent accumulators.
+uint64_t XorBytes(const uint8_t* p, size_t n) {
   const hn::ScalableTag<uint64_t> d;
   const size_t L = hn::Lanes(d), step = 4 * L * sizeof(uint64_t);
   auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
   const auto* q = reinterpret_cast<const uint64_t*>(p);
   size_t i = 0;
+  // XOR, not a sum: the bytes are arbitrary and a lane sum could overflow (AVX-512's signed
+  // horizontal add is undefined behaviour then, which UBSan reports); every byte is still read.
   for (; (i + 1) * step <= n; ++i) {
-    a0 = hn::Add(a0, hn::LoadU(d, q + 4 * L * i));
-    a1 = hn::Add(a1, hn::LoadU(d, q + 4 * L * i + L));
-    a2 = hn::Add(a2, hn::LoadU(d, q + 4 * L * i + 2 * L));
-    a3 = hn::Add(a3, hn::LoadU(d, q + 4 * L * i + 3 * L));
+    a0 = hn::Xor(a0, hn::LoadU(d, q + 4 * L * i));
+    a1 = hn::Xor(a1, hn::LoadU(d, q + 4 * L * i + L));
+    a2 = hn::Xor(a2, hn::LoadU(d, q + 4 * L * i + 2 * L));
+    a3 = hn::Xor(a3, hn::LoadU(d, q + 4 * L * i + 3 * L));
   }
-  uint64_t s = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
-  for (size_t k = i * step; k < n; ++k) s += p[k];
+  HWY_ALIGN uint64_t lanes[HWY_MAX_BYTES / sizeof(uint64_t)];
+  hn::Store(hn::Xor(hn::Xor(a0, a1), hn::Xor(a2, a3)), d, lanes);
+  uint64_t s = 0;
+  for (size_t k = 0; k < L; ++k) s ^= lanes[k];
+  for (size_t k = i * step; k < n; ++k) s ^= p[k];
   return s;
 }
 // Runs `iters` rounds of 8 independent FMA chains; returns a value so nothing is optimised out.
@@ -125,7 +130,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace tlr {
 HWY_EXPORT(SumRange);
-HWY_EXPORT(SumBytes);
+HWY_EXPORT(XorBytes);
 HWY_EXPORT(FmaLoop);
 HWY_EXPORT(FloatLanes);
 HWY_EXPORT(Int8DotLoop);
@@ -176,7 +181,7 @@ double ReadPassGbps(ThreadPool* pool, const uint8_t* p, size_t bytes) {
   const auto t0 = std::chrono::steady_clock::now();
   pool->ParallelFor(threads, 1, [&](int64_t b, int64_t, int) {
     const size_t lo = bytes / threads * b, hi = b + 1 == threads ? bytes : bytes / threads * (b + 1);
-    sink[b] = HWY_DYNAMIC_DISPATCH(SumBytes)(p + lo, hi - lo);
+    sink[b] = HWY_DYNAMIC_DISPATCH(XorBytes)(p + lo, hi - lo);
   });
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   volatile uint64_t keep = sink[0];
