@@ -30,7 +30,7 @@
 struct tlr_device {
   tlr::DeviceModels models;
   std::unique_ptr<tlr::ThreadPool> pool;
-  std::unique_ptr<tlr::SlmContextPool> contexts;  // the prompt cache
+  std::unique_ptr<tlr::DeviceContextPool> contexts;  // the prompt cache
   // One generation at a time: `generating` under `mu`; cancel only while generating.
   std::mutex mu;
   bool generating = false;
@@ -337,7 +337,7 @@ int tlr_device_open(const tlr_device_params* params, tlr_device** out) {
     co.budget_bytes = static_cast<uint64_t>(p.kv_budget_mb) << 20;
     co.n_ctx = p.n_ctx;
     const tlr::Model& slm = *dev->models.slm;
-    dev->contexts = std::make_unique<tlr::SlmContextPool>(co, tlr::KvCache::BytesPerPosition(slm.config(), slm.kv_type()));
+    dev->contexts = std::make_unique<tlr::DeviceContextPool>(co, tlr::KvCache::BytesPerPosition(slm.config(), slm.kv_type()));
     *out = dev.release();
     return Ok();
   });

@@ -252,10 +252,12 @@ check generate_server_down 1 "cannot reach the LLM server at http://127.0.0.1:1:
   "$tlr" generate -f "$tmp/demo_q.txt" --server http://127.0.0.1:1 -n 30 -t 1 --no-color --threshold 0.99
 check generate_server_down_allowed 0 "fallbacks" -- "$tlr" generate -f "$tmp/demo_q.txt" --server http://127.0.0.1:1 \
   --allow-unreachable -n 30 -t 1 --no-color --threshold 0.99
-"$tlr" serve --port 0 -t 1 > "$tmp/serve.log" 2>&1 &
+check serve_ctx_small 1 "a session holds at least 16 tokens" -- "$tlr" serve -c 8 --port 0
+"$tlr" serve --port 0 -t 1 -c 3000 > "$tmp/serve.log" 2>&1 &
 serve_pid=$!
 url=$(wait_url "$tmp/serve.log")
 check serve_started 0 "^http://127.0.0.1:[0-9]+$" -- echo "$url"
+check serve_ctx 0 '"max_model_len":3000' -- curl -s "$url/v1/models"
 check serve_port_taken 1 "cannot listen on 127.0.0.1:" -- "$tlr" serve --port "${url##*:}" -t 1
 check generate_server 0 "So the answer is building" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --no-color --server "$url"
 # A URL pasted from a browser (trailing slash) is the same server; https to it says it is plain HTTP.

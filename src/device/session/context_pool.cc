@@ -5,14 +5,14 @@
 
 namespace tlr {
 
-SlmContextPool::SlmContextPool(const ContextPoolOptions& opts, uint64_t bytes_per_position)
+DeviceContextPool::DeviceContextPool(const ContextPoolOptions& opts, uint64_t bytes_per_position)
     : opts_(opts), bytes_per_position_(bytes_per_position) {}
 
-uint64_t SlmContextPool::BytesOf(const DeviceContext& c) const {
+uint64_t DeviceContextPool::BytesOf(const DeviceContext& c) const {
   return static_cast<uint64_t>(c.slm.tokens.size()) * bytes_per_position_;
 }
 
-std::unique_ptr<DeviceContext> SlmContextPool::Take(std::span<const int32_t> prompt) {
+std::unique_ptr<DeviceContext> DeviceContextPool::Take(std::span<const int32_t> prompt) {
   std::lock_guard<std::mutex> l(mu_);
   size_t best = slots_.size(), best_common = 0;
   for (size_t i = 0; i < slots_.size(); ++i) {
@@ -36,7 +36,7 @@ std::unique_ptr<DeviceContext> SlmContextPool::Take(std::span<const int32_t> pro
   return out;
 }
 
-void SlmContextPool::Give(std::unique_ptr<DeviceContext> context) {
+void DeviceContextPool::Give(std::unique_ptr<DeviceContext> context) {
   if (!context || !context->slm.has_cache() || context->slm.tokens.empty() || opts_.max_slots <= 0) return;
   std::vector<std::unique_ptr<DeviceContext>> dropped;  // freed after the lock
   std::lock_guard<std::mutex> l(mu_);
@@ -52,18 +52,18 @@ void SlmContextPool::Give(std::unique_ptr<DeviceContext> context) {
   }
 }
 
-void SlmContextPool::Clear() {
+void DeviceContextPool::Clear() {
   std::vector<Slot> gone;
   std::lock_guard<std::mutex> l(mu_);
   gone.swap(slots_);
 }
 
-int SlmContextPool::slots() const {
+int DeviceContextPool::slots() const {
   std::lock_guard<std::mutex> l(mu_);
   return static_cast<int>(slots_.size());
 }
 
-uint64_t SlmContextPool::bytes() const {
+uint64_t DeviceContextPool::bytes() const {
   std::lock_guard<std::mutex> l(mu_);
   uint64_t n = 0;
   for (const Slot& s : slots_) n += BytesOf(*s.context);

@@ -47,10 +47,10 @@ struct DeviceContext {
   int64_t llm_n_ctx = 0;
 };
 
-class SlmContextPool {
+class DeviceContextPool {
  public:
   // `bytes_per_position`: KV bytes one position takes (KvCache::BytesPerPosition).
-  SlmContextPool(const ContextPoolOptions& opts, uint64_t bytes_per_position);
+  DeviceContextPool(const ContextPoolOptions& opts, uint64_t bytes_per_position);
 
   // The kept context sharing the longest prefix with `prompt` (ties: the most recently used),
   // or a new empty one (its cache is made on first use with opts.n_ctx positions). Never null.

@@ -1,4 +1,4 @@
-// SlmContextPool: the context sharing the longest prefix comes back, conversations keep their
+// DeviceContextPool: the context sharing the longest prefix comes back, conversations keep their
 // own, and the slot count and the KV budget drop the least recently used.
 #include "device/session/context_pool.h"
 
@@ -31,7 +31,7 @@ TEST_F(ContextPoolTest, TakesTheContextSharingTheLongestPrefix) {
   ContextPoolOptions o;
   o.max_slots = 4;
   o.n_ctx = 64;
-  SlmContextPool pool(o, PerPosition());
+  DeviceContextPool pool(o, PerPosition());
   pool.Give(Holding({1, 2, 3, 4}));
   pool.Give(Holding({1, 2, 7, 8, 9}));
   pool.Give(Holding({5, 6}));
@@ -56,7 +56,7 @@ TEST_F(ContextPoolTest, SlotCountAndBudgetDropTheLeastRecentlyUsed) {
   ContextPoolOptions o;
   o.max_slots = 2;
   o.n_ctx = 64;
-  SlmContextPool pool(o, PerPosition());
+  DeviceContextPool pool(o, PerPosition());
   pool.Give(Holding({1, 1}));
   pool.Give(Holding({2, 2}));
   pool.Give(Holding({3, 3}));  // the third: {1, 1} goes
@@ -66,7 +66,7 @@ TEST_F(ContextPoolTest, SlotCountAndBudgetDropTheLeastRecentlyUsed) {
 
   o.max_slots = 8;
   o.budget_bytes = 5 * PerPosition();
-  SlmContextPool small(o, PerPosition());
+  DeviceContextPool small(o, PerPosition());
   small.Give(Holding({1, 2, 3}));
   small.Give(Holding({4, 5, 6}));  // 6 positions > 5: the older goes
   EXPECT_EQ(small.slots(), 1);
@@ -75,7 +75,7 @@ TEST_F(ContextPoolTest, SlotCountAndBudgetDropTheLeastRecentlyUsed) {
   EXPECT_EQ(small.slots(), 0);
 
   o.max_slots = 0;  // no prompt cache
-  SlmContextPool none(o, PerPosition());
+  DeviceContextPool none(o, PerPosition());
   none.Give(Holding({1, 2}));
   EXPECT_EQ(none.slots(), 0);
 }

@@ -77,7 +77,7 @@ using ui::kMaxSpan;
 
 UiServer::UiServer(UiModels models, UiOptions opts) : models_(std::move(models)), opts_(std::move(opts)) {
   if (models_.slm) {
-    contexts_ = std::make_unique<SlmContextPool>(
+    contexts_ = std::make_unique<DeviceContextPool>(
         models_.prompt_cache, KvCache::BytesPerPosition(models_.slm->config(), models_.slm->kv_type()));
   }
 }

@@ -155,7 +155,7 @@ class UiServer {
 
   UiModels models_;
   UiOptions opts_;
-  std::unique_ptr<SlmContextPool> contexts_;  // the prompt cache
+  std::unique_ptr<DeviceContextPool> contexts_;  // the prompt cache
   std::unique_ptr<httplib::Server> http_;
   HttpFront* front_ = nullptr;  // http_
   std::thread thread_;
