@@ -69,7 +69,7 @@ Command AddBenchCommand(CLI::App& root) {
       "tg_roofline_pct_paired takes each run against a short bandwidth probe taken beside it;\n"
       "tg_roofline_pct_interleaved follows every generation step with a read pass over 256 MiB and\n"
       "takes the median step against the median pass (the stable figure on a shared host).");
-  return MakeCommand(app, p, o, [o, p](const std::string& cmd) -> int {
+  return MakeCommand(app, p, o, [o = o, p = p](const std::string& cmd) -> int {
             const auto t_load = std::chrono::steady_clock::now();
             auto loaded = Model::Load(p->model, ModelOptions(p->kv_type));
             if (!loaded.ok()) return ReportError(cmd, loaded.status().message());

@@ -59,7 +59,7 @@ Command AddConvertCommand(CLI::App& root) {
       "(general.architecture is 'tlr-packed'); `tlr convert --unpack` gives the plain GGUF back.\n"
       "Example: tlr convert qwen2.5-0.5b-instruct-q8_0.gguf -o app/assets/slm.gguf");
   AddOptions(app, kCmdConvert, p.get(), "@demo/slm.gguf");
-  return MakeCommand(app, p, opts, [opts](const std::string& cmd) -> int {
+  return MakeCommand(app, p, opts, [opts = opts](const std::string& cmd) -> int {
             if (opts->out.empty()) opts->out = DefaultOut(opts->in, opts->unpack);
             std::error_code ec;
             if (std::filesystem::exists(opts->out, ec)) {

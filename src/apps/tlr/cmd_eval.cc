@@ -83,7 +83,7 @@ Command AddEvalCommand(CLI::App& root) {
               "  tlr eval --limit 200 --out results/   # bundled demo pair, test split\n"
               "  tlr eval --server http://127.0.0.1:8080 --sim-rtt 170 --out results/   # LLM behind `tlr serve`\n"
               "  tlr eval --sim-rtt 170 --sim-slm-ms 20 --pipeline off --thresholds 0.8   # the blocking loop");
-  return MakeCommand(app, p, o, [o, p](const std::string& cmd) -> int {
+  return MakeCommand(app, p, o, [o = o, p = p](const std::string& cmd) -> int {
             auto thresholds = ParseThresholds(o->thresholds);
             TLR_CLI_CHECK(cmd, thresholds.status());
             auto rows = LoadQaJsonl(p->data);

@@ -99,7 +99,7 @@ Command AddGenerateCommand(CLI::App& root) {
       "  tlr generate --slm qwen2.5-0.5b.gguf --llm qwen2.5-7b.gguf --router r.gguf --chat -p \"...\"\n"
       "  tlr generate --threshold 0.9 --trace trace.jsonl -p \"Question: ...\"\n"
       "  tlr generate --server http://gpu-box:8080 --server-key \"$KEY\" -f q.txt   # LLM on `tlr serve`");
-  return MakeCommand(app, p, o, [o, p](const std::string& cmd) -> int {
+  return MakeCommand(app, p, o, [o = o, p = p](const std::string& cmd) -> int {
             auto text = PromptText(o->prompt, o->prompt_file);
             if (!text.ok()) return ReportError(cmd, text.status().message());
             std::string prompt = std::move(text).value();

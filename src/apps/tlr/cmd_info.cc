@@ -69,7 +69,7 @@ Command AddInfoCommand(CLI::App& root) {
       "field and byte offset otherwise.\n"
       "Example: tlr info model.gguf --json --max-items 0 > model.json");
   AddOptions(app, kCmdInfo, p.get(), "@demo/slm.gguf");
-  return MakeCommand(app, p, opts, [opts](const std::string& cmd) -> int {
+  return MakeCommand(app, p, opts, [opts = opts](const std::string& cmd) -> int {
             auto f = GgufFile::Open(opts->path);
             if (!f.ok()) return ReportError(cmd, f.status().message());
             const GgufFile& g = *f;

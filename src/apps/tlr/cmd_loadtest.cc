@@ -82,7 +82,7 @@ Command AddLoadtestCommand(CLI::App& root) {
       "  tlr loadtest --server http://127.0.0.1:8080 --sweep 4,8,16,32,64,128 --duration 20 --ramp-up 0 --json sweep.json\n"
       "Exit status 1 when a call timed out or failed; refused calls (the server shedding load) are not failures.");
   AddOptions(app, kCmdLoadtest, p.get(), "--server http://127.0.0.1:9");
-  return MakeCommand(app, p, o, [o, p](const std::string& cmd) -> int {
+  return MakeCommand(app, p, o, [o = o, p = p](const std::string& cmd) -> int {
             o->server = p->server.url;
             o->api_key = p->server.key;
             o->backend = p->server.backend;

@@ -90,7 +90,7 @@ Command AddRouterInfo(CLI::App* router_app) {
   info->add_option("router", o->path, "Router GGUF")->required();
   Example(info->add_flag("--json", o->json, "Print JSON"), "");
   AddOptions(info, kCmdRouterInfo, p.get(), "@demo/router.gguf");
-  return MakeCommand(info, p, o, [o](const std::string& cmd) -> int {
+  return MakeCommand(info, p, o, [o = o](const std::string& cmd) -> int {
     auto r = Router::Load(o->path);
     if (!r.ok()) return ReportError(cmd, r.status().message());
     const RouterInfo& in = r->info();
@@ -191,7 +191,7 @@ Command AddRouterTrain(CLI::App* router_app) {
                 "      --data train.jsonl --out router.gguf\n"
                 "  tlr router train --slm qwen2.5-0.5b.gguf --server http://gpu-box:8000 --backend openai \\\n"
                 "      --data train.jsonl --out router.gguf --work-dir router-work");
-  return MakeCommand(train, p, o, [o, p](const std::string& cmd) -> int {
+  return MakeCommand(train, p, o, [o = o, p = p](const std::string& cmd) -> int {
             auto rows = LoadQaJsonl(p->data);
             if (!rows.ok()) return ReportError(cmd, rows.status().message());
             if (p->limit > 0 && static_cast<size_t>(p->limit) < rows->size()) rows->resize(p->limit);

@@ -51,7 +51,7 @@ Command AddRouterCalibrate(CLI::App* router_app) {
       "recommended one. Example:\n"
       "  tlr router calibrate --router router.gguf --slm slm.gguf --server http://gpu-box:8080 \\\n"
       "      --data dev.jsonl --target-routed 7 -o router-7pct.gguf");
-  return MakeCommand(app, p, o, [o, p](const std::string& cmd) -> int {
+  return MakeCommand(app, p, o, [o = o, p = p](const std::string& cmd) -> int {
     if (o->target_routed < 0 && o->target_accuracy < 0) {
       return ReportError(cmd, "give a target: --target-routed PERCENT or --target-accuracy FRACTION");
     }

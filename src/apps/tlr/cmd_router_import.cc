@@ -62,7 +62,7 @@ Command AddRouterImport(CLI::App* router_app) {
   AddOptions(app, kCmdRouterImport, p.get(), "--slm @demo/slm.gguf --from x.safetensors -o r.gguf");
   app->footer("Example (tools/train/router_torch.py trains one on `tlr router train --dump-features DIR`):\n"
               "  tlr router import --slm slm.gguf --from router.safetensors -o router.gguf --check scores.safetensors");
-  return MakeCommand(app, p, o, [o, p](const std::string& cmd) -> int {
+  return MakeCommand(app, p, o, [o = o, p = p](const std::string& cmd) -> int {
     auto slm = Model::Load(p->slm);
     if (!slm.ok()) return ReportError(cmd, "SLM: " + slm.status().message());
     auto st = ReadSafeTensors(o->from);

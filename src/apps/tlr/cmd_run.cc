@@ -40,7 +40,7 @@ Command AddRunCommand(CLI::App& root) {
           "l");
   AddOptions(app, kCmdRun, p.get());
   app->footer("Example: tlr run -m qwen2.5-0.5b-instruct-q8_0.gguf --chat -p \"Why is the sky blue?\"");
-  return MakeCommand(app, p, o, [o, p](const std::string& cmd) -> int {
+  return MakeCommand(app, p, o, [o = o, p = p](const std::string& cmd) -> int {
             auto text = PromptText(o->prompt, o->prompt_file);
             if (!text.ok()) return ReportError(cmd, text.status().message());
             std::string prompt = std::move(text).value();

@@ -106,7 +106,7 @@ Command AddServeCommand(CLI::App& root) {
       "  tlr serve -m qwen2.5-7b-q4_0.gguf --host 0.0.0.0 --accept-key \"$KEY\" --tls-cert c.pem --tls-key k.pem\n"
       "  tlr serve --web build-wasm/web                     # + the web UI, the SLM in the visitor's tab (make wasm)");
   AddOptions(app, kCmdServe, p.get());
-  return MakeCommand(app, p, o, [o, p](const std::string& cmd) -> int {
+  return MakeCommand(app, p, o, [o = o, p = p](const std::string& cmd) -> int {
             ServerOptions so;
             so.host = p->host;
             so.port = p->port;

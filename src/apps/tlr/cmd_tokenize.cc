@@ -84,7 +84,7 @@ Command AddTokenizeCommand(CLI::App& root) {
       "  tlr tokenize --tokenizer tokenizer.json -f prompt.txt\n"
       "  tlr tokenize -m model.gguf --decode 15496 995");
   AddOptions(app, kCmdTokenize, p.get(), "-m @demo/slm.gguf");
-  return MakeCommand(app, p, opts, [opts](const std::string& cmd) -> int {
+  return MakeCommand(app, p, opts, [opts = opts](const std::string& cmd) -> int {
             TokenizerOptions topts;
             topts.pre_override = opts->pre;
             std::unique_ptr<Tokenizer> tok;

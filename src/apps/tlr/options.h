@@ -103,6 +103,8 @@ struct Params {
 nlohmann::json ToJson(const Params& p);
 
 // A new command: its subcommand of `parent`, the struct of its own options and its parameters.
+// (`auto [app, o, p] = NewCommand<Own>(...)`; lambdas take the bindings by init-capture, `[o = o]`:
+// clang before 16 cannot capture a structured binding itself.)
 template <typename Own>
 struct NewCommandParts {
   CLI::App* app;
