@@ -1,6 +1,6 @@
 // `tlr ui`: a web page for interactive token routing (apps layer) — loads the SLM, the routers
 // and the LLM (in process or behind --server), then serves the embedded single-page app and its
-// API (ui_server.h) on loopback until SIGINT/SIGTERM.
+// API (device_server.h) on loopback until SIGINT/SIGTERM.
 
 #include <cstdio>
 #include <cstdlib>
@@ -11,7 +11,7 @@
 #include "apps/tlr/commands.h"
 #include "apps/tlr/options.h"
 #include "apps/tlr/ui_assets.h"
-#include "device/ui/ui_server.h"
+#include "device/ui/device_server.h"
 #include "model/model.h"
 #include "net/http_front.h"
 #include "ops/thread_pool.h"
@@ -120,7 +120,7 @@ Command AddUiCommand(CLI::App& root) {
             // The given router first (the page's default), then every built-in kind.
             std::vector<std::unique_ptr<Router>> routers;
             routers.push_back(std::move(pair->router));
-            UiModels models;
+            DeviceServerModels models;
             const bool learned = RouterIsLearned(routers[0]->kind());
             models.routers.push_back({std::string(RouterKindName(routers[0]->kind())),
                                       std::string(RouterKindName(routers[0]->kind())) +
@@ -162,7 +162,7 @@ Command AddUiCommand(CLI::App& root) {
                                : nlohmann::json{{"name", FileName(p->llm)}, {"where", "in-process"},
                                                 {"architecture", llm.model->config().arch_name},
                                                 {"sim_rtt_ms", p->server.sim_rtt_ms}}}};
-            UiOptions uo;
+            DeviceServerOptions uo;
             uo.host = p->host;
             uo.port = p->port;
             uo.public_bind = p->public_bind;
@@ -174,7 +174,7 @@ Command AddUiCommand(CLI::App& root) {
             uo.api_keys = p->accept_keys;
             uo.max_queue = o->max_queue;
             uo.model_name = o->model_name;
-            UiServer ui(std::move(models), std::move(uo));
+            DeviceServer ui(std::move(models), std::move(uo));
             TLR_CLI_CHECK(cmd, ui.Start());
             InstallStopSignals();
             std::printf("tlr ui: SLM %s, LLM %s, router %s\n", FileName(p->slm).c_str(),

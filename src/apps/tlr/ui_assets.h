@@ -5,7 +5,7 @@
 
 #include <span>
 
-#include "device/ui/ui_server.h"
+#include "device/ui/device_server.h"
 
 namespace tlr::cli {
 

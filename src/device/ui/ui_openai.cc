@@ -1,4 +1,4 @@
-// The device's routed OpenAI-compatible API (device layer, part of UiServer; see ui_server.h):
+// The device's routed OpenAI-compatible API (device layer, part of DeviceServer; see device_server.h):
 // GET /v1/models, POST /v1/chat/completions and /v1/completions, streamed or not. The request
 // bodies are read as `tlr serve` reads them (net/openai_requests.h); generation is routed (SLM
 // here, uncertain tokens from the LLM) in the conversation's cached context, so a chat client's
@@ -11,8 +11,8 @@
 #include <ctime>
 
 #include "device/decode/token_json.h"
-#include "device/ui/ui_server.h"
-#include "device/ui/ui_server_internal.h"
+#include "device/ui/device_server.h"
+#include "device/ui/device_server_internal.h"
 #include "model/chat_template.h"
 #include "net/http_front.h"
 #include "net/openai_requests.h"
@@ -49,7 +49,7 @@ void SendContextExceeded(httplib::Response& res, bool chat, int64_t n_ctx, int64
 
 }  // namespace
 
-void UiServer::RoutesOpenAi() {
+void DeviceServer::RoutesOpenAi() {
   const Model& slm = *models_.slm;
   http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     json routers = json::array();

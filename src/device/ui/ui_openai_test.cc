@@ -1,4 +1,4 @@
-// The device's routed OpenAI-compatible API (label server): a real UiServer on a loopback port
+// The device's routed OpenAI-compatible API (label server): a real DeviceServer on a loopback port
 // with the bundled demo pair in process. A conversation's next turn reuses its cached prefix and
 // gives the tokens a fresh server gives; bad input is a 4xx and the next request is served; the
 // queue is bounded (429 with Retry-After) and a client that goes away leaves it; two clients
@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "device/ui/ui_server.h"
+#include "device/ui/device_server.h"
 #include "ops/thread_pool.h"
 #include "routing/router.h"
 #include "util/test_support.h"
@@ -52,8 +52,8 @@ class UiOpenAiTest : public ::testing::Test {
     delete llm_;
     delete slow_llm_;
   }
-  std::unique_ptr<UiServer> Start(UiOptions o, const LlmTarget* llm = nullptr, int kv_slots = 4) {
-    UiModels m;
+  std::unique_ptr<DeviceServer> Start(DeviceServerOptions o, const LlmTarget* llm = nullptr, int kv_slots = 4) {
+    DeviceServerModels m;
     m.slm = slm_;
     m.llm = llm ? llm : llm_;
     // A router per server: its scratch buffers serve one generation at a time.
@@ -66,7 +66,7 @@ class UiOpenAiTest : public ::testing::Test {
     m.prompt_cache.n_ctx = 512;
     o.port = 0;
     o.assets = kAssets;
-    auto ui = std::make_unique<UiServer>(std::move(m), std::move(o));
+    auto ui = std::make_unique<DeviceServer>(std::move(m), std::move(o));
     Status s = ui->Start();
     EXPECT_TRUE(s.ok()) << s.message();
     return ui;
@@ -241,7 +241,7 @@ TEST_F(UiOpenAiTest, TwoClientsStreamingAtOnceGetWhatTheyGetAlone) {
 }
 
 TEST_F(UiOpenAiTest, QueueIsBoundedAndAClientThatLeavesFreesItsPlace) {
-  UiOptions o;
+  DeviceServerOptions o;
   o.max_queue = 2;
   auto ui = Start(o, slow_llm_);
   // Every token routed, each LLM call 150 ms: 12 tokens take about 2 s.
@@ -276,7 +276,7 @@ TEST_F(UiOpenAiTest, QueueIsBoundedAndAClientThatLeavesFreesItsPlace) {
 }
 
 TEST_F(UiOpenAiTest, KeysGuardTheApiAndHeadlessServesNoPage) {
-  UiOptions o;
+  DeviceServerOptions o;
   o.page = false;
   o.api_keys = {"k1", "k2"};
   auto ui = Start(o);

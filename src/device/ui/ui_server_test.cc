@@ -1,7 +1,7 @@
 // The web UI's HTTP service on a loopback port (label server): the DNS-rebinding guard accepts
 // exactly the loopback names (not "127.attacker.example"), slow clients do not take the page
 // away, and a generation streams its events.
-#include "device/ui/ui_server.h"
+#include "device/ui/device_server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -40,16 +40,16 @@ class UiServerTest : public ::testing::Test {
     delete router_;
   }
   void SetUp() override {
-    UiModels m;
+    DeviceServerModels m;
     m.slm = slm_;
     m.llm = llm_;
     m.routers.push_back({"citer", "citer (test)", router_});
     m.pool = &pool_;
     m.n_ctx = 512;
-    UiOptions o;
+    DeviceServerOptions o;
     o.port = 0;
     o.assets = kAssets;
-    ui_ = std::make_unique<UiServer>(std::move(m), std::move(o));
+    ui_ = std::make_unique<DeviceServer>(std::move(m), std::move(o));
     Status s = ui_->Start();
     ASSERT_TRUE(s.ok()) << s.message();
   }
@@ -66,7 +66,7 @@ class UiServerTest : public ::testing::Test {
   static LlmTarget* llm_;
   static Router* router_;
   ThreadPool pool_{1};
-  std::unique_ptr<UiServer> ui_;
+  std::unique_ptr<DeviceServer> ui_;
 };
 Model* UiServerTest::slm_ = nullptr;
 LlmTarget* UiServerTest::llm_ = nullptr;

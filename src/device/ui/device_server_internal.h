@@ -1,4 +1,4 @@
-// What ui_server.cc and ui_openai.cc share (device layer, internal to UiServer): a job (one
+// What device_server.cc and ui_openai.cc share (device layer, internal to DeviceServer): a job (one
 // generation's place in the queue and its stream), a checked request and small helpers.
 #pragma once
 
@@ -9,14 +9,14 @@
 #include <vector>
 
 #include "device/decode/decoder.h"
-#include "device/ui/ui_server.h"
+#include "device/ui/device_server.h"
 #include "net/sse_stream.h"
 
 namespace tlr {
 
 // One generation: its SSE chunks (when streamed), produced by a worker thread, sent by httplib's
 // thread; `cancelled` stops it (or takes it out of the queue).
-struct UiServer::Job : SseStream {
+struct DeviceServer::Job : SseStream {
   std::atomic<bool> superseded{false};  // the page's: cancelled by a newer one
   uint64_t id = 0;
   bool api = false;                     // an OpenAI request (counts against max_queue)
@@ -24,10 +24,10 @@ struct UiServer::Job : SseStream {
 };
 
 // A checked generation request.
-struct UiServer::Request {
+struct DeviceServer::Request {
   std::vector<int32_t> prompt;
   DecodeOptions decode;
-  size_t router = 0;  // index into UiModels::routers
+  size_t router = 0;  // index into DeviceServerModels::routers
 };
 
 namespace ui {

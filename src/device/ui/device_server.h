@@ -1,8 +1,9 @@
-// UiServer (device layer): the device-side HTTP service of `tlr ui`. It runs the SLM and the
-// router here and talks to the LLM (in process or behind --server), and serves
+// DeviceServer (device layer): the device-side HTTP service of `tlr ui`, the page and its API and
+// the routed OpenAI API (alone when headless). It runs the SLM and the router here and talks to the
+// LLM (in process or behind --server), and serves
 //
-// * the single-page app (its files given as UiOptions::assets; the tlr binary embeds them,
-//   src/apps/tlr/ui_assets.h) and its small JSON/SSE API, unless headless (UiOptions::page):
+// * the single-page app (its files given as DeviceServerOptions::assets; the tlr binary embeds them,
+//   src/apps/tlr/ui_assets.h) and its small JSON/SSE API, unless headless (DeviceServerOptions::page):
 //   GET  /, /index.html, /app.js, /style.css   the page (embedded; it loads nothing else)
 //   GET  /api/info      models, routers (with their recommended thresholds), modes, limits,
 //                       example prompts, whether eval results are loaded, the prompt cache
@@ -22,8 +23,8 @@
 //   "router"} chooses the routing; each streamed chunk's choice carries "tlr": {"tokens": [{id,
 //   text, source, confidence}]}, and usage adds prompt_tokens_details.cached_tokens (prompt
 //   tokens reused from the prompt cache) and "tlr" (routed tokens, LLM calls and work,
-//   fallbacks, stall). Requests wait in a bounded queue (past UiOptions::max_queue: 429 with
-//   Retry-After); a client that goes away leaves it. With UiOptions::api_keys they need
+//   fallbacks, stall). Requests wait in a bounded queue (past DeviceServerOptions::max_queue: 429 with
+//   Retry-After); a client that goes away leaves it. With DeviceServerOptions::api_keys they need
 //   "Authorization: Bearer KEY".
 //
 // Generations run one at a time, in the order they arrived (the page's and the API's alike), in
@@ -87,7 +88,7 @@ struct UiExample {
 };
 
 // What the UI generates with. Nothing is owned; everything must outlive the server.
-struct UiModels {
+struct DeviceServerModels {
   const Model* slm = nullptr;       // required (the router reads it; prompts use its tokenizer)
   const LlmTarget* llm = nullptr;   // required: where the LLM runs (in process or a server);
                                     // each conversation context keeps its own backend of it
@@ -103,7 +104,7 @@ struct UiModels {
   std::string warning;              // shown in the page (e.g. the LLM server is down)
 };
 
-struct UiOptions {
+struct DeviceServerOptions {
   std::string host = "127.0.0.1";
   int port = 8090;                  // 0: any free port
   bool public_bind = false;         // allow a non-loopback host; lifts the Host check
@@ -117,12 +118,12 @@ struct UiOptions {
   std::string model_name = "tlr";   // the model id /v1/models lists (requests may name any)
 };
 
-class UiServer {
+class DeviceServer {
  public:
-  UiServer(UiModels models, UiOptions opts);
-  ~UiServer();
-  UiServer(const UiServer&) = delete;
-  UiServer& operator=(const UiServer&) = delete;
+  DeviceServer(DeviceServerModels models, DeviceServerOptions opts);
+  ~DeviceServer();
+  DeviceServer(const DeviceServer&) = delete;
+  DeviceServer& operator=(const DeviceServer&) = delete;
 
   // Checks the options, binds and serves on a background thread.
   Status Start();
@@ -131,7 +132,7 @@ class UiServer {
   void Stop();
 
  private:
-  struct Job;      // one generation: its place in the queue and its SSE chunks (ui_server.cc)
+  struct Job;      // one generation: its place in the queue and its SSE chunks (device_server.cc)
   struct Request;  // a checked generation request
   void Routes();
   void RoutesOpenAi();  // ui_openai.cc
@@ -148,13 +149,13 @@ class UiServer {
   // prompt (from the prompt cache; given back after). Call within a turn.
   Expected<DeviceRunResult> Generate(const Request& r, Job* job, const std::function<bool(const TokenEvent&)>& on_token,
                                      const std::function<void(const ProvisionalEvent&)>& on_provisional = {});
-  std::string LlmName() const;  // from UiModels::describe ("" when it does not say)
+  std::string LlmName() const;  // from DeviceServerModels::describe ("" when it does not say)
   void RunPageJob(const std::shared_ptr<Job>& job, const Request& req);
   // A worker thread for `job` (counted so that Stop waits for it).
   void StartWorker(const std::shared_ptr<Job>& job, std::function<void()> body);
 
-  UiModels models_;
-  UiOptions opts_;
+  DeviceServerModels models_;
+  DeviceServerOptions opts_;
   std::unique_ptr<DeviceContextPool> contexts_;  // the prompt cache
   std::unique_ptr<httplib::Server> http_;
   HttpFront* front_ = nullptr;  // http_

@@ -1,7 +1,7 @@
-// UiServer: the page's HTTP routes, the queue of generations and the generation behind them
-// (device layer). See ui_server.h for the endpoints and the rules; the OpenAI API is in
+// DeviceServer: the page's HTTP routes, the queue of generations and the generation behind them
+// (device layer). See device_server.h for the endpoints and the rules; the OpenAI API is in
 // ui_openai.cc.
-#include "device/ui/ui_server.h"
+#include "device/ui/device_server.h"
 
 #include <httplib.h>
 
@@ -14,7 +14,7 @@
 #include "device/decode/token_json.h"
 #include "device/llm/llm_backend.h"
 #include "device/session/llm_factory.h"
-#include "device/ui/ui_server_internal.h"
+#include "device/ui/device_server_internal.h"
 #include "model/chat_template.h"
 #include "model/chat_messages.h"
 #include "net/http_front.h"
@@ -75,16 +75,16 @@ using ui::Ms;
 using ui::Sse;
 using ui::kMaxSpan;
 
-UiServer::UiServer(UiModels models, UiOptions opts) : models_(std::move(models)), opts_(std::move(opts)) {
+DeviceServer::DeviceServer(DeviceServerModels models, DeviceServerOptions opts) : models_(std::move(models)), opts_(std::move(opts)) {
   if (models_.slm) {
     contexts_ = std::make_unique<DeviceContextPool>(
         models_.prompt_cache, KvCache::BytesPerPosition(models_.slm->config(), models_.slm->kv_type()));
   }
 }
 
-UiServer::~UiServer() { Stop(); }
+DeviceServer::~DeviceServer() { Stop(); }
 
-Status UiServer::Start() {
+Status DeviceServer::Start() {
   if (!models_.slm || models_.routers.empty() || !models_.pool || !models_.llm) {
     return Status::Error("the device server needs an SLM, a router and an LLM (in process or behind --server)");
   }
@@ -138,7 +138,7 @@ Status UiServer::Start() {
   return BindAndListen(http_.get(), opts_.host, opts_.port, kDefaultListenBacklog, &port_, &thread_);
 }
 
-void UiServer::Stop() {
+void DeviceServer::Stop() {
   {
     std::lock_guard<std::mutex> l(jobs_mu_);
     for (Job* job : live_) job->cancelled = true;
@@ -151,7 +151,7 @@ void UiServer::Stop() {
   jobs_cv_.wait(l, [this] { return workers_ == 0; });
 }
 
-bool UiServer::WaitTurn(Job* job, const std::function<bool()>& gone) {
+bool DeviceServer::WaitTurn(Job* job, const std::function<bool()>& gone) {
   std::unique_lock<std::mutex> l(jobs_mu_);
   queue_.push_back(job);
   for (;;) {
@@ -171,7 +171,7 @@ bool UiServer::WaitTurn(Job* job, const std::function<bool()>& gone) {
   }
 }
 
-void UiServer::EndTurn() {
+void DeviceServer::EndTurn() {
   {
     std::lock_guard<std::mutex> l(jobs_mu_);
     busy_ = false;
@@ -179,7 +179,7 @@ void UiServer::EndTurn() {
   jobs_cv_.notify_all();
 }
 
-void UiServer::StartWorker(const std::shared_ptr<Job>& job, std::function<void()> body) {
+void DeviceServer::StartWorker(const std::shared_ptr<Job>& job, std::function<void()> body) {
   {
     std::lock_guard<std::mutex> l(jobs_mu_);
     ++workers_;
@@ -192,7 +192,7 @@ void UiServer::StartWorker(const std::shared_ptr<Job>& job, std::function<void()
   });
 }
 
-Status UiServer::ApplyRouting(const json& j, bool strict, Request* r) const {
+Status DeviceServer::ApplyRouting(const json& j, bool strict, Request* r) const {
   std::string mode = "joint", router = models_.routers[0].name;
   bool pipeline = models_.pipeline.enabled;
   int64_t span = 1;
@@ -229,7 +229,7 @@ Status UiServer::ApplyRouting(const json& j, bool strict, Request* r) const {
   return Status::Ok();
 }
 
-Expected<DeviceRunResult> UiServer::Generate(const Request& r, Job* job,
+Expected<DeviceRunResult> DeviceServer::Generate(const Request& r, Job* job,
                                              const std::function<bool(const TokenEvent&)>& on_token,
                                              const std::function<void(const ProvisionalEvent&)>& on_provisional) {
   DecodeOptions d = r.decode;
@@ -245,7 +245,7 @@ Expected<DeviceRunResult> UiServer::Generate(const Request& r, Job* job,
   return result;
 }
 
-void UiServer::Routes() {
+void DeviceServer::Routes() {
   for (const UiAsset& a : opts_.assets) {
     http_->Get(RegexEscape(a.path), [a](const httplib::Request&, httplib::Response& res) {
       res.set_header("Content-Security-Policy", kContentSecurityPolicy);
@@ -390,14 +390,14 @@ void UiServer::Routes() {
   });
 }
 
-std::string UiServer::LlmName() const {
+std::string DeviceServer::LlmName() const {
   const json& d = models_.describe;
   if (!d.is_object() || !d.contains("llm") || !d["llm"].is_object()) return "";
   auto it = d["llm"].find("name");
   return it != d["llm"].end() && it->is_string() ? it->get<std::string>() : "";
 }
 
-void UiServer::RunPageJob(const std::shared_ptr<Job>& job, const Request& r) {
+void DeviceServer::RunPageJob(const std::shared_ptr<Job>& job, const Request& r) {
   const DecodeOptions& d = r.decode;
   auto stats_json = [&](const DecodeStats& st, double network_s) {
     json j = {{"stop", st.stop},
