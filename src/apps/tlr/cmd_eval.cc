@@ -98,7 +98,7 @@ Command AddEvalCommand(CLI::App& root) {
               if (ec) return ReportError(cmd, "cannot create '" + o->out + "': " + ec.message());
             }
             ThreadPool pool(p->threads);
-            auto stack = MakeLlmStack(*pair, *p, p->ctx, pair->slm->tokenizer());
+            auto stack = MakeLlmStack(*pair, p->ctx, pair->slm->tokenizer());
             if (!stack.ok()) return ReportError(cmd, stack.status().message());
             LlmBackend* backend = (*stack)->backend();
             EvalOptions e;

@@ -213,7 +213,7 @@ Command AddRouterTrain(CLI::App* router_app) {
               ro.http.sim_rtt_s = config.sim_rtt_s;  // --sim-rtt: per HTTP request, as the device's calls
               ro.http.sim_jitter_s = config.sim_jitter_s;
               if (!p->server.llm_tokenizer.empty()) {
-                auto st = MakeLlmStack(*pair, *p, 0, slm->tokenizer());
+                auto st = MakeLlmStack(*pair, 0, slm->tokenizer());
                 if (!st.ok()) return ReportError(cmd, "LLM: " + st.status().message());
                 stack = std::move(st).value();
               }
@@ -229,7 +229,7 @@ Command AddRouterTrain(CLI::App* router_app) {
             } else {
               const Model& llm_model = *pair->llm.model;
               if (llm_model.tokenizer().Fingerprint() != slm->tokenizer().Fingerprint()) {
-                auto st = MakeLlmStack(*pair, *p, 8192, slm->tokenizer());
+                auto st = MakeLlmStack(*pair, 8192, slm->tokenizer());
                 if (!st.ok()) return ReportError(cmd, "LLM: " + st.status().message());
                 stack = std::move(st).value();
               }

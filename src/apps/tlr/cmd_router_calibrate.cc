@@ -75,7 +75,7 @@ Command AddRouterCalibrate(CLI::App* router_app) {
     if (!pair.ok()) return ReportError(cmd, pair.status().message());
     Router* router = pair->router.get();
     ThreadPool pool(p->threads);
-    auto stack = MakeLlmStack(*pair, *p, p->ctx, pair->slm->tokenizer());
+    auto stack = MakeLlmStack(*pair, p->ctx, pair->slm->tokenizer());
     if (!stack.ok()) return ReportError(cmd, stack.status().message());
     CalibrateOptions c;
     c.eval.max_tokens = p->decode.max_tokens;

@@ -138,7 +138,7 @@ Command AddUiCommand(CLI::App& root) {
             ThreadPool pool(p->threads);
             std::string server_name;
             if (remote) {  // checks the server once (each conversation then opens its own session)
-              auto r = MakeLlmStack(*pair, *p, p->ctx, pair->slm->tokenizer());
+              auto r = MakeLlmStack(*pair, p->ctx, pair->slm->tokenizer());
               if (!r.ok()) return ReportError(cmd, r.status().message());
               server_name = (*r)->remote()->name();
               models.warning = (*r)->warning();

@@ -152,8 +152,9 @@ std::vector<OptionDef> MakeSharedOptions() {
     think.add = [](CLI::App* app, Params* p, const std::string& n, const std::string& h) {
       return app->add_flag_callback(n, [p] { p->think = true; }, h);
     };
-    add(think, gen).NeedsChat(kCmdRun | kCmdGenerate | kCmdEval).Ex("");
-    OptionDef no_think = think;
+    think.NeedsChat(kCmdRun | kCmdGenerate | kCmdEval).Ex("");
+    OptionDef no_think = think;  // the same commands, example and --chat rule
+    add(think, gen);
     no_think.names = "--no-think";
     no_think.help = "enable_thinking=false (Qwen3's template closes an empty <think> block so the model answers "
                     "directly)";
@@ -362,7 +363,6 @@ void AddOptions(CLI::App* app, CommandId command, Params* p, std::string example
   p->command = command;
   ExampleTable().args[app] = std::move(example_args);
   if (command & kThreadCmds) p->threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::map<std::string, CLI::Option*> chat_flag;
   std::vector<std::pair<CLI::Option*, const OptionDef*>> added;
   for (const OptionDef& d : SharedOptions()) {
     if (!(d.commands & command)) continue;
@@ -394,12 +394,6 @@ void AddOptions(CLI::App* app, CommandId command, Params* p, std::string example
       Example(o, d->example, "--chat");
     }
   }
-  if (no_think && chat && think) {
-    no_think->needs(chat);
-    Example(no_think, "", "--chat");
-  } else if (no_think) {
-    Example(no_think, "");
-  }
   app->add_flag("--print-params", p->print_params)->group("");
   app->add_flag_callback("--list-options", [app] {
        ListOptions(app);
@@ -424,8 +418,8 @@ Status Resolve(CLI::App* app, Params* p) {
       break;
     }
   }
-  if (CLI::Option* o = app->get_option_no_throw("--llm")) p->llm_given = o->count() > 0;
-  if (p->llm_given && p->remote()) return Status::Error("give either --llm or --server, not both");
+  const CLI::Option* llm = app->get_option_no_throw("--llm");
+  if (llm && llm->count() > 0 && p->remote()) return Status::Error("give either --llm or --server, not both");
   // The demo pair's files where none were given.
   auto demo = [](std::string* path, const char* name) {
     if (path->empty()) *path = DemoFile(name);

@@ -97,7 +97,6 @@ struct Params {
   DecodeOptions decode;              // mode, threshold (-1 until a router is known), span, max tokens, sampling, pipeline
   uint64_t kv_budget_bytes = 0;
   bool remote() const { return !server.url.empty(); }
-  bool llm_given = false;            // --llm was on the command line
 };
 
 nlohmann::json ToJson(const Params& p);
@@ -156,8 +155,7 @@ Expected<Pair> LoadPair(const Params& p, PairNeeds needs);
 PairNeeds NeedsForMode(DecodeMode mode);
 // The chain of backends to the pair's LLM (n_ctx: the in-process LLM's KV cache); prints the
 // server's warning, if any, on stderr.
-Expected<std::unique_ptr<LlmStack>> MakeLlmStack(const Pair& pair, const Params& p, int64_t n_ctx,
-                                                 const Tokenizer& vocab);
+Expected<std::unique_ptr<LlmStack>> MakeLlmStack(const Pair& pair, int64_t n_ctx, const Tokenizer& vocab);
 
 // "vocabulary bridge: 174 routed calls; per call 6.1 LLM tokens re-encoded, ..." (stderr lines).
 std::string BridgeSummary(const VocabBridgeStats& s);

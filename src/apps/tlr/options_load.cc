@@ -89,8 +89,7 @@ Expected<Pair> LoadPair(const Params& p, PairNeeds needs) {
   return out;
 }
 
-Expected<std::unique_ptr<LlmStack>> MakeLlmStack(const Pair& pair, const Params& p, int64_t n_ctx,
-                                                 const Tokenizer& vocab) {
+Expected<std::unique_ptr<LlmStack>> MakeLlmStack(const Pair& pair, int64_t n_ctx, const Tokenizer& vocab) {
   auto stack = LlmStack::Create(pair.llm.config, pair.llm.model.get(), n_ctx, vocab);
   if (stack.ok() && !(*stack)->warning().empty()) std::fprintf(stderr, "warning: %s\n", (*stack)->warning().c_str());
   return stack;
