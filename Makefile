@@ -8,14 +8,15 @@ FUZZERS := gguf_fuzz tokenizer_fuzz server_request_fuzz remote_reply_fuzz jinja_
 
 PREFIX ?= /usr/local
 
-.PHONY: install results llm-cost openai-load pipeline-check interop-check all build demo test unit-test fuzz-test fuzz asan-test tsan-test aarch64-test aarch64-device-test wasm wasm-test net-test soak deps deps-test clean help
+.PHONY: install results llm-cost openai-load pipeline-check interop-check all build demo test unit-test fuzz-test fuzz asan-test tsan-test aarch64-test aarch64-device-test wasm wasm-test net-test soak deps deps-test deps-clang clean help
 
 all: build
 
 help:
 	@echo "make          build build/bin/tlr and the tests"
 	@echo "make demo     build and run the demo"
-	@echo "make test     build and run every test (unit, model, fuzz smoke runs)"
+	@echo "make test     build and run every test (unit, kernel, model, server, browser; the fuzz targets over their seeds)"
+	@echo "make fuzz-test  each libFuzzer target for 20 s from its seeds (clang, ASan + UBSan: build-fuzz/)"
 	@echo "make install PREFIX=/usr/local  tlr, libtlr.so + tlr.h (C API), tlr.pc, the CMake package, the"
 	@echo "              Python binding (share/tlr/python), the examples and the demo models (share/tlr)"
 	@echo "make asan-test  the test suite under AddressSanitizer + UBSan (build-asan/)"
@@ -44,6 +45,9 @@ deps:
 deps-test:
 	@scripts/deps.sh build test
 
+deps-clang:
+	@scripts/deps.sh build test clang
+
 build: deps
 	$(call configure,build,release)
 	cmake --build build -j $(JOBS)
@@ -56,10 +60,10 @@ demo: build
 install: build
 	cmake --install build --prefix $(PREFIX)
 
-# Every test: the regular suite, then each fuzzer for a short bounded run from its seeds.
+# Every test. The fuzz targets run here over their seeds and fixed mutations of them (the
+# *_replay tests); coverage-guided fuzzing under sanitizers is fuzz-test (20 s each) and fuzz.
 test: deps-test build
 	ctest --test-dir build --output-on-failure -j $(JOBS) $(CTEST_ARGS)
-	$(MAKE) --no-print-directory fuzz-test
 
 # docs/RESULTS.md, docs/results/ and docs/results-network/ from evaluations of the bundled pair
 # (in process on all test questions; over a local tlr serve with a simulated 170 ms round trip).
@@ -88,12 +92,12 @@ interop-check: build
 
 # The fuzzers side by side (each is one process for TLR_FUZZ_SECONDS; libFuzzer's own output
 # only when one fails).
-fuzz-test: deps-test
+fuzz-test: deps-clang
 	$(call configure,build-fuzz,fuzz)
 	cmake --build build-fuzz -j $(JOBS) --target $(FUZZERS)
 	ctest --test-dir build-fuzz -L fuzz --output-on-failure -j $(JOBS)
 
-fuzz: deps-test
+fuzz: deps-clang
 	$(call configure,build-fuzz,fuzz)
 	cmake --build build-fuzz -j $(JOBS) --target $(FUZZERS)
 	cmake -DTLR_FUZZ_SECONDS=$(FUZZ_SECONDS) build-fuzz >/dev/null
@@ -111,7 +115,7 @@ asan-test: deps-test
 TSAN_LABELS := ^(server|browser)$$
 TSAN_TESTS := ^(DecoderTest|PipelineTest|Speculation|SessionStore|CapiTest)\.
 TSAN_ENV := TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/scripts/tsan.supp"
-tsan-test: deps-test
+tsan-test: deps-clang
 	@grep -qs 'CMAKE_CXX_COMPILER:[A-Z]*=.*clang' build-tsan/CMakeCache.txt || rm -rf build-tsan
 	$(call configure,build-tsan,tsan)
 	cmake --build build-tsan -j $(JOBS)

@@ -19,12 +19,21 @@ function(tlr_test name label)
                        DISCOVERY_TIMEOUT 60)
 endfunction()
 
-# tlr_fuzzer(NAME src... LIBS lib... CORPUS dir): a libFuzzer target, built only with
-# TLR_FUZZ=ON. CTest runs it for TLR_FUZZ_SECONDS from its seed corpus (label fuzz).
+# tlr_fuzzer(NAME src... LIBS lib... SEEDS dir...): a fuzz target. With TLR_FUZZ=ON (build-fuzz,
+# clang) a libFuzzer binary that CTest runs for TLR_FUZZ_SECONDS from its seed corpus (label
+# fuzz). In the other builds NAME_replay: the same target under src/util/fuzz_replay_main.cc,
+# run by CTest over the seeds and fixed mutations of them (label unit), in `make test`.
 set(TLR_FUZZ_SECONDS 20 CACHE STRING "Seconds each fuzzer runs under ctest")
 function(tlr_fuzzer name)
   cmake_parse_arguments(F "" "" "LIBS;SEEDS" ${ARGN})
   if(NOT TLR_FUZZ)
+    if(TLR_BUILD_TESTS)
+      add_executable(${name}_replay ${F_UNPARSED_ARGUMENTS} ${CMAKE_SOURCE_DIR}/src/util/fuzz_replay_main.cc)
+      target_link_libraries(${name}_replay PRIVATE ${F_LIBS})
+      target_compile_definitions(${name}_replay PRIVATE TLR_SHARED_DIR="${TLR_SHARED_DIR}")
+      add_test(NAME ${name}_replay COMMAND ${name}_replay ${F_SEEDS} WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+      set_tests_properties(${name}_replay PROPERTIES LABELS unit)
+    endif()
     return()
   endif()
   add_executable(${name} ${F_UNPARSED_ARGUMENTS})

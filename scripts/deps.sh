@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages TLR needs, or says exactly how to.
 #   scripts/deps.sh build        what `make` needs
-#   scripts/deps.sh build test   plus what `make test` needs (clang/libFuzzer, npm, headless Chromium,
-#                                iproute2/iptables/haproxy for the network-fault and failover tests,
-#                                curl for the README test)
+#   scripts/deps.sh build test   plus what `make test` needs (npm, headless Chromium, iproute2/iptables/
+#                                haproxy for the network-fault and failover tests, curl for the README test)
+#   scripts/deps.sh clang        clang with libFuzzer and the sanitizer runtimes (`make fuzz-test`,
+#                                `make fuzz`, `make tsan-test`)
 #   scripts/deps.sh aarch64      the ARM cross-build and qemu-user (`make aarch64-test`); adds
 #                                Debian's arm64 architecture for the :arm64 libraries
 #   scripts/deps.sh wasm         the browser build (`make wasm`): emscripten, and the header-only
@@ -13,7 +14,8 @@
 set -euo pipefail
 
 build_pkgs=(cmake make ninja-build g++ pkg-config python3 nlohmann-json3-dev libcli11-dev libgtest-dev libhwy-dev libcpp-httplib-dev libssl-dev)
-test_pkgs=(libicu-dev unicode-data clang libclang-rt-14-dev openssl chromium chromium-driver python3-jinja2 python3-torch iproute2 iptables haproxy curl)
+test_pkgs=(libicu-dev unicode-data openssl chromium chromium-driver python3-jinja2 python3-torch iproute2 iptables haproxy curl)
+clang_pkgs=(clang libclang-rt-14-dev)
 # Header-only and architecture-independent packages serve both; compiled libraries come as :arm64.
 aarch64_pkgs=(ninja-build g++-aarch64-linux-gnu qemu-user pkg-config nlohmann-json3-dev libcli11-dev
               libhwy-dev:arm64 libgtest-dev:arm64 libssl-dev:arm64 libicu-dev:arm64 libcpp-httplib-dev:arm64)
@@ -27,9 +29,10 @@ for profile in "$@"; do
     build) want+=("${build_pkgs[@]}") ;;
     test) want+=("${test_pkgs[@]}")
           command -v npm >/dev/null 2>&1 || want+=(npm) ;;
+    clang) want+=("${clang_pkgs[@]}") ;;
     aarch64) want+=("${aarch64_pkgs[@]}") ;;
     wasm) want+=("${wasm_pkgs[@]}") ;;
-    *) echo "deps.sh: unknown profile '$profile' (build, test, aarch64, wasm)" >&2; exit 2 ;;
+    *) echo "deps.sh: unknown profile '$profile' (build, test, clang, aarch64, wasm)" >&2; exit 2 ;;
   esac
 done
 

@@ -24,7 +24,7 @@ namespace {
 
 // Random weights of `type`: half the rows quantized from Gaussian floats, half random block
 // bytes with sane f16 scales (every code, every sub-block scale and sign).
-std::vector<uint8_t> RandomWeights(GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+std::vector<uint8_t> RandomLowBitWeights(GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng) {
   const auto& tr = GgmlTraits(type);
   const size_t row_bytes = cols / tr.block_size * tr.type_size;
   std::vector<uint8_t> data(rows * row_bytes);
@@ -76,12 +76,12 @@ class LowBitKernels : public ::testing::TestWithParam<std::string> {
   void TearDown() override { ForceSimdTarget(""); }
 };
 
-struct Case {
+struct LowBitCase {
   GgmlType type;
   int64_t cols;
 };
 
-constexpr Case kCases[] = {
+constexpr LowBitCase kCases[] = {
     {GgmlType::kQ2_K, 256},   {GgmlType::kQ2_K, 2304},   {GgmlType::kQ3_K, 256},
     {GgmlType::kQ3_K, 1280},  {GgmlType::kIQ4_NL, 32},   {GgmlType::kIQ4_NL, 96},
     {GgmlType::kIQ4_NL, 896}, {GgmlType::kIQ4_XS, 256},  {GgmlType::kIQ4_XS, 2304},
@@ -90,7 +90,7 @@ constexpr Case kCases[] = {
 // Checks MatMulRowsLowBit against both references for `n_tokens` tokens.
 void CheckAgainstReferences(GgmlType type, int64_t rows, int64_t cols, int64_t n_tokens,
                             std::mt19937& rng) {
-  auto wdata = RandomWeights(type, rows, cols, rng);
+  auto wdata = RandomLowBitWeights(type, rows, cols, rng);
   const WeightView w{type, wdata.data(), rows, cols, wdata.size() / rows};
   const int64_t ld = cols + 5;  // a row stride that is not the row length
   const auto x = Activations(n_tokens, cols, ld, rng);
@@ -128,7 +128,7 @@ void CheckAgainstReferences(GgmlType type, int64_t rows, int64_t cols, int64_t n
 TEST_P(LowBitKernels, MatchScalarReferences) {
   EXPECT_EQ(ActiveSimdTarget(), GetParam());
   std::mt19937 rng(4321);
-  for (const Case& c : kCases) {
+  for (const LowBitCase& c : kCases) {
     for (int64_t n_tokens : {1, 2, 3, 4, 5, 9}) {
       CheckAgainstReferences(c.type, 13, c.cols, n_tokens, rng);
     }
@@ -145,9 +145,9 @@ TEST_P(LowBitKernels, LongRowsMatchReferences) {
 
 TEST_P(LowBitKernels, BatchInvariant) {
   std::mt19937 rng(2024);
-  for (const Case& c : kCases) {
+  for (const LowBitCase& c : kCases) {
     const int64_t rows = 37, n_tokens = 9;
-    auto wdata = RandomWeights(c.type, rows, c.cols, rng);
+    auto wdata = RandomLowBitWeights(c.type, rows, c.cols, rng);
     const WeightView w{c.type, wdata.data(), rows, c.cols, wdata.size() / rows};
     const auto x = Activations(n_tokens, c.cols, c.cols, rng);
     MatMulInput all;
@@ -176,9 +176,7 @@ TEST_P(LowBitKernels, BatchInvariant) {
   }
 }
 
-std::vector<std::string> Targets() { return CompiledSimdTargets(); }
-
-INSTANTIATE_TEST_SUITE_P(AllTargets, LowBitKernels, ::testing::ValuesIn(Targets()),
+INSTANTIATE_TEST_SUITE_P(AllTargets, LowBitKernels, ::testing::ValuesIn(CompiledSimdTargets()),
                          [](const auto& info) { return info.param; });
 
 TEST(LowBit, SupportedTypes) {

@@ -289,9 +289,7 @@ TEST_P(MatMulKernels, ThreadedMatchesSingleThreaded) {
   }
 }
 
-std::vector<std::string> Targets() { return CompiledSimdTargets(); }
-
-INSTANTIATE_TEST_SUITE_P(AllTargets, MatMulKernels, ::testing::ValuesIn(Targets()),
+INSTANTIATE_TEST_SUITE_P(AllTargets, MatMulKernels, ::testing::ValuesIn(CompiledSimdTargets()),
                          [](const auto& info) { return info.param; });
 
 TEST(MatMul, UnsupportedTypesAreReported) {

@@ -253,9 +253,7 @@ TEST_P(NnKernels, AttentionMatchesReferenceForEveryKvType) {
   }
 }
 
-std::vector<std::string> Targets() { return CompiledSimdTargets(); }
-
-INSTANTIATE_TEST_SUITE_P(AllTargets, NnKernels, ::testing::ValuesIn(Targets()),
+INSTANTIATE_TEST_SUITE_P(AllTargets, NnKernels, ::testing::ValuesIn(CompiledSimdTargets()),
                          [](const auto& info) { return info.param; });
 
 // The query rounding of a q8_0 cache (nn.h): the GGUF q8_0 rule with round-half-even, and

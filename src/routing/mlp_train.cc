@@ -260,8 +260,6 @@ class Net {
   MatMulInput mm_;
 };
 
-float Sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
-
 // Weighted BCE of logits z against targets; fills dz (d loss / d z) when non-null.
 double Loss(const std::vector<float>& z, const uint8_t* target, const double w[2], int64_t n,
             std::vector<float>* dz) {

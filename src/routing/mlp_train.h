@@ -4,6 +4,7 @@
 // dropout; the result has BatchNorm folded into the first layer, so it is an ordinary Router.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -14,6 +15,9 @@
 #include "util/status.h"
 
 namespace tlr {
+
+// The logistic function: a router logit to a probability.
+inline float Sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
 
 class ThreadPool;
 

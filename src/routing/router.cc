@@ -9,6 +9,7 @@
 #include "model/gguf/gguf_writer.h"
 #include "model/model.h"
 #include "quant/quantize.h"
+#include "routing/mlp_train.h"
 
 namespace tlr {
 
@@ -26,8 +27,6 @@ constexpr const char* kKeyLayers = "tlr-router.layer_count";
 std::string LayerTensor(size_t i, const char* what) {
   return "router.layer." + std::to_string(i) + "." + what;
 }
-
-float Sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
 
 // SplitMix64: the random router's generator.
 uint64_t NextRandom(uint64_t* s) {

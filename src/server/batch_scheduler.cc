@@ -6,13 +6,13 @@
 #include <limits>
 
 #include "ops/thread_pool.h"
+#include "util/clock.h"
 
 namespace tlr {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Log-softmax of the chosen token and, when asked, the top k.
 void LogProbs(const float* logits, int64_t n, int32_t tok, int k, float* lp, std::vector<TopLogprob>* top) {
@@ -334,7 +334,7 @@ void BatchScheduler::WorkerLoop() {
       }
     }
     if (!active.empty()) Step(active);
-    if (Since(last_sweep) > 5.0) {
+    if (SecondsSince(last_sweep) > 5.0) {
       if (housekeeping_) housekeeping_();
       last_sweep = Clock::now();
     }
@@ -358,7 +358,7 @@ void BatchScheduler::Calibrate() {
     if (opts_.test_pass_delay_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(opts_.test_pass_delay_s));
     if (measure) {
       std::lock_guard<std::mutex> l(queue_mu_);
-      pass_model_.Observe(len, 1, Since(t0));
+      pass_model_.Observe(len, 1, SecondsSince(t0));
     }
     return true;
   };
@@ -400,7 +400,7 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
     active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
     if (!gone && in_tail) {  // only the lookahead was left: answer with what there is
       if (metrics_) metrics_->Add("tlr_lookahead_cut_total", static_cast<double>(j->remaining));
-      j->reply.compute_s = Since(j->started);
+      j->reply.compute_s = SecondsSince(j->started);
       Finish(j);
       continue;
     }
@@ -430,7 +430,7 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
       }
       active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
       if (metrics_) metrics_->Add("tlr_lookahead_cut_total", static_cast<double>(j->remaining));
-      j->reply.compute_s = Since(j->started);
+      j->reply.compute_s = SecondsSince(j->started);
       Finish(j);
     }
   }
@@ -525,7 +525,7 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
   const auto pass_start = Clock::now();
   Status st = model_.Forward(ins, ctx_.get());
   if (opts_.test_pass_delay_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(opts_.test_pass_delay_s));
-  const double pass_s = Since(pass_start);
+  const double pass_s = SecondsSince(pass_start);
   if (metrics_) {
     metrics_->Add("tlr_forward_passes_total", 1);
     metrics_->Add("tlr_forward_seconds_total", pass_s);
@@ -630,10 +630,10 @@ void BatchScheduler::Step(std::vector<Job*>& active) {
   {
     std::lock_guard<std::mutex> l(queue_mu_);
     pass_started_ = -1;
-    if (st.ok()) pass_model_.Observe(tokens, outputs, Since(pass_start));
+    if (st.ok()) pass_model_.Observe(tokens, outputs, SecondsSince(pass_start));
   }
   for (Job* j : finished) {
-    j->reply.compute_s = Since(j->started);
+    j->reply.compute_s = SecondsSince(j->started);
     active.erase(std::find(active.begin(), active.end(), j));
     Finish(j);
   }

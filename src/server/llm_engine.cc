@@ -8,13 +8,13 @@
 #include "net/protocol.h"
 #include "server/batch_scheduler.h"
 #include "server/session_store.h"
+#include "util/clock.h"
 
 namespace tlr {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 EngineResult Fail(EngineCode code, std::string message) {
   EngineResult r;
@@ -206,7 +206,7 @@ EngineResult LlmEngine::Next(const NextRequest& req) {
   }
   // Time already spent waiting for the session (an earlier call of the same device) counts.
   CallControl control;
-  control.timeout_s = req.timeout_s > 0 ? std::max(1e-6, req.timeout_s - Since(arrived)) : 0;
+  control.timeout_s = req.timeout_s > 0 ? std::max(1e-6, req.timeout_s - SecondsSince(arrived)) : 0;
   control.client_gone = req.client_gone;
   std::vector<int32_t> feed(req.append.begin() + (keep - req.base), req.append.end());
   bool admitted = false;

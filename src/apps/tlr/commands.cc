@@ -68,10 +68,6 @@ bool ParseBytes(const std::string& s, uint64_t* out) {
   return true;
 }
 
-double SecondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 void InstallStopSignals() {
   std::signal(SIGINT, OnStopSignal);
   std::signal(SIGTERM, OnStopSignal);

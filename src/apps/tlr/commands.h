@@ -12,6 +12,7 @@
 #include <string>
 
 #include "util/status.h"
+#include "util/clock.h"
 
 namespace tlr {
 struct DecodeStats;
@@ -61,7 +62,6 @@ Expected<std::string> PromptText(const std::string& text, const std::string& fil
 bool ParseBytes(const std::string& s, uint64_t* out);
 
 // Seconds elapsed on the steady clock since t0.
-double SecondsSince(std::chrono::steady_clock::time_point t0);
 
 // For the commands that serve until stopped (serve, ui): SIGINT and SIGTERM ask to stop and
 // SIGPIPE is ignored (a client that hangs up must not end the server). Install before saying

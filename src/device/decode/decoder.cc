@@ -13,7 +13,6 @@ using decoder_internal::Clock;
 using decoder_internal::Emitter;
 using decoder_internal::PadSlmPass;
 using decoder_internal::ReturnSlmCache;
-using decoder_internal::Since;
 using decoder_internal::TakeSlmCache;
 
 namespace {
@@ -116,7 +115,7 @@ Expected<DecodeStats> CollabDecoder::GenerateBlocking(std::span<const int32_t> p
     ++st.llm_calls;
     st.max_in_flight = 1;
     Expected<LlmReply> r = WaitFor(*call, opts);
-    *llm_s = Since(t);
+    *llm_s = SecondsSince(t);
     st.llm_s += *llm_s;
     st.stall_s += *llm_s;
     return r;
@@ -161,7 +160,7 @@ Expected<DecodeStats> CollabDecoder::GenerateBlocking(std::span<const int32_t> p
                      hidden.data()};
     TLR_RETURN_IF_ERROR(slm_.Forward({&in, 1}, &ctx));
     PadSlmPass(t, opts.sim_slm_s);
-    st.slm_prefill_s = Since(t);
+    st.slm_prefill_s = SecondsSince(t);
   }
   double slm_s = st.slm_prefill_s;  // charged to the next emitted token
   for (bool more = true; more;) {
@@ -169,7 +168,7 @@ Expected<DecodeStats> CollabDecoder::GenerateBlocking(std::span<const int32_t> p
     if (router_) {
       const auto t = Clock::now();
       first.confidence = router_->Confidence(hidden.data(), logits.data(), V, pool_);
-      first.router_s = Since(t);
+      first.router_s = SecondsSince(t);
       st.router_s += first.router_s;
     }
     first.slm_s = slm_s;
@@ -205,7 +204,7 @@ Expected<DecodeStats> CollabDecoder::GenerateBlocking(std::span<const int32_t> p
                      hidden.data()};
     TLR_RETURN_IF_ERROR(slm_.Forward({&in, 1}, &ctx));
     PadSlmPass(t, opts.sim_slm_s);
-    slm_s = Since(t);
+    slm_s = SecondsSince(t);
     st.slm_decode_s += slm_s;
     ++st.slm_steps;
     st.slm_rows += static_cast<int64_t>(fed);

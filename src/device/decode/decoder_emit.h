@@ -9,11 +9,11 @@
 #include <thread>
 
 #include "device/decode/decoder.h"
+#include "util/clock.h"
 
 namespace tlr::decoder_internal {
 
 using Clock = std::chrono::steady_clock;
-inline double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 inline bool Cancelled(const DecodeOptions& o) { return o.cancel && o.cancel->load(std::memory_order_relaxed); }
 
@@ -40,7 +40,7 @@ class Emitter {
     ++st_.generated;
     if (!ev.end) ev.text = text_.Push(ev.id);
     if (ev.end || st_.generated >= opts_.max_tokens) ev.text += text_.Flush();
-    ev.at_s = Since(t0_);
+    ev.at_s = SecondsSince(t0_);
     if (first_at_ < 0) first_at_ = ev.at_s;
     last_at_ = ev.at_s;
     if (ev.source == TokenSource::kLlm) ++st_.routed;
@@ -57,7 +57,7 @@ class Emitter {
   }
 
   DecodeStats Finish() {
-    st_.total_s = Since(t0_);
+    st_.total_s = SecondsSince(t0_);
     st_.ttft_s = first_at_ < 0 ? 0 : first_at_;
     st_.tbt_s = st_.generated > 1 ? (last_at_ - first_at_) / static_cast<double>(st_.generated - 1) : 0;
     return st_;

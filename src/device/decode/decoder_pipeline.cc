@@ -30,7 +30,6 @@ using decoder_internal::Clock;
 using decoder_internal::Emitter;
 using decoder_internal::PadSlmPass;
 using decoder_internal::ReturnSlmCache;
-using decoder_internal::Since;
 using decoder_internal::TakeSlmCache;
 
 namespace {
@@ -114,7 +113,7 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
                      m->logits.data(), m->hidden.data()};
     TLR_RETURN_IF_ERROR(slm_.Forward({&in, 1}, &ctx));
     PadSlmPass(t, opts.sim_slm_s);
-    st.slm_prefill_s = m->slm_s = Since(t);
+    st.slm_prefill_s = m->slm_s = SecondsSince(t);
     state.lines()[0].payload = std::move(m);
   }
 
@@ -254,7 +253,7 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
     }
     const auto tr = Clock::now();
     t.confidence = router_->Confidence(hidden, logits, V, pool_);
-    t.router_s = Since(tr);
+    t.router_s = SecondsSince(tr);
     st.router_s += t.router_s;
     if (!(t.confidence < opts.threshold)) {
       state.Push(l, sampler.Sample(logits, l.ids), std::move(t));
@@ -443,7 +442,7 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
       const auto t = Clock::now();
       if (failure = slm_.Forward(ins, &ctx); !failure.ok()) break;
       PadSlmPass(t, opts.sim_slm_s);
-      const double pass_s = Since(t);
+      const double pass_s = SecondsSince(t);
       for (LineModel* m : fed) m->slm_s = pass_s;
       st.slm_decode_s += pass_s;
       ++st.slm_steps;
@@ -459,7 +458,7 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
     const auto t = Clock::now();
     while (!notifier.WaitChange(seen, 0.05) && !Cancelled(opts)) {
     }
-    const double waited = Since(t);
+    const double waited = SecondsSince(t);
     st.stall_s += waited;
     stall_since_emit += waited;
   }

@@ -7,13 +7,14 @@
 #include "util/unicode.h"
 
 namespace tlr::jinja {
-namespace {
 
 [[noreturn]] void Fail(const std::string& msg, int line) { throw Error{msg, line}; }
 
 void NoUndefined(const Value& v, int line) {
   if (v.IsUndefined()) Fail("'" + (v.AsString().empty() ? std::string("value") : v.AsString()) + "' is undefined", line);
 }
+
+namespace {
 
 const Value& Arg(const CallArgs& a, size_t i, const char* name, const Value& fallback) {
   if (i < a.pos.size()) return a.pos[i];

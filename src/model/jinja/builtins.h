@@ -12,6 +12,11 @@
 
 namespace tlr::jinja {
 
+// Throws the interpreter's Error with the template line.
+[[noreturn]] void Fail(const std::string& msg, int line);
+// An Error naming the value when it is undefined ("'x' is undefined").
+void NoUndefined(const Value& v, int line);
+
 Value GetAttr(const Value& obj, const std::string& name, int line);
 Value GetItem(const Value& obj, const Value& key, int line);
 // Python slicing obj[start:stop:step] of a list or string (undefined/none parts omitted).

@@ -24,12 +24,6 @@ struct Scope {
 
 enum class Flow { kNormal, kBreak, kContinue };
 
-[[noreturn]] void Fail(const std::string& msg, int line) { throw Error{msg, line}; }
-
-void NoUndefined(const Value& v, int line) {
-  if (v.IsUndefined()) Fail("'" + (v.AsString().empty() ? std::string("value") : v.AsString()) + "' is undefined", line);
-}
-
 template <typename Op>
 int64_t CheckedInt(Op op, int64_t x, int64_t y, int line) {
   int64_t r = 0;
