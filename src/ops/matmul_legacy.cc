@@ -21,12 +21,10 @@ template <GgmlType kType>
 void Rows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0, int64_t r1) {
   const auto dot = [](auto nt, auto... args) { PanelDot<kType, decltype(nt)::value>(args...); };
 #ifdef TLR_PANEL512
-  // Q8_0 stays on one panel: its 256-bit kernel already outruns memory (matmul_bench, in L2:
-  // 70-80 GB/s either way), and two streams gain nothing there.
-  if constexpr (kType != GgmlType::kQ8_0) {
-    const auto dot2 = [](auto nt, auto... args) { PanelDot2<kType, decltype(nt)::value>(args...); };
-    return PanelLayoutRows<kType>(w, in, y, ldy, r0, r1, dot, dot2);
-  }
+  // Two panels per call in 512-bit vectors. Q8_0 too: decode was memory-bound on one panel
+  // already, but prefill is compute-bound, and one 512-bit vpdpbusd covers two panels' bytes.
+  const auto dot2 = [](auto nt, auto... args) { PanelDot2<kType, decltype(nt)::value>(args...); };
+  return PanelLayoutRows<kType>(w, in, y, ldy, r0, r1, dot, dot2);
 #endif
   PanelLayoutRows<kType>(w, in, y, ldy, r0, r1, dot);
 }

@@ -1,6 +1,6 @@
 // Two-panel kernels for AVX-512 VNNI (ops layer; included by matmul_panel-inl.h for the
-// AVX3_DL target only): the 4- and 5-bit 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1,
-// IQ4_NL) of two panels (16 rows) in 512-bit vectors, the first panel's 8 rows in the low
+// AVX3_DL target only): the 32-element block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) of
+// two panels (16 rows) in 512-bit vectors, the first panel's 8 rows in the low
 // half of every vector and the second's in the high half. The layout is unchanged
 // (panel_layout.h): each 512-bit weight vector is one 32-byte vector of each panel.
 //
@@ -101,6 +101,17 @@ HWY_INLINE void DotNibbleGroup2(const uint8_t* v0, const uint8_t* v1, const uint
   }
 }
 
+// Q8_0's group g of two panels (8 vectors of 4 bytes x 8 rows each, made unsigned by +128:
+// the offset term takes it back): isum[t] += 16 row sums.
+template <int NT>
+HWY_INLINE void DotQ8Group2(const uint8_t* v0, const uint8_t* v1, const ActView* a, int64_t g, __m512i* isum) {
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int c = 0; c < 8; ++c) {
+    const __m512i w = _mm512_xor_si512(Load2Panels(v0 + 32 * c, v1 + 32 * c), bias);
+    for (int t = 0; t < NT; ++t) isum[t] = Dp512(isum[t], w, Bcast4x16(a[t].qs + 32 * g + 4 * c));
+  }
+}
+
 // Panels p0 and p1 x NT tokens: y0[t * ldy + r] (p0's rows) and y1[t * ldy + r] (p1's), r < 8.
 // The two panels should be far apart (PanelLayoutRows pairs the two halves of a range): two
 // streams a few KiB apart read at two thirds of the speed of one (measured here), while
@@ -108,7 +119,6 @@ HWY_INLINE void DotNibbleGroup2(const uint8_t* v0, const uint8_t* v1, const uint
 template <GgmlType kType, int NT>
 HWY_NOINLINE void PanelDot2(const uint8_t* p0, const uint8_t* p1, int64_t ng, const ActView* a, float* y0, float* y1,
                             int64_t ldy) {
-  static_assert(kType != GgmlType::kQ8_0, "Q8_0 runs on one panel (see matmul_legacy.cc)");
   constexpr PanelFormat f = PanelFormatOf(kType);
   __m512 acc[NT], off[NT];
   for (int t = 0; t < NT; ++t) acc[t] = off[t] = _mm512_setzero_ps();
@@ -120,8 +130,12 @@ HWY_NOINLINE void PanelDot2(const uint8_t* p0, const uint8_t* p1, int64_t ng, co
     PrefetchGroup(g1, f.group_bytes, kPanelPrefetchBytes, every_line);
     __m512i isum[NT];
     for (int t = 0; t < NT; ++t) isum[t] = _mm512_setzero_si512();
-    DotNibbleGroup2<NT, f.has_mask, f.nonlinear>(g0 + f.values_off, g1 + f.values_off, g0 + f.mask_off,
-                                                 g1 + f.mask_off, a, g, isum);
+    if constexpr (kType == GgmlType::kQ8_0) {
+      DotQ8Group2<NT>(g0 + f.values_off, g1 + f.values_off, a, g, isum);
+    } else {
+      DotNibbleGroup2<NT, f.has_mask, f.nonlinear>(g0 + f.values_off, g1 + f.values_off, g0 + f.mask_off,
+                                                   g1 + f.mask_off, a, g, isum);
+    }
     const __m512 wd = Scales2Panels(g0, g1);
     const __m512 wo = f.has_min ? Scales2Panels(g0 + f.min_off, g1 + f.min_off) : wd;
     for (int t = 0; t < NT; ++t) {

@@ -38,7 +38,7 @@ TEST(ResidentMemory, SplitsAnonymousFromFileBacked) {
   auto f = MappedFile::Open(dir.File("f.bin"));
   ASSERT_TRUE(f.ok()) << f.status().message();
   volatile uint64_t sum = 0;
-  for (size_t i = 0; i < kFile; i += 4096) sum += f->bytes()[i];
+  for (size_t i = 0; i < kFile; i += 4096) sum = sum + f->bytes()[i];
   auto file = ReadResidentMemory();
   ASSERT_TRUE(file.ok());
   EXPECT_GE(file->file, anon->file + kFile * 9 / 10);
