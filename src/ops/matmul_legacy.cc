@@ -10,6 +10,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
+#include "ops/matmul_amx-inl.h"
 #include "ops/matmul_panel-inl.h"
 #include "ops/matmul_quant-inl.h"
 
@@ -17,8 +18,22 @@ HWY_BEFORE_NAMESPACE();
 namespace tlr {
 namespace HWY_NAMESPACE {
 
+#ifdef TLR_AMX
+// Tokens from which Q8_0 runs on AMX tiles (16 per tile; decode and short speculation
+// batches stay on the VNNI kernels).
+constexpr int64_t kAmxMinTokens = 16;
+#endif
+
 template <GgmlType kType>
 void Rows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+#ifdef TLR_AMX
+  if constexpr (kType == GgmlType::kQ8_0) {
+    if (w.repacked && in.n_tokens >= kAmxMinTokens && AmxUsable()) {
+      r0 = AmxQ8Rows(w, in, y, ldy, r0, r1);
+      if (r0 >= r1) return;
+    }
+  }
+#endif
   const auto dot = [](auto nt, auto... args) { PanelDot<kType, decltype(nt)::value>(args...); };
 #ifdef TLR_PANEL512
   // Two panels per call in 512-bit vectors. Q8_0 too: decode was memory-bound on one panel
