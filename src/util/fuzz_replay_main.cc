@@ -140,7 +140,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: no seed inputs (give files or folders)\n", g_target.c_str());
     return 2;
   }
-  if (LLVMFuzzerInitialize != nullptr) LLVMFuzzerInitialize(&argc, &argv);
+  // Read through a volatile pointer: the weak symbol may or may not be defined.
+  int (*volatile init)(int*, char***) = LLVMFuzzerInitialize;
+  if (init != nullptr) init(&argc, &argv);
   for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL}) std::signal(sig, SaveCrashingInput);
 
   std::mt19937_64 rng(0x7e11'f022u);
