@@ -233,6 +233,13 @@ typedef enum tlr_mode {
   TLR_MODE_LARGE_ONLY = 2  /* the LLM alone */
 } tlr_mode;
 
+typedef enum tlr_policy {
+  TLR_POLICY_THRESHOLD = 0, /* route when the confidence is below the threshold */
+  TLR_POLICY_COST = 1       /* the bar falls as a call's price rises: a cold first call (the whole
+                               prompt to read) needs far less confidence than a warm one; the
+                               threshold is the bar of the cheapest call (useful: 0.95-0.999) */
+} tlr_policy;
+
 typedef enum tlr_source {
   TLR_SOURCE_SLM = 0,
   TLR_SOURCE_LLM = 1,
@@ -271,6 +278,11 @@ typedef struct tlr_generate_params {
   double llm_budget;    /* pipeline: LLM tokens it may cost per routed token (answers, lookahead,
                            speculative calls, cancelled ones included); >= 1, or 0 for no limit
                            (as fast as possible). Default 1.25 */
+  int policy;           /* tlr_policy (default threshold) */
+  double price_ratio;   /* the price model: an LLM output token costs this many input tokens
+                           (default 4); prices the cost policy's calls and cost_budget */
+  double cost_budget;   /* most the LLM's calls may cost per generation, in input tokens under
+                           the price model; 0 (default): no limit */
 } tlr_generate_params;
 
 TLR_API void tlr_generate_params_init(tlr_generate_params* params);

@@ -134,6 +134,19 @@ class BindingTest(unittest.TestCase):
             finally:
                 other.close()
 
+    def test_cost_policy_routes_less_than_the_threshold_rule(self):
+        # A question the LLM has not read yet (the cost policy prices the first call cold), first.
+        other = ("Question: What would you use a tharko for?\nA. building\nB. singing\nC. cooking\n"
+                 "D. fishing\nE. healing\n")
+        cost = self.dev.run(other, llm=self.llm, max_tokens=40, policy="cost")
+        joint = self.dev.run(other, llm=self.llm, max_tokens=40)
+        self.assertGreater(joint.routed, 0)
+        self.assertLess(cost.routed, joint.routed)
+        none = self.dev.run(other, llm=self.llm, max_tokens=40, cost_budget=1)  # no call costs under 5
+        self.assertEqual(none.routed, 0)
+        with self.assertRaises(ValueError):
+            self.dev.run(PROMPT, llm=self.llm, policy="cheap")
+
     def test_thresholds_zero_and_one(self):
         small = [t.id for t in self.dev.generate(PROMPT, mode="small_only", max_tokens=40)]
         large = [t.id for t in self.dev.generate(PROMPT, llm=self.llm, mode="large_only", max_tokens=40)]

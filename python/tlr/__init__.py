@@ -43,6 +43,7 @@ ERR_GENERATE = 7
 ERR_INTERNAL = 8
 
 _MODES = {"joint": 0, "small_only": 1, "large_only": 2}
+_POLICIES = {"threshold": 0, "cost": 1}
 _SOURCES = ("SLM", "LLM", "FALLBACK")
 _STOPS = ("eos", "max_tokens", "callback", "cancelled")
 
@@ -105,7 +106,8 @@ class _GenerateParams(_c.Structure):
                 ("min_p", _c.c_float), ("repeat_penalty", _c.c_float), ("repeat_last_n", _c.c_int),
                 ("seed", _c.c_uint64), ("pipeline", _c.c_int), ("spec_depth", _c.c_int),
                 ("spec_branches", _c.c_int), ("lookahead", _c.c_int), ("sim_slm_ms", _c.c_double),
-                ("llm_budget", _c.c_double)]
+                ("llm_budget", _c.c_double), ("policy", _c.c_int), ("price_ratio", _c.c_double),
+                ("cost_budget", _c.c_double)]
 
 
 class _Message(_c.Structure):
@@ -504,16 +506,22 @@ class Device(_Handle):
             chat: bool = False, temperature: float = 0.0, top_k: int = 40, top_p: float = 1.0, min_p: float = 0.0,
             repeat_penalty: float = 1.0, repeat_last_n: int = 64, seed: int = 42, pipeline: bool = True,
             spec_depth: int = 32, spec_branches: int = 4, lookahead: int = 8, sim_slm_ms: float = 0.0,
-            llm_budget: Optional[float] = 1.25) -> Stats:
+            llm_budget: Optional[float] = 1.25, policy: str = "threshold", price_ratio: float = 4.0,
+            cost_budget: float = 0.0) -> Stats:
         """Generates after `prompt` (text, a list of token ids taken as they are, or a conversation:
         a list of {"role": ..., "content": ...} dicts whose next assistant message is generated, the
         device's prompt cache reusing what earlier turns left), calling
         on_token(Token) for each token as it is confirmed (return True to stop). Blocks; returns
         the statistics. An exception raised by on_token stops the generation and is re-raised.
-        llm_budget: LLM tokens the pipeline may cost per routed token (None: no limit)."""
+        llm_budget: LLM tokens the pipeline may cost per routed token (None: no limit).
+        policy: "threshold" or "cost" (a call's bar falls as its price rises: a cold first call needs
+        far less confidence than a warm one); price_ratio: an LLM output token in input tokens;
+        cost_budget: most the LLM's calls may cost per generation in those units (0: no limit)."""
         lib = _load()
         if mode not in _MODES:
             raise ValueError("mode must be one of %s" % ", ".join(_MODES))
+        if policy not in _POLICIES:
+            raise ValueError("policy must be one of %s" % ", ".join(_POLICIES))
         p = _GenerateParams()
         lib.tlr_generate_params_init(_c.byref(p))
         p.mode = _MODES[mode]
@@ -524,6 +532,7 @@ class Device(_Handle):
         p.pipeline, p.spec_depth, p.spec_branches = int(pipeline), spec_depth, spec_branches
         p.lookahead, p.sim_slm_ms = lookahead, sim_slm_ms
         p.llm_budget = 0.0 if llm_budget is None else float(llm_budget)  # None: no limit ("auto")
+        p.policy, p.price_ratio, p.cost_budget = _POLICIES[policy], float(price_ratio), float(cost_budget)
         raised: List[BaseException] = []
 
         def trampoline(tp, _user):

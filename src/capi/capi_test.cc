@@ -146,6 +146,25 @@ TEST_F(CapiTest, JointRoutesSomeTokensAndMatchesWithPipelineOff) {
   EXPECT_GE(tight_st.llm_generated, tight_st.routed);
   tight.llm_budget = 0.5;  // below one token per routed token: refused
   EXPECT_NE(tlr_generate(device_, llm_, kPrompt, &tight, nullptr, nullptr, nullptr), TLR_OK);
+  // The cost policy at the same threshold, on a question the LLM has not read (run first): the
+  // first (cold) call must clear a far lower bar, so fewer tokens go to the LLM; a budget below
+  // any call's price routes nothing; an unknown policy is refused.
+  const char* other = "Question: What would you use a tharko for?\nA. building\nB. singing\nC. cooking\nD. fishing\nE. healing\n";
+  tlr_generate_params cost = Params(TLR_MODE_JOINT);
+  cost.policy = TLR_POLICY_COST;
+  tlr_stats cost_st, thr_st;
+  cost_st.struct_size = thr_st.struct_size = sizeof cost_st;
+  ASSERT_EQ(tlr_generate(device_, llm_, other, &cost, nullptr, nullptr, &cost_st), TLR_OK) << tlr_last_error();
+  tlr_generate_params thr = Params(TLR_MODE_JOINT);
+  ASSERT_EQ(tlr_generate(device_, llm_, other, &thr, nullptr, nullptr, &thr_st), TLR_OK) << tlr_last_error();
+  EXPECT_GT(thr_st.routed, 0);
+  EXPECT_LT(cost_st.routed, thr_st.routed);
+  thr.cost_budget = 1;  // a call costs at least 1 + 4
+  ASSERT_EQ(tlr_generate(device_, llm_, other, &thr, nullptr, nullptr, &thr_st), TLR_OK) << tlr_last_error();
+  EXPECT_EQ(thr_st.routed, 0);
+  cost.policy = 7;
+  EXPECT_EQ(tlr_generate(device_, llm_, kPrompt, &cost, nullptr, nullptr, nullptr), TLR_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tlr_last_error()).find("policy"), std::string::npos);
 }
 
 // The prompt cache: a prompt that continues the previous generation (a conversation's next

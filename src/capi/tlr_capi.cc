@@ -160,6 +160,9 @@ tlr::DecodeOptions ToDecodeOptions(const tlr_generate_params& p, const tlr::Rout
   d.pipeline.lookahead = p.lookahead;
   d.pipeline.llm_budget = p.llm_budget;
   d.sim_slm_s = p.sim_slm_ms / 1e3;
+  d.policy = p.policy == TLR_POLICY_COST ? tlr::RoutePolicy::kCost : tlr::RoutePolicy::kThreshold;
+  d.price_ratio = p.price_ratio;
+  d.cost_budget = p.cost_budget;
   d.cancel = cancel;
   return d;
 }
@@ -169,6 +172,9 @@ int Generate(tlr_device* dev, const tlr_llm* llm, const std::vector<int32_t>& id
              tlr_token_callback on_token, void* user_data, tlr_stats* stats) {
   if (p.mode < TLR_MODE_JOINT || p.mode > TLR_MODE_LARGE_ONLY) {
     return Fail(TLR_ERR_INVALID_ARGUMENT, "unknown mode " + std::to_string(p.mode) + " (tlr_mode: 0, 1 or 2)");
+  }
+  if (p.policy != TLR_POLICY_THRESHOLD && p.policy != TLR_POLICY_COST) {
+    return Fail(TLR_ERR_INVALID_ARGUMENT, "unknown policy " + std::to_string(p.policy) + " (tlr_policy: 0 or 1)");
   }
   if (p.mode != TLR_MODE_SMALL_ONLY && !llm) {
     return Fail(TLR_ERR_INVALID_ARGUMENT, "joint and large_only modes need an LLM (tlr_llm_open)");
@@ -513,6 +519,9 @@ void tlr_generate_params_init(tlr_generate_params* p) {
   p->lookahead = d.pipeline.lookahead;
   p->sim_slm_ms = 0;
   p->llm_budget = d.pipeline.llm_budget;
+  p->policy = TLR_POLICY_THRESHOLD;
+  p->price_ratio = d.price_ratio;
+  p->cost_budget = d.cost_budget;
 }
 
 int tlr_generate_ids(tlr_device* device, const tlr_llm* llm, const int32_t* prompt, size_t n_prompt,

@@ -15,6 +15,7 @@ Expected<std::vector<EvalRow>> RunEval(const Model& slm, Router* router, LlmBack
   if (opts.small_only) out.push_back({DecodeMode::kSmallOnly, std::nullopt});
   if (opts.large_only) out.push_back({DecodeMode::kLargeOnly, std::nullopt});
   for (float t : opts.thresholds) out.push_back({DecodeMode::kJoint, t});
+  for (float t : opts.cost_thresholds) out.push_back({DecodeMode::kJoint, t, RoutePolicy::kCost});
   if (out.empty()) return Status::Error("nothing to evaluate: no thresholds and no baselines");
   if (rows.empty()) return Status::Error("no questions");
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -49,6 +50,9 @@ Expected<std::vector<EvalRow>> RunEval(const Model& slm, Router* router, LlmBack
     DecodeOptions d;
     d.mode = row.mode;
     d.threshold = row.threshold.value_or(0.0f);
+    d.policy = row.policy;
+    d.price_ratio = opts.price_ratio;
+    d.cost_budget = opts.cost_budget;
     d.max_tokens = opts.max_tokens;
     d.route_span = opts.route_span;
     d.sampling = opts.sampling;
@@ -59,10 +63,12 @@ Expected<std::vector<EvalRow>> RunEval(const Model& slm, Router* router, LlmBack
       if (llm) llm->Reset();
       std::vector<int32_t> ids, all;
       std::vector<TokenSource> sources;
+      std::vector<float> confidences;
       auto st = dec.Generate(prompts[q], d, [&](const TokenEvent& ev) {
         if (!ev.end) ids.push_back(ev.id);
         all.push_back(ev.id);
         sources.push_back(ev.source);
+        confidences.push_back(ev.confidence);
         return true;
       });
       if (!st.ok()) {
@@ -96,7 +102,11 @@ Expected<std::vector<EvalRow>> RunEval(const Model& slm, Router* router, LlmBack
       row.llm_prefilled += st->llm_work.prefilled;
       row.llm_generated += st->llm_work.generated;
       row.llm_forward_s = row.llm_forward_s < 0 || st->llm_work.forward_s < 0 ? -1 : row.llm_forward_s + st->llm_work.forward_s;
-      if (answers) (*answers)[k].push_back({rows[q].id, text, choice.value_or(""), right, std::move(all), std::move(sources)});
+      if (answers) {
+        (*answers)[k].push_back({rows[q].id, text, choice.value_or(""), right, std::move(all), std::move(sources),
+                                 std::move(confidences), st->llm_work.prefilled, st->llm_work.generated,
+                                 st->prompt_tokens});
+      }
       if (opts.on_progress) opts.on_progress(++done, total);
     }
   }
@@ -107,7 +117,11 @@ namespace {
 std::string ModeLabel(const EvalRow& r) {
   if (r.mode != DecodeMode::kJoint) return std::string(DecodeModeName(r.mode));
   char b[32];
-  std::snprintf(b, sizeof b, "joint @ %.2f", *r.threshold);
+  if (r.policy == RoutePolicy::kCost) {
+    std::snprintf(b, sizeof b, "cost @ %.3f", *r.threshold);
+  } else {
+    std::snprintf(b, sizeof b, "joint @ %.2f", *r.threshold);
+  }
   return b;
 }
 }  // namespace
@@ -176,6 +190,7 @@ std::string EvalTerminalTable(const std::vector<EvalRow>& rows) {
 static nlohmann::ordered_json RowJson(const EvalRow& r) {
   return {{"mode", DecodeModeName(r.mode)},
           {"threshold", r.threshold ? nlohmann::ordered_json(*r.threshold) : nlohmann::ordered_json(nullptr)},
+          {"policy", r.mode == DecodeMode::kJoint ? nlohmann::ordered_json(RoutePolicyName(r.policy)) : nlohmann::ordered_json(nullptr)},
           {"n", r.n},
           {"accuracy", r.accuracy()},
           {"well_formed_pct", r.well_formed_pct()},

@@ -22,7 +22,9 @@
 namespace tlr {
 
 struct EvalOptions {
-  std::vector<float> thresholds = {0.4f, 0.5f, 0.6f, 0.7f, 0.72f, 0.76f, 0.8f, 0.9f};
+  std::vector<float> thresholds = {0.4f, 0.5f, 0.6f, 0.7f, 0.72f, 0.76f, 0.8f, 0.9f};  // threshold policy rows
+  std::vector<float> cost_thresholds;  // cost policy rows (route_policy.h), after those
+  double cost_budget = 0;              // DecodeOptions::cost_budget of every joint row
   bool small_only = true, large_only = true;  // baseline rows
   int max_tokens = 100;
   int64_t n_ctx = 0;         // > 0: every prompt + max_tokens must fit (the -c of the command)
@@ -45,6 +47,7 @@ struct EvalOptions {
 struct EvalRow {
   DecodeMode mode = DecodeMode::kJoint;
   std::optional<float> threshold;  // joint rows only
+  RoutePolicy policy = RoutePolicy::kThreshold;  // joint rows
   int64_t n = 0, correct = 0, well_formed = 0;
   int64_t generated = 0, routed = 0, fallbacks = 0, llm_calls = 0, slm_steps = 0, slm_rows = 0;
   int64_t spec_resolved = 0, spec_kept = 0, lookahead_used = 0, wasted_slm_steps = 0, cancelled_calls = 0;
@@ -73,6 +76,9 @@ struct EvalAnswer {  // one graded answer (for inspection)
   bool correct = false;
   std::vector<int32_t> ids;            // the generated tokens (the end token included)
   std::vector<TokenSource> sources;    // and where each came from
+  std::vector<float> confidences;      // the router's per token (-1 where it did not run)
+  int64_t llm_prefilled = 0, llm_generated = 0;  // the LLM's work for this answer
+  int64_t prompt_tokens = 0;
 };
 
 // `router` is needed for joint rows, `llm` for joint and large_only rows.

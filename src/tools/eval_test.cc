@@ -92,7 +92,7 @@ TEST(Eval, RowsFormatsAndDeterminism) {
   const auto j = nlohmann::json::parse(EvalJson(*res, R"({"data": "x"})"));
   EXPECT_EQ(j["data"], "x");
   ASSERT_EQ(j["rows"].size(), 5u);
-  for (const char* key : {"mode", "threshold", "n", "accuracy", "well_formed_pct", "generated_tokens",
+  for (const char* key : {"mode", "threshold", "policy", "n", "accuracy", "well_formed_pct", "generated_tokens",
                           "routed_tokens", "routed_pct", "ttft_s", "tbt_slm_s", "slm_time_s",
                           "comm_llm_time_s", "overall_s", "fallbacks", "llm_prefilled_tokens",
                           "llm_generated_tokens", "llm_generated_per_routed", "llm_forward_s", "price_ratio",
@@ -111,7 +111,7 @@ TEST(Eval, RowsFormatsAndDeterminism) {
   // The charts: one SVG document each, a point per threshold, reference lines for baselines.
   auto charts = EvalCharts(*res);
   ASSERT_TRUE(charts.ok());
-  ASSERT_EQ(charts->size(), 4u);
+  ASSERT_EQ(charts->size(), 5u);  // with accuracy_vs_cost.svg: there is a large_only row
   for (const auto& [name, svg] : *charts) {
     EXPECT_EQ(svg.rfind("<?xml", 0), 0u) << name;
     EXPECT_NE(svg.find("</svg>"), std::string::npos) << name;
@@ -133,7 +133,35 @@ TEST(Eval, RowsFormatsAndDeterminism) {
   EXPECT_NE(acc.find("SLM alone"), std::string::npos);
   EXPECT_NE(acc.find("LLM alone"), std::string::npos);
 
+  // Cost policy rows come after the threshold rows, each answer's confidences and LLM work come
+  // with it, and the cost chart has a line per policy.
+  e.thresholds = {0.5f};
+  e.cost_thresholds = {0.9f};
+  std::vector<std::vector<EvalAnswer>> both_answers;
+  auto both = RunEval(**slm, &*router, &backend, rows, e, &pool, &both_answers);
+  ASSERT_TRUE(both.ok()) << both.status().message();
+  ASSERT_EQ(both->size(), 4u);
+  EXPECT_EQ((*both)[3].policy, RoutePolicy::kCost);
+  EXPECT_NE(EvalTerminalTable(*both).find("cost @ 0.900"), std::string::npos);
+  const auto jb = nlohmann::json::parse(EvalJson(*both, ""));
+  EXPECT_EQ(jb["rows"][2]["policy"], "threshold");
+  EXPECT_EQ(jb["rows"][3]["policy"], "cost");
+  EXPECT_TRUE(jb["rows"][0]["policy"].is_null());
+  int64_t prefilled = 0;
+  for (const EvalAnswer& a : both_answers[2]) {
+    EXPECT_EQ(a.confidences.size(), a.ids.size());
+    prefilled += a.llm_prefilled;
+  }
+  EXPECT_EQ(prefilled, (*both)[2].llm_prefilled);
+  auto both_charts = EvalCharts(*both);
+  ASSERT_TRUE(both_charts.ok());
+  const std::string& cost_chart = both_charts->back().second;
+  EXPECT_EQ(both_charts->back().first, "accuracy_vs_cost.svg");
+  EXPECT_NE(cost_chart.find("threshold policy"), std::string::npos);
+  EXPECT_NE(cost_chart.find("cost policy"), std::string::npos);
+
   e.thresholds.clear();
+  e.cost_thresholds.clear();
   e.small_only = e.large_only = false;
   EXPECT_FALSE(RunEval(**slm, &*router, &backend, rows, e, &pool).ok());
 }

@@ -144,15 +144,18 @@ std::string RenderSvgChart(const ChartSpec& spec) {
 }
 
 Expected<std::vector<std::pair<std::string, std::string>>> EvalCharts(const std::vector<EvalRow>& rows) {
-  std::vector<const EvalRow*> joint;
+  std::vector<const EvalRow*> joint, by_policy[2];
   const EvalRow *small = nullptr, *large = nullptr;
   for (const EvalRow& r : rows) {
-    if (r.mode == DecodeMode::kJoint) joint.push_back(&r);
+    if (r.mode == DecodeMode::kJoint) by_policy[r.policy == RoutePolicy::kCost].push_back(&r);
     if (r.mode == DecodeMode::kSmallOnly) small = &r;
     if (r.mode == DecodeMode::kLargeOnly) large = &r;
   }
+  auto by_threshold = [](const EvalRow* a, const EvalRow* b) { return *a->threshold < *b->threshold; };
+  for (auto& v : by_policy) std::sort(v.begin(), v.end(), by_threshold);
+  // The charts against the threshold: the threshold policy's rows (the cost policy's when alone).
+  joint = by_policy[0].empty() ? by_policy[1] : by_policy[0];
   if (joint.empty()) return Status::Error("no joint rows to plot");
-  std::sort(joint.begin(), joint.end(), [](const EvalRow* a, const EvalRow* b) { return *a->threshold < *b->threshold; });
   std::vector<std::pair<std::string, double>> refs;
   if (small) refs.push_back({"SLM alone", 100 * small->accuracy()});
   if (large) refs.push_back({"LLM alone", 100 * large->accuracy()});
@@ -161,8 +164,6 @@ Expected<std::vector<std::pair<std::string, std::string>>> EvalCharts(const std:
   ChartSpec routed{"Routed tokens vs threshold", "threshold", "routed tokens (% of generated)", {{"joint", "#1565c0", {}}}, {}};
   ChartSpec lat{"Time per question vs threshold", "threshold", "seconds per question",
                 {{"SLM", "#2e7d32", {}, true}, {"router", "#f9a825", {}, true}, {"comm + LLM", "#c62828", {}, true}}, {}};
-  ChartSpec tradeoff{"Accuracy vs routed tokens", "routed tokens (% of generated)", "accuracy (%)",
-                     {{"joint (thresholds)", "#6a1b9a", {}}}, refs};
   for (const EvalRow* r : joint) {
     const double t = *r->threshold;
     acc.series[0].points.push_back({t, 100 * r->accuracy()});
@@ -170,13 +171,31 @@ Expected<std::vector<std::pair<std::string, std::string>>> EvalCharts(const std:
     lat.series[0].points.push_back({t, r->mean(r->slm_s)});
     lat.series[1].points.push_back({t, r->mean(r->router_s)});
     lat.series[2].points.push_back({t, r->mean(r->llm_s)});
-    tradeoff.series[0].points.push_back({r->routed_pct(), 100 * r->accuracy()});
   }
-  std::sort(tradeoff.series[0].points.begin(), tradeoff.series[0].points.end());
+  // Accuracy against routed share and against the LLM's cost: one line per policy.
+  ChartSpec tradeoff{"Accuracy vs routed tokens", "routed tokens (% of generated)", "accuracy (%)", {}, refs};
+  ChartSpec cost{"Accuracy vs the LLM's cost", "LLM cost (% of the LLM alone's: read + R x written)", "accuracy (%)",
+                 {}, refs};
+  const char* const kNames[2] = {"threshold policy", "cost policy"};
+  const char* const kColors[2] = {"#6a1b9a", "#ef6c00"};
+  for (int k = 0; k < 2; ++k) {
+    if (by_policy[k].empty()) continue;
+    Series t{kNames[k], kColors[k], {}}, c{kNames[k], kColors[k], {}};
+    for (const EvalRow* r : by_policy[k]) {
+      t.points.push_back({r->routed_pct(), 100 * r->accuracy()});
+      if (auto v = CostVsLlmAlone(*r, rows)) c.points.push_back({100 * *v, 100 * r->accuracy()});
+    }
+    std::sort(t.points.begin(), t.points.end());
+    std::sort(c.points.begin(), c.points.end());
+    tradeoff.series.push_back(std::move(t));
+    if (!c.points.empty()) cost.series.push_back(std::move(c));
+  }
   out.push_back({"accuracy_vs_threshold.svg", RenderSvgChart(acc)});
   out.push_back({"routed_vs_threshold.svg", RenderSvgChart(routed)});
   out.push_back({"latency_vs_threshold.svg", RenderSvgChart(lat)});
   out.push_back({"accuracy_vs_routed.svg", RenderSvgChart(tradeoff)});
+  // Only with the LLM alone's row to price against.
+  if (!cost.series.empty()) out.push_back({"accuracy_vs_cost.svg", RenderSvgChart(cost)});
   return out;
 }
 

@@ -1,8 +1,9 @@
 // SVG charts of an evaluation (tools layer): self-contained SVG 1.1 files (no scripts, no
 // external fonts or links), so they open offline in any browser.
 //   accuracy_vs_threshold.svg, routed_vs_threshold.svg, latency_vs_threshold.svg (stacked
-//   per-question SLM, router and communication + LLM time), accuracy_vs_routed.svg (with the
-//   small_only and large_only accuracies as reference lines).
+//   per-question SLM, router and communication + LLM time), accuracy_vs_routed.svg and
+//   accuracy_vs_cost.svg (the LLM's cost against it alone; with a large_only row only): one line
+//   per routing policy, the small_only and large_only accuracies as reference lines.
 #pragma once
 
 #include <string>

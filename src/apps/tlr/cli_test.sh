@@ -170,9 +170,9 @@ check generate_no_prompt 1 "give a prompt" -- "$tlr" generate --slm "$tmp/tiny.g
 check eval 0 "^joint @ 0.50 +2 " -- "$tlr" eval --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob --data "$tmp/q.jsonl" --thresholds 0.5 --max-tokens 6 -t 1 --out "$tmp/ev"
 check eval_json 0 '"routed_pct"' -- cat "$tmp/ev/results.json"
 check eval_ctx 1 "max tokens 6 exceed the context of 10 tokens \(raise --ctx\)" -- "$tlr" eval --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob --data "$tmp/q.jsonl" --thresholds 0.5 --max-tokens 6 -t 1 -c 10
-check eval_csv 0 "^mode,threshold,n,accuracy" -- head -1 "$tmp/ev/results.csv"
+check eval_csv 0 "^mode,threshold,policy,n,accuracy" -- head -1 "$tmp/ev/results.csv"
 # Every plot is a well-formed SVG document (an XML parser reads it; root element svg).
-check eval_svg_parse 0 "^4 svg$" -- python3 -c '
+check eval_svg_parse 0 "^5 svg$" -- python3 -c '
 import glob, sys, xml.etree.ElementTree as ET
 files = sorted(glob.glob(sys.argv[1] + "/*.svg"))
 roots = {ET.parse(f).getroot().tag for f in files}

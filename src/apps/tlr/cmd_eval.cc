@@ -20,7 +20,7 @@ namespace tlr::cli {
 
 namespace {
 
-Expected<std::vector<float>> ParseThresholds(const std::string& s) {
+Expected<std::vector<float>> ParseThresholds(const std::string& s, const std::string& flag) {
   std::vector<float> out;
   std::stringstream ss(s);
   std::string item;
@@ -29,7 +29,7 @@ Expected<std::vector<float>> ParseThresholds(const std::string& s) {
     char* end = nullptr;
     const float v = std::strtof(item.c_str(), &end);
     if (!end || *end != 0 || !(v >= 0.0f && v <= 1.0f)) {
-      return Status::Error("--thresholds: '" + item + "' is not a number in [0, 1]");
+      return Status::Error(flag + ": '" + item + "' is not a number in [0, 1]");
     }
     out.push_back(v);
   }
@@ -45,11 +45,10 @@ Status WriteText(const std::string& path, const std::string& text) {
 namespace {
 
 struct EvalOwn {
-  std::string out, answers, thresholds = "0.4,0.5,0.6,0.7,0.72,0.76,0.8,0.9";
-  double price_ratio = 4;
+  std::string out, answers, thresholds = "0.4,0.5,0.6,0.7,0.72,0.76,0.8,0.9", cost_thresholds;
   bool no_baselines = false, full_table = false;
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(EvalOwn, out, answers, thresholds, price_ratio, no_baselines, full_table)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(EvalOwn, out, answers, thresholds, cost_thresholds, no_baselines, full_table)
 
 }  // namespace
 
@@ -65,18 +64,18 @@ Command AddEvalCommand(CLI::App& root) {
   Example(app->add_flag("--full-table", o->full_table,
                         "Print every column (22, as Markdown) instead of the terminal's nine"),
           "");
-  Example(app->add_option("--price-ratio", o->price_ratio,
-                          "Price model of the LLM cost columns: an output token costs this many input tokens "
-                          "(API price lists: 3-5)")
-              ->capture_default_str()->check(CLI::Range(0.0, 1000.0)),
-          "3");
+  Example(app->add_option("--cost-thresholds", o->cost_thresholds,
+                          "Comma-separated thresholds for joint rows under the cost policy (--policy cost in "
+                          "generate; useful range 0.95-0.999), after the --thresholds rows"),
+          "0.99");
   Example(app->add_option("--out", o->out,
                           "Directory for results.json, results.csv and SVG plots (accuracy and routed share vs "
                           "threshold, stacked latency, accuracy vs routed share)"),
           "results");
   Example(app->add_option("--answers", o->answers,
-                          "Write every answer as JSONL: row (mode, threshold), question id, token ids and their "
-                          "sources (to compare runs token for token)"),
+                          "Write every answer as JSONL: row (mode, threshold, policy), question id, prompt length, "
+                          "token ids, their sources and the router's confidences (-1: not scored); pipeline on and off give the same "
+                          "lines"),
           "a.jsonl");
   AddOptions(app, kCmdEval, p.get());
   app->footer("Examples:\n"
@@ -84,8 +83,10 @@ Command AddEvalCommand(CLI::App& root) {
               "  tlr eval --server http://127.0.0.1:8080 --sim-rtt 170 --out results/   # LLM behind `tlr serve`\n"
               "  tlr eval --sim-rtt 170 --sim-slm-ms 20 --pipeline off --thresholds 0.8   # the blocking loop");
   return MakeCommand(app, p, o, [o = o, p = p](const std::string& cmd) -> int {
-            auto thresholds = ParseThresholds(o->thresholds);
+            auto thresholds = ParseThresholds(o->thresholds, "--thresholds");
             TLR_CLI_CHECK(cmd, thresholds.status());
+            auto cost_thresholds = ParseThresholds(o->cost_thresholds, "--cost-thresholds");
+            TLR_CLI_CHECK(cmd, cost_thresholds.status());
             auto rows = LoadQaJsonl(p->data);
             if (!rows.ok()) return ReportError(cmd, rows.status().message());
             if (p->limit > 0 && static_cast<size_t>(p->limit) < rows->size()) rows->resize(p->limit);
@@ -103,6 +104,8 @@ Command AddEvalCommand(CLI::App& root) {
             LlmBackend* backend = (*stack)->backend();
             EvalOptions e;
             e.thresholds = *thresholds;
+            e.cost_thresholds = *cost_thresholds;
+            e.cost_budget = p->cost_budget;
             e.small_only = e.large_only = !o->no_baselines;
             e.max_tokens = p->decode.max_tokens;
             e.n_ctx = p->ctx;
@@ -110,7 +113,7 @@ Command AddEvalCommand(CLI::App& root) {
             e.sampling = p->decode.sampling;
             e.chat = p->chat;
             e.enable_thinking = p->think;
-            e.price_ratio = o->price_ratio;
+            e.price_ratio = p->price_ratio;
             e.pipeline = p->decode.pipeline;
             e.sim_slm_s = p->decode.sim_slm_s;
             std::vector<std::vector<EvalAnswer>> answers;
@@ -138,7 +141,10 @@ Command AddEvalCommand(CLI::App& root) {
                   for (TokenSource t : a.sources) src.push_back(TokenSourceName(t));
                   nlohmann::json j = {{"mode", DecodeModeName(row.mode)},
                                       {"threshold", row.threshold ? nlohmann::json(*row.threshold) : nlohmann::json(nullptr)},
-                                      {"id", a.id}, {"ids", a.ids}, {"sources", src}, {"correct", a.correct}};
+                                      {"policy", row.mode == DecodeMode::kJoint ? nlohmann::json(RoutePolicyName(row.policy))
+                                                                                 : nlohmann::json(nullptr)},
+                                      {"id", a.id}, {"ids", a.ids}, {"sources", src}, {"correct", a.correct},
+                                      {"confidences", a.confidences}, {"prompt_tokens", a.prompt_tokens}};
                   lines += j.dump() + "\n";
                 }
               }
@@ -147,7 +153,7 @@ Command AddEvalCommand(CLI::App& root) {
             std::printf("%s", o->full_table ? EvalMarkdown(*result).c_str() : EvalTerminalTable(*result).c_str());
             if (!o->full_table) {
               std::printf("Times are per question (means). LLM cost: the tokens it read and wrote (output x %g) against\n"
-                          "the LLM alone. Every column: --full-table (results.md with --out).\n", o->price_ratio);
+                          "the LLM alone. Every column: --full-table (results.md with --out).\n", p->price_ratio);
             }
             std::printf("Pipeline %s", p->pipeline.c_str());
             if (e.sim_slm_s > 0) {
@@ -163,7 +169,7 @@ Command AddEvalCommand(CLI::App& root) {
                                      {"sim_slm_ms", p->sim_slm_ms},
                                      {"data", p->data}, {"questions", rows->size()},
                                      {"max_tokens", p->decode.max_tokens}, {"threads", p->threads},
-                                     {"price_ratio", o->price_ratio},
+                                     {"price_ratio", p->price_ratio},
                                      {"prompt", p->chat ? "chat" : "plain"},
                                      {"enable_thinking", p->think ? nlohmann::json(*p->think) : nlohmann::json()}};
               TLR_CLI_CHECK(cmd, WriteText(o->out + "/results.json", EvalJson(*result, meta.dump())));

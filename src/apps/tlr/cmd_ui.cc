@@ -147,6 +147,9 @@ Command AddUiCommand(CLI::App& root) {
             }
             models.pipeline = p->decode.pipeline;
             models.sim_slm_s = p->decode.sim_slm_s;
+            models.policy = p->decode.policy;
+            models.price_ratio = p->decode.price_ratio;
+            models.cost_budget = p->decode.cost_budget;
             models.slm = pair->slm.get();
             models.llm = &llm;
             models.pool = &pool;

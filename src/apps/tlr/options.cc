@@ -130,6 +130,22 @@ std::vector<OptionDef> MakeSharedOptions() {
   add(Opt(kCmdGenerate | kCmdChat, "--threshold", TLR_FIELD(threshold),
           "Route when the router's confidence is below this (default: the router's recommended one)"), gen)
       .Check(CLI::Range(0.0f, 1.0f)).NoDefault().Ex("0.9");
+  add(Opt(kCmdGenerate | kCmdChat | kCmdUi, "--policy", TLR_FIELD(policy),
+          "threshold: route when the confidence is below --threshold; cost: the bar falls as a call's price "
+          "rises, so a cold first call (the whole prompt to read) needs far less confidence than a warm one "
+          "(thresholds 0.95-0.999; docs/routing.md)"), gen)
+      .For(kCmdUi, "The routing policy of the page and of API requests that do not name one (threshold, cost)")
+      .Check(CLI::IsMember({"threshold", "cost"})).Ex("cost");
+  add(Opt(kDecodeCmds, "--price-ratio", TLR_FIELD(price_ratio),
+          "The price model: an LLM output token costs this many input tokens (API price lists: 3-5); prices "
+          "the cost policy's calls, --cost-budget and the cost columns"), gen)
+      .Check(CLI::Range(0.0, 1000.0)).Ex("3");
+  add(Opt(kDecodeCmds, "--cost-budget", TLR_FIELD(cost_budget),
+          "Most the LLM's calls may cost per answer, in input tokens under the price model (a call that would "
+          "pass it is not made; 0: no limit)"), gen)
+      .For(kCmdEval, "Most the LLM's calls may cost per question in the joint rows, in input tokens under the "
+                     "price model (0: no limit)")
+      .Check(CLI::Range(0.0, 1e12)).Ex("60");
   add(Opt(kCmdRun | kPairCmds, "-n,--max-tokens", TLR_FIELD(max_tokens), "Most tokens to generate"), gen)
       .For(kCmdChat, "Most tokens per reply")
       .For(kCmdEval | kCmdRouterCalibrate, "Most tokens per answer")
@@ -446,6 +462,9 @@ Status Resolve(CLI::App* app, Params* p) {
     TLR_ASSIGN_OR_RETURN(d.mode, ParseDecodeMode(p->mode));
   }
   d.threshold = p->threshold;
+  TLR_ASSIGN_OR_RETURN(d.policy, ParseRoutePolicy(p->policy));
+  d.price_ratio = p->price_ratio;
+  d.cost_budget = p->cost_budget;
   d.route_span = p->span;
   d.max_tokens = p->max_tokens;
   d.sampling = p->sampling;

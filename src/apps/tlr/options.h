@@ -70,6 +70,8 @@ struct Params {
   std::string slm, llm, router, model, data;
   std::string mode = "joint";
   float threshold = -1;  // -1: the router's recommended one
+  std::string policy = "threshold";  // route_policy.h
+  double price_ratio = 4, cost_budget = 0;
   int max_tokens = 128, span = 1, limit = 0;
   bool chat = false, no_color = false;
   std::optional<bool> think;  // --think / --no-think: the chat template's enable_thinking

@@ -74,6 +74,10 @@ Expected<DecodeStats> CollabDecoder::Generate(std::span<const int32_t> prompt, c
   if (!(opts.sim_slm_s >= 0) || opts.sim_slm_s > 60) return Status::Error("the simulated SLM step must be in [0, 60] s");
   TLR_RETURN_IF_ERROR(opts.sampling.Validate());
   TLR_RETURN_IF_ERROR(opts.pipeline.Validate());
+  if (!(opts.price_ratio >= 0 && opts.price_ratio <= 1e6)) {
+    return Status::Error("the price ratio (an LLM output token in input tokens) must be in 0..1e6");
+  }
+  if (!(opts.cost_budget >= 0 && opts.cost_budget <= 1e12)) return Status::Error("the cost budget must be 0 (none) or positive");
   const bool joint = opts.mode == DecodeMode::kJoint;
   if (opts.mode != DecodeMode::kSmallOnly && !llm_) {
     return Status::Error(std::string(DecodeModeName(opts.mode)) + " mode needs an LLM");
@@ -163,6 +167,10 @@ Expected<DecodeStats> CollabDecoder::GenerateBlocking(std::span<const int32_t> p
     st.slm_prefill_s = SecondsSince(t);
   }
   double slm_s = st.slm_prefill_s;  // charged to the next emitted token
+  // The calls' account under the price model (route_policy.h): the LLM holds what it held of
+  // the prompt, then everything before the last routed position.
+  CallAccount account;
+  if (joint && (opts.policy == RoutePolicy::kCost || opts.cost_budget > 0)) account.held = llm_->HeldPrefix(prompt);
   for (bool more = true; more;) {
     TokenEvent first;
     if (router_) {
@@ -174,8 +182,10 @@ Expected<DecodeStats> CollabDecoder::GenerateBlocking(std::span<const int32_t> p
     first.slm_s = slm_s;
     std::vector<int32_t> toks;
     TokenSource source = TokenSource::kSlm;
-    if (joint && first.confidence < opts.threshold) {
-      const int n = static_cast<int>(std::min<int64_t>(opts.route_span, opts.max_tokens - st.generated));
+    const int n = static_cast<int>(std::min<int64_t>(opts.route_span, opts.max_tokens - st.generated));
+    const int64_t at = static_cast<int64_t>(seq.size());
+    if (joint && account.Routes(opts.policy, opts.threshold, opts.price_ratio, opts.cost_budget, first.confidence, at, n)) {
+      account.Call(opts.price_ratio, at, n);
       auto reply = call_llm(n, &first.llm_s);
       first.stall_s = first.llm_s;
       first.spec = SpecOutcome::kBlocking;

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "device/decode/route_policy.h"
 #include "device/llm/llm_backend.h"
 #include "model/model.h"
 #include "model/sampler.h"
@@ -82,7 +83,12 @@ struct ProvisionalEvent {
 
 struct DecodeOptions {
   DecodeMode mode = DecodeMode::kJoint;
-  float threshold = 0.5f;    // route when confidence < threshold
+  float threshold = 0.5f;    // route when confidence < threshold (the cost policy: that bar
+                             // for the cheapest call; route_policy.h)
+  RoutePolicy policy = RoutePolicy::kThreshold;
+  double price_ratio = 4;    // the cost policy's price of an LLM output token, in input tokens
+  double cost_budget = 0;    // most the calls of one generation may cost, in input-token units
+                             // under that price (route_policy.h); 0: no limit
   int route_span = 1;        // tokens per LLM call
   int max_tokens = 128;
   SamplerParams sampling;    // for both models (greedy by default)

@@ -199,6 +199,17 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
   auto call_n = [&](const SpecLine& l) {
     return static_cast<int>(std::min<int64_t>(opts.route_span, opts.max_tokens - (static_cast<int64_t>(l.ids.size()) - prompt_len)));
   };
+  // The calls' account on a line under the price model (route_policy.h): the confirmed text's,
+  // then the line's routed positions. A function of the line's tokens, as in the blocking loop.
+  CallAccount confirmed_account;
+  if (opts.policy == RoutePolicy::kCost || opts.cost_budget > 0) confirmed_account.held = llm_->HeldPrefix(prompt);
+  auto account_of = [&](const SpecLine& l) {
+    CallAccount a = confirmed_account;
+    for (size_t i = 0; i < l.spec.size(); ++i) {
+      if (l.spec[i].routed) a.Call(opts.price_ratio, state.confirmed() + static_cast<int64_t>(i), l.spec[i].routed_n);
+    }
+    return a;
+  };
   auto has_pending = [](const SpecLine& l) {
     return std::any_of(l.spec.begin(), l.spec.end(), [](const SpecToken& t) { return t.pending; });
   };
@@ -255,12 +266,13 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
     t.confidence = router_->Confidence(hidden, logits, V, pool_);
     t.router_s = SecondsSince(tr);
     st.router_s += t.router_s;
-    if (!(t.confidence < opts.threshold)) {
+    const int n = call_n(l);
+    if (!account_of(l).Routes(opts.policy, opts.threshold, opts.price_ratio, opts.cost_budget, t.confidence, p, n)) {
       state.Push(l, sampler.Sample(logits, l.ids), std::move(t));
       return;
     }
-    const int n = call_n(l);
     t.routed = true;
+    t.routed_n = n;
     t.source = TokenSource::kLlm;
     std::vector<int32_t> draft = state.DraftAt(l.ids, n, is_end);
     if (draft.empty() && !may_call(l)) {
@@ -328,7 +340,10 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
   double stall_since_emit = 0;
   // Emits the tokens no pending call precedes; returns whether generation goes on.
   auto emit_confirmed = [&]() {
+    int64_t position = state.confirmed();
     for (auto& [id, t] : state.TakeConfirmed()) {
+      if (t.routed) confirmed_account.Call(opts.price_ratio, position, t.routed_n);
+      ++position;
       TokenEvent ev;
       ev.id = id;
       ev.source = t.source;

@@ -174,6 +174,81 @@ TEST_F(PipelineTest, SlmContextCarriesAConversation) {
   }
 }
 
+// The cost policy (route_policy.h): every token is routed exactly when its confidence is under
+// the bar priced from the context the LLM holds (nothing of the prompt at first, then all before
+// the last routed position), pipelined or not; a cold first call needs a lower confidence than a
+// warm one, so some tokens the threshold rule would route stay with the SLM; an LLM that already
+// holds the prompt is priced warm from the first token. A cost budget stops routing where the
+// next call would pass it, at the same token pipelined or not.
+TEST_F(PipelineTest, CostPolicyPricesEachCallByWhatTheLlmHolds) {
+  const double kRatio = 4;
+  // Replays the policy over a generation's tokens; returns how many tokens it disagrees with.
+  auto broken = [&](const Out& o, int64_t held, RoutePolicy policy, double budget, double* spent = nullptr) {
+    int bad = 0;
+    CallAccount a;
+    a.held = held;
+    int64_t at = static_cast<int64_t>(prompt_.size());
+    for (size_t i = 0; i < o.ids.size(); ++i, ++at) {
+      const bool routed = o.src[i] != TokenSource::kSlm;
+      bad += routed != a.Routes(policy, 0.8f, kRatio, budget, o.conf[i], at, 1);
+      if (routed) a.Call(kRatio, at, 1);
+    }
+    if (spent) *spent = a.spent;
+    return bad;
+  };
+  DecodeOptions cost = Options(0.8f, false);
+  cost.policy = RoutePolicy::kCost;
+  cost.price_ratio = kRatio;
+  const Out off = Run(*llm_, cost, 3, 2);
+  ASSERT_GT(off.st.routed, 0);
+  EXPECT_EQ(broken(off, 0, RoutePolicy::kCost, 0), 0);
+  // Some token under the threshold stayed with the SLM: a call there cost more than it was worth.
+  bool kept = false;
+  for (size_t i = 0; i < off.ids.size(); ++i) kept |= off.conf[i] < 0.8f && off.src[i] == TokenSource::kSlm;
+  EXPECT_TRUE(kept);
+  // A cold call here (6 prompt tokens, 1 written at 4) is priced twice the cheapest one.
+  EXPECT_NEAR(RouteBar(RoutePolicy::kCost, 0.9f, kRatio, 6, 0, 1), 0.8f, 1e-6);
+  EXPECT_NEAR(RouteBar(RoutePolicy::kCost, 0.9f, kRatio, 6, 5, 1), 0.9f, 1e-6);
+  EXPECT_EQ(RouteBar(RoutePolicy::kThreshold, 0.9f, kRatio, 600, 0, 1), 0.9f);
+  for (RoutePolicy policy : {RoutePolicy::kCost, RoutePolicy::kThreshold}) {
+    for (double budget : {0.0, 40.0}) {
+      DecodeOptions base = cost;
+      base.policy = policy;
+      base.cost_budget = budget;
+      const Out blocking = Run(*llm_, base, 3, 2);
+      double spent = 0;
+      EXPECT_EQ(broken(blocking, 0, policy, budget, &spent), 0);
+      if (budget > 0) {
+        EXPECT_LE(spent, budget);
+        EXPECT_GT(spent, budget - 20);  // it stopped for the budget, not for want of low confidences
+      }
+      for (int branches : {1, 3}) {
+        for (int lookahead : {0, 8}) {
+          DecodeOptions on = base;
+          on.pipeline.enabled = true;
+          on.pipeline.branches = branches;
+          on.pipeline.lookahead = lookahead;
+          const Out got = Run(*llm_, on, 3, 2, 5 + branches + lookahead);
+          SCOPED_TRACE(testing::Message() << RoutePolicyName(policy) << " budget " << budget << " branches "
+                                          << branches << " lookahead " << lookahead);
+          EXPECT_EQ(got.ids, blocking.ids);
+          EXPECT_EQ(got.src, blocking.src);
+        }
+      }
+    }
+  }
+  // The same backend again: it holds the prompt (and more), so the first call is priced warm.
+  auto router = Router::Builtin(RouterKind::kRandom, 5);
+  ASSERT_TRUE(router.ok());
+  InProcessLlm local(*llm_, 1, 512);
+  CollabDecoder dec(*slm_, &*router, &local, &pool_);
+  const Out first = DecodeAll(dec, prompt_, cost);
+  ASSERT_EQ(first.ids, off.ids);
+  EXPECT_GE(local.HeldPrefix(prompt_), static_cast<int64_t>(prompt_.size()));
+  const Out again = DecodeAll(dec, prompt_, cost);
+  EXPECT_EQ(broken(again, static_cast<int64_t>(prompt_.size()), RoutePolicy::kCost, 0), 0);
+}
+
 TEST_F(PipelineTest, SampledOutputEqualsTheBlockingLoop) {
   // Draws are keyed by (seed, position): speculative and cancelled work cannot shift them.
   for (float temperature : {0.8f, 1.5f}) {

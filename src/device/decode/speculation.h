@@ -36,6 +36,7 @@ struct SpecToken {
   int64_t call = -1;        // the call deciding this position (routed, or covered by its span)
   bool pending = false;     // that call has not answered yet (the token is an assumption)
   bool routed = false;      // the first position of a routed call or draft
+  int routed_n = 1;         // there: the tokens the call asked for
   bool from_draft = false;  // an LLM token taken from a lookahead draft (no call answered it)
   SpecOutcome outcome = SpecOutcome::kNone;
   std::vector<int32_t> alts;  // further SLM candidates at a routed position (for branches)

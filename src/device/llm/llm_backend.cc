@@ -201,6 +201,13 @@ void InProcessLlm::Reset() {
   if (cache_) cache_->Truncate(0);
 }
 
+int64_t InProcessLlm::HeldPrefix(std::span<const int32_t> context) const {
+  std::lock_guard<std::mutex> l(mu_);
+  size_t n = 0;
+  while (n < held_.size() && n < context.size() && held_[n] == context[n]) ++n;
+  return static_cast<int64_t>(n);
+}
+
 LlmWork InProcessLlm::work() const {
   std::lock_guard<std::mutex> l(mu_);
   return work_;

@@ -144,6 +144,13 @@ class LlmBackend {
   // network what the server reports (a call still running when this is read counts later).
   virtual LlmWork work() const = 0;
   virtual std::string name() const = 0;
+  // How many leading tokens of `context` the LLM already holds (a call with it would read only
+  // the rest), as far as the backend knows; 0 when it does not know (the cost policy then
+  // prices a call as cold). May wait for a call in progress.
+  virtual int64_t HeldPrefix(std::span<const int32_t> context) const {
+    (void)context;
+    return 0;
+  }
 };
 
 // Runs calls on its own worker threads in submission order (FIFO), dropping calls cancelled
@@ -184,6 +191,7 @@ class InProcessLlm : public LlmBackend {
   bool spells_prefix() const override { return true; }
   std::string name() const override { return "in-process"; }
   LlmWork work() const override;
+  int64_t HeldPrefix(std::span<const int32_t> context) const override;
   // Tokens ingested over the backend's life (for tests of the delta behaviour).
   int64_t total_ingested() const;
 
@@ -216,6 +224,7 @@ class DelayedLlm : public LlmBackend {
   uint64_t vocab_fingerprint() const override { return inner_->vocab_fingerprint(); }
   bool spells_prefix() const override { return inner_->spells_prefix(); }
   LlmWork work() const override { return inner_->work(); }
+  int64_t HeldPrefix(std::span<const int32_t> context) const override { return inner_->HeldPrefix(context); }
   std::string name() const override { return inner_->name() + " (simulated network)"; }
   // Simulated network time added so far.
   double sim_delay_s() const;

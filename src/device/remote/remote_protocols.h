@@ -27,6 +27,7 @@ class TlrServerLlm : public RemoteLlm {
  public:
   // The server spells held-back bytes first ("prefix_bytes" in its info's features).
   bool spells_prefix() const override { return spells_prefix_.load(); }
+  int64_t HeldPrefix(std::span<const int32_t> context) const override;
 
  private:
   std::atomic<bool> spells_prefix_{false};
@@ -35,7 +36,7 @@ class TlrServerLlm : public RemoteLlm {
   Status EnsureSession(uint64_t stale, std::string* id, uint64_t* generation, CallError* err);
 
   std::mutex session_mu_;     // held while a session is created
-  std::mutex mu_;             // everything below
+  mutable std::mutex mu_;     // everything below
   std::string session_;
   uint64_t session_generation_ = 0;  // increments with every new session
   std::vector<int32_t> held_;        // what the server's session holds, as far as we know

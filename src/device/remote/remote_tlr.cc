@@ -38,6 +38,13 @@ TlrServerLlm::~TlrServerLlm() {
   if (!session_.empty() && reachable_) http_.DeleteQuietly("/tlr/v1/sessions/" + session_);
 }
 
+int64_t TlrServerLlm::HeldPrefix(std::span<const int32_t> context) const {
+  std::lock_guard<std::mutex> l(mu_);
+  size_t c = 0;
+  while (c < held_.size() && c < context.size() && held_[c] == context[c]) ++c;
+  return static_cast<int64_t>(c);
+}
+
 Status TlrServerLlm::CheckServer(bool* reachable) {
   std::string body;
   TLR_RETURN_IF_ERROR(GetForCheck("/tlr/v1/info", "is it `tlr serve`? for other engines use the openai backend",

@@ -196,21 +196,27 @@ Status DeviceServer::ApplyRouting(const json& j, bool strict, Request* r) const 
   std::string mode = "joint", router = models_.routers[0].name;
   bool pipeline = models_.pipeline.enabled;
   int64_t span = 1;
-  double threshold = -1;
+  double threshold = -1, price_ratio = models_.price_ratio, cost_budget = models_.cost_budget;
+  std::string policy(RoutePolicyName(models_.policy));
   JsonFields f(j);
   f.String("mode", &mode).String("router", &router).Bool("pipeline", &pipeline).Int("span", 1, kMaxSpan, &span);
-  f.Number("threshold", 0, 1, &threshold);
+  f.Number("threshold", 0, 1, &threshold).String("policy", &policy).Number("price_ratio", 0, 1000, &price_ratio);
+  f.Number("cost_budget", 0, 1e12, &cost_budget);
   TLR_RETURN_IF_ERROR(f.status());
   if (strict) {
     for (auto it = j.begin(); it != j.end(); ++it) {
-      static const char* const kKnown[] = {"mode", "router", "threshold", "span", "pipeline"};
+      static const char* const kKnown[] = {"mode", "router", "threshold", "span", "pipeline", "policy", "price_ratio",
+                                           "cost_budget"};
       if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return it.key() == k; }) == std::end(kKnown)) {
-        return Status::Error("'" + it.key() + "' is not a routing field (mode, router, threshold, span, pipeline)");
+        return Status::Error("'" + it.key() + "' is not a routing field (mode, router, threshold, span, pipeline, "
+                             "policy, price_ratio, cost_budget)");
       }
     }
   }
   auto m = ParseDecodeMode(mode);
   if (!m.ok()) return m.status();
+  auto pol = ParseRoutePolicy(policy);
+  if (!pol.ok()) return pol.status();
   r->router = models_.routers.size();
   std::string names;
   for (size_t i = 0; i < models_.routers.size(); ++i) {
@@ -222,6 +228,9 @@ Status DeviceServer::ApplyRouting(const json& j, bool strict, Request* r) const 
   d.mode = *m;
   d.threshold = threshold >= 0 ? static_cast<float>(threshold) : models_.routers[r->router].router->info().threshold;
   d.route_span = static_cast<int>(span);
+  d.policy = *pol;
+  d.price_ratio = price_ratio;
+  d.cost_budget = cost_budget;
   d.sampling = models_.sampling;
   d.pipeline = models_.pipeline;
   d.pipeline.enabled = pipeline;

@@ -94,6 +94,9 @@ struct DeviceServerModels {
                                     // each conversation context keeps its own backend of it
   PipelineOptions pipeline;         // defaults; the page may turn the pipeline off
   double sim_slm_s = 0;             // simulated SLM pace (DecodeOptions::sim_slm_s)
+  // Defaults of requests that do not name them (DecodeOptions).
+  RoutePolicy policy = RoutePolicy::kThreshold;
+  double price_ratio = 4, cost_budget = 0;
   std::vector<UiRouter> routers;    // the first is the default
   ThreadPool* pool = nullptr;       // used by one generation at a time
   SamplerParams sampling;           // defaults; the page sets temperature, top_p and seed

@@ -135,7 +135,8 @@ void DeviceServer::RoutesOpenAi() {
                   {"total_ms", Ms(st.total_s)},
                   {"mode", DecodeModeName(r.decode.mode)},
                   {"router", router_name},
-                  {"threshold", r.decode.threshold}};
+                  {"threshold", r.decode.threshold},
+                  {"policy", RoutePolicyName(r.decode.policy)}};
       return u;
     };
     auto finish_reason = [](const DecodeStats& st, const CompletionText& text) {

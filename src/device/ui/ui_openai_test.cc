@@ -183,6 +183,8 @@ TEST_F(UiOpenAiTest, BadInputIsA4xxAndTheNextRequestIsServed) {
       {"10,000 messages", Chat(many, 4).dump(), "application/json", 400},
       {"unknown routing.mode", Chat(json::array({user}), 4, {{"routing", {{"mode", "bogus"}}}}).dump(), "application/json", 400},
       {"threshold 2", Chat(json::array({user}), 4, {{"routing", {{"threshold", 2}}}}).dump(), "application/json", 400},
+      {"unknown routing.policy", Chat(json::array({user}), 4, {{"routing", {{"policy", "cheap"}}}}).dump(), "application/json", 400},
+      {"negative cost_budget", Chat(json::array({user}), 4, {{"routing", {{"cost_budget", -1}}}}).dump(), "application/json", 400},
       {"routing not an object", Chat(json::array({user}), 4, {{"routing", "joint"}}).dump(), "application/json", 400},
       {"unknown routing field", Chat(json::array({user}), 4, {{"routing", {{"mdoe", "joint"}}}}).dump(), "application/json", 400},
       {"logprobs", Chat(json::array({user}), 4, {{"logprobs", true}}).dump(), "application/json", 400},
