@@ -9,7 +9,9 @@ PIPELINE_DIR/time_vs_llm_cost.svg.
 Every table with routed tokens also shows the LLM's real work: the tokens it prefilled and
 generated per question, generated per routed token, and its cost against the LLM alone (price
 units: prefilled + price_ratio x generated). results.json files from before those fields show "-".
-Usage: results.py RESULTS_DIR OUT.md [NET_DIR [PIPELINE_DIR]]"""
+With COST_DIR the accuracy-against-cost curves of both routing policies (COST_DIR, and
+COST_DIR/xvocab for the cross-vocabulary pair; COST_DIR/signals.txt from route_signals.py).
+Usage: results.py RESULTS_DIR OUT.md [NET_DIR [PIPELINE_DIR [XVOCAB_DIR [COST_DIR]]]]"""
 import json
 import os
 import sys
@@ -554,6 +556,87 @@ def xvocab_section(d, out, shared_joint, shared_large):
     return L
 
 
+def curve_at(points, x):
+    """Accuracy of a curve of (cost, accuracy) points at cost x, linear between its points (mixing
+    two settings question by question reaches any point between them), over its upper envelope
+    (a costlier row is never worse); None outside the curve's costs."""
+    pts, best = [], None
+    for c, a in sorted(points):
+        best = a if best is None else max(best, a)
+        pts.append((c, best))
+    if not pts or x < pts[0][0] - 1e-12 or x > pts[-1][0] + 1e-12:
+        return None
+    for (c0, a0), (c1, a1) in zip(pts, pts[1:]):
+        if c0 <= x <= c1:
+            return a0 if c1 == c0 else a0 + (a1 - a0) * (x - c0) / (c1 - c0)
+    return pts[-1][1]
+
+
+def cost_section(d, out):
+    """Accuracy against the LLM's cost, per routing policy, for the bundled pair (d) and the
+    cross-vocabulary pair (d/xvocab when present); d/signals.txt: scripts/route_signals.py."""
+    rel = os.path.relpath(d, os.path.dirname(out))
+    L = ['## Accuracy against the LLM\'s cost', '',
+         'The routed share hides what the LLM really does: the first routed token of a question makes it read the '
+         'whole context, later ones only their few new tokens. The same questions with both routing policies '
+         '(docs/routing.md): `threshold` (route below the threshold) and `cost` (a call\'s bar falls as its price '
+         'rises: a cold first call must be far less sure than a warm one; its threshold is the bar of the cheapest '
+         'call). Cost: the LLM\'s (prefilled + R x generated) against the LLM alone on the same questions. Files: '
+         '`%s/`.' % rel, '']
+    pairs = [('bundled pair', d)]
+    if os.path.isdir(os.path.join(d, 'xvocab')):
+        pairs.append(('cross-vocabulary pair (the LLM with its own 1024-token vocabulary, bridged)',
+                      os.path.join(d, 'xvocab')))
+    for name, path in pairs:
+        res = load(path, 'the cost curves of the ' + name)
+        rows = res['rows']
+        large = one(rows, 'large_only', os.path.join(path, 'results.json'))
+        pols = {}
+        for r in rows:
+            if r['mode'] == 'joint':
+                pols.setdefault(r.get('policy') or 'threshold', []).append(r)
+        L += ['### %s' % name[0].upper() + name[1:], '',
+              '| policy | threshold | accuracy | routed % | LLM prefill / q | LLM gen / q | LLM cost vs alone |',
+              '|---|---:|---:|---:|---:|---:|---:|']
+        curves = {}
+        for pol, rs in sorted(pols.items()):
+            rs.sort(key=lambda r: (cost_vs_alone(r, large) or 0))
+            curves[pol] = [(cost_vs_alone(r, large), r['accuracy']) for r in rs if cost_vs_alone(r, large) is not None]
+            for r in rs:
+                L.append('| %s | %.3f | %.1f%% | %.1f%% | %s | %s | %s |' % (
+                    pol, r['threshold'], 100 * r['accuracy'], r['routed_pct'], fmt(per_q(r, 'llm_prefilled_tokens'), '%.1f'),
+                    fmt(per_q(r, 'llm_generated_tokens'), '%.1f'), pct(cost_vs_alone(r, large))))
+        L += ['', 'The LLM alone: %.1f%%; the SLM alone: %.1f%%.' % (
+            100 * large['accuracy'], 100 * one(rows, 'small_only', path)['accuracy']), '']
+        goal = 0.97 * large['accuracy']
+        for pol, pts in sorted(curves.items()):
+            hit = min((c for c, a in pts if a >= goal), default=None)
+            L.append('- %s policy: the cheapest row with at least 97%% of the LLM alone\'s accuracy (%.1f%%) costs %s.' % (
+                pol, 100 * goal, pct(hit) if hit is not None else 'more than any row here (none reaches it)'))
+        if 'threshold' in curves and 'cost' in curves:
+            diffs = []
+            for c, a in curves['cost']:
+                ref = curve_at(curves['threshold'], c)
+                if ref is not None:
+                    diffs.append((c, 100 * (a - ref)))
+            if diffs:
+                better = sum(1 for _, v in diffs if v > 0.05)
+                worse = sum(1 for _, v in diffs if v < -0.05)
+                L.append('- The cost policy against the threshold policy at equal cost (linear between the threshold '
+                         'policy\'s rows): %d of %d rows more accurate, %d less, the rest within 0.05 points; per row: %s.' % (
+                             better, len(diffs), worse, ', '.join('%+.1f at %.1f%%' % (v, 100 * c) for c, v in diffs)))
+        L += ['', '![Accuracy vs the LLM\'s cost, %s](%s/accuracy_vs_cost.svg)' % (
+            name, os.path.relpath(path, os.path.dirname(out))), '']
+    sig = os.path.join(d, 'signals.txt')
+    if os.path.isfile(sig):
+        with open(sig) as f:
+            text = f.read().rstrip()
+        L += ['What a question-level gate could gain (`scripts/route_signals.py` on the bundled pair\'s answers: the '
+              'LLM kept out of a question when the SLM\'s own answer looks right; costs estimated from the tokens):', '',
+              '```', text, '```', '']
+    return L
+
+
 def main():
     if len(sys.argv) < 3:
         die('usage: results.py RESULTS_DIR OUT.md [NET_DIR [PIPELINE_DIR [XVOCAB_DIR]]]')
@@ -634,6 +717,8 @@ def main():
         L += pipeline_section(sys.argv[4], out)
     if len(sys.argv) > 5:
         L += xvocab_section(sys.argv[5], out, joint, large)
+    if len(sys.argv) > 6:
+        L += cost_section(sys.argv[6], out)
     with open(out, 'w') as f:
         f.write('\n'.join(L) + '\n')
     print('wrote', out)

@@ -13,6 +13,7 @@
 #   4. the cross-vocabulary pair: the same SLM with models/demo/llm-bpe1024.gguf (its own
 #      1024-token vocabulary, bridged) and its router, in process, all 607 test questions
 #      -> docs/results-xvocab/, and that LLM alone in its own vocabulary -> docs/results-xvocab/native/
+#   5. both routing policies (threshold, cost) against the LLM's cost, both pairs -> docs/results-cost/
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tlr=build/bin/tlr
@@ -51,4 +52,14 @@ $tlr eval --limit 0 --max-tokens 40 --llm models/demo/llm-bpe1024.gguf --router 
 # That LLM alone in its own vocabulary (no bridge: its large_only row is what it costs natively).
 $tlr eval --limit 0 --max-tokens 40 --slm models/demo/llm-bpe1024.gguf --llm models/demo/llm-bpe1024.gguf \
   --router random --thresholds '' --out docs/results-xvocab/native
-$py scripts/results.py docs/results docs/RESULTS.md docs/results-network docs/results-pipeline docs/results-xvocab
+# 5. accuracy against the LLM's cost: both routing policies on the same questions, for both pairs, and what a
+#    question-level gate could gain (scripts/route_signals.py) -> docs/results-cost/
+cost_rows=(--thresholds 0,0.05,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95,0.99
+           --cost-thresholds 0.9,0.95,0.97,0.98,0.99,0.995,0.998,0.999)
+$tlr eval --limit 0 --max-tokens 40 "${cost_rows[@]}" --out docs/results-cost --answers "$log.answers"
+$py scripts/route_signals.py "$log.answers" --threshold 0.8 > docs/results-cost/signals.txt
+rm -f "$log.answers"
+$tlr eval --limit 0 --max-tokens 40 --llm models/demo/llm-bpe1024.gguf --router models/demo/router-bpe1024.gguf \
+  "${cost_rows[@]}" --out docs/results-cost/xvocab
+$py scripts/results.py docs/results docs/RESULTS.md docs/results-network docs/results-pipeline docs/results-xvocab \
+  docs/results-cost
