@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "model/sampler.h"
@@ -21,6 +22,16 @@
 namespace tlr::server {
 
 using nlohmann::json;
+
+// A route pattern (httplib matches routes as regular expressions) that matches exactly `path`.
+inline std::string ExactRoutePattern(std::string_view path) {
+  std::string out;
+  for (char c : path) {
+    if (std::string_view("\\^$.|?*+()[]{}").find(c) != std::string_view::npos) out += '\\';
+    out += c;
+  }
+  return out;
+}
 
 inline void SendJson(httplib::Response& res, int status, const json& j) {
   res.status = status;

@@ -25,16 +25,6 @@ void Isolate(httplib::Response& res) {
   res.set_header("X-Content-Type-Options", "nosniff");
 }
 
-// A route pattern (httplib takes a regular expression) that matches exactly `path`.
-std::string ExactPattern(const std::string& path) {
-  std::string out;
-  for (char c : path) {
-    if (std::string_view("\\^$.|?*+()[]{}").find(c) != std::string_view::npos) out += '\\';
-    out += c;
-  }
-  return out;
-}
-
 struct OpenFile {
   int fd = -1;
   ~OpenFile() {
@@ -75,7 +65,7 @@ bool IsWebFile(const std::vector<WebFile>& files, const std::string& path) {
 void ServeWebFiles(httplib::Server* http, const std::vector<WebFile>& files, int max_downloads) {
   auto running = std::make_shared<std::atomic<int>>(0);
   for (const WebFile& f : files) {
-    http->Get(ExactPattern(f.path), [f, running, max_downloads](const httplib::Request&, httplib::Response& res) {
+    http->Get(server::ExactRoutePattern(f.path), [f, running, max_downloads](const httplib::Request&, httplib::Response& res) {
       Isolate(res);
       res.set_header("Cache-Control", "no-cache");
       if (f.file.empty()) {

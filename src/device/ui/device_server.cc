@@ -36,16 +36,6 @@ constexpr const char* kContentSecurityPolicy =
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-// httplib matches routes as regular expressions.
-std::string RegexEscape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (std::string_view(".^$|()[]{}*+?\\").find(c) != std::string_view::npos) out += '\\';
-    out += c;
-  }
-  return out;
-}
-
 // The host name of a Host header ("127.0.0.1:8090" -> "127.0.0.1", "[::1]:8090" -> "::1"); a
 // header that is not exactly a name with an optional ":port" comes back whole (and matches no
 // loopback name).
@@ -256,7 +246,7 @@ Expected<DeviceRunResult> DeviceServer::Generate(const Request& r, Job* job,
 
 void DeviceServer::Routes() {
   for (const UiAsset& a : opts_.assets) {
-    http_->Get(RegexEscape(a.path), [a](const httplib::Request&, httplib::Response& res) {
+    http_->Get(server::ExactRoutePattern(a.path), [a](const httplib::Request&, httplib::Response& res) {
       res.set_header("Content-Security-Policy", kContentSecurityPolicy);
       res.set_header("X-Content-Type-Options", "nosniff");
       res.set_header("Referrer-Policy", "no-referrer");
