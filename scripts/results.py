@@ -573,8 +573,9 @@ def curve_at(points, x):
 
 
 def cost_section(d, out):
-    """Accuracy against the LLM's cost, per routing policy, for the bundled pair (d) and the
-    cross-vocabulary pair (d/xvocab when present); d/signals.txt: scripts/route_signals.py."""
+    """Accuracy against the LLM's cost, per routing policy, for the bundled pair (d), its long-preamble
+    variant (d/preamble) and the cross-vocabulary pair (d/xvocab) when present; d/signals.txt:
+    scripts/route_signals.py."""
     rel = os.path.relpath(d, os.path.dirname(out))
     L = ['## Accuracy against the LLM\'s cost', '',
          'The routed share hides what the LLM really does: the first routed token of a question makes it read the '
@@ -584,6 +585,10 @@ def cost_section(d, out):
          'call). Cost: the LLM\'s (prefilled + R x generated) against the LLM alone on the same questions. Files: '
          '`%s/`.' % rel, '']
     pairs = [('bundled pair', d)]
+    if os.path.isdir(os.path.join(d, 'preamble')):
+        pairs.append(('bundled pair, long preamble (every question after the same ~105 tokens of text about other '
+                      'things: tools/worldgen/preamble.py; the demo models were trained on short texts and lose '
+                      'their way past ~100 tokens of preamble)', os.path.join(d, 'preamble')))
     if os.path.isdir(os.path.join(d, 'xvocab')):
         pairs.append(('cross-vocabulary pair (the LLM with its own 1024-token vocabulary, bridged)',
                       os.path.join(d, 'xvocab')))

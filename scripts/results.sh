@@ -13,7 +13,8 @@
 #   4. the cross-vocabulary pair: the same SLM with models/demo/llm-bpe1024.gguf (its own
 #      1024-token vocabulary, bridged) and its router, in process, all 607 test questions
 #      -> docs/results-xvocab/, and that LLM alone in its own vocabulary -> docs/results-xvocab/native/
-#   5. both routing policies (threshold, cost) against the LLM's cost, both pairs -> docs/results-cost/
+#   5. both routing policies (threshold, cost) against the LLM's cost, both pairs and the long-preamble variant
+#      -> docs/results-cost/ (preamble/, xvocab/; signals.txt: what a question-level gate could gain)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tlr=build/bin/tlr
@@ -56,9 +57,18 @@ $tlr eval --limit 0 --max-tokens 40 --slm models/demo/llm-bpe1024.gguf --llm mod
 #    question-level gate could gain (scripts/route_signals.py) -> docs/results-cost/
 cost_rows=(--thresholds 0,0.05,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95,0.99
            --cost-thresholds 0.9,0.95,0.97,0.98,0.99,0.995,0.998,0.999)
+#    The demo world again (worldgen is deterministic: the same test.jsonl) for the things the SLM was taught and
+#    for the long-preamble variant (the same questions after ~105 tokens of other things' descriptions).
+world=$(mktemp -d)
+python3 tools/worldgen/worldgen.py --seed 7 --things 1000 --values 5 --partial 0.3 --out "$world" > /dev/null
+cmp -s "$world/test.jsonl" models/demo/test.jsonl || { echo "results: worldgen no longer gives models/demo/test.jsonl" >&2; exit 1; }
+python3 tools/worldgen/preamble.py --world "$world/world.json" --data models/demo/test.jsonl --out "$world/preamble.jsonl" > /dev/null
 $tlr eval --limit 0 --max-tokens 40 "${cost_rows[@]}" --out docs/results-cost --answers "$log.answers"
-$py scripts/route_signals.py "$log.answers" --threshold 0.8 > docs/results-cost/signals.txt
+$py scripts/route_signals.py "$log.answers" --threshold 0.8 --world "$world/world.json" --data models/demo/test.jsonl \
+  > docs/results-cost/signals.txt
 rm -f "$log.answers"
+$tlr eval --limit 0 --max-tokens 40 --data "$world/preamble.jsonl" "${cost_rows[@]}" --out docs/results-cost/preamble
+rm -rf "$world"
 $tlr eval --limit 0 --max-tokens 40 --llm models/demo/llm-bpe1024.gguf --router models/demo/router-bpe1024.gguf \
   "${cost_rows[@]}" --out docs/results-cost/xvocab
 $py scripts/results.py docs/results docs/RESULTS.md docs/results-network docs/results-pipeline docs/results-xvocab \

@@ -2,7 +2,7 @@
 """What a question-level gate could gain, from `tlr eval --answers` lines (docs/routing.md).
 
     tlr eval --limit 0 --max-tokens 40 --thresholds 0.8 --answers a.jsonl
-    scripts/route_signals.py a.jsonl [--threshold 0.8] [--price-ratio 4]
+    scripts/route_signals.py a.jsonl [--threshold 0.8] [--price-ratio 4] [--world W/world.json --data test.jsonl]
 
 Needs the small_only, large_only and a joint row (threshold policy) at --threshold. Prints:
   - how well the router's confidences over the SLM's own answer tell whether that answer is
@@ -41,6 +41,9 @@ def main():
     ap.add_argument('answers')
     ap.add_argument('--threshold', type=float, default=0.8)
     ap.add_argument('--price-ratio', type=float, default=4.0)
+    ap.add_argument('--world', help='world.json of the demo world (worldgen.py): also the gate that knows which '
+                                    'things the SLM was taught (its partial_things); needs --data')
+    ap.add_argument('--data', help='the question set the answers are for (question ids -> things)')
     a = ap.parse_args()
     small, large, joint = {}, {}, {}
     with open(a.answers) as f:
@@ -91,6 +94,17 @@ def main():
     o = gate({i: bool(small[i]['correct']) for i in ids})
     print('\nOracle gate (the LLM left out where the SLM alone is right): %.1f%% at %.1f%% of the cost (%.0f%% of '
           'questions kept)' % o)
+    if a.world and a.data:
+        try:
+            with open(a.world) as f:
+                taught = set(json.load(f)['partial_things'])
+            with open(a.data) as f:
+                thing = {r['id']: r.get('question_concept') for r in map(json.loads, filter(str.strip, f))}
+        except (OSError, ValueError, KeyError) as e:
+            sys.exit('route_signals: %s' % e)
+        keep = {i: thing.get(i) in taught for i in ids}
+        print('Taught-thing gate (the LLM left out where the SLM was taught the thing asked about): %.1f%% at %.1f%% '
+              'of the cost (%.0f%% of questions kept)' % gate(keep))
     print('Gate on "%s" (keep the SLM\'s answer where it clears g):' % best)
     f = signals[best]
     scores = sorted(f(conf[i]) for i in ids)

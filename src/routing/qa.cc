@@ -96,6 +96,9 @@ Expected<QaRow> ParseQaRow(std::string_view line) {
   auto ref = StringField(j, "reference", false);
   if (!ref.ok()) return ref.status();
   row.reference = *ref;
+  auto context = StringField(j, "context", false);
+  if (!context.ok()) return context.status();
+  row.context = *context;
   if (auto m = j.find("messages"); m != j.end()) {  // a chat row
     auto msgs = ParseChatMessages(*m);
     if (!msgs.ok()) return msgs.status();
@@ -175,7 +178,8 @@ Expected<std::vector<QaRow>> LoadQaJsonl(const std::string& path) {
 }
 
 std::string QaPrompt(const QaRow& row) {
-  std::string p = "Question: " + row.question + "\n";
+  std::string p = row.context.empty() ? std::string() : row.context + "\n\n";
+  p += "Question: " + row.question + "\n";
   for (size_t i = 0; i < row.labels.size(); ++i) p += row.labels[i] + ". " + row.texts[i] + "\n";
   return p;
 }

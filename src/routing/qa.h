@@ -36,6 +36,9 @@ struct QaRow {
   // Optional reference completion (a TLR extension: field "reference"): router training uses
   // it instead of the LLM's own answer.
   std::string reference;
+  // Optional text before the question (a TLR extension: field "context"; a shared document, a
+  // system prompt's worth of text): the prompt starts with it.
+  std::string context;
   // A chat row: the conversation (its assistant messages are the references router training
   // labels). Question and choices are then optional; with them and an answerKey the answer can
   // be graded.
@@ -49,7 +52,7 @@ Expected<QaRow> ParseQaRow(std::string_view json_line);
 Expected<std::vector<QaRow>> LoadQaJsonl(const std::string& path);
 
 // The prompt: "Question: ...\nA. text\n...\nE. text\n" (the demo pair's training format, as
-// tools/worldgen/worldgen.py writes it).
+// tools/worldgen/worldgen.py writes it), after the row's context and a blank line if it has one.
 std::string QaPrompt(const QaRow& row);
 // For instruct models (sent as the user message of their chat template): the same question
 // and choices, then "Answer with the letter of the correct choice, then explain briefly."

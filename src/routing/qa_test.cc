@@ -32,6 +32,15 @@ TEST(Qa, ParsesFlattenedSchema) {
   EXPECT_EQ(QaPrompt(r),
             "Question: Where would you find a zinthar?\nA. marsh\nB. forest\nC. cave\nD. river\nE. beach\n");
   EXPECT_EQ(QaInstructPrompt(r), QaPrompt(r) + "Answer with the letter of the correct choice, then explain briefly.");
+  // A context (a shared document) comes first, then a blank line; not a string: an error.
+  std::string with = kFlat;
+  with.insert(1, R"("context": "The zinthar is good for fishing.", )");
+  auto c = ParseQaRow(with);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(QaPrompt(*c), "The zinthar is good for fishing.\n\n" + QaPrompt(r));
+  with = kFlat;
+  with.insert(1, R"("context": 3, )");
+  EXPECT_FALSE(ParseQaRow(with).ok());
 }
 
 TEST(Qa, ParsesNestedSchema) {
