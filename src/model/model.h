@@ -121,6 +121,9 @@ class Model {
   // id outside the vocabulary, or a sequence that would exceed its cache's n_ctx.
   Status Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const;
 
+  // Token `token`'s input embedding row as floats (before embd_scale): n_embd values.
+  void EmbeddingRow(int32_t token, float* out) const;
+
  private:
   Model() = default;
   struct Layer {
@@ -147,8 +150,6 @@ class Model {
   WeightView embd_, output_;
   bool packed_ = false;
   bool tied_ = false;  // output_ is the token embedding (its copy after Repack)
-  // Token `token`'s embedding row as floats (before embd_scale).
-  void EmbeddingRow(int32_t token, float* out) const;
   const float* output_norm_ = nullptr;
   std::vector<float> inv_freq_;                   // [head_dim / 2]
   std::vector<float> inv_freq_local_;             // [head_dim / 2] sliding-window layers' (gemma3)

@@ -4,12 +4,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <map>
 
 #include "model/gguf/gguf_reader.h"
 #include "model/gguf/gguf_writer.h"
 #include "model/model.h"
 #include "quant/quantize.h"
 #include "routing/mlp_train.h"
+#include "routing/r2r_net.h"
 
 namespace tlr {
 
@@ -23,6 +26,7 @@ constexpr const char* kKeySlmName = "tlr-router.slm_name";
 constexpr const char* kKeyThreshold = "tlr-router.threshold";
 constexpr const char* kKeySummary = "tlr-router.training_summary";
 constexpr const char* kKeyLayers = "tlr-router.layer_count";
+constexpr const char* kR2rPrefix = "router.r2r.";
 
 std::string LayerTensor(size_t i, const char* what) {
   return "router.layer." + std::to_string(i) + "." + what;
@@ -82,21 +86,22 @@ std::string_view RouterKindName(RouterKind kind) {
     case RouterKind::kMaxProb: return "maxprob";
     case RouterKind::kEntropy: return "entropy";
     case RouterKind::kRandom: return "random";
+    case RouterKind::kR2r: return "r2r";
   }
   return "?";
 }
 
 Expected<RouterKind> ParseRouterKind(std::string_view name) {
   for (RouterKind k : {RouterKind::kCiter, RouterKind::kColm, RouterKind::kMaxProb,
-                       RouterKind::kEntropy, RouterKind::kRandom}) {
+                       RouterKind::kEntropy, RouterKind::kRandom, RouterKind::kR2r}) {
     if (name == RouterKindName(k)) return k;
   }
   return Status::Error("unknown router kind '" + std::string(name) +
-                       "' (citer, colm, maxprob, entropy, random)");
+                       "' (citer, colm, maxprob, entropy, random, r2r)");
 }
 
 bool RouterIsLearned(RouterKind kind) {
-  return kind == RouterKind::kCiter || kind == RouterKind::kColm;
+  return kind == RouterKind::kCiter || kind == RouterKind::kColm || kind == RouterKind::kR2r;
 }
 
 Expected<Router> Router::Builtin(RouterKind kind, uint64_t seed) {
@@ -111,7 +116,17 @@ Expected<Router> Router::Builtin(RouterKind kind, uint64_t seed) {
   return r;
 }
 
+Expected<Router> Router::FromR2r(RouterInfo info, R2rNet net) {
+  info.kind = RouterKind::kR2r;
+  info.input_dim = net.hidden;
+  Router r;
+  r.info_ = std::move(info);
+  r.r2r_ = std::make_shared<const R2rNet>(std::move(net));
+  return r;
+}
+
 Expected<Router> Router::FromLayers(RouterInfo info, std::vector<DenseLayer> layers, GgmlType type) {
+  if (info.kind == RouterKind::kR2r) return Status::Error("an r2r router is made from its network (FromR2r)");
   if (!RouterIsLearned(info.kind)) {
     return Status::Error(std::string(RouterKindName(info.kind)) + " routers have no layers");
   }
@@ -150,6 +165,7 @@ Status Router::Compile() {
 }
 
 int64_t Router::n_params() const {
+  if (r2r_) return r2r_->n_params();
   int64_t n = 0;
   for (const DenseLayer& l : layers_) n += l.n_in * l.n_out + l.n_out;
   return n;
@@ -184,6 +200,31 @@ Expected<Router> Router::Load(const std::string& path) {
     auto r = Builtin(info.kind);
     if (!r.ok()) return pre(r.status());
     r->info_ = info;
+    return r;
+  }
+  if (info.kind == RouterKind::kR2r) {
+    std::map<std::string, R2rNet::Tensor> params;
+    for (const GgufTensorInfo& t : file.tensors()) {
+      if (t.name.rfind(kR2rPrefix, 0) != 0) continue;
+      if (t.type != GgmlType::kF32) return pre(Status::Error(t.name + " must be f32"));
+      R2rNet::Tensor p;
+      int64_t n = 1;
+      for (size_t d = t.dims.size(); d-- > 0;) {  // GGUF lists the fastest dimension first
+        p.shape.push_back(t.dims[d]);
+        n *= t.dims[d];
+      }
+      if (n <= 0 || n > (int64_t{1} << 31)) return pre(Status::Error(t.name + " has an implausible size"));
+      p.v.resize(static_cast<size_t>(n));
+      std::memcpy(p.v.data(), t.data, p.v.size() * sizeof(float));
+      params[t.name.substr(std::strlen(kR2rPrefix))] = std::move(p);
+    }
+    auto net = R2rNet::FromParams(std::move(params));
+    if (!net.ok()) return pre(net.status());
+    auto dim = file.GetUint(kKeyInputDim);
+    if (!dim.ok()) return pre(dim.status());
+    if (static_cast<int64_t>(*dim) != net->hidden) return pre(Status::Error("input_dim does not match the network"));
+    auto r = FromR2r(std::move(info), std::move(net).value());
+    if (!r.ok()) return pre(r.status());
     return r;
   }
   auto n_layers = file.GetUint(kKeyLayers);
@@ -251,6 +292,12 @@ Status Router::Save(const std::string& path) const {
   w.Set(kKeyThreshold, GgufValue::F32(info_.threshold));
   w.Set(kKeySummary, GgufValue::Str(info_.training_summary.empty() ? "{}" : info_.training_summary));
   w.Set(kKeyLayers, GgufValue::U32(static_cast<uint32_t>(layers_.size())));
+  if (r2r_) {
+    for (const auto& [name, t] : r2r_->params) {
+      std::vector<int64_t> dims(t.shape.rbegin(), t.shape.rend());
+      TLR_RETURN_IF_ERROR(w.AddTensorF32(kR2rPrefix + name, dims, t.v));
+    }
+  }
   for (size_t i = 0; i < layers_.size(); ++i) {
     const DenseLayer& l = layers_[i];
     const auto& c = compiled_->layers[i];
@@ -267,6 +314,10 @@ Status Router::CheckCompatible(const Model& slm) const {
                          " but the SLM's are " + std::to_string(slm.config().n_embd) +
                          ": it was trained for another model");
   }
+  if (r2r_ && r2r_->vocab != slm.config().n_vocab) {
+    return Status::Error("the router's token embedding has " + std::to_string(r2r_->vocab) + " rows but the SLM's "
+                         "vocabulary " + std::to_string(slm.config().n_vocab) + " tokens: it was made for another model");
+  }
   if (!info_.slm_fingerprint.empty() && info_.slm_fingerprint != slm.fingerprint_hex()) {
     return Status::Error("the router was trained for SLM " + info_.slm_fingerprint +
                          (info_.slm_name.empty() ? "" : " (" + info_.slm_name + ")") +
@@ -277,6 +328,10 @@ Status Router::CheckCompatible(const Model& slm) const {
 }
 
 void Router::ConfidenceBatch(const float* hidden, int64_t n, float* out, ThreadPool* pool) {
+  if (r2r_) {
+    std::fill(out, out + n, std::numeric_limits<float>::quiet_NaN());
+    return;
+  }
   Compiled& c = *compiled_;
   const float* x = hidden;
   int64_t width = info_.input_dim;
@@ -325,6 +380,13 @@ float Router::Confidence(const float* hidden, const float* logits, int64_t n_voc
       float out = 0;
       ConfidenceBatch(hidden, 1, &out, pool);
       return out;
+    }
+    case RouterKind::kR2r: {
+      r2r_top_.resize(static_cast<size_t>(r2r_->topk));
+      int32_t token = 0;
+      TopLogits(logits, n_vocab, r2r_->topk, r2r_top_.data(), &token);
+      if (token >= r2r_->vocab) return 0.0f;  // not this router's vocabulary (CheckCompatible refuses it)
+      return 1.0f - Sigmoid(r2r_->Logit(hidden, token, r2r_top_.data(), &r2r_scratch_));
     }
   }
   return 0;

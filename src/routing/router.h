@@ -12,6 +12,10 @@
 //   entropy  1 - H(softmax) / log(V).
 //   random   uniform in [0, 1), a hash of the seed and the SLM's logits (an ablation; a function
 //            of the state, so a position gets the same draw however often it is asked).
+//   r2r      R2R's router (r2r_net.h): the hidden state, the SLM's token's embedding and its
+//            top-K logits through residual MLP blocks; confidence = 1 - P(critical). Imported
+//            from PyTorch (`tlr router import --kind r2r`), stored as tensors router.r2r.<its
+//            PyTorch name> (f32).
 // citer and colm are trained (router_train.h) and stored in a GGUF file: general.architecture
 // "tlr-router", keys tlr-router.{kind, input_dim, slm_fingerprint, slm_name, threshold,
 // training_summary (JSON)}, tensors router.layer.N.{weight, bias}. A router refuses an SLM
@@ -32,13 +36,14 @@ namespace tlr {
 
 class Model;
 class ThreadPool;
+struct R2rNet;
 
-enum class RouterKind { kCiter, kColm, kMaxProb, kEntropy, kRandom };
+enum class RouterKind { kCiter, kColm, kMaxProb, kEntropy, kRandom, kR2r };
 
 std::string_view RouterKindName(RouterKind kind);
-// "citer", "colm", "maxprob", "entropy", "random".
+// "citer", "colm", "maxprob", "entropy", "random", "r2r".
 Expected<RouterKind> ParseRouterKind(std::string_view name);
-// Whether the kind has learned weights (citer, colm).
+// Whether the kind has learned weights (citer, colm, r2r).
 bool RouterIsLearned(RouterKind kind);
 
 // A dense layer y = W x + b, W stored row-major [n_out][n_in] as floats.
@@ -71,6 +76,8 @@ class Router {
   // (f32, f16 or q8_0; q8_0 falls back to f16 or f32 when a row length is not a multiple of 32).
   static Expected<Router> FromLayers(RouterInfo info, std::vector<DenseLayer> layers,
                                      GgmlType type = GgmlType::kF32);
+  // An R2R router (r2r_net.h); info.input_dim becomes the network's hidden size.
+  static Expected<Router> FromR2r(RouterInfo info, R2rNet net);
   // Reads a router GGUF; errors name what is wrong.
   static Expected<Router> Load(const std::string& path);
   // A file path, or the name of a built-in kind (maxprob / entropy / random).
@@ -84,13 +91,15 @@ class Router {
   // Confidence for one position: hidden [input_dim] (may be null for kinds that do not use it),
   // logits [n_vocab]. Not thread-safe (scratch buffers).
   float Confidence(const float* hidden, const float* logits, int64_t n_vocab, ThreadPool* pool);
-  // Confidence of a learned router for n hidden states [n, input_dim] at once.
+  // Confidence of a learned router for n hidden states [n, input_dim] at once (citer, colm: the
+  // kinds that read the hidden state alone; r2r, which needs the logits too, gives NaN).
   void ConfidenceBatch(const float* hidden, int64_t n, float* out, ThreadPool* pool);
 
   const RouterInfo& info() const { return info_; }
   RouterInfo& mutable_info() { return info_; }
   RouterKind kind() const { return info_.kind; }
   const std::vector<DenseLayer>& layers() const { return layers_; }
+  const R2rNet* r2r() const { return r2r_.get(); }
   GgmlType weight_type() const { return type_; }
   int64_t n_params() const;
 
@@ -102,6 +111,9 @@ class Router {
   GgmlType type_ = GgmlType::kF32;
   std::unique_ptr<Compiled> compiled_;
   uint64_t seed_ = 0;  // the random router's
+  std::shared_ptr<const R2rNet> r2r_;
+  std::vector<double> r2r_scratch_;
+  std::vector<float> r2r_top_;
 };
 
 // Layers of a `kind` router (citer: h -> 2h -> h -> 1; colm: h -> 1) for hidden size `dim`,

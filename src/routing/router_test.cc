@@ -1,10 +1,14 @@
 // Routers: built-in confidences, the GGUF format round trip, compatibility checks.
 #include "routing/router.h"
+#include "routing/r2r_net.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <map>
 #include <random>
+#include <set>
 
 #include "model/gguf/gguf_writer.h"
 #include "model/model.h"
@@ -200,6 +204,115 @@ TEST(Router, RefusesAnotherSlmAndBadFiles) {
   EXPECT_FALSE(Router::Load(dir.File("r.gguf")).ok());
   EXPECT_FALSE(Router::LoadOrBuiltin("no-such-router.gguf").ok());
   EXPECT_TRUE(Router::LoadOrBuiltin("entropy").ok());
+}
+
+}  // namespace
+}  // namespace tlr
+
+namespace tlr {
+namespace {
+
+// An R2R-layout network of small random weights (r2r_net.h's names and shapes).
+std::map<std::string, R2rNet::Tensor> RandomR2rParams(int64_t h, int64_t v, int64_t k, bool normalize, uint64_t seed) {
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::normal_distribution<float> nd(0.0f, 0.3f);
+  std::map<std::string, R2rNet::Tensor> p;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, float base = 0.0f) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    R2rNet::Tensor t{shape, std::vector<float>(static_cast<size_t>(n))};
+    for (float& x : t.v) x = base + nd(rng);
+    p[name] = std::move(t);
+  };
+  const int64_t d0 = 16, d1 = 12;
+  add("token_embeddings.weight", {v, h});
+  add("logits_projection.weight", {h, k});
+  add("logits_projection.bias", {h});
+  add("combined_projection.weight", {d0, 3 * h});
+  add("combined_projection.bias", {d0});
+  add("backbone.input_projection.weight", {d0, d0});
+  add("backbone.input_projection.bias", {d0});
+  const int64_t widths[] = {d0, d1, d1};
+  for (int i = 0; i < 2; ++i) {
+    const std::string b = "backbone.blocks." + std::to_string(i) + ".";
+    add(b + "layer_norm.weight", {widths[i]}, 1.0f);
+    add(b + "layer_norm.bias", {widths[i]});
+    add(b + "mlp.0.weight", {2 * widths[i], widths[i]});
+    add(b + "mlp.0.bias", {2 * widths[i]});
+    add(b + "mlp.3.weight", {widths[i + 1], 2 * widths[i]});
+    add(b + "mlp.3.bias", {widths[i + 1]});
+    if (widths[i] != widths[i + 1]) {
+      add(b + "dim_change.weight", {widths[i + 1], widths[i]});
+      add(b + "dim_change.bias", {widths[i + 1]});
+    }
+  }
+  add("backbone.output_layer.0.weight", {d1}, 1.0f);
+  add("backbone.output_layer.0.bias", {d1});
+  add("backbone.output_layer.1.weight", {1, d1});
+  add("backbone.output_layer.1.bias", {1});
+  if (normalize) {
+    add("layer_norm_hidden_states.weight", {h}, 1.0f);
+    add("layer_norm_hidden_states.bias", {h});
+    add("layer_norm_token.weight", {h}, 1.0f);
+    add("layer_norm_token.bias", {h});
+  }
+  return p;
+}
+
+// An R2R router (its PyTorch agreement is router_torch_test's): the scores are a function of the
+// hidden state and the logits (the argmax token's embedding, the top-K), it survives a GGUF round
+// trip bit for bit, and malformed networks are refused naming the tensor.
+TEST(Router, R2rRoundTripsAndRefusesMalformedNetworks) {
+  TempDir dir;
+  const int64_t h = 8, v = 40, k = 10;
+  for (bool normalize : {false, true}) {
+    auto net = R2rNet::FromParams(RandomR2rParams(h, v, k, normalize, 5));
+    ASSERT_TRUE(net.ok()) << net.status().message();
+    EXPECT_EQ(net->normalize_input, normalize);
+    EXPECT_EQ(net->n_blocks, 2);
+    RouterInfo info;
+    info.threshold = 0.7f;
+    auto r = Router::FromR2r(info, std::move(net).value());
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->kind(), RouterKind::kR2r);
+    ASSERT_TRUE(r->Save(dir.File("r2r.gguf")).ok());
+    auto back = Router::Load(dir.File("r2r.gguf"));
+    ASSERT_TRUE(back.ok()) << back.status().message();
+    EXPECT_EQ(back->kind(), RouterKind::kR2r);
+    EXPECT_EQ(back->info().input_dim, h);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd;
+    std::set<float> seen;
+    for (int t = 0; t < 20; ++t) {
+      std::vector<float> hidden(h), logits(v);
+      for (float& x : hidden) x = nd(rng);
+      for (float& x : logits) x = 2 * nd(rng);
+      const float c = r->Confidence(hidden.data(), logits.data(), v, nullptr);
+      EXPECT_GT(c, 0.0f);
+      EXPECT_LT(c, 1.0f);
+      EXPECT_EQ(back->Confidence(hidden.data(), logits.data(), v, nullptr), c);
+      // Only the top-K logits and the argmax matter: lowering a logit outside the top K changes nothing.
+      std::vector<float> low = logits;
+      const int32_t smallest = static_cast<int32_t>(std::min_element(low.begin(), low.end()) - low.begin());
+      low[smallest] -= 5;
+      EXPECT_EQ(r->Confidence(hidden.data(), low.data(), v, nullptr), c);
+      seen.insert(c);
+    }
+    EXPECT_GT(seen.size(), 10u);  // it reads its inputs
+  }
+  auto bad = [&](const std::function<void(std::map<std::string, R2rNet::Tensor>&)>& edit, const std::string& want) {
+    auto p = RandomR2rParams(h, v, k, false, 5);
+    edit(p);
+    auto net = R2rNet::FromParams(std::move(p));
+    ASSERT_FALSE(net.ok()) << want;
+    EXPECT_NE(net.status().message().find(want), std::string::npos) << net.status().message();
+  };
+  bad([](auto& p) { p.erase("backbone.blocks.1.mlp.3.bias"); }, "backbone.blocks.1.mlp.3.bias");
+  bad([](auto& p) { p["combined_projection.bias"].shape = {3}; }, "combined_projection.bias");
+  bad([](auto& p) { p["backbone.position_embedding"] = {{4, 16}, std::vector<float>(64)}; }, "position embeddings");
+  bad([](auto& p) { p["extra.weight"] = {{1}, {0.0f}}; }, "unexpected tensor 'extra.weight'");
+  bad([](auto& p) { p["logits_projection.bias"].v[0] = NAN; }, "NaN");
+  bad([](auto& p) { p.erase("token_embeddings.weight"); }, "token_embeddings.weight");
 }
 
 }  // namespace

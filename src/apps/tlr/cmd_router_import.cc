@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "ops/thread_pool.h"
 #include "quant/ggml_type.h"
+#include "routing/r2r_net.h"
 #include "routing/router_import.h"
 
 namespace tlr::cli {
@@ -35,8 +36,10 @@ Command AddRouterImport(CLI::App* router_app) {
           "y.safetensors");
   Example(app->add_option("-o,--out", o->out, "Router GGUF to write")->required(), "r2.gguf");
   Example(app->add_option("--kind", o->kind, "citer (Linear h-2h, BatchNorm, Linear 2h-h, Linear h-1), colm (Linear "
-                                             "h-1), or auto (from the number of linear layers)")
-              ->capture_default_str()->check(CLI::IsMember({"auto", "citer", "colm"})),
+                                             "h-1), r2r (R2R's router: hidden state, token, top-K logits; "
+                                             "tools/train/r2r_torch.py converts its checkpoint), or auto (r2r when "
+                                             "the file has its tensors, else from the number of linear layers)")
+              ->capture_default_str()->check(CLI::IsMember({"auto", "citer", "colm", "r2r"})),
           "colm");
   Example(app->add_flag("--invert", o->invert, "The network's sigmoid is the probability of routing to the LLM (as "
                                               "Co-LLM's deferral head gives it), not of keeping the SLM's token (as "
@@ -53,7 +56,8 @@ Command AddRouterImport(CLI::App* router_app) {
   Example(app->add_option("--bn-eps", o->bn_eps, "BatchNorm1d's eps")->capture_default_str(), "0.001");
   Example(app->add_option("--check", o->check,
                           "safetensors with \"features\" [n, hidden] and PyTorch's \"scores\" [n] on them (after the "
-                          "sigmoid): the imported router must give the same scores within --tolerance")
+                          "sigmoid; r2r: also the SLM's \"logits\" [n, vocabulary] there, and scores are 1 - "
+                          "P(critical)): the imported router must give the same scores within --tolerance")
               ->check(CLI::ExistingFile),
           "@demo/test.jsonl");
   Example(app->add_option("--tolerance", o->tolerance, "Largest allowed |difference| for --check")
@@ -72,8 +76,10 @@ Command AddRouterImport(CLI::App* router_app) {
     io.invert = o->invert;
     io.bn_eps = o->bn_eps;
     if (o->kind != "auto") io.kind = o->kind == "citer" ? RouterKind::kCiter : RouterKind::kColm;
-    RouterKind kind;
-    auto layers = RouterLayersFromStateDict(*st, io, &kind);
+    const bool r2r = o->kind == "r2r" || (o->kind == "auto" && st->tensors.count("combined_projection.weight"));
+    RouterKind kind = RouterKind::kR2r;
+    Expected<std::vector<DenseLayer>> layers = std::vector<DenseLayer>{};
+    if (!r2r) layers = RouterLayersFromStateDict(*st, io, &kind);
     if (!layers.ok()) return ReportError(cmd, o->from + ": " + layers.status().message());
     RouterInfo info;
     info.kind = kind;
@@ -82,7 +88,29 @@ Command AddRouterImport(CLI::App* router_app) {
     info.threshold = o->threshold;
     info.training_summary = nlohmann::json{{"imported_from", o->from}, {"invert", o->invert}}.dump();
     const GgmlType type = o->weight_type == "q8_0" ? GgmlType::kQ8_0 : o->weight_type == "f16" ? GgmlType::kF16 : GgmlType::kF32;
-    auto router = Router::FromLayers(info, std::move(layers).value(), type);
+    Expected<Router> router = Status::Error("no router");
+    if (r2r) {
+      std::map<std::string, R2rNet::Tensor> params;
+      for (const auto& [name, t] : st->tensors) {
+        auto v = SafeTensorFloats(name, t);
+        if (!v.ok()) return ReportError(cmd, o->from + ": " + v.status().message());
+        params[name] = {t.shape, std::move(v).value()};
+      }
+      if (!params.count("token_embeddings.weight")) {  // R2R's saved checkpoints leave out the SLM's embedding
+        const int64_t V = (*slm)->config().n_vocab, E = (*slm)->config().n_embd;
+        R2rNet::Tensor e{{V, E}, std::vector<float>(static_cast<size_t>(V * E))};
+        for (int64_t t = 0; t < V; ++t) (*slm)->EmbeddingRow(static_cast<int32_t>(t), e.v.data() + t * E);
+        params["token_embeddings.weight"] = std::move(e);
+      }
+      auto net = R2rNet::FromParams(std::move(params));
+      if (!net.ok()) return ReportError(cmd, o->from + ": " + net.status().message());
+      router = Router::FromR2r(info, std::move(net).value());
+      if (router.ok()) {
+        if (Status s = router->CheckCompatible(**slm); !s.ok()) return ReportError(cmd, o->from + ": " + s.message());
+      }
+    } else {
+      router = Router::FromLayers(info, std::move(layers).value(), type);
+    }
     if (!router.ok()) return ReportError(cmd, router.status().message());
     if (!o->check.empty()) {
       auto c = ReadSafeTensors(o->check);
@@ -99,7 +127,21 @@ Command AddRouterImport(CLI::App* router_app) {
       const int64_t n = x->second.shape[0];
       std::vector<float> mine(static_cast<size_t>(n));
       ThreadPool pool(1);
-      router->ConfidenceBatch(xs->data(), n, mine.data(), &pool);
+      if (r2r) {
+        const int64_t V = (*slm)->config().n_vocab;
+        auto l = c->tensors.find("logits");
+        if (l == c->tensors.end() || l->second.shape != std::vector<int64_t>{n, V}) {
+          return ReportError(cmd, "--check: an r2r router needs the SLM's \"logits\" [" + std::to_string(n) + ", " +
+                                      std::to_string(V) + "] too");
+        }
+        auto ls = SafeTensorFloats("logits", l->second);
+        if (!ls.ok()) return ReportError(cmd, "--check: " + ls.status().message());
+        for (int64_t i = 0; i < n; ++i) {
+          mine[static_cast<size_t>(i)] = router->Confidence(xs->data() + i * io.hidden_size, ls->data() + i * V, V, &pool);
+        }
+      } else {
+        router->ConfidenceBatch(xs->data(), n, mine.data(), &pool);
+      }
       double worst = 0;
       for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(static_cast<double>(mine[i]) - (*ys)[i]));
       std::printf("checked %lld scores against PyTorch's: largest difference %.3g\n", static_cast<long long>(n), worst);

@@ -4,7 +4,7 @@
 # Debian's python3-torch), imported with `tlr router import --check`: the imported routers score
 # 1,000 hidden states as PyTorch does (within 1e-5). Bad input: a truncated file, a network for
 # another hidden size, a BatchNorm before any layer, scores that do not match: each a clear
-# error and no router written.
+# error and no router written. R2R's router (its layout from tools/train/r2r_torch.py) likewise.
 # Usage: router_torch_test.sh path/to/tlr
 set -euo pipefail
 tlr=${1:?usage: $0 TLR_BINARY}
@@ -71,4 +71,41 @@ expect_error "neither citer nor colm" "2 linear layers" -- \
 expect_error "scores that differ (--invert)" "differ from PyTorch's" -- \
   router import --slm "$demo/slm.gguf" --from "$tmp/citer.safetensors" -o "$tmp/bad.gguf" --invert \
   --check "$tmp/citer-scores.safetensors"
+
+# R2R's router (tools/train/r2r_torch.py: its layout, random weights): the import scores 1,000
+# positions (hidden state, logits) as PyTorch does, with and without its input normalization; the
+# router file decodes; without the embedding in the file the SLM's is taken; a position embedding
+# or a network for another vocabulary is refused.
+for norm in "" --normalize-input; do
+  "$py" "$root/tools/train/r2r_torch.py" --random $norm --hidden 96 --vocab 512 --out "$tmp/r2r.safetensors" \
+    --check "$tmp/r2r-scores.safetensors" >"$tmp/torch.log" 2>&1 || { cat "$tmp/torch.log" >&2; fail "r2r_torch.py $norm"; }
+  out=$("$tlr" router import --slm "$demo/slm.gguf" --kind r2r --from "$tmp/r2r.safetensors" -o "$tmp/r2r.gguf" \
+          --check "$tmp/r2r-scores.safetensors" 2>&1) || { echo "$out" >&2; fail "import (r2r $norm)"; }
+  grep -q "checked 1000 scores against PyTorch's" <<<"$out" || fail "the r2r check did not run on 1000 scores: $out"
+  "$tlr" router info --json "$tmp/r2r.gguf" | grep -q '"kind": "r2r"' || fail "the imported router is not r2r"
+  echo "ok   r2r $norm: $(grep -o 'largest difference.*' <<<"$out")"
+done
+"$tlr" generate --router "$tmp/r2r.gguf" --threshold 0.5 -n 12 --trace "$tmp/trace.jsonl" \
+  -p "$(printf 'Question: Where does a fexko live?\nA. marsh\nB. desert\nC. forest\nD. river\nE. cave\n')" >/dev/null 2>"$tmp/gen.log" || { cat "$tmp/gen.log" >&2; fail "generate with the r2r router"; }
+[ "$(wc -l <"$tmp/trace.jsonl")" -ge 2 ] || fail "no tokens traced with the r2r router"
+"$py" "$root/tools/train/r2r_torch.py" --random --no-embedding --out "$tmp/r2r-noemb.safetensors" >/dev/null
+"$tlr" router import --slm "$demo/slm.gguf" --from "$tmp/r2r-noemb.safetensors" -o "$tmp/r2r-noemb.gguf" >/dev/null ||
+  fail "import (r2r without its embedding: the SLM's)"
+"$tlr" router info --json "$tmp/r2r-noemb.gguf" | grep -q '"kind": "r2r"' || fail "auto did not find the r2r layout"
+echo "ok   r2r without its embedding, kind found by its tensors"
+"$py" - "$tmp" "$root/tools/train" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[2])
+import torch
+from router_torch import read_safetensors, write_safetensors
+d = sys.argv[1]
+t = read_safetensors(d + "/r2r.safetensors")
+write_safetensors(d + "/r2r_pos.safetensors", dict(t, **{"backbone.position_embedding": torch.zeros(1024, 64)}))
+t["token_embeddings.weight"] = torch.zeros(300, 96)
+write_safetensors(d + "/r2r_vocab.safetensors", t)
+PY
+expect_error "r2r with a position embedding" "position embeddings" -- \
+  router import --slm "$demo/slm.gguf" --from "$tmp/r2r_pos.safetensors" -o "$tmp/bad.gguf"
+expect_error "r2r for another vocabulary" "300 rows but the SLM's vocabulary 512" -- \
+  router import --slm "$demo/slm.gguf" --from "$tmp/r2r_vocab.safetensors" -o "$tmp/bad.gguf"
 echo "router_torch_test: passed"

@@ -1,0 +1,207 @@
+// R2R's router network: shape checks and the forward pass (see r2r_net.h).
+#include "routing/r2r_net.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
+
+namespace tlr {
+
+namespace {
+
+std::string Shape(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// y[o] = b[o] + sum_i W[o][i] x[i], accumulated in double.
+void Linear(const R2rNet::Tensor& w, const R2rNet::Tensor& b, const double* x, double* y) {
+  const int64_t n_out = w.shape[0], n_in = w.shape[1];
+  for (int64_t o = 0; o < n_out; ++o) {
+    const float* row = w.v.data() + o * n_in;
+    double s = b.v[static_cast<size_t>(o)];
+    for (int64_t i = 0; i < n_in; ++i) s += static_cast<double>(row[i]) * x[i];
+    y[o] = s;
+  }
+}
+
+void LayerNorm(const R2rNet::Tensor& w, const R2rNet::Tensor& b, const double* x, int64_t n, double* y) {
+  double mean = 0, var = 0;
+  for (int64_t i = 0; i < n; ++i) mean += x[i];
+  mean /= static_cast<double>(n);
+  for (int64_t i = 0; i < n; ++i) var += (x[i] - mean) * (x[i] - mean);
+  var /= static_cast<double>(n);
+  const double inv = 1.0 / std::sqrt(var + 1e-5);
+  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * inv * w.v[static_cast<size_t>(i)] + b.v[static_cast<size_t>(i)];
+}
+
+}  // namespace
+
+Expected<R2rNet> R2rNet::FromParams(std::map<std::string, Tensor> params) {
+  R2rNet net;
+  net.params = std::move(params);
+  std::set<std::string> used;
+  auto get = [&](const std::string& name, std::vector<int64_t> want) -> Expected<const Tensor*> {
+    auto it = net.params.find(name);
+    if (it == net.params.end()) return Status::Error("R2R router: tensor '" + name + "' is missing");
+    const Tensor& t = it->second;
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    if (t.shape != want || static_cast<int64_t>(t.v.size()) != n) {
+      return Status::Error("R2R router: '" + name + "' has shape " + Shape(t.shape) + ", want " + Shape(want));
+    }
+    for (float x : t.v) {
+      if (!std::isfinite(x)) return Status::Error("R2R router: '" + name + "' holds a NaN or infinite value");
+    }
+    used.insert(name);
+    return &t;
+  };
+  auto dims = [&](const std::string& name) -> std::vector<int64_t> {
+    auto it = net.params.find(name);
+    return it == net.params.end() ? std::vector<int64_t>{} : it->second.shape;
+  };
+  if (net.params.count("backbone.position_embedding")) {
+    return Status::Error("R2R router: position embeddings (use_position_embedding) are not supported");
+  }
+  const auto lp = dims("logits_projection.weight");
+  if (lp.size() != 2) return Status::Error("R2R router: 'logits_projection.weight' is missing or not a matrix");
+  net.hidden = lp[0];
+  net.topk = lp[1];
+  const auto cp = dims("combined_projection.weight");
+  if (cp.size() != 2 || cp[1] <= 2 * net.hidden) {
+    return Status::Error("R2R router: 'combined_projection.weight' must be [D, 2 x " + std::to_string(net.hidden) +
+                         " + embedding size], got " + Shape(cp));
+  }
+  net.embed = cp[1] - 2 * net.hidden;
+  const int64_t d0 = cp[0];
+  const auto te = dims("token_embeddings.weight");
+  if (te.size() != 2 || te[1] != net.embed) {
+    return Status::Error("R2R router: 'token_embeddings.weight' must be [vocabulary, " + std::to_string(net.embed) +
+                         "] (the SLM's input embedding), got " + Shape(te));
+  }
+  net.vocab = te[0];
+  if (net.topk < 1 || net.topk > net.vocab) return Status::Error("R2R router: the top-K logits must be 1..vocabulary");
+  for (auto r : {get("logits_projection.weight", {net.hidden, net.topk}), get("logits_projection.bias", {net.hidden}),
+                 get("combined_projection.weight", {d0, 2 * net.hidden + net.embed}),
+                 get("combined_projection.bias", {d0}), get("token_embeddings.weight", {net.vocab, net.embed}),
+                 get("backbone.input_projection.weight", {d0, d0}), get("backbone.input_projection.bias", {d0})}) {
+    if (!r.ok()) return r.status();
+  }
+  net.normalize_input = net.params.count("layer_norm_hidden_states.weight") > 0;
+  if (net.normalize_input) {
+    for (auto r : {get("layer_norm_hidden_states.weight", {net.hidden}), get("layer_norm_hidden_states.bias", {net.hidden}),
+                   get("layer_norm_token.weight", {net.embed}), get("layer_norm_token.bias", {net.embed})}) {
+      if (!r.ok()) return r.status();
+    }
+  }
+  int64_t width = d0;
+  for (int i = 0;; ++i) {
+    const std::string p = "backbone.blocks." + std::to_string(i) + ".";
+    if (!net.params.count(p + "layer_norm.weight")) break;
+    const auto up = dims(p + "mlp.0.weight"), down = dims(p + "mlp.3.weight");
+    if (up.size() != 2 || down.size() != 2) return Status::Error("R2R router: block " + std::to_string(i) + " has no MLP");
+    const int64_t wide = up[0], out = down[0];
+    for (auto r : {get(p + "layer_norm.weight", {width}), get(p + "layer_norm.bias", {width}),
+                   get(p + "mlp.0.weight", {wide, width}), get(p + "mlp.0.bias", {wide}),
+                   get(p + "mlp.3.weight", {out, wide}), get(p + "mlp.3.bias", {out})}) {
+      if (!r.ok()) return r.status();
+    }
+    if (out != width) {
+      for (auto r : {get(p + "dim_change.weight", {out, width}), get(p + "dim_change.bias", {out})}) {
+        if (!r.ok()) return r.status();
+      }
+    }
+    width = out;
+    net.n_blocks = i + 1;
+  }
+  if (net.n_blocks == 0) return Status::Error("R2R router: no backbone blocks (backbone.blocks.0.*)");
+  for (auto r : {get("backbone.output_layer.0.weight", {width}), get("backbone.output_layer.0.bias", {width}),
+                 get("backbone.output_layer.1.weight", {1, width}), get("backbone.output_layer.1.bias", {1})}) {
+    if (!r.ok()) return r.status();
+  }
+  for (const auto& [name, t] : net.params) {
+    if (!used.count(name)) return Status::Error("R2R router: unexpected tensor '" + name + "' (not read by the network)");
+  }
+  return net;
+}
+
+float R2rNet::Logit(const float* hidden_in, int32_t token, const float* top_logits, std::vector<double>* scratch) const {
+  auto P = [&](const std::string& name) -> const Tensor& { return params.at(name); };
+  const int64_t d0 = P("combined_projection.weight").shape[0];
+  int64_t widest = std::max<int64_t>(2 * hidden + embed, d0);
+  for (int i = 0; i < n_blocks; ++i) {
+    widest = std::max(widest, P("backbone.blocks." + std::to_string(i) + ".mlp.0.weight").shape[0]);
+  }
+  std::vector<double>& s = *scratch;
+  s.assign(static_cast<size_t>(4 * widest + topk), 0.0);
+  double* in = s.data();                // [h, e, logits features]
+  double* a = in + widest;              // activations
+  double* b = a + widest;
+  double* c = b + widest;
+  double* l = c + widest;               // the top-K logits
+  double* h = in;
+  double* e = in + hidden;
+  for (int64_t i = 0; i < hidden; ++i) h[i] = hidden_in[i];
+  const float* row = P("token_embeddings.weight").v.data() + static_cast<int64_t>(token) * embed;
+  for (int64_t i = 0; i < embed; ++i) e[i] = row[i];
+  for (int64_t i = 0; i < topk; ++i) l[i] = top_logits[i];
+  if (normalize_input) {
+    LayerNorm(P("layer_norm_hidden_states.weight"), P("layer_norm_hidden_states.bias"), h, hidden, a);
+    std::copy(a, a + hidden, h);
+    LayerNorm(P("layer_norm_token.weight"), P("layer_norm_token.bias"), e, embed, a);
+    std::copy(a, a + embed, e);
+    const double mx = *std::max_element(l, l + topk);
+    double sum = 0;
+    for (int64_t i = 0; i < topk; ++i) sum += (l[i] = std::exp(l[i] - mx));
+    for (int64_t i = 0; i < topk; ++i) l[i] /= sum;
+  }
+  Linear(P("logits_projection.weight"), P("logits_projection.bias"), l, in + hidden + embed);
+  Linear(P("combined_projection.weight"), P("combined_projection.bias"), in, a);
+  Linear(P("backbone.input_projection.weight"), P("backbone.input_projection.bias"), a, b);
+  int64_t width = d0;
+  double* x = b;
+  double* y = a;
+  for (int i = 0; i < n_blocks; ++i) {
+    const std::string p = "backbone.blocks." + std::to_string(i) + ".";
+    const Tensor& up = P(p + "mlp.0.weight");
+    const int64_t out = P(p + "mlp.3.weight").shape[0];
+    LayerNorm(P(p + "layer_norm.weight"), P(p + "layer_norm.bias"), x, width, y);
+    Linear(up, P(p + "mlp.0.bias"), y, c);
+    for (int64_t k = 0; k < up.shape[0]; ++k) c[k] = 0.5 * c[k] * (1.0 + std::erf(c[k] / std::sqrt(2.0)));
+    Linear(P(p + "mlp.3.weight"), P(p + "mlp.3.bias"), c, y);
+    if (out != width) {
+      Linear(P(p + "dim_change.weight"), P(p + "dim_change.bias"), x, c);
+      for (int64_t k = 0; k < out; ++k) y[k] += c[k];
+    } else {
+      for (int64_t k = 0; k < out; ++k) y[k] += x[k];
+    }
+    std::swap(x, y);
+    width = out;
+  }
+  LayerNorm(P("backbone.output_layer.0.weight"), P("backbone.output_layer.0.bias"), x, width, y);
+  double logit = 0;
+  Linear(P("backbone.output_layer.1.weight"), P("backbone.output_layer.1.bias"), y, &logit);
+  return static_cast<float>(logit);
+}
+
+int64_t R2rNet::n_params() const {
+  int64_t n = 0;
+  for (const auto& [name, t] : params) {
+    if (name != "token_embeddings.weight") n += static_cast<int64_t>(t.v.size());
+  }
+  return n;
+}
+
+void TopLogits(const float* logits, int64_t n, int64_t k, float* out, int32_t* argmax) {
+  std::vector<int32_t> idx(static_cast<size_t>(n));
+  std::iota(idx.begin(), idx.end(), 0);
+  k = std::min(k, n);
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  for (int64_t i = 0; i < k; ++i) out[i] = logits[idx[static_cast<size_t>(i)]];
+  if (argmax) *argmax = n > 0 ? idx[0] : 0;
+}
+
+}  // namespace tlr

@@ -1,0 +1,51 @@
+// R2R's router network (routing layer): the token router of "R2R: Efficiently Navigating
+// Divergent Reasoning Paths with Small-Large Model Token Routing" (thu-nics/R2R, its
+// HiddenStatesTokenLMHeadLogitsClassifier), read from its PyTorch parameter names. Per position
+// it reads the SLM's last hidden state h [H], the embedding e [E] of the SLM's token there (its
+// argmax), and the SLM's top-K logits l [K] (sorted, largest first):
+//
+//   normalize_input (when its layer_norm_* tensors are there): h = LN(h), e = LN(e), l = softmax(l)
+//   x = combined_projection([h, e, logits_projection(l)])            -> [D0]
+//   x = backbone.input_projection(x)
+//   per block i:  x = dim_change_i(x) + W2_i GELU(W1_i LN_i(x))      (dim_change: identity when
+//                                                                      the width stays)
+//   out = backbone.output_layer.1(LN(x))                              -> one logit
+//
+// sigmoid(out) is the probability that the token is critical (route it); TLR's confidence is
+// 1 - sigmoid(out). LayerNorm eps 1e-5, GELU exact (erf), as PyTorch's defaults; dropout is an
+// identity at inference. The token embedding table is the network's own "token_embeddings.weight"
+// (R2R copies the SLM's input embedding into it; `tlr router import` takes the SLM's when a
+// checkpoint leaves it out). Position embeddings (use_position_embedding) are not supported.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "util/status.h"
+
+namespace tlr {
+
+struct R2rNet {
+  struct Tensor {
+    std::vector<int64_t> shape;  // PyTorch's order (a Linear's weight: [out, in])
+    std::vector<float> v;
+  };
+  std::map<std::string, Tensor> params;  // by PyTorch name
+  int64_t hidden = 0, embed = 0, topk = 0, vocab = 0;
+  bool normalize_input = false;
+  int n_blocks = 0;
+
+  // Checks every name and shape the forward pass reads (and that nothing else is there); fills
+  // the sizes. Errors name the tensor.
+  static Expected<R2rNet> FromParams(std::map<std::string, Tensor> params);
+  // The network's output logit for one position. `scratch` is resized as needed.
+  float Logit(const float* hidden, int32_t token, const float* top_logits, std::vector<double>* scratch) const;
+  int64_t n_params() const;
+};
+
+// The k largest of logits[0..n), largest first, and the index of the largest (ties: the lowest).
+void TopLogits(const float* logits, int64_t n, int64_t k, float* out, int32_t* argmax);
+
+}  // namespace tlr
