@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The learned routers on the cost curve (issue 47): CITER and Co-LLM routers trained for the bundled
 # pair as tools/train/make_demo.sh trains the bundled one (variants of the dev questions and chat
-# rows, gold references), with 3 seeds each, evaluated on all 607 test questions and compared with
-# the maxprob router at equal LLM cost (scripts/cost_compare.py).
+# rows, gold references), and R2R's router trained in PyTorch on the same labelled positions, with
+# 3 seeds each, evaluated on all 607 test questions and compared with the maxprob router at equal
+# LLM cost (scripts/cost_compare.py). Needs PyTorch (python3-torch) for R2R's.
 #   scripts/router_seeds.sh [OUT_DIR]   (default /tmp/tlr-router-seeds; ~10 minutes on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,10 +26,24 @@ for kind in citer colm; do
   for seed in 1 2 3; do
     r=$out/$kind-$seed
     # The LLM's answers are kept in one work directory: the later runs label without asking again.
+    # The first also dumps the labelled positions for R2R's router (below).
+    dump=()
+    [ "$kind$seed" = citer1 ] && dump=(--dump-features "$out/dump")
     $tlr router train --slm models/demo/slm.gguf --llm models/demo/llm.gguf --data "$W/router_train_mixed.jsonl" \
-      --kind "$kind" --out "$r.gguf" --lr 1e-4 --seed "$seed" --work-dir "$out/labels" > "$r.train.log" 2>&1
+      --kind "$kind" --out "$r.gguf" --lr 1e-4 --seed "$seed" --work-dir "$out/labels" "${dump[@]}" > "$r.train.log" 2>&1
     $tlr eval --limit 0 --max-tokens 40 --router "$r.gguf" --thresholds "$thresholds" --out "$r" > "$r.log" 2>&1
     dirs+=("$r")
   done
+done
+# R2R's router, trained in PyTorch on the same positions (tools/train/r2r_torch.py; 3 blocks of
+# width 96, the SLM's), imported with its scores checked.
+for seed in 1 2 3; do
+  r=$out/r2r-$seed
+  $py tools/train/r2r_torch.py --train "$out/dump" --seed "$seed" --dims 96,96,96 --expansion 4 --epochs 4 \
+    --out "$r.safetensors" --scores "$r-scores.safetensors" > "$r.train.log" 2>&1
+  $tlr router import --slm models/demo/slm.gguf --from "$r.safetensors" -o "$r.gguf" --check "$r-scores.safetensors" \
+    --threshold 0.5 >> "$r.train.log" 2>&1
+  $tlr eval --limit 0 --max-tokens 40 --router "$r.gguf" --thresholds "$thresholds" --out "$r" > "$r.log" 2>&1
+  dirs+=("$r")
 done
 $py scripts/cost_compare.py "$out/maxprob" "${dirs[@]}" | sed "s|$out/||"

@@ -18,11 +18,18 @@ constexpr const char* kFormat = "tlr-router-features-1";
 
 Status DumpRouterFeatures(const std::string& dir, const RouterExamples& ex, const std::vector<uint8_t>& validation,
                           const std::vector<DumpedQuestion>& questions, const std::string& slm_fingerprint,
-                          int64_t rows_per_shard) {
+                          int64_t rows_per_shard, const std::vector<float>* embeddings, int64_t vocab) {
   namespace fs = std::filesystem;
   if (rows_per_shard < 1) return Status::Error("rows per shard must be positive");
   if (static_cast<int64_t>(validation.size()) != ex.size() || static_cast<int64_t>(ex.x.size()) != ex.size() * ex.dim) {
     return Status::Error("internal error: the examples' arrays disagree");
+  }
+  if (ex.topk > 0 && (static_cast<int64_t>(ex.top_logits.size()) != ex.size() * ex.topk ||
+                      static_cast<int64_t>(ex.token.size()) != ex.size())) {
+    return Status::Error("internal error: the examples' top logits or tokens disagree with their count");
+  }
+  if (embeddings && (vocab < 1 || static_cast<int64_t>(embeddings->size()) != vocab * ex.dim)) {
+    return Status::Error("internal error: the embedding table is not [vocabulary, hidden size]");
   }
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -39,6 +46,11 @@ Status DumpRouterFeatures(const std::string& dir, const RouterExamples& ex, cons
     f.tensors["labels"] = MakeU8Tensor({e - b}, std::vector<uint8_t>(ex.label.begin() + b, ex.label.begin() + e));
     f.tensors["question"] = MakeI32Tensor({e - b}, std::vector<int32_t>(ex.group.begin() + b, ex.group.begin() + e));
     f.tensors["validation"] = MakeU8Tensor({e - b}, std::vector<uint8_t>(validation.begin() + b, validation.begin() + e));
+    if (ex.topk > 0) {
+      f.tensors["top_logits"] = MakeF32Tensor(
+          {e - b, ex.topk}, std::vector<float>(ex.top_logits.begin() + b * ex.topk, ex.top_logits.begin() + e * ex.topk));
+      f.tensors["tokens"] = MakeI32Tensor({e - b}, std::vector<int32_t>(ex.token.begin() + b, ex.token.begin() + e));
+    }
     f.metadata = {{"format", kFormat}, {"slm_fingerprint", slm_fingerprint}};
     TLR_RETURN_IF_ERROR(WriteSafeTensors((fs::path(dir) / name).string(), f));
     shards.push_back({{"file", name}, {"rows", e - b}});
@@ -46,8 +58,16 @@ Status DumpRouterFeatures(const std::string& dir, const RouterExamples& ex, cons
   }
   json qs = json::array();
   for (const DumpedQuestion& q : questions) qs.push_back({{"row", q.row}, {"id", q.id}});
-  const json manifest = {{"format", kFormat}, {"hidden_size", h}, {"slm_fingerprint", slm_fingerprint},
-                         {"rows", n},         {"shards", shards}, {"questions", qs}};
+  json manifest = {{"format", kFormat}, {"hidden_size", h}, {"slm_fingerprint", slm_fingerprint},
+                   {"rows", n},         {"shards", shards}, {"questions", qs}};
+  if (ex.topk > 0) manifest["topk"] = ex.topk;
+  if (embeddings) {
+    SafeTensorsFile f;
+    f.tensors["embeddings"] = MakeF32Tensor({vocab, h}, *embeddings);
+    f.metadata = {{"format", kFormat}, {"slm_fingerprint", slm_fingerprint}};
+    TLR_RETURN_IF_ERROR(WriteSafeTensors((fs::path(dir) / "embeddings.safetensors").string(), f));
+    manifest["embeddings"] = "embeddings.safetensors";
+  }
   const std::string text = manifest.dump(1) + "\n";
   return WriteFileAtomic((fs::path(dir) / "manifest.json").string(),
                          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));

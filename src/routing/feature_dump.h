@@ -27,9 +27,14 @@ struct DumpedQuestion {
   std::string id;    // the row's id ("" when it has none)
 };
 
+// With examples.topk > 0 the shards also hold "top_logits" F32 [n, topk] and "tokens" I32 [n]
+// (the manifest says "topk"); with `embeddings` (the SLM's input embedding, [vocab, n_embd]) DIR
+// also gets embeddings.safetensors ("embeddings" F32; the manifest names it): what R2R's router
+// reads besides the hidden state.
 Status DumpRouterFeatures(const std::string& dir, const RouterExamples& examples, const std::vector<uint8_t>& validation,
                           const std::vector<DumpedQuestion>& questions, const std::string& slm_fingerprint,
-                          int64_t rows_per_shard = 65536);
+                          int64_t rows_per_shard = 65536, const std::vector<float>* embeddings = nullptr,
+                          int64_t vocab = 0);
 
 // The manifest's and shards' checks, for readers: reads DIR back (all shards concatenated).
 Expected<RouterExamples> ReadRouterFeatures(const std::string& dir, std::vector<uint8_t>* validation = nullptr);

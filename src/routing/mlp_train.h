@@ -29,6 +29,11 @@ struct RouterExamples {
   std::vector<float> x;
   std::vector<uint8_t> label;
   std::vector<int32_t> group;
+  // For feature dumps (routers that read more than the hidden state, e.g. R2R's): per example the
+  // SLM's top-`topk` logits, largest first [n, topk], and its argmax token [n]; empty otherwise.
+  int64_t topk = 0;
+  std::vector<float> top_logits;
+  std::vector<int32_t> token;
   int64_t size() const { return static_cast<int64_t>(label.size()); }
 };
 

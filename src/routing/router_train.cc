@@ -11,10 +11,14 @@
 #include "model/model.h"
 #include "model/sampler.h"
 #include "model/chat_template.h"
+#include "routing/r2r_net.h"
 #include "routing/feature_dump.h"
 #include "routing/label_llm.h"
 
 namespace tlr {
+
+constexpr int64_t kDumpTopK = 100;  // the top logits a feature dump keeps (R2R's routers read 100)
+
 
 namespace {
 
@@ -421,6 +425,13 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const s
         }
         const int64_t ex = lab.all.size();
         lab.all.x.insert(lab.all.x.end(), hidden.data() + row * H, hidden.data() + (row + 1) * H);
+        if (!opts.dump_features.empty()) {  // R2R-style routers read the top logits and the token too
+          lab.all.topk = std::min<int64_t>(kDumpTopK, V);
+          const size_t at = lab.all.top_logits.size();
+          lab.all.top_logits.resize(at + static_cast<size_t>(lab.all.topk));
+          TopLogits(lg, V, lab.all.topk, lab.all.top_logits.data() + at, nullptr);
+          lab.all.token.push_back(s_tok);
+        }
         lab.all.label.push_back(label == 1);
         lab.all.group.push_back(static_cast<int32_t>(i));
         lab.maxprob.push_back(MaxProbConfidence(lg, V));
@@ -462,7 +473,11 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const s
   if (!opts.dump_features.empty()) {
     std::vector<DumpedQuestion> dq;
     for (const Question& q : qs) dq.push_back({static_cast<int64_t>(q.row_index), q.row->id});
-    TLR_RETURN_IF_ERROR(DumpRouterFeatures(opts.dump_features, lab.all, lab.is_val, dq, slm.fingerprint_hex())
+    const int64_t V = slm.config().n_vocab, E = slm.config().n_embd;
+    std::vector<float> embeddings(static_cast<size_t>(V * E));
+    for (int64_t t = 0; t < V; ++t) slm.EmbeddingRow(static_cast<int32_t>(t), embeddings.data() + t * E);
+    TLR_RETURN_IF_ERROR(DumpRouterFeatures(opts.dump_features, lab.all, lab.is_val, dq, slm.fingerprint_hex(), 65536,
+                                           &embeddings, V)
                             .WithPrefix("--dump-features"));
   }
 

@@ -97,6 +97,29 @@ TEST(FeatureDump, RoundTripAndWrongShapes) {
   auto wrong = ReadRouterFeatures(dir.File("d"));
   ASSERT_FALSE(wrong.ok());
   EXPECT_NE(wrong.status().message().find("shapes disagree"), std::string::npos) << wrong.status().message();
+
+  // With top logits, tokens and an embedding table (R2R's inputs): in each shard and a file of their own.
+  ex.topk = 2;
+  for (int i = 0; i < 10; ++i) {
+    ex.top_logits.push_back(static_cast<float>(i));
+    ex.top_logits.push_back(static_cast<float>(-i));
+    ex.token.push_back(100 + i);
+  }
+  const std::vector<float> emb(4 * 3, 0.5f);
+  ASSERT_TRUE(DumpRouterFeatures(dir.File("e"), ex, val, qs, "fp", 4, &emb, 4).ok());
+  auto shard = ReadSafeTensors(dir.File("e/features-00001.safetensors"));
+  ASSERT_TRUE(shard.ok());
+  EXPECT_EQ(shard->tensors.at("top_logits").shape, (std::vector<int64_t>{4, 2}));
+  auto tl = SafeTensorFloats("top_logits", shard->tensors.at("top_logits"));
+  ASSERT_TRUE(tl.ok());
+  EXPECT_EQ((*tl)[0], 4.0f);  // row 4's
+  EXPECT_EQ((*tl)[1], -4.0f);
+  EXPECT_EQ(shard->tensors.at("tokens").shape, (std::vector<int64_t>{4}));
+  auto e = ReadSafeTensors(dir.File("e/embeddings.safetensors"));
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->tensors.at("embeddings").shape, (std::vector<int64_t>{4, 3}));
+  ex.token.pop_back();  // the arrays disagree: refused
+  EXPECT_FALSE(DumpRouterFeatures(dir.File("f"), ex, val, qs, "fp", 4).ok());
 }
 
 }  // namespace

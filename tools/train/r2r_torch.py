@@ -1,6 +1,11 @@
 #!/usr/bin/env python3
 """R2R's router (thu-nics/R2R, r2r/models/router.py: HiddenStatesTokenLMHeadLogitsClassifier) for
-`tlr router import --kind r2r`, two ways:
+`tlr router import --kind r2r`, three ways:
+
+  --train DUMP        trained here on `tlr router train --dump-features DUMP` (the SLM's hidden
+                      states, top-100 logits, tokens, CITER labels, and its embedding table), with
+                      R2R's loss (BCE on "critical" = the SLM's token must be routed) and its frozen
+                      token embedding; --scores writes 1,000 held-out positions for --check;
 
   --convert CKPT.pt   an R2R checkpoint (torch.save of {"model_type", "init_args", "common_args",
                       "state_dict", ...}, as its save_model writes) -> its state_dict as safetensors,
@@ -27,7 +32,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from router_torch import write_safetensors  # noqa: E402
+from router_torch import auroc, load_dump, read_safetensors, write_safetensors  # noqa: E402
 
 
 class Block(nn.Module):
@@ -79,8 +84,71 @@ class R2RRouter(nn.Module):
         return self.backbone(self.combined_projection(x))
 
 
+def train(a):
+    torch.manual_seed(a.seed)
+    m, x, y, v = load_dump(a.train)
+    if "topk" not in m or "embeddings" not in m:
+        sys.exit("r2r_torch.py: %s has no top logits or embeddings (dump it with a newer tlr)" % a.train)
+    top, tok = [], []
+    for sh in m["shards"]:
+        t = read_safetensors(os.path.join(a.train, sh["file"]))
+        top.append(t["top_logits"].float())
+        tok.append(t["tokens"].long())
+    top, tok = torch.cat(top), torch.cat(tok)
+    emb = read_safetensors(os.path.join(a.train, m["embeddings"]))["embeddings"].float()
+    vocab, hidden = emb.shape
+    dims = [int(d) for d in a.dims.split(",")]
+    net = R2RRouter(hidden, vocab, hidden, top.shape[1], dims, a.expansion, normalize_input=a.normalize_input)
+    with torch.no_grad():
+        net.token_embeddings.weight.copy_(emb)
+    net.token_embeddings.weight.requires_grad = False  # R2R's freeze_lm_head
+    opt = torch.optim.Adam([p for p in net.parameters() if p.requires_grad], lr=a.lr)
+    loss_fn = nn.BCEWithLogitsLoss()
+    tr = (~v).nonzero().squeeze(1)
+    va = v.nonzero().squeeze(1)
+    critical = 1 - y  # label 1: keep the SLM's token; R2R's target: 1 = route
+    best = None
+    for epoch in range(a.epochs):
+        net.train()
+        perm = tr[torch.randperm(len(tr))]
+        for b in range(0, len(perm), 256):
+            i = perm[b:b + 256]
+            opt.zero_grad()
+            loss = loss_fn(net(x[i], tok[i], top[i]).squeeze(-1), critical[i])
+            loss.backward()
+            opt.step()
+        net.eval()
+        with torch.no_grad():
+            conf = 1 - torch.sigmoid(net(x[va], tok[va], top[va]).squeeze(-1))
+        score = auroc(conf, y[va])
+        print("epoch %d: held-out AUROC %.4f" % (epoch + 1, score))
+        if best is None or score > best[0]:
+            best = (score, {k: t.clone() for k, t in net.state_dict().items()})
+    net.load_state_dict(best[1])  # the best epoch on the held-out questions
+    net.eval()
+    print("kept the network of held-out AUROC %.4f" % best[0])
+    state = {k: t for k, t in net.state_dict().items() if k != "token_embeddings.weight"}
+    write_safetensors(a.out, state, {"format": "pt", "tlr_kind": "r2r"})
+    if a.scores:
+        i = va[:1000]
+        # Full logits whose top-K and argmax are the dumped ones (the rest far below).
+        logits = torch.full((len(i), vocab), float(top[i].min()) - 100.0)
+        for r, k in enumerate(i.tolist()):
+            others = [c for c in range(vocab) if c != int(tok[k])][: top.shape[1] - 1]
+            logits[r, int(tok[k])] = top[k, 0]
+            logits[r, others] = top[k, 1:]
+        with torch.no_grad():
+            scores = 1 - torch.sigmoid(net(x[i], tok[i], top[i]).squeeze(-1))
+        write_safetensors(a.scores, {"features": x[i].contiguous(), "logits": logits, "scores": scores})
+    print("wrote %s (%d parameters)" % (a.out, sum(t.numel() for t in state.values())))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--train", help="a `tlr router train --dump-features` directory")
+    ap.add_argument("--epochs", type=int, default=8, help="--train: epochs")
+    ap.add_argument("--lr", type=float, default=1e-3, help="--train: Adam learning rate")
+    ap.add_argument("--scores", help="--train: 1,000 held-out positions and their scores, for --check")
     ap.add_argument("--convert", help="an R2R checkpoint (.pt)")
     ap.add_argument("--random", action="store_true", help="random weights of R2R's layout")
     ap.add_argument("--out", required=True, help="the state_dict as safetensors")
@@ -96,8 +164,11 @@ def main():
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
-    if bool(a.convert) == bool(a.random):
-        sys.exit("r2r_torch.py: give --convert CKPT or --random")
+    if sum(map(bool, (a.convert, a.random, a.train))) != 1:
+        sys.exit("r2r_torch.py: give one of --train DUMP, --convert CKPT, --random")
+    if a.train:
+        train(a)
+        return
     if a.convert:
         try:
             ckpt = torch.load(a.convert, map_location="cpu", weights_only=False)

@@ -88,6 +88,14 @@ done
 "$tlr" generate --router "$tmp/r2r.gguf" --threshold 0.5 -n 12 --trace "$tmp/trace.jsonl" \
   -p "$(printf 'Question: Where does a fexko live?\nA. marsh\nB. desert\nC. forest\nD. river\nE. cave\n')" >/dev/null 2>"$tmp/gen.log" || { cat "$tmp/gen.log" >&2; fail "generate with the r2r router"; }
 [ "$(wc -l <"$tmp/trace.jsonl")" -ge 2 ] || fail "no tokens traced with the r2r router"
+# Trained on the dump (its top logits, tokens and the SLM's embedding): the import checks its
+# scores on the held-out positions (up to 1,000) of the SLM's real hidden states.
+"$py" "$root/tools/train/r2r_torch.py" --train "$tmp/dump" --epochs 1 --dims 32,32 --out "$tmp/r2r-trained.safetensors" \
+  --scores "$tmp/r2r-trained-scores.safetensors" >"$tmp/torch.log" 2>&1 || { cat "$tmp/torch.log" >&2; fail "r2r_torch.py --train"; }
+out=$("$tlr" router import --slm "$demo/slm.gguf" --from "$tmp/r2r-trained.safetensors" -o "$tmp/r2r-trained.gguf" \
+        --check "$tmp/r2r-trained-scores.safetensors" 2>&1) || { echo "$out" >&2; fail "import (r2r trained on the dump)"; }
+grep -qE "checked [0-9]{3,} scores against PyTorch's" <<<"$out" || fail "the trained r2r check ran on too few scores: $out"
+echo "ok   r2r trained on the dump: $(grep -o 'largest difference.*' <<<"$out")"
 "$py" "$root/tools/train/r2r_torch.py" --random --no-embedding --out "$tmp/r2r-noemb.safetensors" >/dev/null
 "$tlr" router import --slm "$demo/slm.gguf" --from "$tmp/r2r-noemb.safetensors" -o "$tmp/r2r-noemb.gguf" >/dev/null ||
   fail "import (r2r without its embedding: the SLM's)"
