@@ -264,6 +264,16 @@ void SetWeightPrefetch(WeightPrefetch mode) {
 namespace {
 // The detected setting, in place before main.
 const bool kWeightPrefetchSet = (SetWeightPrefetch(DetectedWeightPrefetch()), true);
+
+bool AmdCpu() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(0, &a, &b, &c, &d) != 0 && b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;
+#else
+  return false;
+#endif
+}
+const bool kHalfFloatPrefetchSet = (kernels::prefetch_half_floats.store(!AmdCpu(), std::memory_order_relaxed), true);
 }  // namespace
 
 #if defined(HWY_COMPILE_ONLY_STATIC) && defined(__EMSCRIPTEN__)

@@ -45,7 +45,9 @@ constexpr int64_t kFloatPrefetchBytes = 2560;
 // Decode prefetches F16 and BF16 rows too below AVX-512 (Zen 3, qwen2.5-0.5b F16, tg at 73%
 // of the interleaved roofline without, 94-98% with); on Zen 5 it slowed F16 (106% -> 96%), and
 // on Zen 4 too (matmul_bench 4864x896, alternated: F16 102% -> 94% of the read pass, BF16
-// 101% -> 86%). A property of the target's vector width here, not of WeightPrefetch.
+// 101% -> 86%). On Intel's 512-bit hosts it pays: Emerald Rapids, matmul_bench 4864x896 f16,
+// alternated 3 rounds, 1 thread 55-61% -> 80-86% of the read probe, 2 threads 56-62% -> 84-89%.
+// So at 512 bits it follows kernels::prefetch_half_floats (false on AMD, set in matmul.cc).
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 constexpr bool kFloatPrefetchF32Only = true;
 #else
@@ -93,13 +95,16 @@ HWY_INLINE void DotRowsF(const uint8_t* const* rows, int64_t n, const float* con
   for (int k = 0; k < NR * NT * C; ++k) acc.Set(k, hn::Zero(df));
   int64_t i = 0;
   constexpr size_t kBytes = kType == GgmlType::kF32 ? 4 : 2;
+  const bool half_prefetch = kernels::prefetch_half_floats.load(std::memory_order_relaxed);
   // Vector j of the row goes to chain j % C; the chains are added at the end. The order
   // depends only on n, so every (row, token) pair sums the same way in any block.
   const auto step = [&](int c) HWY_ATTR {
     // Decode: software prefetch as in the quantized kernels (F32, matmul_bench 4864x896, 2
     // threads, alternated: 83% -> 100% of the read probe; F16/BF16 see kFloatPrefetchF32Only).
-    if constexpr (NT == 1 && (kType == GgmlType::kF32 || !kFloatPrefetchF32Only)) {
-      for (int r = 0; r < NR; ++r) hwy::Prefetch(rows[r] + i * kBytes + kFloatPrefetchBytes);
+    if constexpr (NT == 1) {
+      if (kType == GgmlType::kF32 || !kFloatPrefetchF32Only || half_prefetch) {
+        for (int r = 0; r < NR; ++r) hwy::Prefetch(rows[r] + i * kBytes + kFloatPrefetchBytes);
+      }
     }
     VecArray<decltype(df), NR> wv;
     for (int r = 0; r < NR; ++r) wv.Set(r, LoadWeights<kType>(df, rows[r], i));
