@@ -145,6 +145,14 @@ TEST_F(ServerTest, DeltaSyncIngestsEachTokenOnce) {
       EXPECT_GE(ingested, context - run.st.prompt_tokens);
     }
     EXPECT_LT(ingested, run.st.llm_calls * context / 2) << "re-sent context";
+    // What the session holds, as the cost policy reads it: the last call's whole context.
+    std::vector<int32_t> seq = slm_->tokenizer().Encode(QaPrompt((*rows_)[q]));
+    seq.insert(seq.end(), run.ids.begin(), run.ids.end());
+    EXPECT_GE(remote->HeldPrefix(seq), context) << "question " << q;
+    EXPECT_LE(remote->HeldPrefix(seq), static_cast<int64_t>(seq.size()));
+    std::vector<int32_t> other = seq;
+    other[1] = other[1] == 5 ? 6 : 5;  // parts from the session after its first token
+    EXPECT_EQ(remote->HeldPrefix(other), 1);
   }
 }
 
