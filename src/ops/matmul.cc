@@ -239,12 +239,21 @@ void MatMul(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, T
   });
 }
 
+namespace {
+bool AmdCpu() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(0, &a, &b, &c, &d) != 0 && b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "AuthenticAMD"
+#else
+  return false;
+#endif
+}
+}  // namespace
+
 WeightPrefetch DetectedWeightPrefetch() {
 #if defined(__x86_64__) || defined(__i386__)
   unsigned a = 0, b = 0, c = 0, d = 0;
-  if (__get_cpuid(0, &a, &b, &c, &d) == 0) return WeightPrefetch::kEveryLine;
-  const bool amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "AuthenticAMD"
-  if (!amd || __get_cpuid(1, &a, &b, &c, &d) == 0) return WeightPrefetch::kEveryLine;
+  if (!AmdCpu() || __get_cpuid(1, &a, &b, &c, &d) == 0) return WeightPrefetch::kEveryLine;
   const unsigned base = (a >> 8) & 0xf;
   const unsigned family = base == 0xf ? base + ((a >> 20) & 0xff) : base;
   if (family == 0x1a) return WeightPrefetch::kFirstLine;  // Zen 5
@@ -264,15 +273,6 @@ void SetWeightPrefetch(WeightPrefetch mode) {
 namespace {
 // The detected setting, in place before main.
 const bool kWeightPrefetchSet = (SetWeightPrefetch(DetectedWeightPrefetch()), true);
-
-bool AmdCpu() {
-#if defined(__x86_64__) || defined(__i386__)
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  return __get_cpuid(0, &a, &b, &c, &d) != 0 && b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;
-#else
-  return false;
-#endif
-}
 const bool kHalfFloatPrefetchSet = (kernels::prefetch_half_floats.store(!AmdCpu(), std::memory_order_relaxed), true);
 }  // namespace
 

@@ -124,18 +124,36 @@ Expected<R2rNet> R2rNet::FromParams(std::map<std::string, Tensor> params) {
   for (const auto& [name, t] : net.params) {
     if (!used.count(name)) return Status::Error("R2R router: unexpected tensor '" + name + "' (not read by the network)");
   }
+  // The tensors the forward pass reads, looked up once.
+  auto pair = [&](const std::string& prefix) -> Pair {
+    auto w = net.params.find(prefix + "weight"), b = net.params.find(prefix + "bias");
+    if (w == net.params.end()) return {};
+    return {&w->second, &b->second};
+  };
+  net.embedding_ = &net.params.at("token_embeddings.weight");
+  if (net.normalize_input) {
+    net.norm_hidden_ = pair("layer_norm_hidden_states.");
+    net.norm_token_ = pair("layer_norm_token.");
+  }
+  net.logits_projection_ = pair("logits_projection.");
+  net.combined_ = pair("combined_projection.");
+  net.input_projection_ = pair("backbone.input_projection.");
+  net.widest_ = std::max<int64_t>(2 * net.hidden + net.embed, d0);
+  for (int i = 0; i < net.n_blocks; ++i) {
+    const std::string p = "backbone.blocks." + std::to_string(i) + ".";
+    Block b{pair(p + "layer_norm."), pair(p + "mlp.0."), pair(p + "mlp.3."), pair(p + "dim_change.")};
+    net.widest_ = std::max(net.widest_, b.up.w->shape[0]);
+    net.blocks_.push_back(b);
+  }
+  net.out_norm_ = pair("backbone.output_layer.0.");
+  net.out_ = pair("backbone.output_layer.1.");
   return net;
 }
 
 float R2rNet::Logit(const float* hidden_in, int32_t token, const float* top_logits, std::vector<double>* scratch) const {
-  auto P = [&](const std::string& name) -> const Tensor& { return params.at(name); };
-  const int64_t d0 = P("combined_projection.weight").shape[0];
-  int64_t widest = std::max<int64_t>(2 * hidden + embed, d0);
-  for (int i = 0; i < n_blocks; ++i) {
-    widest = std::max(widest, P("backbone.blocks." + std::to_string(i) + ".mlp.0.weight").shape[0]);
-  }
+  const int64_t widest = widest_;
   std::vector<double>& s = *scratch;
-  s.assign(static_cast<size_t>(4 * widest + topk), 0.0);
+  s.resize(static_cast<size_t>(4 * widest + topk));
   double* in = s.data();                // [h, e, logits features]
   double* a = in + widest;              // activations
   double* b = a + widest;
@@ -144,35 +162,33 @@ float R2rNet::Logit(const float* hidden_in, int32_t token, const float* top_logi
   double* h = in;
   double* e = in + hidden;
   for (int64_t i = 0; i < hidden; ++i) h[i] = hidden_in[i];
-  const float* row = P("token_embeddings.weight").v.data() + static_cast<int64_t>(token) * embed;
+  const float* row = embedding_->v.data() + static_cast<int64_t>(token) * embed;
   for (int64_t i = 0; i < embed; ++i) e[i] = row[i];
   for (int64_t i = 0; i < topk; ++i) l[i] = top_logits[i];
   if (normalize_input) {
-    LayerNorm(P("layer_norm_hidden_states.weight"), P("layer_norm_hidden_states.bias"), h, hidden, a);
+    LayerNorm(*norm_hidden_.w, *norm_hidden_.b, h, hidden, a);
     std::copy(a, a + hidden, h);
-    LayerNorm(P("layer_norm_token.weight"), P("layer_norm_token.bias"), e, embed, a);
+    LayerNorm(*norm_token_.w, *norm_token_.b, e, embed, a);
     std::copy(a, a + embed, e);
     const double mx = *std::max_element(l, l + topk);
     double sum = 0;
     for (int64_t i = 0; i < topk; ++i) sum += (l[i] = std::exp(l[i] - mx));
     for (int64_t i = 0; i < topk; ++i) l[i] /= sum;
   }
-  Linear(P("logits_projection.weight"), P("logits_projection.bias"), l, in + hidden + embed);
-  Linear(P("combined_projection.weight"), P("combined_projection.bias"), in, a);
-  Linear(P("backbone.input_projection.weight"), P("backbone.input_projection.bias"), a, b);
-  int64_t width = d0;
+  Linear(*logits_projection_.w, *logits_projection_.b, l, in + hidden + embed);
+  Linear(*combined_.w, *combined_.b, in, a);
+  Linear(*input_projection_.w, *input_projection_.b, a, b);
+  int64_t width = combined_.w->shape[0];
   double* x = b;
   double* y = a;
-  for (int i = 0; i < n_blocks; ++i) {
-    const std::string p = "backbone.blocks." + std::to_string(i) + ".";
-    const Tensor& up = P(p + "mlp.0.weight");
-    const int64_t out = P(p + "mlp.3.weight").shape[0];
-    LayerNorm(P(p + "layer_norm.weight"), P(p + "layer_norm.bias"), x, width, y);
-    Linear(up, P(p + "mlp.0.bias"), y, c);
-    for (int64_t k = 0; k < up.shape[0]; ++k) c[k] = 0.5 * c[k] * (1.0 + std::erf(c[k] / std::sqrt(2.0)));
-    Linear(P(p + "mlp.3.weight"), P(p + "mlp.3.bias"), c, y);
-    if (out != width) {
-      Linear(P(p + "dim_change.weight"), P(p + "dim_change.bias"), x, c);
+  for (const Block& blk : blocks_) {
+    const int64_t out = blk.down.w->shape[0];
+    LayerNorm(*blk.norm.w, *blk.norm.b, x, width, y);
+    Linear(*blk.up.w, *blk.up.b, y, c);
+    for (int64_t k = 0; k < blk.up.w->shape[0]; ++k) c[k] = 0.5 * c[k] * (1.0 + std::erf(c[k] / std::sqrt(2.0)));
+    Linear(*blk.down.w, *blk.down.b, c, y);
+    if (blk.dim_change.w) {
+      Linear(*blk.dim_change.w, *blk.dim_change.b, x, c);
       for (int64_t k = 0; k < out; ++k) y[k] += c[k];
     } else {
       for (int64_t k = 0; k < out; ++k) y[k] += x[k];
@@ -180,9 +196,9 @@ float R2rNet::Logit(const float* hidden_in, int32_t token, const float* top_logi
     std::swap(x, y);
     width = out;
   }
-  LayerNorm(P("backbone.output_layer.0.weight"), P("backbone.output_layer.0.bias"), x, width, y);
+  LayerNorm(*out_norm_.w, *out_norm_.b, x, width, y);
   double logit = 0;
-  Linear(P("backbone.output_layer.1.weight"), P("backbone.output_layer.1.bias"), y, &logit);
+  Linear(*out_.w, *out_.b, y, &logit);
   return static_cast<float>(logit);
 }
 
@@ -194,8 +210,10 @@ int64_t R2rNet::n_params() const {
   return n;
 }
 
-void TopLogits(const float* logits, int64_t n, int64_t k, float* out, int32_t* argmax) {
-  std::vector<int32_t> idx(static_cast<size_t>(n));
+void TopLogits(const float* logits, int64_t n, int64_t k, float* out, int32_t* argmax, std::vector<int32_t>* scratch) {
+  std::vector<int32_t> local;
+  std::vector<int32_t>& idx = scratch ? *scratch : local;
+  idx.resize(static_cast<size_t>(n));
   std::iota(idx.begin(), idx.end(), 0);
   k = std::min(k, n);
   std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),

@@ -37,15 +37,38 @@ struct R2rNet {
   bool normalize_input = false;
   int n_blocks = 0;
 
+  // Move-only: the forward pass reads `params` through pointers taken once (a std::map keeps
+  // its elements where they are when it is moved).
+  R2rNet() = default;
+  R2rNet(R2rNet&&) = default;
+  R2rNet& operator=(R2rNet&&) = default;
+  R2rNet(const R2rNet&) = delete;
+  R2rNet& operator=(const R2rNet&) = delete;
+
   // Checks every name and shape the forward pass reads (and that nothing else is there); fills
   // the sizes. Errors name the tensor.
   static Expected<R2rNet> FromParams(std::map<std::string, Tensor> params);
   // The network's output logit for one position. `scratch` is resized as needed.
   float Logit(const float* hidden, int32_t token, const float* top_logits, std::vector<double>* scratch) const;
   int64_t n_params() const;
+
+ private:
+  struct Pair {  // a Linear's or a LayerNorm's weight and bias; w null: absent
+    const Tensor* w = nullptr;
+    const Tensor* b = nullptr;
+  };
+  struct Block {
+    Pair norm, up, down, dim_change;  // dim_change.w null: the identity
+  };
+  Pair norm_hidden_, norm_token_, logits_projection_, combined_, input_projection_, out_norm_, out_;
+  const Tensor* embedding_ = nullptr;
+  std::vector<Block> blocks_;
+  int64_t widest_ = 0;  // the largest activation (scratch per buffer)
 };
 
 // The k largest of logits[0..n), largest first, and the index of the largest (ties: the lowest).
-void TopLogits(const float* logits, int64_t n, int64_t k, float* out, int32_t* argmax);
+// `scratch` (optional) keeps its index buffer between calls.
+void TopLogits(const float* logits, int64_t n, int64_t k, float* out, int32_t* argmax,
+               std::vector<int32_t>* scratch = nullptr);
 
 }  // namespace tlr

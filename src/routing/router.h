@@ -114,6 +114,7 @@ class Router {
   std::shared_ptr<const R2rNet> r2r_;
   std::vector<double> r2r_scratch_;
   std::vector<float> r2r_top_;
+  std::vector<int32_t> r2r_index_;
 };
 
 // Layers of a `kind` router (citer: h -> 2h -> h -> 1; colm: h -> 1) for hidden size `dim`,

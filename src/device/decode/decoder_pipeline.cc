@@ -201,11 +201,13 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
   };
   // The calls' account on a line under the price model (route_policy.h): the confirmed text's,
   // then the line's routed positions. A function of the line's tokens, as in the blocking loop.
+  // Unpriced (the threshold policy without a budget), the account stays empty: nothing reads it.
+  const bool priced = opts.policy == RoutePolicy::kCost || opts.cost_budget > 0;
   CallAccount confirmed_account;
-  if (opts.policy == RoutePolicy::kCost || opts.cost_budget > 0) confirmed_account.held = llm_->HeldPrefix(prompt);
+  if (priced) confirmed_account.held = llm_->HeldPrefix(prompt);
   auto account_of = [&](const SpecLine& l) {
     CallAccount a = confirmed_account;
-    for (size_t i = 0; i < l.spec.size(); ++i) {
+    for (size_t i = 0; priced && i < l.spec.size(); ++i) {
       if (l.spec[i].routed) a.Call(opts.price_ratio, state.confirmed() + static_cast<int64_t>(i), l.spec[i].routed_n);
     }
     return a;
@@ -342,7 +344,7 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
   auto emit_confirmed = [&]() {
     int64_t position = state.confirmed();
     for (auto& [id, t] : state.TakeConfirmed()) {
-      if (t.routed) confirmed_account.Call(opts.price_ratio, position, t.routed_n);
+      if (priced && t.routed) confirmed_account.Call(opts.price_ratio, position, t.routed_n);
       ++position;
       TokenEvent ev;
       ev.id = id;
