@@ -1,22 +1,57 @@
 # Helpers shared by every module's CMakeLists.
 
-# tlr_test(NAME LABEL src... LIBS lib...): one gtest executable per module, registered with
-# CTest under LABEL. Test binaries get the shared-data and testdata paths as definitions.
+# tlr_test(NAME LABEL src... LIBS lib... [PROPERTIES ...] [ALONE]): the GoogleTest tests in src...,
+# registered with CTest under LABEL (and PROPERTIES). They are compiled into one executable per
+# folder, <folder>_tests (unity batches of 8 files): each test translation unit parses GoogleTest,
+# nlohmann-json and cpp-httplib and instantiates their templates again (~5 CPU-s), and 45
+# executables of one or two files each were a third of a fresh build. NAME's tests are the suites
+# its files define (TEST/TEST_F/TEST_P), picked out of the folder's executable by a gtest filter.
+# ALONE: an executable of its own named NAME (scripts run it by name, or it replaces operator new).
+# The test target is returned in TLR_TEST_TARGET. Test binaries get the shared-data and testdata
+# paths as definitions.
 function(tlr_test name label)
-  cmake_parse_arguments(T "" "" "LIBS;PROPERTIES" ${ARGN})
+  cmake_parse_arguments(T "ALONE" "" "LIBS;PROPERTIES" ${ARGN})
   if(NOT TLR_BUILD_TESTS)
     return()
   endif()
-  add_executable(${name} ${T_UNPARSED_ARGUMENTS})
-  target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
-  # The test's own code (assertions, fixtures) at -O1: a third less compile time than -O3; the
-  # code under test keeps its libraries' flags.
-  target_compile_options(${name} PRIVATE -O1)
-  target_compile_definitions(${name} PRIVATE
-      TLR_SHARED_DIR="${TLR_SHARED_DIR}" TLR_TESTDATA_DIR="${TLR_TESTDATA_DIR}"
-      TLR_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}" TLR_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
-  gtest_discover_tests(${name} PROPERTIES LABELS ${label} ${T_PROPERTIES}
+  if(T_ALONE)
+    set(target ${name})
+  else()
+    get_filename_component(folder ${CMAKE_CURRENT_SOURCE_DIR} NAME)
+    set(target ${folder}_tests)
+  endif()
+  if(NOT TARGET ${target})
+    add_executable(${target})
+    target_link_libraries(${target} PRIVATE GTest::gtest GTest::gtest_main)
+    # The test's own code (assertions, fixtures) at -O1: a third less compile time than -O3; the
+    # code under test keeps its libraries' flags.
+    target_compile_options(${target} PRIVATE -O1)
+    target_compile_definitions(${target} PRIVATE
+        TLR_SHARED_DIR="${TLR_SHARED_DIR}" TLR_TESTDATA_DIR="${TLR_TESTDATA_DIR}"
+        TLR_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}" TLR_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  endif()
+  target_sources(${target} PRIVATE ${T_UNPARSED_ARGUMENTS})
+  target_link_libraries(${target} PRIVATE ${T_LIBS})
+  set(filter)
+  foreach(src IN LISTS T_UNPARSED_ARGUMENTS)
+    get_filename_component(path ${src} ABSOLUTE)
+    file(STRINGS ${path} lines REGEX "^(TEST|TEST_F|TEST_P)\\( *[A-Za-z0-9_]+")
+    foreach(line IN LISTS lines)
+      string(REGEX REPLACE "^(TEST|TEST_F|TEST_P)\\( *([A-Za-z0-9_]+).*" "\\2" suite "${line}")
+      list(APPEND filter "${suite}.*")
+      if(line MATCHES "^TEST_P")
+        list(APPEND filter "*/${suite}.*")  # Instantiation/Suite.Test/param
+      endif()
+    endforeach()
+  endforeach()
+  list(REMOVE_DUPLICATES filter)
+  if(NOT filter)
+    message(FATAL_ERROR "tlr_test(${name}): no TEST, TEST_F or TEST_P in ${T_UNPARSED_ARGUMENTS}")
+  endif()
+  list(JOIN filter ":" filter)
+  gtest_discover_tests(${target} TEST_FILTER "${filter}" PROPERTIES LABELS ${label} ${T_PROPERTIES}
                        DISCOVERY_TIMEOUT 60)
+  set(TLR_TEST_TARGET ${target} PARENT_SCOPE)
 endfunction()
 
 # tlr_fuzzer(NAME src... LIBS lib... SEEDS dir...): a fuzz target. With TLR_FUZZ=ON (build-fuzz,

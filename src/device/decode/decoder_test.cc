@@ -44,26 +44,6 @@ using DecoderTest = DecoderTestT<kTinyPreset>;
 using DecoderQwen3Test = DecoderTestT<kTinyQwen3>;
 using DecoderGemma3Test = DecoderTestT<kTinyGemma3>;
 
-// A backend whose server is down: every call fails (the decoder must fall back).
-class DownLlm : public LlmBackend {
- public:
-  explicit DownLlm(uint64_t fp) : fp_(fp) {}
-  std::shared_ptr<LlmCall> Submit(LlmRequest, std::function<void()> on_done) override {
-    ++calls;
-    auto c = std::make_shared<LlmCall>(std::move(on_done));
-    c->Complete(Status::Error("connection refused"));
-    return c;
-  }
-  void Reset() override {}
-  uint64_t vocab_fingerprint() const override { return fp_; }
-  LlmWork work() const override { return {}; }  // a server that is down does no work
-  std::string name() const override { return "down"; }
-  int calls = 0;
-
- private:
-  uint64_t fp_;
-};
-
 // The joint decode (blocking and pipelined) against re-running both models from scratch for
 // every token, and that neither model reads a token twice.
 template <const char* kPreset>

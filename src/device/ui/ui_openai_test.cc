@@ -20,6 +20,7 @@
 
 #include "device/ui/device_server.h"
 #include "ops/thread_pool.h"
+#include "device/ui/ui_test_support.h"
 #include "routing/router.h"
 #include "util/test_support.h"
 
@@ -27,9 +28,6 @@ namespace tlr {
 namespace {
 
 using nlohmann::json;
-
-constexpr char kPage[] = "<!doctype html><title>t</title>";
-const UiAsset kAssets[] = {{"/", "text/html; charset=utf-8", kPage}};
 
 struct Reply {
   int status = -1;  // -1: no reply
@@ -65,7 +63,7 @@ class UiOpenAiTest : public ::testing::Test {
     m.prompt_cache.max_slots = kv_slots;
     m.prompt_cache.n_ctx = 512;
     o.port = 0;
-    o.assets = kAssets;
+    o.assets = kTestAssets;
     auto ui = std::make_unique<DeviceServer>(std::move(m), std::move(o));
     Status s = ui->Start();
     EXPECT_TRUE(s.ok()) << s.message();

