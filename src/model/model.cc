@@ -15,6 +15,7 @@
 
 #include "model/gguf/gguf_keys.h"
 #include "model/packed_gguf.h"
+#include "ops/matmul.h"
 #include "ops/nn.h"
 #include "ops/thread_pool.h"
 #include "quant/quantize.h"
@@ -39,6 +40,7 @@ ForwardContext::ForwardContext(ThreadPool* pool) : pool_(pool) {
 ForwardContext::~ForwardContext() = default;
 
 Expected<std::unique_ptr<Model>> Model::Load(const std::string& path, const Options& opts) {
+  if (Status simd = CheckSimdSupport(); !simd.ok()) return simd;
   std::unique_ptr<Model> m(new Model());
   // A packed file's weights are used from its mapping: at a 2 MiB boundary, advised for huge
   // pages, as the weight cache's.

@@ -283,6 +283,8 @@ std::vector<std::string> CompiledSimdTargets() { return {hwy::TargetName(HWY_STA
 std::string ActiveSimdTarget() { return hwy::TargetName(HWY_STATIC_TARGET); }
 
 bool ForceSimdTarget(const std::string& name) { return name.empty() || name == ActiveSimdTarget(); }
+
+Status CheckSimdSupport() { return Status::Ok(); }
 #else
 std::vector<std::string> CompiledSimdTargets() {
   std::vector<std::string> names;
@@ -291,6 +293,18 @@ std::vector<std::string> CompiledSimdTargets() {
 }
 
 std::string ActiveSimdTarget() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
+
+Status CheckSimdSupport() {
+  if (!hwy::SupportedAndGeneratedTargets().empty()) return Status::Ok();
+  std::string compiled;
+  for (int64_t bits = HWY_TARGETS; bits != 0; bits &= bits - 1) {
+    compiled += std::string(compiled.empty() ? "" : ", ") + hwy::TargetName(bits & -bits);
+  }
+  return Status::Error("this CPU has none of the SIMD instruction sets this build's kernels were compiled for (" +
+                       compiled +
+                       "; on x86-64, SSE4 means SSE4.2 with AES and CLMUL: Intel since 2010, AMD since 2011): "
+                       "build with cmake -DTLR_SIMD_TARGETS=device, whose kernels also run on older CPUs");
+}
 
 bool ForceSimdTarget(const std::string& name) {
   hwy::SetSupportedTargetsForTest(0);

@@ -123,5 +123,9 @@ std::vector<std::string> CompiledSimdTargets();
 std::string ActiveSimdTarget();
 // Tests: restrict dispatch to one compiled target (by name); "" restores the best one.
 bool ForceSimdTarget(const std::string& name);
+// An error naming what is missing when this CPU runs none of the compiled targets (x86 builds
+// with every target start at SSE4: CPUs from before ~2010 need TLR_SIMD_TARGETS=device, whose
+// baseline is scalar). Model::Load checks it: the kernels would otherwise die of SIGILL.
+Status CheckSimdSupport();
 
 }  // namespace tlr

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <random>
 
+#include "hwy/targets.h"
 #include "ops/thread_pool.h"
 #include "quant/quantize.h"
 
@@ -293,6 +294,19 @@ TEST_P(MatMulKernels, ThreadedMatchesSingleThreaded) {
 
 INSTANTIATE_TEST_SUITE_P(AllTargets, MatMulKernels, ::testing::ValuesIn(CompiledSimdTargets()),
                          [](const auto& info) { return info.param; });
+
+// A CPU that runs only what every CPU of its architecture runs (Highway's scalar and emulated
+// 128-bit targets): fine when the build compiled that baseline (TLR_SIMD_TARGETS=device on x86),
+// else an error that says what to do, where the kernels would die of SIGILL.
+TEST(MatMul, ACpuWithNoneOfTheCompiledTargetsIsAnError) {
+  hwy::SetSupportedTargetsForTest(HWY_SCALAR | HWY_EMU128);
+  const Status s = CheckSimdSupport();
+  hwy::SetSupportedTargetsForTest(0);
+  const bool baseline_compiled = (HWY_TARGETS & (HWY_SCALAR | HWY_EMU128)) != 0;
+  EXPECT_EQ(s.ok(), baseline_compiled) << s.message();
+  if (!s.ok()) EXPECT_NE(s.message().find("TLR_SIMD_TARGETS=device"), std::string::npos) << s.message();
+  EXPECT_TRUE(CheckSimdSupport().ok());
+}
 
 TEST(MatMul, UnsupportedTypesAreReported) {
   EXPECT_FALSE(MatMulSupports(GgmlType::kQ8_1));
