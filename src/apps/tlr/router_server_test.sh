@@ -49,9 +49,10 @@ identity() {
   "$tlr" router info --json "$1" | sed -E 's/"(label_)?seconds": *[0-9.e+-]+,?//'
 }
 
-# Training rows: the dev questions, every other one with a written reference (so the LLM is
-# asked for its predictions along a given text, and both-wrong positions get rollouts).
-awk '{
+# Training rows: the first 150 dev questions (~150 LLM answers a run), every other one with a
+# written reference (so the LLM is asked for its predictions along a given text, and both-wrong
+# positions get rollouts).
+head -n 150 "$demo/dev.jsonl" | awk '{
   if (NR % 2 == 1) {
     match($0, /"answerKey": *"[A-E]"/); key = substr($0, RSTART + RLENGTH - 2, 1);
     match($0, /"label": *\[[^]]*\]/); labels = substr($0, RSTART, RLENGTH);
@@ -62,7 +63,7 @@ awk '{
     sub(/}$/, ", \"reference\": \"Answer: " t ". So the answer is " t ".\"}")
   }
   print
-}' "$demo/dev.jsonl" >"$tmp/rows.jsonl"
+}' >"$tmp/rows.jsonl"
 grep -q '"reference": "Answer: [a-z]' "$tmp/rows.jsonl" || fail "could not write references into the rows"
 
 train=("$tlr" router train --slm "$demo/slm.gguf" --data "$tmp/rows.jsonl" --seed 3)
