@@ -177,7 +177,9 @@ TEST_F(PackedGgufTest, PackedOnAnotherTargetOrMachineMapsHere) {
     EXPECT_EQ(PromptLogits(**got), PromptLogits(**want)) << target;
     ++others;
   }
-  if (CompiledSimdTargets().size() > 1) EXPECT_GT(others, 0);  // the ARM device build has NEON alone
+  if (CompiledSimdTargets().size() > 1) {  // the ARM device build has NEON alone
+    EXPECT_GT(others, 0);
+  }
   if (const char* dir = std::getenv("TLR_PACKED_FOREIGN"); dir && *dir) {
     auto orig = Model::Load(std::string(dir) + "/src.gguf", off);
     auto foreign = Model::Load(std::string(dir) + "/src.packed.gguf");

@@ -518,7 +518,9 @@ TEST_F(ConnTest, KeylessDownloadsAreCapped) {
     auto r = c.Head("/models/slm.gguf");
     ASSERT_TRUE(r);
     status = r->status;
-    if (status == 503) EXPECT_EQ(r->get_header_value("Retry-After"), "2");
+    if (status == 503) {
+      EXPECT_EQ(r->get_header_value("Retry-After"), "2");
+    }
   }
   EXPECT_EQ(status, 503);
   auto health = c.Get("/health");

@@ -129,7 +129,9 @@ void CheckRestarts(const Tokenizer& tok, const std::string& pkg) {
       ASSERT_TRUE(restarts.empty()) << pkg;
       continue;
     }
-    if (!text.empty()) ASSERT_EQ(restarts.front(), 0u) << pkg;
+    if (!text.empty()) {
+      ASSERT_EQ(restarts.front(), 0u) << pkg;
+    }
     std::vector<size_t> ends;
     size_t at = 0;
     for (int32_t id : ids) ends.push_back(at += tok.Piece(id, true).size());
@@ -145,7 +147,9 @@ void CheckRestarts(const Tokenizer& tok, const std::string& pkg) {
       ++checked;
     }
   }
-  if (tok.vocab().model != VocabModel::kSpm) EXPECT_GT(checked, 1000u) << pkg;
+  if (tok.vocab().model != VocabModel::kSpm) {
+    EXPECT_GT(checked, 1000u) << pkg;
+  }
 }
 
 TEST(TokenizerNpm, EncodingResumesAtItsRestartPoints) {
