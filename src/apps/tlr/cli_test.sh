@@ -13,32 +13,32 @@ trap 'rm -rf "$tmp"' EXIT
 pass=0
 fail=0
 
-check() {  # check NAME EXPECTED_STATUS REGEX -- command...
-  local name=$1 want=$2 re=$3
-  shift 4
-  local out status
-  out=$("$@" 2>&1)
-  status=$?
-  last_out=$out
-  if [ "$status" -ne "$want" ] || ! grep -qE -- "$re" <<<"$out"; then
-    echo "FAIL $name: status $status (want $want), output:"
-    head -c 600 <<<"$out"
+# verdict NAME OK WHY OUTPUT: counts a check; a failure shows why and the output.
+verdict() {
+  if [ "$2" = 1 ]; then
+    pass=$((pass + 1))
+  else
+    echo "FAIL $1: $3, output:"
+    head -c 600 <<<"$4"
     echo
     fail=$((fail + 1))
-  else
-    pass=$((pass + 1))
   fi
 }
 
+check() {  # check NAME EXPECTED_STATUS REGEX -- command...
+  local name=$1 want=$2 re=$3
+  shift 4
+  local status ok=1
+  last_out=$("$@" 2>&1)
+  status=$?
+  { [ "$status" -ne "$want" ] || ! grep -qE -- "$re" <<<"$last_out"; } && ok=0
+  verdict "$name" $ok "status $status (want $want)" "$last_out"
+}
+
 check_same() {  # check_same NAME REGEX: the last check's output (one run, several things to see)
-  if ! grep -qE -- "$2" <<<"$last_out"; then
-    echo "FAIL $1: no match for '$2' in the output above it:"
-    head -c 600 <<<"$last_out"
-    echo
-    fail=$((fail + 1))
-  else
-    pass=$((pass + 1))
-  fi
+  local ok=1
+  grep -qE -- "$2" <<<"$last_out" || ok=0
+  verdict "$1" $ok "no match for '$2'" "$last_out"
 }
 
 wait_url() {  # the URL a background `tlr serve` / `tlr ui` prints once listening (10 s at most)
