@@ -148,6 +148,21 @@ TEST(FailoverTest, ReplicaKilledMidGenerationSessionsContinueOnTheOther) {
   ASSERT_TRUE(killed) << "device 0's first answer ended before the kill";
   const int survivor = 1 - victim;
   EXPECT_EQ(Sessions(url[survivor]), kDevices) << "every session now lives on the surviving replica";
+  {  // What the survivor went through (read when a device resynced where it should not have).
+    httplib::Client c(url[survivor]);
+    auto res = c.Get("/metrics");
+    if (res && res->status == 200) {
+      const MetricsScrape m = ParseMetricsText(res->body);
+      std::printf("survivor:");
+      for (const auto& [k, v] : m) {
+        if (v != 0 && (k.find("resync") != std::string::npos || k.find("evict") != std::string::npos ||
+                       k.find("calls_") != std::string::npos || k.find("rewound") != std::string::npos)) {
+          std::printf(" %s=%g", k.c_str(), v);
+        }
+      }
+      std::printf("\n");
+    }
+  }
 
   for (int i = 0; i < kDevices; ++i) {
     SCOPED_TRACE("device " + std::to_string(i) + (on[i] == victim ? " (on the killed replica)" : ""));

@@ -6,6 +6,7 @@
 // malformed make Connect return an error.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -22,6 +23,8 @@
 
 namespace tlr {
 namespace {
+
+using nlohmann::json;
 
 
 // The answer the fake server gives to one endpoint.
@@ -40,6 +43,7 @@ class FakeServer {
       Answer a;
       {
         std::lock_guard<std::mutex> l(mu_);
+        last_body_[req.path] = req.body;
         auto it = answers_.find(req.path);
         if (it == answers_.end()) {
           res.status = 404;
@@ -76,6 +80,10 @@ class FakeServer {
     special_[path] = std::move(fn);
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string LastBody(const std::string& path) {
+    std::lock_guard<std::mutex> l(mu_);
+    return last_body_[path];
+  }
   std::atomic<bool> stopping_{false};
 
  private:
@@ -83,6 +91,7 @@ class FakeServer {
   std::mutex mu_;
   std::map<std::string, Answer> answers_;
   std::map<std::string, std::function<void(httplib::Response&)>> special_;
+  std::map<std::string, std::string> last_body_;  // each path's latest request
   int port_ = 0;
   std::thread thread_;
 };
@@ -176,6 +185,45 @@ TEST_F(RemoteHostileTest, NativeRepliesOfEveryBadShapeFailTheCall) {
   GenerationFallsBack(llm->get());
   EXPECT_NE((*llm)->stats().FailureSummary().find("malformed replies: "), std::string::npos)
       << (*llm)->stats().FailureSummary();
+}
+
+// A call the device gives up on after sending it (the pipeline cancels a call a draft answered;
+// a timeout) may still run on the server and rewind the session to its context: a load balancer
+// does not pass the closed connection on, and the server may have started it. Until the server
+// would have dropped it, later calls take their base within its context too, or the server
+// answers 409 and the device resyncs (a round trip; failover_test saw 3 under load).
+TEST_F(RemoteHostileTest, ACallGivenUpOnBoundsLaterBasesUntilItsDeadline) {
+  Healthy("tlr");
+  auto llm = Connect("tlr", 1.0);
+  ASSERT_TRUE(llm.ok()) << llm.status().message();
+  auto call = [&](std::vector<int32_t> context) {
+    LlmRequest req;
+    req.context = std::move(context);
+    req.n = 1;
+    return (*llm)->Submit(req, nullptr);
+  };
+  auto base_sent = [&] { return json::parse(server_.LastBody("/tlr/v1/next")).value("base", -1); };
+  // The session holds 1 2 3 4 5 6 (the reply 5, the lookahead 6 fed back).
+  server_.Set("/tlr/v1/next", {200, R"({"tokens":[5],"lookahead":[6],"position":6,"version":1})"});
+  ASSERT_TRUE(call({1, 2, 3, 4})->Wait().ok());
+  // A call parting from it at position 4, answered late; the device gives up on it.
+  server_.SetSpecial("/tlr/v1/next", [this](httplib::Response& res) {
+    for (int i = 0; i < 30 && !server_.stopping_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    res.set_content(R"({"tokens":[5],"position":6,"version":2})", "application/json");
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  auto given_up = call({1, 2, 3, 4, 9});
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  given_up->Cancel();
+  EXPECT_FALSE(given_up->Wait().ok());
+  server_.Set("/tlr/v1/next", {200, R"({"tokens":[8],"position":7,"version":3})"});
+  ASSERT_TRUE(call({1, 2, 3, 4, 5, 6, 7})->Wait().ok());
+  EXPECT_EQ(base_sent(), 4) << "the session may hold 1 2 3 4 9 by now";
+  // Past its deadline (1 s) and the margin the server cannot run it any more.
+  std::this_thread::sleep_until(t0 + std::chrono::milliseconds(2300));
+  server_.Set("/tlr/v1/next", {200, R"({"tokens":[10],"position":9,"version":4})"});
+  ASSERT_TRUE(call({1, 2, 3, 4, 5, 6, 7, 8, 9})->Wait().ok());
+  EXPECT_EQ(base_sent(), 7) << "what the last reply left: 1 .. 7";
 }
 
 TEST_F(RemoteHostileTest, SessionAndInfoRepliesOfBadShapeAreErrorsOrFallBack) {

@@ -41,8 +41,17 @@ class TlrServerLlm : public RemoteLlm {
   uint64_t session_generation_ = 0;  // increments with every new session
   std::vector<int32_t> held_;        // what the server's session holds, as far as we know
   int64_t held_version_ = -1;        // the server's session version held_ comes from
-  // Calls on their way to the server: their contexts bound the base of later calls.
-  std::map<uint64_t, std::vector<int32_t>> in_flight_;
+  // Calls on their way to the server: their contexts bound the base of later calls. A call
+  // given up on without a reply (cancelled, timed out) may still run there (a load balancer
+  // does not pass the closed connection on; the server may be running it already) and rewind
+  // the session to its context: it keeps bounding bases until the server would have dropped
+  // it (`until`: its deadline and a margin), else the next call's base may claim tokens the
+  // session no longer holds and the device resyncs (a round trip).
+  struct InFlight {
+    std::vector<int32_t> context;
+    HttpTransport::Clock::time_point until = HttpTransport::Clock::time_point::max();
+  };
+  std::map<uint64_t, InFlight> in_flight_;
   uint64_t next_call_ = 0;
   uint64_t request_seq_ = 0;
   std::string request_prefix_;

@@ -98,6 +98,8 @@ Status TlrServerLlm::EnsureSession(uint64_t stale, std::string* id, uint64_t* ge
   ++session_generation_;
   held_.clear();
   held_version_ = -1;
+  // Calls given up on in the old session cannot touch the new one.
+  std::erase_if(in_flight_, [](const auto& e) { return e.second.until != HttpTransport::Clock::time_point::max(); });
   *id = session_;
   *generation = session_generation_;
   return Status::Ok();
@@ -121,10 +123,18 @@ Expected<LlmReply> TlrServerLlm::Execute(const LlmRequest& req, LlmCall& call, C
     {
       std::lock_guard<std::mutex> l(mu_);
       base = CommonPrefix(held_, context);
-      for (const auto& [other, ctx] : in_flight_) base = std::min(base, CommonPrefix(ctx, context));
+      const auto now = HttpTransport::Clock::now();
+      for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+        if (it->second.until < now) {
+          it = in_flight_.erase(it);
+          continue;
+        }
+        base = std::min(base, CommonPrefix(it->second.context, context));
+        ++it;
+      }
       base = std::min(base, context.size() - 1);
       me = next_call_++;
-      in_flight_.emplace(me, context);
+      in_flight_.emplace(me, InFlight{context});
     }
     const std::span<const int32_t> all(context);
     const std::span<const int32_t> append = all.subspan(base);
@@ -147,7 +157,11 @@ Expected<LlmReply> TlrServerLlm::Execute(const LlmRequest& req, LlmCall& call, C
     CountStat(&RemoteStats::tokens_sent, static_cast<int64_t>(append.size()));
     HttpResult h = http_.PostWithRetries("/tlr/v1/next", body.dump(), &call, &deadline);
     std::unique_lock<std::mutex> l(mu_);
-    in_flight_.erase(me);
+    if (h.sent) {
+      in_flight_.erase(me);
+    } else {  // no reply read: the server may still run it (InFlight)
+      in_flight_[me].until = deadline + std::chrono::seconds(1);
+    }
     if (h.cancelled) return Status::Error("the call was cancelled");
     if (!h.sent) {
       // Whether or not the call went through, the session still holds the common prefix
