@@ -18,6 +18,11 @@ export interface Stats {
   stall_ms: number; http_requests: number; retries: number; failed_calls: number; llm_failure: string;
   /** The LLM's work: tokens it prefilled and generated, its forward time where reported (-1 otherwise). */
   llm_prefilled: number; llm_generated: number; llm_forward_ms: number;
+  /** Derived as everywhere else TLR writes a generation's statistics (docs/guide.md). */
+  routed_pct: number; llm_generated_per_routed: number;
+  /** The pipeline: routed positions a call answered, how many kept speculative work, lookahead drafts used. */
+  spec_resolved: number; spec_hits: number; spec_branch_hits: number; spec_hit_pct: number; lookahead_used: number;
+  wasted_slm_steps: number; cancelled_calls: number; resyncs: number;
 }
 export interface Progress { what: 'SLM' | 'router'; url: string; done: number; total: number; }
 export interface Message { role: 'system' | 'user' | 'assistant' | 'developer'; content: string; }

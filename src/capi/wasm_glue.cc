@@ -107,7 +107,15 @@ json StatsJson(const tlr_stats& s) {
           {"http_requests", s.http_requests}, {"retries", s.retries},
           {"failed_calls", s.failed_calls},   {"llm_failure", s.llm_failure},
           {"llm_prefilled", s.llm_prefilled}, {"llm_generated", s.llm_generated},
-          {"llm_forward_ms", s.llm_forward_ms}};
+          {"llm_forward_ms", s.llm_forward_ms},
+          // Derived as DecodeStatsJson derives them (device/decode/token_json.h: one schema).
+          {"routed_pct", s.generated ? 100.0 * static_cast<double>(s.routed) / static_cast<double>(s.generated) : 0.0},
+          {"llm_generated_per_routed", s.routed ? static_cast<double>(s.llm_generated) / static_cast<double>(s.routed) : 0.0},
+          {"spec_resolved", s.spec_resolved}, {"spec_hits", s.spec_hits}, {"spec_branch_hits", s.spec_branch_hits},
+          {"spec_hit_pct", s.spec_resolved ? 100.0 * static_cast<double>(s.spec_hits + s.spec_branch_hits) /
+                                                 static_cast<double>(s.spec_resolved) : 0.0},
+          {"lookahead_used", s.lookahead_used}, {"wasted_slm_steps", s.wasted_slm_steps},
+          {"cancelled_calls", s.cancelled_calls}, {"resyncs", s.resyncs}};
 }
 
 // A request the worker built wrong (its JSON): said by tlrw_last_error.

@@ -93,8 +93,8 @@ function checkReply(r, what) {
   assert.equal(r.usage.completion_tokens, r.tokens.length, `${what}: usage.completion_tokens vs tlr.tokens`);
   assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
   assert.equal(r.usage.tlr.fallbacks, 0, `${what}: fallbacks (is the LLM server reachable?)`);
-  assert.equal(r.usage.tlr.routed_tokens, r.tokens.filter((t) => t.source === "LLM").length, `${what}: routed_tokens`);
-  assert.ok(r.usage.tlr.llm_calls >= (r.usage.tlr.routed_tokens > 0 ? 1 : 0), `${what}: llm_calls`);
+  assert.equal(r.usage.tlr.routed, r.tokens.filter((t) => t.source === "LLM").length, `${what}: routed`);
+  assert.ok(r.usage.tlr.llm_calls >= (r.usage.tlr.routed > 0 ? 1 : 0), `${what}: llm_calls`);
   assert.ok(r.usage.tlr.stall_ms >= 0);
   // No stop strings: "stop" exactly when the last token is the end token (no text); else max_tokens.
   const ended = r.tokens.length > 0 && r.tokens.at(-1).text === "";
@@ -112,7 +112,7 @@ test("a 6-turn streamed chat: tokens, usage, the prompt cache, and the same toke
     checkReply(r, `turn ${k}`);
     const u = r.usage;
     console.log(`turn ${k}: prompt_tokens ${u.prompt_tokens}, cached_tokens ${u.prompt_tokens_details.cached_tokens}, ` +
-                `completion_tokens ${u.completion_tokens}, routed ${u.tlr.routed_tokens}, llm_calls ${u.tlr.llm_calls}, ` +
+                `completion_tokens ${u.completion_tokens}, routed ${u.tlr.routed}, llm_calls ${u.tlr.llm_calls}, ` +
                 `llm_prefilled ${u.tlr.llm_prefilled}, finish ${r.finish}; ${JSON.stringify(r.content)}`);
     if (previous) {
       const reused = previous.prompt_tokens + previous.completion_tokens - 4;

@@ -398,35 +398,13 @@ std::string DeviceServer::LlmName() const {
 
 void DeviceServer::RunPageJob(const std::shared_ptr<Job>& job, const Request& r) {
   const DecodeOptions& d = r.decode;
+  // The generation's statistics (DecodeStatsJson) and what the page shows beside them.
   auto stats_json = [&](const DecodeStats& st, double network_s) {
-    json j = {{"stop", st.stop},
-              {"superseded", job->superseded.load()},
-              {"tokens", st.generated},
-              {"routed", st.routed},
-              {"routed_pct", st.routed_pct()},
-              {"llm_prefilled", st.llm_work.prefilled},
-              {"llm_generated", st.llm_work.generated},
-              {"llm_generated_per_routed", st.llm_generated_per_routed()},
-              {"fallbacks", st.fallbacks},
-              {"llm_calls", st.llm_calls},
-              {"prompt_tokens", st.prompt_tokens},
-              {"prompt_reused", st.prompt_reused},
-              {"ttft_ms", Ms(st.ttft_s)},
-              {"tbt_ms", Ms(st.tbt_s)},
-              {"slm_ms", Ms(st.slm_prefill_s + st.slm_decode_s)},
-              {"slm_prefill_ms", Ms(st.slm_prefill_s)},
-              {"router_ms", Ms(st.router_s)},
-              {"llm_ms", Ms(st.llm_s)},
-              {"network_ms", Ms(network_s)},
-              {"total_ms", Ms(st.total_s)},
-              {"pipeline", d.pipeline.enabled && d.mode == DecodeMode::kJoint},
-              {"stall_ms", Ms(st.stall_s)},
-              {"spec_resolved", st.spec_resolved},
-              {"spec_hit_pct", st.spec_hit_pct()},
-              {"lookahead_used", st.lookahead_used},
-              {"wasted_slm_steps", st.wasted_slm_steps},
-              {"cancelled_calls", st.cancelled_calls},
-              {"sim_slm_ms", Ms(d.sim_slm_s)}};
+    json j = DecodeStatsJson(st);
+    j["superseded"] = job->superseded.load();
+    j["network_ms"] = Ms(network_s);
+    j["pipeline"] = d.pipeline.enabled && d.mode == DecodeMode::kJoint;
+    j["sim_slm_ms"] = Ms(d.sim_slm_s);
     return j;
   };
   if (!WaitTurn(job.get())) {  // superseded or stopped while it waited
@@ -468,11 +446,11 @@ void DeviceServer::RunPageJob(const std::shared_ptr<Job>& job, const Request& r)
     json j = stats_json(st, result->remote ? st.llm_s : result->sim_delay_s);
     if (result->remote) {
       const RemoteStats& rs = result->remote_stats;
-      j["remote"] = {{"http_requests", rs.http_requests},
-                     {"retries", rs.retries},
-                     {"resyncs", rs.resyncs},
-                     {"failed_calls", rs.failed_calls},
-                     {"sim_delay_ms", Ms(rs.sim_delay_s)}};
+      j["http_requests"] = rs.http_requests;
+      j["retries"] = rs.retries;
+      j["resyncs"] = rs.resyncs;
+      j["failed_calls"] = rs.failed_calls;
+      j["sim_delay_ms"] = Ms(rs.sim_delay_s);
     }
     // Why calls failed: by kind for a server ("2 timeouts, 1 malformed reply: <message>").
     if (st.fallbacks > 0) {
@@ -482,7 +460,7 @@ void DeviceServer::RunPageJob(const std::shared_ptr<Job>& job, const Request& r)
         diff.first_failure = first_llm_error;
         if (std::string by_kind = diff.FailureSummary(); !by_kind.empty()) reason = by_kind;
       }
-      j["fallback_reason"] = reason;
+      j["llm_failure"] = reason;
     }
     job->Push(Sse("stats", j));
   }

@@ -125,18 +125,13 @@ void DeviceServer::RoutesOpenAi() {
     auto usage = [r, router_name](const DecodeStats& st) {
       json u = OpenAiWriter::Usage(st.prompt_tokens, st.generated);
       u["prompt_tokens_details"] = {{"cached_tokens", st.prompt_reused}};
-      u["tlr"] = {{"routed_tokens", st.routed},
-                  {"llm_calls", st.llm_calls},
-                  {"fallbacks", st.fallbacks},
-                  {"stall_ms", Ms(st.stall_s)},
-                  {"llm_prefilled", st.llm_work.prefilled},
-                  {"llm_generated", st.llm_work.generated},
-                  {"ttft_ms", Ms(st.ttft_s)},
-                  {"total_ms", Ms(st.total_s)},
-                  {"mode", DecodeModeName(r.decode.mode)},
-                  {"router", router_name},
-                  {"threshold", r.decode.threshold},
-                  {"policy", RoutePolicyName(r.decode.policy)}};
+      // The generation's statistics (DecodeStatsJson, tlr_stats' names) and how it was routed.
+      json t = DecodeStatsJson(st);
+      t["mode"] = DecodeModeName(r.decode.mode);
+      t["router"] = router_name;
+      t["threshold"] = r.decode.threshold;
+      t["policy"] = RoutePolicyName(r.decode.policy);
+      u["tlr"] = std::move(t);
       return u;
     };
     auto finish_reason = [](const DecodeStats& st, const CompletionText& text) {

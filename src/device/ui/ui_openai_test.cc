@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "device/decode/token_json.h"
 #include "device/ui/device_server.h"
 #include "ops/thread_pool.h"
 #include "device/ui/ui_test_support.h"
@@ -145,6 +146,13 @@ TEST_F(UiOpenAiTest, NextTurnReusesTheConversationAndGivesTheSameTokens) {
   const json& u1 = a.j["usage"];
   EXPECT_EQ(u1["completion_tokens"].get<size_t>(), Tokens(a.j).size());
   EXPECT_EQ(u1["prompt_tokens_details"]["cached_tokens"], 0);
+  // usage.tlr: the one statistics schema (DecodeStatsJson), agreeing with the reply's tokens.
+  const nlohmann::json schema = DecodeStatsJson(DecodeStats{});
+  for (const auto& [k, v] : schema.items()) EXPECT_TRUE(u1["tlr"].contains(k)) << k;
+  EXPECT_EQ(u1["tlr"]["generated"], u1["completion_tokens"]);
+  int64_t from_llm = 0;
+  for (const auto& [id, source] : Tokens(a.j)) from_llm += source == "LLM";
+  EXPECT_EQ(u1["tlr"]["routed"].get<int64_t>(), from_llm);
   json turn2 = kTurn1;
   turn2.push_back({{"role", "assistant"}, {"content", a.j["choices"][0]["message"]["content"]}});
   turn2.push_back({{"role", "user"}, {"content", "Where do you keep a tharko?"}});

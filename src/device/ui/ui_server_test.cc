@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "device/decode/token_json.h"
 #include "net/http_front.h"
 #include "ops/thread_pool.h"
 #include "device/ui/ui_test_support.h"
@@ -118,7 +119,15 @@ TEST_F(UiServerTest, GenerationStreamsTokensAndStats) {
   EXPECT_EQ(res->status, 200);
   EXPECT_NE(res->body.find("event: start"), std::string::npos);
   EXPECT_NE(res->body.find("event: token"), std::string::npos);
-  EXPECT_NE(res->body.find("event: stats"), std::string::npos) << res->body;
+  const size_t at = res->body.find("event: stats\ndata: ");
+  ASSERT_NE(at, std::string::npos) << res->body;
+  const size_t from = at + 19, to = res->body.find('\n', from);
+  const nlohmann::json stats = nlohmann::json::parse(res->body.substr(from, to - from));
+  // The one statistics schema (DecodeStatsJson) plus the page's own fields.
+  const nlohmann::json schema = DecodeStatsJson(DecodeStats{});
+  for (const auto& [k, v] : schema.items()) EXPECT_TRUE(stats.contains(k)) << k;
+  EXPECT_EQ(stats["generated"], 4) << stats.dump();
+  EXPECT_TRUE(stats.contains("network_ms") && stats.contains("pipeline")) << stats.dump();
 }
 
 }  // namespace

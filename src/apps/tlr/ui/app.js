@@ -213,13 +213,13 @@ function finishTurn() {
   const reused = s.prompt_reused || 0;
   const c = ui.conv;
   c.turns += 1;
-  c.tokens += s.tokens;
+  c.tokens += s.generated;
   c.routed += s.routed;
   c.prefilled += s.prompt_tokens - reused;
   c.reused += reused;
   ui.current.dataset.done = '1';
   ui.current.querySelector('.msg-stats').textContent =
-    s.tokens + ' tokens · ' + s.routed + ' from the LLM' + (s.fallbacks ? ' · ' + s.fallbacks + ' fallbacks' : '') +
+    s.generated + ' tokens · ' + s.routed + ' from the LLM' + (s.fallbacks ? ' · ' + s.fallbacks + ' fallbacks' : '') +
     ' · prompt ' + s.prompt_tokens + ' (' + (s.prompt_tokens - reused) + ' prefilled, ' + reused + ' reused) · TTFT ' +
     fmtMs(s.ttft_ms) + (s.stop === 'stopped' ? ' · stopped' : '');
   convStats();
@@ -324,7 +324,7 @@ const STOP_TEXT = {
 function finalStats(s) {
   ui.gotFinal = true;
   ui.final = s;
-  $('st-tokens').textContent = String(s.tokens);
+  $('st-tokens').textContent = String(s.generated);
   $('st-prompt').textContent = s.prompt_tokens == null ? '–' :
     s.prompt_tokens + ' (' + (s.prompt_tokens - (s.prompt_reused || 0)) + ' prefilled, ' + (s.prompt_reused || 0) +
     ' reused from the cache)';
@@ -332,9 +332,9 @@ function finalStats(s) {
   $('st-llmwork').textContent = s.llm_generated + ' generated (' +
     (s.routed ? Number(s.llm_generated_per_routed).toFixed(2) + ' per routed' : 'none routed') + '), ' +
     s.llm_prefilled + ' prefilled';
-  $('st-fallbacks').textContent = String(s.fallbacks) + (s.fallback_reason ? ' (' + s.fallback_reason + ')' : '');
-  $('st-ttft').textContent = s.tokens ? fmtMs(s.ttft_ms) : '–';
-  $('st-tbt').textContent = s.tokens > 1 ? fmtMs(s.tbt_ms) : '–';
+  $('st-fallbacks').textContent = String(s.fallbacks) + (s.llm_failure ? ' (' + s.llm_failure + ')' : '');
+  $('st-ttft').textContent = s.generated ? fmtMs(s.ttft_ms) : '–';
+  $('st-tbt').textContent = s.generated > 1 ? fmtMs(s.tbt_ms) : '–';
   $('st-slm').textContent = fmtMs(s.slm_ms);
   $('st-router').textContent = fmtMs(s.router_ms);
   $('st-llm').textContent = fmtMs(s.llm_ms);
@@ -348,10 +348,10 @@ function finalStats(s) {
   setProvisional({ ids: [] });
   $('st-stop').textContent = STOP_TEXT[s.stop] || String(s.stop);
   if (s.stop === 'stopped') {
-    setStatus('stopped', (s.superseded ? 'cancelled by a newer generation after ' : 'stopped after ') + s.tokens +
+    setStatus('stopped', (s.superseded ? 'cancelled by a newer generation after ' : 'stopped after ') + s.generated +
               ' tokens');
   } else {
-    setStatus('done', 'done: ' + (STOP_TEXT[s.stop] || s.stop) + ' (' + s.tokens + ' tokens, ' + s.routed +
+    setStatus('done', 'done: ' + (STOP_TEXT[s.stop] || s.stop) + ' (' + s.generated + ' tokens, ' + s.routed +
               ' from the LLM)');
   }
 }

@@ -37,14 +37,9 @@ export async function generateInTab(body, apiKey, signal, on) {
     if (e.name !== 'AbortError' || !tlr.stats) throw e;  // stopped cleanly: its stats follow
     stopped = true;
   }
-  const s = tlr.stats;
-  const n = s.generated;
+  const s = tlr.stats;  // the device stream's names (tlr_stats'); the page's extras below
   on.stats({
     ...s,
-    tokens: n,
-    routed_pct: n ? (100 * s.routed) / n : 0,
-    llm_generated_per_routed: s.routed ? s.llm_generated / s.routed : 0,
-    fallback_reason: s.llm_failure || '',
     network_ms: Math.max(0, s.llm_ms - Math.max(0, s.llm_forward_ms)),
     pipeline: !!body.pipeline,
     stop: stopped || s.stop === 'cancelled' || s.stop === 'callback' ? 'stopped' : s.stop,
