@@ -34,6 +34,9 @@ struct HttpResult {
   bool timed_out = false;  // the deadline passed
   bool too_large = false;  // the reply body exceeded the limit
   bool cancelled = false;  // the call was cancelled
+  // The request was handed to the stack (HttpTransport sets it): without a reply it may still
+  // have reached the server.
+  bool attempted = false;
   // The server's Retry-After (retry-after-ms, else Retry-After in seconds); -1: none given.
   double retry_after_s = -1;
   // The value of a reply header (name in lower case), or "".

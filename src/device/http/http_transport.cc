@@ -150,6 +150,7 @@ HttpResult HttpTransport::Request(const std::string& method, const std::string& 
     h.timed_out = true;
   } else {
     h = stack_->Exchange(x, *deadline, call, opts_.max_reply_bytes);
+    h.attempted = true;
     if (!h.sent && !h.cancelled && Clock::now() >= *deadline) h.timed_out = true;
   }
   if (h.sent) {
@@ -169,23 +170,26 @@ HttpResult HttpTransport::PostWithRetries(const std::string& path, const std::st
   if (!deadline) deadline = &own_deadline;
   double wait = opts_.backoff_s;
   HttpResult h;
+  bool attempted = false;  // by any attempt
   for (int attempt = 0; attempt <= opts_.retries; ++attempt) {
     if (attempt > 0) {
-      if (h.timed_out || h.too_large || Clock::now() + Us(wait) >= *deadline) return h;
+      if (h.timed_out || h.too_large || Clock::now() + Us(wait) >= *deadline) break;
       {
         std::lock_guard<std::mutex> l(mu_);
         ++retries_;
       }
       if (!Pause(call, wait)) {
         h.cancelled = true;
-        return h;
+        break;
       }
       wait *= 2;
     }
     h = Request("POST", path, body, call, deadline);
-    if (h.cancelled) return h;
-    if (h.sent && h.status != 500 && h.status != 502 && h.status != 504) return h;
+    attempted = attempted || h.attempted;
+    if (h.cancelled) break;
+    if (h.sent && h.status != 500 && h.status != 502 && h.status != 504) break;
   }
+  h.attempted = attempted;
   return h;
 }
 

@@ -157,9 +157,9 @@ Expected<LlmReply> TlrServerLlm::Execute(const LlmRequest& req, LlmCall& call, C
     CountStat(&RemoteStats::tokens_sent, static_cast<int64_t>(append.size()));
     HttpResult h = http_.PostWithRetries("/tlr/v1/next", body.dump(), &call, &deadline);
     std::unique_lock<std::mutex> l(mu_);
-    if (h.sent) {
+    if (h.sent || !h.attempted) {
       in_flight_.erase(me);
-    } else {  // no reply read: the server may still run it (InFlight)
+    } else {  // given up on without a reply: the server may still run it (InFlight)
       in_flight_[me].until = deadline + std::chrono::seconds(1);
     }
     if (h.cancelled) return Status::Error("the call was cancelled");
