@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "ops/matmul.h"
+#include "routing/train_math.h"
 
 namespace tlr {
 
@@ -17,39 +18,11 @@ namespace {
 constexpr float kBnEps = 1e-5f;
 constexpr float kBnMomentum = 0.1f;
 
-uint64_t Next(uint64_t* s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-float Uniform(uint64_t* s) { return static_cast<float>((Next(s) >> 40) * (1.0 / 16777216.0)); }
-
-// C[m][n] = sum_k A[m][k] * B[n][k].
-void Gemm(const float* a, int64_t m, int64_t k, const float* b, int64_t n, float* c,
-          MatMulInput* in, ThreadPool* pool) {
-  WeightView w{GgmlType::kF32, reinterpret_cast<const uint8_t*>(b), n, k,
-               static_cast<size_t>(k) * sizeof(float)};
-  in->Prepare(GgmlType::kF32, a, m, k, k, pool);
-  MatMul(w, *in, c, n, pool);
-}
-
-void Transpose(const float* a, int64_t rows, int64_t cols, std::vector<float>* out) {
-  out->resize(static_cast<size_t>(rows * cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) (*out)[c * rows + r] = a[r * cols + c];
-  }
-}
-
-// One trainable tensor with its Adam state.
-struct Param {
-  std::vector<float> v, g, m, s;
-  bool decay = false;  // weight decay (matrices only)
-  void Init(size_t n, bool is_matrix) {
-    v.assign(n, 0), g.assign(n, 0), m.assign(n, 0), s.assign(n, 0);
-    decay = is_matrix;
-  }
-};
+using train::Gemm;
+using train::Next;
+using train::Param;
+using train::Transpose;
+using train::Uniform;
 
 // The network: linear layers; with BatchNorm + dropout after layer 0 when `bn`.
 class Net {
@@ -144,20 +117,9 @@ class Net {
   }
 
   void AdamStep(float lr, float wd, int step) {
-    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
-    const float c1 = 1 - std::pow(b1, static_cast<float>(step));
-    const float c2 = 1 - std::pow(b2, static_cast<float>(step));
-    auto upd = [&](Param& p) {
-      for (size_t k = 0; k < p.v.size(); ++k) {
-        if (p.decay) p.v[k] -= lr * wd * p.v[k];  // decoupled (AdamW)
-        p.m[k] = b1 * p.m[k] + (1 - b1) * p.g[k];
-        p.s[k] = b2 * p.s[k] + (1 - b2) * p.g[k] * p.g[k];
-        p.v[k] -= lr * (p.m[k] / c1) / (std::sqrt(p.s[k] / c2) + eps);
-      }
-    };
-    for (auto& p : w_) upd(p);
-    for (auto& p : b_) upd(p);
-    if (bn_) upd(gamma_), upd(beta_);
+    for (auto& p : w_) p.AdamStep(lr, wd, step);
+    for (auto& p : b_) p.AdamStep(lr, wd, step);
+    if (bn_) gamma_.AdamStep(lr, wd, step), beta_.AdamStep(lr, wd, step);
   }
 
   // Dense layers for inference, BatchNorm folded into layer 0: with s = gamma / sqrt(var + eps),

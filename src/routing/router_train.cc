@@ -196,7 +196,8 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, const Model& llm,
 Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const std::vector<QaRow>& rows,
                                         const RouterTrainOptions& opts, ThreadPool* pool) {
   const auto t0 = Clock::now();
-  if (!RouterIsLearned(opts.mlp.kind)) return Status::Error("only citer and colm routers are trained");
+  if (!RouterIsLearned(opts.mlp.kind)) return Status::Error("only citer, colm and r2r routers are trained");
+  const bool r2r = opts.mlp.kind == RouterKind::kR2r;
   if (opts.max_answer_tokens < 1 || opts.batch_questions < 1 || opts.rounds < 1) {
     return Status::Error("max answer tokens, batch and rounds must be positive");
   }
@@ -425,7 +426,7 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const s
         }
         const int64_t ex = lab.all.size();
         lab.all.x.insert(lab.all.x.end(), hidden.data() + row * H, hidden.data() + (row + 1) * H);
-        if (!opts.dump_features.empty()) {  // R2R-style routers read the top logits and the token too
+        if (r2r || !opts.dump_features.empty()) {  // R2R-style routers read the top logits and the token too
           lab.all.topk = std::min<int64_t>(kDumpTopK, V);
           const size_t at = lab.all.top_logits.size();
           lab.all.top_logits.resize(at + static_cast<size_t>(lab.all.topk));
@@ -470,12 +471,16 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const s
   for (uint8_t l : lab.all.label) (l ? rep.keep : rep.route) += 1;
 
   rep.label_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  // The SLM's input embedding (an R2R router reads its token's row): for the dump and for r2r.
+  std::vector<float> embeddings;
+  if (r2r || !opts.dump_features.empty()) {
+    const int64_t E = slm.config().n_embd;
+    embeddings.resize(static_cast<size_t>(V * E));
+    for (int64_t t = 0; t < V; ++t) slm.EmbeddingRow(static_cast<int32_t>(t), embeddings.data() + t * E);
+  }
   if (!opts.dump_features.empty()) {
     std::vector<DumpedQuestion> dq;
     for (const Question& q : qs) dq.push_back({static_cast<int64_t>(q.row_index), q.row->id});
-    const int64_t V = slm.config().n_vocab, E = slm.config().n_embd;
-    std::vector<float> embeddings(static_cast<size_t>(V * E));
-    for (int64_t t = 0; t < V; ++t) slm.EmbeddingRow(static_cast<int32_t>(t), embeddings.data() + t * E);
     TLR_RETURN_IF_ERROR(DumpRouterFeatures(opts.dump_features, lab.all, lab.is_val, dq, slm.fingerprint_hex(), 65536,
                                            &embeddings, V)
                             .WithPrefix("--dump-features"));
@@ -489,6 +494,12 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const s
       d->x.insert(d->x.end(), lab.all.x.begin() + i * H, lab.all.x.begin() + (i + 1) * H);
       d->label.push_back(lab.all.label[i]);
       d->group.push_back(lab.all.group[i]);
+      if (lab.all.topk > 0) {
+        d->topk = lab.all.topk;
+        const int64_t K = lab.all.topk;
+        d->top_logits.insert(d->top_logits.end(), lab.all.top_logits.begin() + i * K, lab.all.top_logits.begin() + (i + 1) * K);
+        d->token.push_back(lab.all.token[i]);
+      }
     }
   };
   RouterInfo info;
@@ -527,12 +538,35 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const s
       if (user_cb) user_cb(epoch, tl, vl, auc);
       progress("train", epoch, mo.max_epochs);
     };
-    TLR_ASSIGN_OR_RETURN(rep.mlp, TrainRouterNetwork(tr, va, mo, pool));
-    TLR_ASSIGN_OR_RETURN(result.router, Router::FromLayers(info, rep.mlp.layers, opts.weight_type));
+    std::vector<float> conf(va.size()), mp, ent;
+    if (r2r) {
+      R2rTrainOptions ro = opts.r2r;
+      ro.epochs = mo.max_epochs;
+      ro.patience = mo.patience;
+      ro.batch = mo.batch;
+      ro.lr = mo.lr;
+      ro.seed = mo.seed;
+      ro.on_epoch = mo.on_epoch;
+      TLR_ASSIGN_OR_RETURN(R2rTrainResult net, TrainR2rNetwork(tr, va, embeddings, V, ro, pool));
+      rep.mlp = {};
+      rep.mlp.epochs = net.epochs;
+      rep.mlp.best_epoch = net.best_epoch;
+      rep.mlp.train_loss = net.train_loss;
+      rep.mlp.val_loss = net.val_loss;
+      rep.mlp.val_auroc = net.val_auroc;
+      // The held-out confidences from the network the router will run.
+      std::vector<double> scratch;
+      for (int64_t i = 0; i < va.size(); ++i) {
+        conf[i] = 1.0f - Sigmoid(net.net.Logit(va.x.data() + i * H, va.token[i], va.top_logits.data() + i * va.topk, &scratch));
+      }
+      TLR_ASSIGN_OR_RETURN(result.router, Router::FromR2r(info, std::move(net.net)));
+    } else {
+      TLR_ASSIGN_OR_RETURN(rep.mlp, TrainRouterNetwork(tr, va, mo, pool));
+      TLR_ASSIGN_OR_RETURN(result.router, Router::FromLayers(info, rep.mlp.layers, opts.weight_type));
+      result.router.ConfidenceBatch(va.x.data(), va.size(), conf.data(), pool);
+    }
     // Held-out AUROC for the router and the two baselines, and a recommended threshold
     // (Youden's J: the best balanced separation of keep from route).
-    std::vector<float> conf(va.size()), mp, ent;
-    result.router.ConfidenceBatch(va.x.data(), va.size(), conf.data(), pool);
     for (int64_t i = 0; i < lab.all.size(); ++i) {
       if (lab.is_val[i]) mp.push_back(lab.maxprob[i]), ent.push_back(lab.entropy[i]);
     }

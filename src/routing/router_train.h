@@ -16,7 +16,8 @@
 // be, its own references included: "the LLM is right here" is decided on text, by the SLM token
 // its reply turns into. Features are the SLM's final hidden states; the network trains with
 // mlp_train.h on a split by question; AUROC on the held-out questions' tokens is reported for
-// the router and for the maxprob and entropy baselines.
+// the router and for the maxprob and entropy baselines. An R2R router (r2r_train.h) also reads
+// the SLM's top-100 logits and its token at each position.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,7 @@
 #include "model/kv_cache.h"
 #include "routing/mlp_train.h"
 #include "routing/qa.h"
+#include "routing/r2r_train.h"
 #include "routing/router.h"
 #include "util/status.h"
 
@@ -42,7 +44,10 @@ enum class BothWrong { kRollout, kDrop };
 enum class ReferenceSource { kRow, kLlm };
 
 struct RouterTrainOptions {
+  // The kind (citer, colm, r2r) and training schedule: epochs, batch, learning rate, seed and
+  // patience hold for every kind; r2r's network shape is in `r2r` (its schedule fields unused).
   MlpTrainOptions mlp;
+  R2rTrainOptions r2r;
   BothWrong both_wrong = BothWrong::kRollout;  // rows without a grader always drop them
   ReferenceSource reference = ReferenceSource::kRow;
   // Chat rows: a Jinja chat template to render them with instead of the SLM's own (a model

@@ -213,6 +213,14 @@ check serve_kv_unsuitable 1 "multiple of 32" -- "$tlr" serve -m "$tmp/tiny.gguf"
 # (test question 1 of models/demo/test.jsonl)
 printf 'Question: What would you use a tharko for?\nA. building\nB. singing\nC. cooking\nD. fishing\nE. healing\n' > "$tmp/demo_q.txt"
 check demo_generate 0 "So the answer is building" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --no-color
+# An R2R router trained in process (on 80 dev questions), written, described and routing a generation.
+demo_dir="$(dirname "$0")/../../../models/demo"
+check router_train_r2r 0 "held-out AUROC: r2r 0\.[0-9]+ \| maxprob" -- "$tlr" router train --kind r2r --r2r-dims 32,32 \
+  --slm "$demo_dir/slm.gguf" --llm "$demo_dir/llm.gguf" --data "$demo_dir/dev.jsonl" --limit 80 --epochs 4 -t 1 -o "$tmp/r2r.gguf"
+check router_train_r2r_info 0 '^kind +"r2r"' -- "$tlr" router info "$tmp/r2r.gguf"
+check router_train_r2r_routes 0 "So the answer is" -- "$tlr" generate --router "$tmp/r2r.gguf" -f "$tmp/demo_q.txt" -n 30 -t 1 --no-color
+check router_train_r2r_bad_dims 1 "r2r-dims: '32,x'" -- "$tlr" router train --kind r2r --r2r-dims 32,x \
+  --slm "$demo_dir/slm.gguf" --llm "$demo_dir/llm.gguf" --data "$demo_dir/dev.jsonl" --limit 8 -o "$tmp/r2r-bad.gguf"
 check demo_small 0 "Answer: A tharko is used for" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --mode small_only
 check demo_generate_kv_f32 0 "So the answer is building" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --no-color --kv-type f32
 check demo_router_info 0 "citer" -- "$tlr" router info "$(dirname "$0")/../../../models/demo/router.gguf"

@@ -2,6 +2,7 @@
 // inspect one, choose its threshold, bring one from PyTorch (apps layer).
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -69,14 +70,14 @@ class CountingLabelLlm : public LabelLlm {
 
 struct TrainOwn {
   std::string out, kind = "citer", both_wrong = "rollout", weight_type = "f16", work_dir, reference = "row",
-      chat_template, dump_features;
+      chat_template, dump_features, r2r_dims = "64,64,48";
   int rounds = 1, epochs = 60, batch = 256, max_answer = 64, patience = 8;
   float lr = 1e-3f, val_frac = 0.15f, dropout = 0.1f;
   uint64_t seed = 1;
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TrainOwn, out, kind, both_wrong, weight_type, work_dir, reference, chat_template,
-                                   dump_features, rounds, epochs, batch, max_answer, patience, lr, val_frac, dropout,
-                                   seed)
+                                   dump_features, r2r_dims, rounds, epochs, batch, max_answer, patience, lr, val_frac,
+                                   dropout, seed)
 
 struct RouterInfoOwn {
   std::string path;
@@ -134,9 +135,15 @@ Command AddRouterTrain(CLI::App* router_app) {
               ->check(CLI::ExistingFile),
           "@demo/chat_template.jinja");
   Example(train->add_option("-o,--out", o->out, "Router GGUF to write")->required(), "r2.gguf");
-  Example(train->add_option("--kind", o->kind, "citer (MLP) or colm (linear deferral head)")
-              ->capture_default_str()->check(CLI::IsMember({"citer", "colm"})),
+  Example(train->add_option("--kind", o->kind,
+                            "citer (MLP), colm (linear deferral head) or r2r (R2R's router: the hidden state, the "
+                            "token's embedding and the top-100 logits through residual blocks)")
+              ->capture_default_str()->check(CLI::IsMember({"citer", "colm", "r2r"})),
           "colm");
+  Example(train->add_option("--r2r-dims", o->r2r_dims,
+                            "r2r: the backbone's widths, comma-separated (R2R's own config: 1024 six times)")
+              ->capture_default_str(),
+          "32,32");
   Example(train->add_option("--both-wrong", o->both_wrong,
                             "Positions where neither model matches the reference: rollout (label by whether the SLM's "
                             "continuation still answers right) or drop (rows without a grader always drop them)")
@@ -157,7 +164,7 @@ Command AddRouterTrain(CLI::App* router_app) {
   Example(train->add_option("--lr", o->lr, "Adam learning rate")->capture_default_str()
               ->check(CLI::Range(1e-7f, 1.0f)),
           "0.01");
-  Example(train->add_option("--dropout", o->dropout, "Dropout (citer)")->capture_default_str()
+  Example(train->add_option("--dropout", o->dropout, "Dropout (citer; r2r trains without)")->capture_default_str()
               ->check(CLI::Range(0.0f, 0.9f)),
           "0.2");
   Example(train->add_option("--val-frac", o->val_frac, "Questions held out for validation and AUROC")
@@ -166,7 +173,7 @@ Command AddRouterTrain(CLI::App* router_app) {
   Example(train->add_option("--max-answer-tokens", o->max_answer, "Reference and rollout length limit")
               ->capture_default_str()->check(CLI::Range(1, 4096)),
           "9");
-  Example(train->add_option("--weight-type", o->weight_type, "How the router stores its matrices")
+  Example(train->add_option("--weight-type", o->weight_type, "How the router stores its matrices (citer, colm; r2r keeps f32)")
               ->capture_default_str()->check(CLI::IsMember({"f32", "f16", "q8_0"})),
           "f32");
   Example(train->add_option("--seed", o->seed, "Seed (initialisation, shuffling, validation split)")
@@ -254,7 +261,22 @@ Command AddRouterTrain(CLI::App* router_app) {
               }
             }
             RouterTrainOptions t;
-            t.mlp.kind = o->kind == "colm" ? RouterKind::kColm : RouterKind::kCiter;
+            t.mlp.kind = o->kind == "colm" ? RouterKind::kColm : o->kind == "r2r" ? RouterKind::kR2r : RouterKind::kCiter;
+            if (o->kind == "r2r") {
+              t.r2r.dims.clear();
+              std::string dims = o->r2r_dims;
+              for (size_t at = 0; at <= dims.size();) {
+                const size_t end = std::min(dims.find(',', at), dims.size());
+                const std::string part = dims.substr(at, end - at);
+                char* stop = nullptr;
+                const long v = std::strtol(part.c_str(), &stop, 10);
+                if (part.empty() || *stop != '\0' || v < 1 || v > 65536) {
+                  return ReportError(cmd, "--r2r-dims: '" + o->r2r_dims + "' is not a comma-separated list of widths 1..65536");
+                }
+                t.r2r.dims.push_back(v);
+                at = end + 1;
+              }
+            }
             t.mlp.max_epochs = o->epochs;
             t.mlp.batch = o->batch;
             t.mlp.lr = o->lr;
