@@ -16,25 +16,27 @@ std::string Shape(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
-// y[o] = b[o] + sum_i W[o][i] x[i], accumulated in double.
-void Linear(const R2rNet::Tensor& w, const R2rNet::Tensor& b, const double* x, double* y) {
+// y[o] = b[o] + sum_i W[o][i] x[i] on the F32 matrix kernels.
+void Linear(const R2rNet::Tensor& w, const R2rNet::Tensor& b, const float* x, float* y, MatMulInput* mm,
+            ThreadPool* pool) {
   const int64_t n_out = w.shape[0], n_in = w.shape[1];
-  for (int64_t o = 0; o < n_out; ++o) {
-    const float* row = w.v.data() + o * n_in;
-    double s = b.v[static_cast<size_t>(o)];
-    for (int64_t i = 0; i < n_in; ++i) s += static_cast<double>(row[i]) * x[i];
-    y[o] = s;
-  }
+  const WeightView view{GgmlType::kF32, reinterpret_cast<const uint8_t*>(w.v.data()), n_out, n_in,
+                        static_cast<size_t>(n_in) * sizeof(float)};
+  mm->Prepare(GgmlType::kF32, x, 1, n_in, n_in, pool);
+  MatMul(view, *mm, y, n_out, pool);
+  for (int64_t o = 0; o < n_out; ++o) y[o] += b.v[static_cast<size_t>(o)];
 }
 
-void LayerNorm(const R2rNet::Tensor& w, const R2rNet::Tensor& b, const double* x, int64_t n, double* y) {
+void LayerNorm(const R2rNet::Tensor& w, const R2rNet::Tensor& b, const float* x, int64_t n, float* y) {
   double mean = 0, var = 0;
   for (int64_t i = 0; i < n; ++i) mean += x[i];
   mean /= static_cast<double>(n);
   for (int64_t i = 0; i < n; ++i) var += (x[i] - mean) * (x[i] - mean);
   var /= static_cast<double>(n);
   const double inv = 1.0 / std::sqrt(var + 1e-5);
-  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * inv * w.v[static_cast<size_t>(i)] + b.v[static_cast<size_t>(i)];
+  for (int64_t i = 0; i < n; ++i) {
+    y[i] = static_cast<float>((x[i] - mean) * inv * w.v[static_cast<size_t>(i)] + b.v[static_cast<size_t>(i)]);
+  }
 }
 
 }  // namespace
@@ -150,45 +152,49 @@ Expected<R2rNet> R2rNet::FromParams(std::map<std::string, Tensor> params) {
   return net;
 }
 
-float R2rNet::Logit(const float* hidden_in, int32_t token, const float* top_logits, std::vector<double>* scratch) const {
+float R2rNet::Logit(const float* hidden_in, int32_t token, const float* top_logits, R2rScratch* scratch,
+                    ThreadPool* pool) const {
   const int64_t widest = widest_;
-  std::vector<double>& s = *scratch;
+  std::vector<float>& s = scratch->buf;
+  MatMulInput* mm = &scratch->mm;
   s.resize(static_cast<size_t>(4 * widest + topk));
-  double* in = s.data();                // [h, e, logits features]
-  double* a = in + widest;              // activations
-  double* b = a + widest;
-  double* c = b + widest;
-  double* l = c + widest;               // the top-K logits
-  double* h = in;
-  double* e = in + hidden;
-  for (int64_t i = 0; i < hidden; ++i) h[i] = hidden_in[i];
-  const float* row = embedding_->v.data() + static_cast<int64_t>(token) * embed;
-  for (int64_t i = 0; i < embed; ++i) e[i] = row[i];
-  for (int64_t i = 0; i < topk; ++i) l[i] = top_logits[i];
+  float* in = s.data();                 // [h, e, logits features]
+  float* a = in + widest;               // activations
+  float* b = a + widest;
+  float* c = b + widest;
+  float* l = c + widest;                // the top-K logits
+  float* h = in;
+  float* e = in + hidden;
+  std::copy_n(hidden_in, hidden, h);
+  std::copy_n(embedding_->v.data() + static_cast<int64_t>(token) * embed, embed, e);
+  std::copy_n(top_logits, topk, l);
   if (normalize_input) {
     LayerNorm(*norm_hidden_.w, *norm_hidden_.b, h, hidden, a);
     std::copy(a, a + hidden, h);
     LayerNorm(*norm_token_.w, *norm_token_.b, e, embed, a);
     std::copy(a, a + embed, e);
-    const double mx = *std::max_element(l, l + topk);
+    const float mx = *std::max_element(l, l + topk);
     double sum = 0;
-    for (int64_t i = 0; i < topk; ++i) sum += (l[i] = std::exp(l[i] - mx));
-    for (int64_t i = 0; i < topk; ++i) l[i] /= sum;
+    for (int64_t i = 0; i < topk; ++i) sum += std::exp(static_cast<double>(l[i]) - mx);
+    for (int64_t i = 0; i < topk; ++i) l[i] = static_cast<float>(std::exp(static_cast<double>(l[i]) - mx) / sum);
   }
-  Linear(*logits_projection_.w, *logits_projection_.b, l, in + hidden + embed);
-  Linear(*combined_.w, *combined_.b, in, a);
-  Linear(*input_projection_.w, *input_projection_.b, a, b);
+  Linear(*logits_projection_.w, *logits_projection_.b, l, in + hidden + embed, mm, pool);
+  Linear(*combined_.w, *combined_.b, in, a, mm, pool);
+  Linear(*input_projection_.w, *input_projection_.b, a, b, mm, pool);
   int64_t width = combined_.w->shape[0];
-  double* x = b;
-  double* y = a;
+  float* x = b;
+  float* y = a;
   for (const Block& blk : blocks_) {
     const int64_t out = blk.down.w->shape[0];
     LayerNorm(*blk.norm.w, *blk.norm.b, x, width, y);
-    Linear(*blk.up.w, *blk.up.b, y, c);
-    for (int64_t k = 0; k < blk.up.w->shape[0]; ++k) c[k] = 0.5 * c[k] * (1.0 + std::erf(c[k] / std::sqrt(2.0)));
-    Linear(*blk.down.w, *blk.down.b, c, y);
+    Linear(*blk.up.w, *blk.up.b, y, c, mm, pool);
+    for (int64_t k = 0; k < blk.up.w->shape[0]; ++k) {
+      const double u = c[k];
+      c[k] = static_cast<float>(0.5 * u * (1.0 + std::erf(u / std::sqrt(2.0))));
+    }
+    Linear(*blk.down.w, *blk.down.b, c, y, mm, pool);
     if (blk.dim_change.w) {
-      Linear(*blk.dim_change.w, *blk.dim_change.b, x, c);
+      Linear(*blk.dim_change.w, *blk.dim_change.b, x, c, mm, pool);
       for (int64_t k = 0; k < out; ++k) y[k] += c[k];
     } else {
       for (int64_t k = 0; k < out; ++k) y[k] += x[k];
@@ -197,9 +203,9 @@ float R2rNet::Logit(const float* hidden_in, int32_t token, const float* top_logi
     width = out;
   }
   LayerNorm(*out_norm_.w, *out_norm_.b, x, width, y);
-  double logit = 0;
-  Linear(*out_.w, *out_.b, y, &logit);
-  return static_cast<float>(logit);
+  float logit = 0;
+  Linear(*out_.w, *out_.b, y, &logit, mm, pool);
+  return logit;
 }
 
 int64_t R2rNet::n_params() const {

@@ -76,7 +76,7 @@ TEST(R2rTrain, LearnsARuleAndTheInferenceNetworkAgrees) {
                 r->epochs);
     // The inference network, from the exported tensors, gives the same held-out scores.
     std::vector<float> conf(static_cast<size_t>(va.size()));
-    std::vector<double> scratch;
+    R2rScratch scratch;
     for (int64_t i = 0; i < va.size(); ++i) {
       conf[i] = 1.0f - Sigmoid(r->net.Logit(va.x.data() + i * H, va.token[i], va.top_logits.data() + i * K, &scratch));
     }

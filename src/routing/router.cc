@@ -386,7 +386,7 @@ float Router::Confidence(const float* hidden, const float* logits, int64_t n_voc
       int32_t token = 0;
       TopLogits(logits, n_vocab, r2r_->topk, r2r_top_.data(), &token, &r2r_index_);
       if (token >= r2r_->vocab) return 0.0f;  // not this router's vocabulary (CheckCompatible refuses it)
-      return 1.0f - Sigmoid(r2r_->Logit(hidden, token, r2r_top_.data(), &r2r_scratch_));
+      return 1.0f - Sigmoid(r2r_->Logit(hidden, token, r2r_top_.data(), &r2r_scratch_, pool));
     }
   }
   return 0;

@@ -30,6 +30,7 @@
 
 #include "ops/matmul.h"
 #include "quant/ggml_type.h"
+#include "routing/r2r_net.h"
 #include "util/status.h"
 
 namespace tlr {
@@ -112,7 +113,7 @@ class Router {
   std::unique_ptr<Compiled> compiled_;
   uint64_t seed_ = 0;  // the random router's
   std::shared_ptr<const R2rNet> r2r_;
-  std::vector<double> r2r_scratch_;
+  R2rScratch r2r_scratch_;
   std::vector<float> r2r_top_;
   std::vector<int32_t> r2r_index_;
 };

@@ -555,7 +555,7 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const s
       rep.mlp.val_loss = net.val_loss;
       rep.mlp.val_auroc = net.val_auroc;
       // The held-out confidences from the network the router will run.
-      std::vector<double> scratch;
+      R2rScratch scratch;
       for (int64_t i = 0; i < va.size(); ++i) {
         conf[i] = 1.0f - Sigmoid(net.net.Logit(va.x.data() + i * H, va.token[i], va.top_logits.data() + i * va.topk, &scratch));
       }
