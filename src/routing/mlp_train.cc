@@ -240,8 +240,13 @@ double Loss(const std::vector<float>& z, const uint8_t* target, const double w[2
 
 }  // namespace
 
-double Auroc(std::span<const float> score, std::span<const uint8_t> label) {
-  const size_t n = score.size();
+double Auroc(std::span<const float> score_in, std::span<const uint8_t> label) {
+  const size_t n = score_in.size();
+  // A NaN (a network that diverged) ranks lowest: it neither breaks the sort nor the tie loop.
+  std::vector<float> score(score_in.begin(), score_in.end());
+  for (float& v : score) {
+    if (std::isnan(v)) v = -std::numeric_limits<float>::infinity();
+  }
   std::vector<size_t> idx(n);
   std::iota(idx.begin(), idx.end(), 0);
   std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return score[a] < score[b]; });

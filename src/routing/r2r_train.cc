@@ -489,6 +489,10 @@ Expected<R2rTrainResult> TrainR2rNetwork(const RouterExamples& train, const Rout
       vauc = Auroc(conf, val.label);
     }
     const float tl = static_cast<float>(loss_sum / std::max<int64_t>(1, batches));
+    if (!std::isfinite(tl)) {
+      return Status::Error("R2R training diverged at epoch " + std::to_string(epoch) + " (loss " + std::to_string(tl) +
+                           "): lower the learning rate (--lr)");
+    }
     if (opts.on_epoch) opts.on_epoch(epoch, tl, static_cast<float>(vloss), static_cast<float>(vauc));
     out.epochs = epoch;
     if (val.size() > 0 && vauc <= best_auc && opts.patience > 0 && epoch - out.best_epoch >= opts.patience) break;

@@ -156,7 +156,7 @@ Command AddRouterTrain(CLI::App* router_app) {
   Example(train->add_option("--epochs", o->epochs, "Maximum epochs")->capture_default_str()
               ->check(CLI::Range(1, 10000)),
           "3");
-  Example(train->add_option("--patience", o->patience, "Stop after this many epochs without a better validation loss")
+  Example(train->add_option("--patience", o->patience, "Stop after this many epochs without a better validation loss (r2r: held-out AUROC)")
               ->capture_default_str()->check(CLI::Range(1, 10000)),
           "3");
   Example(train->add_option("--batch", o->batch, "Batch size")->capture_default_str()->check(CLI::Range(2, 1 << 20)),

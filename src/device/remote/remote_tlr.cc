@@ -122,31 +122,30 @@ Expected<LlmReply> TlrServerLlm::Execute(const LlmRequest& req, LlmCall& call, C
     uint64_t me;
     {
       std::lock_guard<std::mutex> l(mu_);
-      base = CommonPrefix(held_, context);
       const auto now = HttpTransport::Clock::now();
-      for (auto it = in_flight_.begin(); it != in_flight_.end();) {
-        if (it->second.until < now) {
-          it = in_flight_.erase(it);
-          continue;
-        }
-        base = std::min(base, CommonPrefix(it->second.context, context));
-        ++it;
-      }
+      std::erase_if(in_flight_, [&](const auto& e) {
+        if (e.second.until >= now) return false;
+        // Whether or not it ran, held_ may be older than its rewind: keep only what both share.
+        held_.resize(CommonPrefix(held_, e.second.context));
+        return true;
+      });
+      base = CommonPrefix(held_, context);
+      for (const auto& [other, f] : in_flight_) base = std::min(base, CommonPrefix(f.context, context));
       base = std::min(base, context.size() - 1);
       me = next_call_++;
       in_flight_.emplace(me, InFlight{context});
     }
     const std::span<const int32_t> all(context);
     const std::span<const int32_t> append = all.subspan(base);
+    const int64_t timeout_ms =  // what is left of this call's time (earlier rounds used some)
+        std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - HttpTransport::Clock::now()).count());
     json body = {{"session", session},
                  {"request_id", request_base + "." + std::to_string(round)},
                  {"base", base},
                  {"prefix_hash", HashHex(TokenPrefixHash(all.first(base)))},
                  {"append", std::vector<int32_t>(append.begin(), append.end())},
                  {"n", req.n},
-                 // What is left of this call's time (earlier rounds used some).
-                 {"timeout_ms", std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                         deadline - HttpTransport::Clock::now()).count())},
+                 {"timeout_ms", timeout_ms},
                  {"sampling", SamplingJson(req.sampling)}};
     if (req.lookahead > 0) body["lookahead"] = req.lookahead;
     if (!req.prefix.empty() && spells_prefix_) {  // bytes: the text may end inside a character
@@ -157,10 +156,13 @@ Expected<LlmReply> TlrServerLlm::Execute(const LlmRequest& req, LlmCall& call, C
     CountStat(&RemoteStats::tokens_sent, static_cast<int64_t>(append.size()));
     HttpResult h = http_.PostWithRetries("/tlr/v1/next", body.dump(), &call, &deadline);
     std::unique_lock<std::mutex> l(mu_);
-    if (h.sent || !h.attempted) {
+    // Given up on without the server's own reply (a proxy's 502/504 is not one): it may still
+    // run there (InFlight), at the latest timeout_ms after its last retry arrived, which was
+    // sent before the deadline.
+    if ((h.sent && h.status != 502 && h.status != 504) || !h.attempted) {
       in_flight_.erase(me);
-    } else {  // given up on without a reply: the server may still run it (InFlight)
-      in_flight_[me].until = deadline + std::chrono::seconds(1);
+    } else {
+      in_flight_[me].until = deadline + std::chrono::milliseconds(timeout_ms) + std::chrono::seconds(1);
     }
     if (h.cancelled) return Status::Error("the call was cancelled");
     if (!h.sent) {
