@@ -270,10 +270,17 @@ void SetWeightPrefetch(WeightPrefetch mode) {
   kernels::prefetch_every_line.store(mode == WeightPrefetch::kEveryLine, std::memory_order_relaxed);
 }
 
+int GetFloatDecodeStreams() { return kernels::float_decode_streams.load(std::memory_order_relaxed); }
+
+void SetFloatDecodeStreams(int streams) {
+  kernels::float_decode_streams.store(streams == 1 ? 1 : 4, std::memory_order_relaxed);
+}
+
 namespace {
 // The detected setting, in place before main.
 const bool kWeightPrefetchSet = (SetWeightPrefetch(DetectedWeightPrefetch()), true);
 const bool kHalfFloatPrefetchSet = (kernels::prefetch_half_floats.store(!AmdCpu(), std::memory_order_relaxed), true);
+const bool kFloatDecodeStreamsSet = (SetFloatDecodeStreams(AmdCpu() ? 1 : 4), true);
 }  // namespace
 
 #if defined(HWY_COMPILE_ONLY_STATIC) && defined(__EMSCRIPTEN__)

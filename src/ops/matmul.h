@@ -118,6 +118,12 @@ WeightPrefetch DetectedWeightPrefetch();
 WeightPrefetch GetWeightPrefetch();
 void SetWeightPrefetch(WeightPrefetch mode);
 
+// How many far-apart rows float (F32, F16, BF16) decode reads at once: 4 (Intel hosts: F16
+// decode 79-86% -> 98-101% of a read pass) or 1 (AMD hosts, where 4 was not measured). The
+// result is the same bits either way. Set from the CPU at start; benchmarks override it.
+int GetFloatDecodeStreams();
+void SetFloatDecodeStreams(int streams);  // 1 or 4; anything else is taken as 4
+
 // Names of the SIMD targets compiled in and the one dispatch picks on this CPU.
 std::vector<std::string> CompiledSimdTargets();
 std::string ActiveSimdTarget();

@@ -7,7 +7,15 @@
 // forward pass (norms, attention, the gaps between parallel loops).
 //
 //   matmul_bench [-t THREADS] [--shape ROWSxCOLS] [--seconds S] [--stream-mib N]
-//                [--prefetch auto|first|every|both] [--simd TARGET] [TYPE...]
+//                [--prefetch auto|first|every|both] [--simd TARGET] [--tokens N]
+//                [--float-streams 1|4|both] [TYPE...]
+//
+// --float-streams 1|4|both sets SetFloatDecodeStreams (matmul.h) for F32/F16/BF16 decode;
+// both alternates the two in rounds like --prefetch both (an A/B in one run).
+//
+// --tokens N (N > 1) measures prefill instead: one copy of the matrix times N tokens, repeated,
+// reported as multiply-add throughput (GFLOP/s, 2 per weight per token) and tokens per second
+// through this one matrix; the weights stay in the caches as far as they fit, as in prefill.
 //
 // --simd runs the kernels of one compiled Highway target (AVX2, AVX3, AVX3_DL, ...; default the
 // best this CPU runs): e.g. the AVX2 kernels' compute ceiling on an AVX-512 host.
@@ -43,7 +51,9 @@ struct Options {
   double seconds = 2.0;
   std::vector<GgmlType> types;
   std::string prefetch = "auto";
+  std::string streams = "auto";
   std::string simd;
+  int64_t tokens = 1;
 };
 
 bool ParseArgs(int argc, char** argv, Options* o) {
@@ -60,10 +70,18 @@ bool ParseArgs(int argc, char** argv, Options* o) {
         std::fprintf(stderr, "matmul_bench: --prefetch takes auto, first, every or both, not '%s'\n", o->prefetch.c_str());
         return false;
       }
+    } else if (a == "--float-streams" && has_value) {
+      o->streams = argv[++i];
+      if (o->streams != "1" && o->streams != "4" && o->streams != "both") {
+        std::fprintf(stderr, "matmul_bench: --float-streams takes 1, 4 or both, not '%s'\n", o->streams.c_str());
+        return false;
+      }
     } else if (a == "--simd" && has_value) {
       o->simd = argv[++i];
     } else if (a == "--stream-mib" && has_value) {
       o->stream_bytes = static_cast<size_t>(std::max(0.0, std::atof(argv[++i])) * 1048576);
+    } else if (a == "--tokens" && has_value) {
+      o->tokens = std::atol(argv[++i]);
     } else if (a == "--seconds" && has_value) {
       o->seconds = std::atof(argv[++i]);
     } else if (a == "-h" || a == "--help") {
@@ -82,7 +100,7 @@ bool ParseArgs(int argc, char** argv, Options* o) {
       }
     }
   }
-  return o->threads >= 1 && o->rows >= 1 && o->cols >= 1 && o->seconds > 0;
+  return o->threads >= 1 && o->rows >= 1 && o->cols >= 1 && o->seconds > 0 && o->tokens >= 1;
 }
 
 struct Result {
@@ -96,10 +114,16 @@ double Median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
+// A decode setting under test: the quantized kernels' prefetch and the float kernels' streams.
+struct Mode {
+  WeightPrefetch prefetch;
+  int streams;
+};
+
 // Weights streamed by single-token MatMuls of `type`, against paired read probes.
 // With two modes the rounds alternate between them (a probe before each kernel pass); one
 // Result per mode.
-std::vector<Result> StreamType(GgmlType type, const Options& o, const std::vector<WeightPrefetch>& modes,
+std::vector<Result> StreamType(GgmlType type, const Options& o, const std::vector<Mode>& modes,
                                ThreadPool* pool) {
   const GgmlTypeTraits& tr = GgmlTraits(type);
   if (o.cols % tr.block_size != 0 || !CanQuantize(type)) return std::vector<Result>(modes.size());
@@ -139,7 +163,8 @@ std::vector<Result> StreamType(GgmlType type, const Options& o, const std::vecto
   while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < o.seconds ||
          kernel[0].size() < 5) {
     for (size_t k = 0; k < m; ++k) {
-      SetWeightPrefetch(modes[k]);
+      SetWeightPrefetch(modes[k].prefetch);
+      SetFloatDecodeStreams(modes[k].streams);
       probe[k].push_back(ReadPassGbps(pool, data.data(), data.size()));
       const auto t0 = std::chrono::steady_clock::now();
       for (int c = 0; c < copies; ++c) {
@@ -164,6 +189,42 @@ std::vector<Result> StreamType(GgmlType type, const Options& o, const std::vecto
   return res;
 }
 
+// Prefill: one matrix of `type` times o.tokens tokens, GFLOP/s per pass; median over passes.
+bool PrefillType(GgmlType type, const Options& o, ThreadPool* pool, double* gflops, int* passes) {
+  const GgmlTypeTraits& tr = GgmlTraits(type);
+  if (o.cols % tr.block_size != 0 || !CanQuantize(type)) return false;
+  const size_t row_bytes = static_cast<size_t>(o.cols / tr.block_size) * tr.type_size;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  std::vector<float> f(o.cols);
+  std::vector<uint8_t> gguf(row_bytes * o.rows), data(row_bytes * o.rows);
+  for (int64_t r = 0; r < o.rows; ++r) {
+    for (float& v : f) v = normal(rng);
+    if (!Quantize(type, f.data(), gguf.data() + r * row_bytes, o.cols).ok()) return false;
+  }
+  WeightView w{type, gguf.data(), o.rows, o.cols, row_bytes};
+  if (CanRepack(type)) RepackMatrix(w, data.data());
+  else data = gguf;
+  WeightView wc{type, data.data(), o.rows, o.cols, row_bytes};
+  wc.repacked = CanRepack(type);
+  std::vector<float> x(static_cast<size_t>(o.cols * o.tokens)), y(static_cast<size_t>(o.rows * o.tokens));
+  for (float& v : x) v = normal(rng);
+  MatMulInput in;
+  std::vector<double> rates;
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < o.seconds ||
+         rates.size() < 5) {
+    const auto t0 = std::chrono::steady_clock::now();
+    in.Prepare(type, x.data(), o.tokens, o.cols, o.cols, pool);
+    MatMul(wc, in, y.data(), o.rows, pool);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rates.push_back(2.0 * static_cast<double>(o.rows * o.cols * o.tokens) / s / 1e9);
+  }
+  *gflops = Median(rates);
+  *passes = static_cast<int>(rates.size());
+  return true;
+}
+
 }  // namespace
 }  // namespace tlr
 
@@ -172,7 +233,8 @@ int main(int argc, char** argv) {
   Options o;
   if (!ParseArgs(argc, argv, &o)) {
     std::fprintf(stderr, "usage: matmul_bench [-t THREADS] [--shape ROWSxCOLS] [--seconds S] [--stream-mib N]\n"
-                 "                    [--prefetch auto|first|every|both] [--simd TARGET] [TYPE...]\n");
+                 "                    [--prefetch auto|first|every|both] [--simd TARGET] [--tokens N]\n"
+                 "                    [--float-streams 1|4|both] [TYPE...]\n");
     return 2;
   }
   if (o.types.empty()) {
@@ -187,25 +249,52 @@ int main(int argc, char** argv) {
                  names.c_str());
     return 2;
   }
-  std::vector<WeightPrefetch> modes{GetWeightPrefetch()};
-  if (o.prefetch == "first") modes = {WeightPrefetch::kFirstLine};
-  if (o.prefetch == "every") modes = {WeightPrefetch::kEveryLine};
-  if (o.prefetch == "both") modes = {WeightPrefetch::kFirstLine, WeightPrefetch::kEveryLine};
-  const auto mode_name = [](WeightPrefetch p) { return p == WeightPrefetch::kFirstLine ? "first" : "every"; };
+  std::vector<WeightPrefetch> prefetches{GetWeightPrefetch()};
+  if (o.prefetch == "first") prefetches = {WeightPrefetch::kFirstLine};
+  if (o.prefetch == "every") prefetches = {WeightPrefetch::kEveryLine};
+  if (o.prefetch == "both") prefetches = {WeightPrefetch::kFirstLine, WeightPrefetch::kEveryLine};
+  std::vector<int> streams{GetFloatDecodeStreams()};
+  if (o.streams == "1") streams = {1};
+  if (o.streams == "4") streams = {4};
+  if (o.streams == "both") streams = {1, 4};
+  std::vector<Mode> modes;
+  for (WeightPrefetch p : prefetches) {
+    for (int n : streams) modes.push_back({p, n});
+  }
+  const auto mode_name = [](const Mode& m) {
+    return std::string(m.prefetch == WeightPrefetch::kFirstLine ? "first" : "every") + "/" + std::to_string(m.streams);
+  };
   ThreadPool pool(o.threads);
+  if (o.tokens > 1) {
+    std::printf("matrix %ldx%ld times %ld tokens, %d threads, %s kernels; medians over passes\n", o.rows, o.cols,
+                o.tokens, o.threads, ActiveSimdTarget().c_str());
+    std::printf("%-8s %10s %12s %7s\n", "type", "GFLOP/s", "tokens/s", "passes");
+    for (GgmlType t : o.types) {
+      double gf = 0;
+      int passes = 0;
+      const std::string name(GgmlTraits(t).name);
+      if (!PrefillType(t, o, &pool, &gf, &passes)) {
+        std::printf("%-8s %10s\n", name.c_str(), "n/a (shape)");
+        continue;
+      }
+      std::printf("%-8s %10.1f %12.0f %7d\n", name.c_str(), gf, gf * 1e9 / (2.0 * o.rows * o.cols), passes);
+      std::fflush(stdout);
+    }
+    return 0;
+  }
   std::printf("matrix %ldx%ld, %d threads, %s kernels; medians over rounds of a read probe and a kernel pass over the same %zu MiB\n",
               o.rows, o.cols, o.threads, ActiveSimdTarget().c_str(), o.stream_bytes >> 20);
-  std::printf("%-8s %-9s %10s %10s %9s %7s\n", "type", "prefetch", "kernel GB/s", "probe GB/s", "of probe", "rounds");
+ std::printf("%-8s %-9s %10s %10s %9s %7s\n", "type", "pf/strm", "kernel GB/s", "probe GB/s", "of probe", "rounds");
   for (GgmlType t : o.types) {
     const std::vector<Result> rs = StreamType(t, o, modes, &pool);
     const std::string name(GgmlTraits(t).name);
     for (size_t k = 0; k < modes.size(); ++k) {
       const Result& r = rs[k];
       if (!r.ok) {
-        std::printf("%-8s %-9s %10s\n", name.c_str(), mode_name(modes[k]), "n/a (shape)");
+        std::printf("%-8s %-9s %10s\n", name.c_str(), mode_name(modes[k]).c_str(), "n/a (shape)");
         continue;
       }
-      std::printf("%-8s %-9s %10.1f %10.1f %8.0f%% %7d\n", name.c_str(), mode_name(modes[k]), r.kernel_gbps,
+      std::printf("%-8s %-9s %10.1f %10.1f %8.0f%% %7d\n", name.c_str(), mode_name(modes[k]).c_str(), r.kernel_gbps,
                   r.probe_gbps, 100 * r.ratio, r.rounds);
     }
     std::fflush(stdout);

@@ -1,5 +1,7 @@
 // MatMul kernels for float weights (ops layer): F32, F16 and BF16 rows times float
 // activations, compiled for every SIMD target. See matmul_kernels.h.
+#include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <new>
 #include <type_traits>
@@ -82,18 +84,59 @@ HWY_NOINLINE float AddProducts(float sum, const float* w, const float* x, int64_
   return sum;
 }
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// The lane sums of 16 vectors at once, each the same bits as GetLane(SumOfLanes(v[i])) (the
+// _mm512_reduce_add_ps tree: lane l + lane l+8, then + 4, + 2, + 1): one shuffle-and-add step
+// per level over pairs of vectors, 15 adds and 30 shuffles for 16 sums where one at a time
+// takes 4 shuffles, 4 adds and a broadcast each. Addition is commutative bit for bit, so only
+// the pairs matter, not which side each is on. sums[i] is v[i]'s.
+template <int kCount, class Get>
+HWY_INLINE void SumsOfLanes16(const Get& get, float* sums) {
+  const auto v = [&](int k) HWY_ATTR { return k < kCount ? get(k) : _mm512_setzero_ps(); };
+  __m512 b[8], c[4], d[2];
+  for (int j = 0; j < 8; ++j) {  // lanes l and l+8: [v2j low half | v2j+1 low half] + high halves
+    b[j] = _mm512_add_ps(_mm512_shuffle_f32x4(v(2 * j), v(2 * j + 1), 0x44),
+                         _mm512_shuffle_f32x4(v(2 * j), v(2 * j + 1), 0xEE));
+  }
+  for (int j = 0; j < 4; ++j) {  // then l and l+4: quarter q of c[j] holds v[4j + q]
+    c[j] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * j], b[2 * j + 1], 0x88),
+                         _mm512_shuffle_f32x4(b[2 * j], b[2 * j + 1], 0xDD));
+  }
+  for (int j = 0; j < 2; ++j) {  // then l and l+2, inside each quarter
+    d[j] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * j], c[2 * j + 1], 0x44),
+                         _mm512_shuffle_ps(c[2 * j], c[2 * j + 1], 0xEE));
+  }
+  // then l and l+1: lane 4q + m of e is v[4m + q]'s sum
+  const __m512 e = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
+  // lane 4q + m to sums[4m + q]: a 4x4 transpose of the lanes
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  _mm512_storeu_ps(sums, _mm512_permutexvar_ps(order, e));
+}
+constexpr bool kTransposedSums = true;
+#else
+constexpr bool kTransposedSums = false;
+#endif
+
 // NR weight rows times NT tokens' float activations, out[t * NR + r]. Each (row, token) pair
 // has its own accumulator and the same sequence of operations whatever NR and NT are, so a
 // result does not depend on the batch (decode and prefill agree bit for bit).
+// Columns [i0, i1) of rows of n: a long row is taken in chunks (i0 and, but for the last chunk,
+// i1 multiples of C vectors), the accumulators carried between them in `carry` (NR * NT * C
+// vectors; unused for a whole row): the same operations in the same order as one pass. out is
+// written by the chunk that ends at n.
 template <GgmlType kType, int NR, int NT>
-HWY_INLINE void DotRowsF(const uint8_t* const* rows, int64_t n, const float* const* x, float* out) {
+HWY_INLINE void DotRowsF(const uint8_t* const* rows, int64_t i0, int64_t i1, int64_t n, const float* const* x,
+                         float* carry, float* out) {
   const hn::ScalableTag<float> df;
   const size_t L = hn::Lanes(df);
   using V = hn::Vec<decltype(df)>;
   constexpr int C = kFloatChains;
   VecArray<decltype(df), NR * NT * C> acc;  // [(r * NT + t) * C + chain]
-  for (int k = 0; k < NR * NT * C; ++k) acc.Set(k, hn::Zero(df));
-  int64_t i = 0;
+  // Unrolled: as a loop GCC turns it into a memset of the array in memory (rep stos, 5% of a
+  // 4864x256 prefill) and then reads the registers back from there.
+#pragma GCC unroll 64
+  for (int k = 0; k < NR * NT * C; ++k) acc.Set(k, i0 == 0 ? hn::Zero(df) : hn::Load(df, carry + k * L));
+  int64_t i = i0;
   constexpr size_t kBytes = kType == GgmlType::kF32 ? 4 : 2;
   const bool half_prefetch = kernels::prefetch_half_floats.load(std::memory_order_relaxed);
   // Vector j of the row goes to chain j % C; the chains are added at the end. The order
@@ -117,15 +160,37 @@ HWY_INLINE void DotRowsF(const uint8_t* const* rows, int64_t n, const float* con
     }
     i += static_cast<int64_t>(L);
   };
-  while (i + static_cast<int64_t>(C * L) <= n) {
+  while (i + static_cast<int64_t>(C * L) <= i1) {
     for (int c = 0; c < C; ++c) step(c);
   }
-  for (int c = 0; i + static_cast<int64_t>(L) <= n; ++c) step(c);
+  for (int c = 0; i + static_cast<int64_t>(L) <= i1; ++c) step(c);
+  if (i1 < n) {
+#pragma GCC unroll 64
+    for (int k = 0; k < NR * NT * C; ++k) hn::Store(acc.Get(k), df, carry + k * L);
+    return;
+  }
+  // A batch's register block sums its lanes 16 pairs at a time where the target can (the same
+  // bits as one at a time, which decode keeps).
+  constexpr int kPairs = NR * NT;
+  [[maybe_unused]] float block_sums[(kPairs + 15) / 16 * 16];
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (kTransposedSums && C == 1 && kPairs >= 8) {
+    SumsOfLanes16<kPairs < 16 ? kPairs : 16>([&](int k) HWY_ATTR { return acc.Get(k).raw; }, block_sums);
+    if constexpr (kPairs > 16) {
+      SumsOfLanes16<kPairs - 16>([&](int k) HWY_ATTR { return acc.Get(16 + k).raw; }, block_sums + 16);
+    }
+  }
+#endif
   for (int r = 0; r < NR; ++r) {
     for (int t = 0; t < NT; ++t) {
-      V total = acc.Get((r * NT + t) * C);
-      for (int c = 1; c < C; ++c) total = hn::Add(total, acc.Get((r * NT + t) * C + c));
-      float sum = hn::GetLane(hn::SumOfLanes(df, total));
+      float sum;
+      if constexpr (kTransposedSums && C == 1 && kPairs >= 8) {
+        sum = block_sums[r * NT + t];
+      } else {
+        V total = acc.Get((r * NT + t) * C);
+        for (int c = 1; c < C; ++c) total = hn::Add(total, acc.Get((r * NT + t) * C + c));
+        sum = hn::GetLane(hn::SumOfLanes(df, total));
+      }
       if (i < n) {  // the tail (fewer than L elements)
         float wt[HWY_MAX_BYTES / sizeof(float)];
         for (int64_t k = i; k < n; ++k) wt[k - i] = WeightAt<kType>(rows[r], k);
@@ -138,44 +203,115 @@ HWY_INLINE void DotRowsF(const uint8_t* const* rows, int64_t n, const float* con
 
 // nt (1..NT) tokens: the register block compiled for exactly that many.
 template <GgmlType kType, int NR, int NT = kFloatTokens>
-HWY_INLINE void DotRowsFTokens(const uint8_t* const* rows, int64_t n, const float* const* x, int nt, float* out) {
+HWY_INLINE void DotRowsFTokens(const uint8_t* const* rows, int64_t i0, int64_t i1, int64_t n, const float* const* x,
+                               int nt, float* carry, float* out) {
   if constexpr (NT == 1) {
-    return DotRowsF<kType, NR, 1>(rows, n, x, out);
+    return DotRowsF<kType, NR, 1>(rows, i0, i1, n, x, carry, out);
   } else {
-    if (nt == NT) return DotRowsF<kType, NR, NT>(rows, n, x, out);
-    return DotRowsFTokens<kType, NR, NT - 1>(rows, n, x, nt, out);
+    if (nt == NT) return DotRowsF<kType, NR, NT>(rows, i0, i1, n, x, carry, out);
+    return DotRowsFTokens<kType, NR, NT - 1>(rows, i0, i1, n, x, nt, carry, out);
+  }
+}
+
+// Columns per chunk for a batch over rows longer than twice this (FFN down projections), and
+// as long as it leaves room in L1 for the activations of a block of tokens and the carried
+// accumulators. matmul_bench --tokens 128 f16, one thread, 896x4864: 78 GFLOP/s in one pass,
+// 88 in chunks of 256 columns, 94-95 in chunks of 512 or 1024; 4864x896: 113 in one pass, 115
+// in chunks of 448 and 82 in chunks of 224 (carrying costs more than it saves on short rows).
+constexpr int64_t kFloatChunkCols = 512;
+
+// Decode in S streams: rows r, r + q, r + 2q, ... (q = a 1/S of the range) together, each in
+// its own accumulator with DotRowsF's operations in DotRowsF's order (the same bits as one row
+// at a time). One stream left F16 and BF16 decode at 79-86% of the read probe on Intel hosts
+// (F32 88%): the four far-apart streams keep more DRAM pages open at once (Emerald Rapids,
+// matmul_bench 4864x896, one thread, alternated: f16 79-80% -> 98-101%, bf16 79-80% -> 98-100%,
+// f32 88-89% -> 104-107%; 2 threads f16 83% -> 96-97%; 8 streams no better than 4; 4 adjacent
+// rows 64%). Not measured on AMD hosts, which keep one (kernels::float_decode_streams).
+constexpr int kFloatDecodeStreams = 4;
+
+template <GgmlType kType, int S>
+void DecodeStreams(const WeightView& w, const MatMulInput& in, float* y, int64_t r0, int64_t r1) {
+  const int64_t n = in.n_cols;
+  const int64_t q = (r1 - r0) / S;
+  const float* xs[1] = {in.x};
+  for (int64_t r = r0; r < r0 + q; ++r) {
+    const uint8_t* rows[S];
+    for (int k = 0; k < S; ++k) rows[k] = w.Row(r + k * q);
+    float out[S];
+    DotRowsF<kType, S, 1>(rows, 0, n, n, xs, nullptr, out);
+    for (int k = 0; k < S; ++k) y[r + k * q] = out[k];
+  }
+  for (int64_t r = r0 + S * q; r < r1; ++r) {
+    const uint8_t* rows[1] = {w.Row(r)};
+    float out[1];
+    DotRowsF<kType, 1, 1>(rows, 0, n, n, xs, nullptr, out);
+    y[r] = out[0];
   }
 }
 
 // Blocks of 16 rows outside (they stay in L1/L2 while every token uses them), register blocks
-// of kFloatRows rows x kFloatTokens tokens inside.
+// of kFloatRows rows x kFloatTokens tokens inside. A batch over long rows goes a chunk of
+// columns at a time inside each block of tokens, so the block's activations stay in L1 while
+// the 16 rows' register blocks run over them (the accumulators wait in `carry`, in L1 too).
 template <GgmlType kType>
 void Rows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0, int64_t r1) {
   constexpr int64_t kRowBlock = 16;
+  const hn::ScalableTag<float> df;
+  const auto L = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t n = in.n_cols;
+  const int64_t group = kFloatChains * L;
+  const int64_t kc = in.n_tokens == 1 || n <= 2 * kFloatChunkCols ? n : std::max(group, kFloatChunkCols / group * group);
+  struct Free {
+    void operator()(float* p) const { ::operator delete[](p, std::align_val_t(64)); }
+  };
+  // Per thread, sized once: no allocation per call once warm.
+  thread_local std::unique_ptr<float[], Free> carry_buf;
+  float* carry = nullptr;
+  if (kc < n) {
+    if (!carry_buf) {
+      carry_buf.reset(static_cast<float*>(::operator new[](
+          static_cast<size_t>(kRowBlock * kFloatTokens * group) * sizeof(float), std::align_val_t(64))));
+    }
+    carry = carry_buf.get();
+  }
+  if (in.n_tokens == 1 && r1 - r0 >= 16 * kFloatDecodeStreams &&
+      kernels::float_decode_streams.load(std::memory_order_relaxed) > 1) {
+    return DecodeStreams<kType, kFloatDecodeStreams>(w, in, y, r0, r1);
+  }
   for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
     const int64_t re = std::min(r1, rb + kRowBlock);
     for (int64_t t0 = 0; t0 < in.n_tokens; t0 += kFloatTokens) {
       const int nt = static_cast<int>(std::min<int64_t>(kFloatTokens, in.n_tokens - t0));
       const float* xs[kFloatTokens];
       for (int t = 0; t < nt; ++t) xs[t] = in.x + (t0 + t) * in.ld;
-      for (int64_t r = rb; r < re;) {
-        // One token (decode) streams one row at a time: a single sequential read of the
-        // matrix is what the prefetchers handle best, and memory bounds decode anyway.
-        const int nr = nt == 1 ? 1 : static_cast<int>(std::min<int64_t>(kFloatRows, re - r));
-        const uint8_t* rows[kFloatRows];
-        for (int k = 0; k < nr; ++k) rows[k] = w.Row(r + k);
-        float out[kFloatTokens * kFloatRows] = {};
-        if (nr == kFloatRows && nr > 1) {
-          DotRowsFTokens<kType, kFloatRows>(rows, in.n_cols, xs, nt, out);
-        } else {
-          for (int k = 0; k < nr; ++k) DotRowsFTokens<kType, 1>(rows + k, in.n_cols, xs, nt, out + k * kFloatTokens);
-        }
-        for (int t = 0; t < nt; ++t) {
-          for (int k = 0; k < nr; ++k) {
-            y[(t0 + t) * ldy + r + k] = nr == kFloatRows && nr > 1 ? out[t * kFloatRows + k] : out[k * kFloatTokens + t];
+      for (int64_t k0 = 0; k0 < n;) {
+        const int64_t k1 = n - k0 > kc ? k0 + kc : n;
+        for (int64_t r = rb; r < re;) {
+          // One token (decode) streams one row at a time: a single sequential read of the
+          // matrix is what the prefetchers handle best, and memory bounds decode anyway.
+          const int nr = nt == 1 ? 1 : static_cast<int>(std::min<int64_t>(kFloatRows, re - r));
+          const uint8_t* rows[kFloatRows];
+          for (int k = 0; k < nr; ++k) rows[k] = w.Row(r + k);
+          // Row r's carried accumulators start at row slot r - rb (a block of nr rows uses nr slots).
+          float* c = carry ? carry + (r - rb) * kFloatTokens * group : nullptr;
+          float out[kFloatTokens * kFloatRows];  // every entry read below is written
+          const bool block = nr == kFloatRows && nr > 1;
+          if (block) {
+            DotRowsFTokens<kType, kFloatRows>(rows, k0, k1, n, xs, nt, c, out);
+          } else {
+            for (int k = 0; k < nr; ++k) {
+              DotRowsFTokens<kType, 1>(rows + k, k0, k1, n, xs, nt, c ? c + k * kFloatTokens * group : nullptr,
+                                       out + k * kFloatTokens);
+            }
           }
+          if (k1 == n) {
+            for (int t = 0; t < nt; ++t) {
+              for (int k = 0; k < nr; ++k) y[(t0 + t) * ldy + r + k] = block ? out[t * kFloatRows + k] : out[k * kFloatTokens + t];
+            }
+          }
+          r += nr;
         }
-        r += nr;
+        k0 = k1;
       }
     }
   }

@@ -17,6 +17,9 @@ inline std::atomic<bool> prefetch_every_line{true};
 // Whether decode prefetches F16 and BF16 rows on 512-bit targets (matmul_float.cc): on Intel
 // hosts it pays, on AMD's Zen 4 and 5 it cost; set from the CPU's vendor before main.
 inline std::atomic<bool> prefetch_half_floats{true};
+// Rows that float decode reads at once, far apart (1 or 4; matmul_float.cc): 4 on Intel
+// hosts, where it was measured, 1 on AMD's; SetFloatDecodeStreams (matmul.h) changes it.
+inline std::atomic<int> float_decode_streams{4};
 
 // F32, F16, BF16 weights times float activations.
 void FloatRows(const WeightView& w, const MatMulInput& in, float* y, int64_t ldy, int64_t r0, int64_t r1);

@@ -177,30 +177,37 @@ TEST_P(MatMulKernels, PanelLayoutMatchesReferencesAndIsBatchInvariant) {
 
 // Float weights: a (row, token) result is the same bits whatever the batch (register blocks of
 // every token count; F16 and BF16 rows widened to F32 from 4 tokens on, converted in registers
-// below) and whatever row range asked for it (row blocks cut anywhere, a row count that no
-// block divides, a length that is not a whole number of vectors).
+// below, 150 rows read in four far-apart streams there) and whatever row range asked for it
+// (row blocks cut anywhere, a row count that no block divides, a length that is not a whole
+// number of vectors, rows long enough that a batch takes them in chunks of columns).
 TEST_P(MatMulKernels, FloatKernelsAreBatchInvariant) {
   std::mt19937 rng(29);
   std::normal_distribution<float> act(0.0f, 1.0f);
   for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
-    for (int64_t cols : {7, 64, 100, 896}) {
-      const int64_t rows = 37;
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 7}, {37, 64}, {37, 100}, {37, 896}, {37, 1100}, {150, 100}}) {
       auto wdata = RandomWeights(type, rows, cols, rng);
       WeightView w{type, wdata.data(), rows, cols, wdata.size() / rows};
       const int64_t max_tokens = 13, ld = cols + 5;
       std::vector<float> x(max_tokens * ld);
       for (auto& v : x) v = act(rng);
-      std::vector<float> single(max_tokens * rows);
+      // One token at a time, in one stream and in four (what the host uses is set from its CPU).
+      const int host_streams = GetFloatDecodeStreams();
+      std::vector<float> single(max_tokens * rows), streamed(max_tokens * rows);
       for (int64_t t = 0; t < max_tokens; ++t) {
         MatMulInput one;
         one.Prepare(type, x.data() + t * ld, 1, cols, ld, nullptr);
+        SetFloatDecodeStreams(1);
         MatMulRows(w, one, single.data() + t * rows, rows, 0, rows);
+        SetFloatDecodeStreams(4);
+        MatMulRows(w, one, streamed.data() + t * rows, rows, 0, rows);
       }
+      SetFloatDecodeStreams(host_streams);
+      ASSERT_EQ(single, streamed) << GgmlTraits(type).name << " rows " << rows << " cols " << cols;
       for (int64_t n_tokens : {2, 3, 4, 5, 6, 7, 12, 13}) {
         MatMulInput in;
         in.Prepare(type, x.data(), n_tokens, cols, ld, nullptr);
         std::vector<float> y(n_tokens * rows, -1.0f);
-        for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 5}, {5, 22}, {22, 37}}) {
+        for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 5}, {5, 22}, {22, rows}}) {
           MatMulRows(w, in, y.data(), rows, r0, r1);
         }
         for (int64_t t = 0; t < n_tokens; ++t) {
