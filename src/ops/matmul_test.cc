@@ -184,15 +184,19 @@ TEST_P(MatMulKernels, FloatKernelsAreBatchInvariant) {
   std::mt19937 rng(29);
   std::normal_distribution<float> act(0.0f, 1.0f);
   for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
-    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 7}, {37, 64}, {37, 100}, {37, 896}, {37, 1100}, {150, 100}}) {
+    // Long rows are taken in chunks: 1100 (a last chunk of a few vectors), 1030 (a last chunk
+    // shorter than one vector: only the scalar tail), 1536 (chunks that end exactly at n).
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 7}, {37, 64}, {37, 100}, {37, 896}, {37, 1100},
+                              {150, 100}, {150, 1030}, {90, 1536}}) {
       auto wdata = RandomWeights(type, rows, cols, rng);
       WeightView w{type, wdata.data(), rows, cols, wdata.size() / rows};
       const int64_t max_tokens = 13, ld = cols + 5;
       std::vector<float> x(max_tokens * ld);
       for (auto& v : x) v = act(rng);
-      // One token at a time, in one stream and in four (what the host uses is set from its CPU).
+      // One token at a time, in one stream and in four (what the host uses is set from its CPU),
+      // the four over the whole range and over ranges that start past row 0 (a thread's share).
       const int host_streams = GetFloatDecodeStreams();
-      std::vector<float> single(max_tokens * rows), streamed(max_tokens * rows);
+      std::vector<float> single(max_tokens * rows), streamed(max_tokens * rows), split(max_tokens * rows);
       for (int64_t t = 0; t < max_tokens; ++t) {
         MatMulInput one;
         one.Prepare(type, x.data() + t * ld, 1, cols, ld, nullptr);
@@ -200,9 +204,13 @@ TEST_P(MatMulKernels, FloatKernelsAreBatchInvariant) {
         MatMulRows(w, one, single.data() + t * rows, rows, 0, rows);
         SetFloatDecodeStreams(4);
         MatMulRows(w, one, streamed.data() + t * rows, rows, 0, rows);
+        for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 3}, {3, 5}, {5, rows / 2 + 1}, {rows / 2 + 1, rows}}) {
+          MatMulRows(w, one, split.data() + t * rows, rows, r0, r1);
+        }
       }
       SetFloatDecodeStreams(host_streams);
       ASSERT_EQ(single, streamed) << GgmlTraits(type).name << " rows " << rows << " cols " << cols;
+      ASSERT_EQ(single, split) << GgmlTraits(type).name << " rows " << rows << " cols " << cols << " (ranges)";
       for (int64_t n_tokens : {2, 3, 4, 5, 6, 7, 12, 13}) {
         MatMulInput in;
         in.Prepare(type, x.data(), n_tokens, cols, ld, nullptr);
