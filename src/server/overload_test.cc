@@ -92,9 +92,16 @@ TEST_F(OverloadTest, RefusesAtOnceWhatItCannotAnswerInTimeAndAnswersWhatItAdmits
   std::vector<json> replies(kCalls);
   std::vector<std::string> retry_after(kCalls), retry_after_ms(kCalls);
   std::vector<std::thread> threads;
+  // The burst arrives at once (the threads post together, not as each one starts).
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
   for (int i = 0; i < kCalls; ++i) {
     threads.emplace_back([&, i] {
-      auto r = Client()->Post("/tlr/v1/next", NextBody(sessions[i], Tokens(60, i), 1000, 1, held, 4), "application/json");
+      auto client = Client();
+      const std::string body = NextBody(sessions[i], Tokens(60, i), 1000, 1, held, 4);
+      ++ready;
+      while (!go) std::this_thread::yield();
+      auto r = client->Post("/tlr/v1/next", body, "application/json");
       if (!r) return;
       status[i] = r->status;
       replies[i] = json::parse(r->body, nullptr, false);
@@ -102,6 +109,8 @@ TEST_F(OverloadTest, RefusesAtOnceWhatItCannotAnswerInTimeAndAnswersWhatItAdmits
       retry_after_ms[i] = r->get_header_value("retry-after-ms");
     });
   }
+  while (ready < kCalls) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  go = true;
   for (auto& t : threads) t.join();
   int ok = 0, refused = 0;
   for (int i = 0; i < kCalls; ++i) {

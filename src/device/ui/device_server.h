@@ -131,6 +131,11 @@ class DeviceServer {
   // Checks the options, binds and serves on a background thread.
   Status Start();
   int port() const { return port_; }
+  // OpenAI requests waiting or running now (what --max-queue bounds).
+  int api_requests() const {
+    std::lock_guard<std::mutex> l(jobs_mu_);
+    return api_jobs_;
+  }
   // Cancels a running generation, stops serving and waits for every thread.
   void Stop();
 
@@ -164,7 +169,7 @@ class DeviceServer {
   HttpFront* front_ = nullptr;  // http_
   std::thread thread_;
   int port_ = 0;
-  std::mutex jobs_mu_;     // guards everything below
+  mutable std::mutex jobs_mu_;  // guards everything below
   std::condition_variable jobs_cv_;
   std::weak_ptr<Job> page_job_;      // the page's latest generation
   std::vector<Job*> live_;           // every job queued or running (Stop cancels them)

@@ -256,7 +256,12 @@ TEST_F(UiOpenAiTest, QueueIsBoundedAndAClientThatLeavesFreesItsPlace) {
   const json slow = Chat(kTurn1, 12, {{"routing", {{"threshold", 1.0}, {"pipeline", false}}}});
   Reply running;
   std::thread first = StreamInBackground(ui->port(), slow, &running);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Waited for, not assumed after a sleep (the same below): each step is seen by the server.
+  const auto until = [&](const std::function<bool(int)>& holds) {
+    for (int i = 0; i < 5000 && !holds(ui->api_requests()); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return holds(ui->api_requests());
+  };
+  ASSERT_TRUE(until([](int n) { return n >= 1; }));
   // A second client sends a non-streamed request (it waits in the queue) and goes away.
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -268,14 +273,14 @@ TEST_F(UiOpenAiTest, QueueIsBoundedAndAClientThatLeavesFreesItsPlace) {
   const std::string request = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                               "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(until([](int n) { return n >= 2; }));
   // The queue is full now (one running, one waiting): the next one is told to come back.
   Reply full = Post(ui->port(), "/v1/chat/completions", Chat(kTurn1, 4).dump());
   EXPECT_EQ(full.status, 429) << full.body;
   EXPECT_FALSE(full.retry_after.empty());
   EXPECT_GE(std::atoi(full.retry_after.c_str()), 1);
   ::close(fd);  // the waiting client goes away: its place is free again
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_TRUE(until([](int n) { return n <= 1; }));
   Reply after = Post(ui->port(), "/v1/chat/completions", Chat(kTurn1, 4, {{"routing", {{"mode", "small_only"}}}}).dump());
   EXPECT_EQ(after.status, 200) << after.body;
   first.join();
