@@ -372,10 +372,15 @@ void BatchScheduler::Calibrate() {
 }
 
 void BatchScheduler::Finish(Job* j) {
+  bool late = false;
   {
     std::lock_guard<std::mutex> l(queue_mu_);
     admitted_.erase(std::remove(admitted_.begin(), admitted_.end(), j), admitted_.end());
+    // Answered, but after its deadline: the pass that finished it ran past the projection (calls
+    // are stopped only between passes). The device may have stopped waiting.
+    late = !j->expired && !j->gone.load() && j->error.empty() && Now() > j->deadline;
   }
+  if (late && metrics_) metrics_->Add("tlr_calls_late_total", 1);
   std::lock_guard<std::mutex> jl(j->mu);
   j->done = true;
   j->cv.notify_all();

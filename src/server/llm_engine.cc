@@ -66,6 +66,7 @@ LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& l
     metrics_->DeclareCounter("tlr_forward_seconds_total", "Time spent in batched forward passes (the LLM's compute)");
     metrics_->DeclareCounter("tlr_calls_expired_total", "Admitted calls dropped unstarted past their deadline (the admission model was wrong)");
     metrics_->DeclareCounter("tlr_calls_abandoned_total", "Admitted calls stopped between forward passes past their deadline");
+    metrics_->DeclareCounter("tlr_calls_late_total", "Admitted calls answered after their deadline (the pass that finished them ran past the projection)");
     metrics_->DeclareCounter("tlr_calls_refused_total", "Calls refused at once (429) because they could not be answered before their deadline, by class (warm: a few new tokens; cold: a conversation's prefill)");
     metrics_->DeclareCounter("tlr_calls_cancelled_total", "Calls dropped because their client closed its connection");
     metrics_->DeclareCounter("tlr_calls_partial_total", "Calls whose prefill takes longer than their time, stopped before their deadline with part of it ingested (503; the next call goes on)");

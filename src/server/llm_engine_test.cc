@@ -441,6 +441,29 @@ TEST_F(EngineTest, AdmittedCallsPastTheirDeadlineAreDroppedBeforeTheyRun) {
   EXPECT_EQ(again.reply.tokens, Reference({1, 2, 3}, 1));
 }
 
+// A call is stopped only between passes: one whose last pass ends after its deadline is answered
+// late, and counted so (tlr_calls_late_total), not as dropped.
+TEST_F(EngineTest, CallsAnsweredAfterTheirDeadlineAreCountedLate) {
+  Metrics metrics;
+  EngineLimits lim;
+  lim.calibrate = false;          // no pass timed: admission lets it in
+  lim.test_pass_delay_s = 0.5;    // its one pass takes longer than its time
+  LlmEngine engine(*llm_, nullptr, lim, &metrics);
+  SessionInfo a;
+  ASSERT_TRUE(engine.CreateSession(&a).ok());
+  NextRequest call = Call(a.id, {}, {1, 2, 3}, 1, "late");
+  call.timeout_s = 0.25;  // its pass starts well within it (or it would be dropped unrun)
+  EngineResult r = engine.Next(call);
+  ASSERT_TRUE(r.ok()) << r.message;
+  EXPECT_EQ(r.reply.tokens, Reference({1, 2, 3}, 1));
+  EXPECT_EQ(metrics.Value("tlr_calls_late_total"), 1);
+  EXPECT_EQ(metrics.Value("tlr_calls_abandoned_total") + metrics.Value("tlr_calls_expired_total"), 0);
+  // In time: not late.
+  EngineResult ok = engine.Next(Call(a.id, {1, 2, 3}, {1, 2, 3, 4}, 1, "in time"));
+  ASSERT_TRUE(ok.ok()) << ok.message;
+  EXPECT_EQ(metrics.Value("tlr_calls_late_total"), 1);
+}
+
 TEST_F(EngineTest, StartedCallsPastTheirDeadlineStopBetweenPassesAndKeepWhatTheyComputed) {
   // A call still running when its device stops waiting computes for nobody: it gets no further
   // pass. What it computed stays in its session (tokens and cache agree), so the device's next

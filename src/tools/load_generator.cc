@@ -313,6 +313,7 @@ Expected<LoadRun> RunLoad(const LoadOptions& o, const Tokenizer& vocab, int sess
       run.server_refused = DeltaFamily(before, after, "tlr_calls_refused_total", "");
       run.server_dropped = Delta(before, after, "tlr_calls_expired_total") + Delta(before, after, "tlr_calls_abandoned_total");
       run.server_cancelled = Delta(before, after, "tlr_calls_cancelled_total");
+      run.server_late = Delta(before, after, "tlr_calls_late_total");
       run.queue_sum = Delta(before, after, "tlr_queue_seconds_sum");
       run.queue_count = Delta(before, after, "tlr_queue_seconds_count");
       run.next_s_sum = DeltaFamily(before, after, "tlr_http_request_seconds_sum", "/tlr/v1/next");
@@ -411,9 +412,9 @@ std::string FormatLoadRun(const LoadRun& r, const LoadOptions& o) {
     Appendf(&out, "server tokens    prefill %.0f  decode %.0f  generated %.0f; server resyncs %.0f, evictions %.0f; "
                 "KV in use after %.1f MiB\n",
                 r.prefill, r.decode, r.generated, r.server_resyncs, r.evictions, r.kv_bytes / 1048576.0);
-    Appendf(&out, "server shedding  refused %.0f at once; admitted but dropped past their deadline %.0f; dropped for a "
-                "closed connection %.0f\n",
-                r.server_refused, r.server_dropped, r.server_cancelled);
+    Appendf(&out, "server shedding  refused %.0f at once; admitted but dropped past their deadline %.0f; answered past "
+                "their deadline %.0f; dropped for a closed connection %.0f\n",
+                r.server_refused, r.server_dropped, r.server_late, r.server_cancelled);
   }
   if (o.server_pid > 0) {
     Appendf(&out, "server memory    VmRSS %.1f -> %.1f MiB (peak sampled %.1f MiB), VmHWM %.1f MiB\n",
@@ -473,6 +474,7 @@ json LoadRunJson(const LoadRun& r) {
                    {"evictions", r.evictions},
                    {"refused", r.server_refused},
                    {"dropped_past_deadline", r.server_dropped},
+                   {"answered_past_deadline", r.server_late},
                    {"dropped_client_gone", r.server_cancelled},
                    {"next_mean_ms", r.next_count > 0 ? 1e3 * r.next_s_sum / r.next_count : 0.0},
                    {"queue_mean_ms", r.queue_count > 0 ? 1e3 * r.queue_sum / r.queue_count : 0.0},
