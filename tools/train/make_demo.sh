@@ -37,9 +37,9 @@ $py tools/train/train.py --data "$W" --tlr "$tlr" --init "$W/llm/model.gguf" --e
 #    page and /v1/chat/completions ask them free-form questions. The LLM's first chat run (30% of
 #    each batch, lr 5e-4) answered in ChatML but named the wrong thing; the second, with the
 #    made-up things and 40% at lr 1e-3, learned to copy the name. The SLM's chat share is one
-#    row in 16 (--aux-frac 0.0625 with batch 16; 0.05 rounds to the same): at 20-30% it lost 1.3-4.5 points on the
-#    multiple-choice test (its capacity is small), and at 2 of 16 the joint result at 0.80 fell
-#    2.1 points; at 1 of 16 it chats as well (models/demo/README.md).
+#    row in 16 (--aux-frac 0.0625 with batch 16; 0.05 rounds to the same): at 20-30% it lost
+#    1.3-4.5 points on the multiple-choice test (its capacity is small), and at 2 of 16 the joint
+#    result at 0.80 fell 2.1 points; at 1 of 16 it chats as well (models/demo/README.md).
 tmpl=models/demo/chat_template.jinja
 $py tools/worldgen/chat_corpus.py --data "$W" --conversations 6000 --unknown-share 0 --out "$W/chat.txt"
 $py tools/worldgen/chat_corpus.py --data "$W" --conversations 8000 --out "$W/chat2.txt"
