@@ -193,4 +193,34 @@ AdmissionVerdict Admit(const std::vector<AdmissionWork>& admitted, const Admissi
   return v;
 }
 
+ConversationPacer::ConversationPacer(double share, double memory_s, double burst_s)
+    : share_(std::clamp(share, 0.0, 1.0)), memory_s_(memory_s), burst_s_(burst_s) {}
+
+void ConversationPacer::Refused(double now) { refused_at_ = std::max(refused_at_, now); }
+
+bool ConversationPacer::paced(double now) const {
+  return share_ < 1 && now - refused_at_ < memory_s_ && busy_since_ >= 0 && now - busy_since_ >= memory_s_;
+}
+
+double ConversationPacer::Credit(double now, double tokens_per_s) const {
+  const double rate = share_ * std::max(0.0, tokens_per_s);
+  const double cap = rate * burst_s_;
+  if (!std::isfinite(credit_)) return cap;
+  return std::min(cap, credit_ + rate * std::max(0.0, now - credit_at_));
+}
+
+double ConversationPacer::Wait(double now, double tokens_per_s) const {
+  if (!paced(now)) return 0;
+  const double rate = share_ * tokens_per_s;
+  if (!(rate > 0)) return 60.0;  // none while paced
+  const double credit = Credit(now, tokens_per_s);
+  return credit >= 0 ? 0.0 : -credit / rate;
+}
+
+void ConversationPacer::Admitted(int64_t tokens, double now, double tokens_per_s) {
+  if (!paced(now)) return;
+  credit_ = Credit(now, tokens_per_s) - static_cast<double>(std::max<int64_t>(0, tokens));
+  credit_at_ = now;
+}
+
 }  // namespace tlr

@@ -81,6 +81,8 @@ struct AdmissionPolicy {
   double margin_share = 0.05; // ... plus this share of the call's budget
   double safety = 1.2;        // projected durations are stretched by this
   int64_t warm_tokens = 32;   // a call feeding at most this many tokens is warm
+  double new_share = 0.1;     // while calls of conversations in progress are being refused, new
+                              // ones get at most this share of the token rate (ConversationPacer)
 };
 
 struct AdmissionVerdict {
@@ -100,6 +102,40 @@ struct AdmissionVerdict {
 AdmissionVerdict Admit(const std::vector<AdmissionWork>& admitted, const AdmissionWork& candidate, double now,
                        double pass_left_s, const PassTimeModel& model, const AdmissionPolicy& policy,
                        int64_t pass_tokens_without = 0);
+
+// New conversations under overload. While the server is busy without a gap and refusing calls,
+// every new or resynced conversation it admits takes its prefill (a 64-token prompt is the work
+// of ~6 routed calls) from the routed tokens of conversations in progress, which then make
+// fewer calls per second or are refused. In that state (busy for memory_s, and a call refused
+// within memory_s, not counting the pacer's own refusals) new conversations draw on a token
+// bucket filled at `share` of the server's token rate (at most `burst_s` of it saved): they
+// still get in, at a bounded pace, and the rest of the server's time goes to conversations in
+// progress. As soon as the worker finds nothing to do, or a second passes without a refusal,
+// they are admitted as any call. (Measured, 30 s at 64-128 devices calling back to back:
+// without it 50-74 conversations started and took 30-48% of the prefill tokens;
+// docs/performance.md, Overload.)
+class ConversationPacer {
+ public:
+  explicit ConversationPacer(double share = 0.1, double memory_s = 1.0, double burst_s = 1.0);
+  // A call was refused at `now` (not by the pacer: its own refusals do not keep it on).
+  void Refused(double now);
+  // The worker has had work without a gap since `since` (< 0: it is idle now).
+  void Busy(double since) { busy_since_ = since; }
+  bool paced(double now) const;
+  // Seconds until a new conversation may be admitted (0: now), the server ingesting
+  // `tokens_per_s` at full load.
+  double Wait(double now, double tokens_per_s) const;
+  // A new conversation of `tokens` was admitted (charged only while paced).
+  void Admitted(int64_t tokens, double now, double tokens_per_s);
+  double share() const { return share_; }
+
+ private:
+  double Credit(double now, double tokens_per_s) const;
+  double share_, memory_s_, burst_s_;
+  double refused_at_ = -std::numeric_limits<double>::infinity();
+  double busy_since_ = -1;
+  double credit_ = std::numeric_limits<double>::infinity(), credit_at_ = 0;  // tokens at credit_at_
+};
 
 // Projected finish times (absolute) of `work` served in ServedBefore order from `now`, indexed
 // like `work`; with `starts`, also when each one's own work begins (the work ahead of it done).

@@ -65,6 +65,7 @@ struct BatchScheduler::Job {
   bool warm = true;
   uint64_t seq = 0;
   int64_t keep = -1;
+  int64_t held = 0;            // tokens of the context its session holds when it arrives
   std::atomic<int64_t> left_tokens{0};  // prefill tokens not yet ingested
   std::atomic<int> left_steps{0};       // generation passes still due (low priority excluded)
   std::atomic<bool> gone{false};        // the client went away
@@ -106,7 +107,8 @@ BatchScheduler::BatchScheduler(const Model& model, ThreadPool* pool, const Sched
       opts_(opts),
       metrics_(metrics),
       housekeeping_(std::move(housekeeping)),
-      pass_model_(HeadUnits(model.config())) {
+      pass_model_(HeadUnits(model.config())),
+      pacer_(opts.admission.new_share) {
   worker_ = std::thread([this] { WorkerLoop(); });
   // Serving starts once the passes are timed: calls arriving before would all be admitted.
   std::unique_lock<std::mutex> l(queue_mu_);
@@ -162,6 +164,7 @@ std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
     }
     job->warm = static_cast<int64_t>(job->feed.size()) <= opts_.admission.warm_tokens;
     job->keep = call.keep;
+    job->held = call.keep >= 0 ? call.keep : call.session ? static_cast<int64_t>(call.session->tokens.size()) : 0;
     job->left_tokens = static_cast<int64_t>(job->feed.size());
     // Generation passes after the prefill (its last pass gives the first token).
     job->left_steps = std::max(0, call.n - job->low_priority - 1);
@@ -265,10 +268,32 @@ AdmissionVerdict BatchScheduler::Decide(const Job& job, bool count_admission) co
   // The pass in flight, and the work after it that the worker does before the next one.
   const double pass_left = pass_started_ >= 0 ? std::max(0.0, pass_started_ + pass_expected_s_ - now) : 0;
   AdmissionVerdict v = Admit(work, WorkOf(job), now, pass_left, pass_model_, policy, without);
+  // A new or resynced conversation: more of its context to ingest than its session holds.
+  const int64_t tokens = job.left_tokens.load();
+  const bool fresh = !job.warm && std::isfinite(job.deadline) && tokens > job.held;
+  bool paced_refusal = false;
+  if (fresh && v.admit && pass_model_.calibrated()) {
+    // The server's token rate at full load (one output row per ten tokens, as routed calls).
+    const double rate = static_cast<double>(pass_model_.TokensWithin(1.0, 0.1));
+    if (const double wait = pacer_.Wait(now, rate); wait > 0) {
+      v.admit = false;
+      paced_refusal = true;
+      v.partial = false;
+      // Pacing may end sooner than the credit comes (the server found a gap): back within a second.
+      v.retry_after_s = std::clamp(wait, 0.05, 1.0);
+      v.why = "calls of conversations in progress are being refused, and new conversations get " +
+              std::to_string(static_cast<int>(std::lround(pacer_.share() * 100))) + "% of the server's time meanwhile";
+      if (metrics_) metrics_->Add("tlr_new_conversations_paced_total", 1);
+    } else if (count_admission) {
+      pacer_.Admitted(tokens, now, rate);
+    }
+  }
+  if (!v.admit && !v.never && !paced_refusal) pacer_.Refused(now);
   if (!v.admit && !v.never) {
     v.retry_after_s = std::min(60.0, v.retry_after_s * NoteDecision(false, now));
   } else if (v.admit && count_admission) {
     NoteDecision(true, now);
+    if (fresh && metrics_) metrics_->Add("tlr_new_conversation_tokens_total", static_cast<double>(tokens));
   }
   return v;
 }
@@ -280,6 +305,7 @@ AdmissionVerdict BatchScheduler::Check(const BatchCall& call) const {
   probe.first_token_only = call.deadline_first_token;
   probe.warm = static_cast<int64_t>(call.feed.size()) <= opts_.admission.warm_tokens;
   probe.left_tokens = static_cast<int64_t>(call.feed.size());
+  probe.held = call.keep >= 0 ? call.keep : call.session ? static_cast<int64_t>(call.session->tokens.size()) : 0;
   const int low = std::max(0, std::min(call.low_priority, call.n - 1));
   probe.left_steps = std::max(0, call.n - low - 1);
   std::lock_guard<std::mutex> l(queue_mu_);
@@ -313,6 +339,12 @@ void BatchScheduler::WorkerLoop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> l(queue_mu_);
+      // Busy since the first pass after the worker last found nothing to do (new conversations
+      // are paced only while it is busy without a gap).
+      if (queue_.empty() && active.empty()) {
+        busy_since_ = -1;
+        pacer_.Busy(-1);
+      }
       queue_cv_.wait_for(l, std::chrono::seconds(1), [&] { return stop_ || !queue_.empty() || !active.empty(); });
       if (stop_) {
         for (Job* j : queue_) active.push_back(j);
@@ -327,6 +359,10 @@ void BatchScheduler::WorkerLoop() {
           j->cv.notify_all();
         }
         return;
+      }
+      if ((!queue_.empty() || !active.empty()) && busy_since_ < 0) {
+        busy_since_ = Now();
+        pacer_.Busy(busy_since_);
       }
       while (!queue_.empty()) {
         active.push_back(queue_.front());

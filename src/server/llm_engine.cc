@@ -68,6 +68,8 @@ LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& l
     metrics_->DeclareCounter("tlr_calls_abandoned_total", "Admitted calls stopped between forward passes past their deadline");
     metrics_->DeclareCounter("tlr_calls_late_total", "Admitted calls answered after their deadline (the pass that finished them ran past the projection)");
     metrics_->DeclareCounter("tlr_calls_refused_total", "Calls refused at once (429) because they could not be answered before their deadline, by class (warm: a few new tokens; cold: a conversation's prefill)");
+    metrics_->DeclareCounter("tlr_new_conversation_tokens_total", "Prefill tokens of admitted new or resynced conversations (calls with more of their context to ingest than their session holds)");
+    metrics_->DeclareCounter("tlr_new_conversations_paced_total", "New or resynced conversations refused (429) while calls of conversations in progress were being refused (--new-conversation-share)");
     metrics_->DeclareCounter("tlr_calls_cancelled_total", "Calls dropped because their client closed its connection");
     metrics_->DeclareCounter("tlr_calls_partial_total", "Calls whose prefill takes longer than their time, stopped before their deadline with part of it ingested (503; the next call goes on)");
     metrics_->DeclareCounter("tlr_lookahead_tokens_total", "Lookahead tokens generated for devices' drafts (native protocol)");
@@ -98,6 +100,7 @@ LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& l
   so.max_batch_tokens = limits_.max_batch_tokens;
   so.admission.pass_tokens = limits_.max_batch_tokens;
   so.admission.cold_share = limits_.cold_share;
+  so.admission.new_share = limits_.new_share;
   so.calibrate = limits_.calibrate;
   so.test_pass_delay_s = limits_.test_pass_delay_s;
   if (metrics_) {

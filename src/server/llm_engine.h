@@ -53,6 +53,9 @@ struct EngineLimits {
   // Admission (admission.h): behind a queue, a new or resynced conversation's prefill must be
   // answered within this share of its time (the rest is left to warm sessions' routed tokens).
   double cold_share = 0.5;
+  // While calls of conversations in progress are being refused, new or resynced conversations get
+  // at most this share of the server's token rate (1: no bound; admission.h, ConversationPacer).
+  double new_share = 0.1;
   bool calibrate = true;              // time two passes at start (admission's first pass time)
   double test_pass_delay_s = 0;       // tests only: every forward pass takes this much longer
 };

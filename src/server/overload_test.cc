@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -25,8 +26,9 @@ class OverloadTest : public ::testing::Test {
   static void SetUpTestSuite() { llm_ = Model::Load(kDemo + "llm.gguf")->release(); }
   static void TearDownTestSuite() { delete llm_; }
 
-  void Start(double pass_delay_s, int64_t batch_tokens) {
+  void Start(double pass_delay_s, int64_t batch_tokens, double new_share = 0.1) {
     EngineLimits lim;
+    lim.new_share = new_share;
     lim.test_pass_delay_s = pass_delay_s;
     lim.max_batch_tokens = batch_tokens;
     engine_ = std::make_unique<LlmEngine>(*llm_, nullptr, lim, &metrics_);
@@ -64,6 +66,38 @@ class OverloadTest : public ::testing::Test {
         .dump();
   }
   double Metric(const std::string& name, const Metrics::Labels& labels = {}) const { return metrics_.Value(name, labels); }
+  // Posts every body to /tlr/v1/next at once (each client ready first, then all released: on a
+  // busy machine threads that post as they start are too far apart to queue behind each other),
+  // runs `meanwhile` on this thread, and returns the replies in order.
+  struct Reply {
+    int status = 0;  // 0: no reply
+    std::string body;
+    httplib::Headers headers;  // names compared without case
+    std::string header(const std::string& name) const {
+      auto it = headers.find(name);
+      return it == headers.end() ? "" : it->second;
+    }
+  };
+  static Reply Of(const httplib::Result& r) { return r ? Reply{r->status, r->body, r->headers} : Reply{}; }
+  std::vector<Reply> Wave(const std::vector<std::string>& bodies, const std::function<void()>& meanwhile = {}) {
+    std::vector<Reply> replies(bodies.size());
+    std::vector<std::thread> threads;
+    std::atomic<size_t> ready{0};
+    std::atomic<bool> go{false};
+    for (size_t i = 0; i < bodies.size(); ++i) {
+      threads.emplace_back([&, i] {
+        auto client = Client();
+        ++ready;
+        while (!go) std::this_thread::yield();
+        replies[i] = Of(client->Post("/tlr/v1/next", bodies[i], "application/json"));
+      });
+    }
+    while (ready < bodies.size()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    go = true;
+    if (meanwhile) meanwhile();
+    for (auto& t : threads) t.join();
+    return replies;
+  }
 
   static Model* llm_;
   Metrics metrics_;
@@ -88,30 +122,20 @@ TEST_F(OverloadTest, RefusesAtOnceWhatItCannotAnswerInTimeAndAnswersWhatItAdmits
     auto r = Client()->Post("/tlr/v1/next", NextBody(sessions.back(), held, 30000), "application/json");
     ASSERT_TRUE(r && r->status == 200);
   }
+  std::vector<std::string> bodies;
+  for (int i = 0; i < kCalls; ++i) bodies.push_back(NextBody(sessions[i], Tokens(60, i), 1000, 1, held, 4));
+  const std::vector<Reply> wave = Wave(bodies);
   std::vector<int> status(kCalls, 0);
   std::vector<json> replies(kCalls);
   std::vector<std::string> retry_after(kCalls), retry_after_ms(kCalls);
-  std::vector<std::thread> threads;
-  // The burst arrives at once (the threads post together, not as each one starts).
-  std::atomic<int> ready{0};
-  std::atomic<bool> go{false};
   for (int i = 0; i < kCalls; ++i) {
-    threads.emplace_back([&, i] {
-      auto client = Client();
-      const std::string body = NextBody(sessions[i], Tokens(60, i), 1000, 1, held, 4);
-      ++ready;
-      while (!go) std::this_thread::yield();
-      auto r = client->Post("/tlr/v1/next", body, "application/json");
-      if (!r) return;
-      status[i] = r->status;
-      replies[i] = json::parse(r->body, nullptr, false);
-      retry_after[i] = r->get_header_value("Retry-After");
-      retry_after_ms[i] = r->get_header_value("retry-after-ms");
-    });
+    const Reply& r = wave[i];
+    if (r.status == 0) continue;
+    status[i] = r.status;
+    replies[i] = json::parse(r.body, nullptr, false);
+    retry_after[i] = r.header("Retry-After");
+    retry_after_ms[i] = r.header("retry-after-ms");
   }
-  while (ready < kCalls) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  go = true;
-  for (auto& t : threads) t.join();
   int ok = 0, refused = 0;
   for (int i = 0; i < kCalls; ++i) {
     if (status[i] == 200) {
@@ -199,6 +223,51 @@ TEST_F(OverloadTest, WarmCallsGetInWhereNewConversationsAreRefused) {
   int cold_refused = 0;
   for (int s : status) cold_refused += s == 429;
   EXPECT_GE(cold_refused, 1);
+  EXPECT_EQ(Metric("tlr_calls_expired_total") + Metric("tlr_calls_abandoned_total"), 0);
+}
+
+TEST_F(OverloadTest, NewConversationsArePacedWhileTheBusyServerRefusesCalls) {
+  // Passes of 64 tokens and at least 0.1 s; new conversations get no share while paced (0), so a
+  // paced one is refused whatever the pacer's credit.
+  Start(0.1, 64, 0.0);
+  // A long prompt with a minute to go keeps the server busy without a gap: 2400 tokens, 38
+  // passes, 3.8 s or more (the calls below have earlier deadlines and go before it).
+  std::thread long_call([&] {
+    auto r = Client()->Post("/tlr/v1/next", NextBody(NewSession(), Tokens(2400, 1), 60000), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no reply");
+  });
+  while (metrics_.Histogram("tlr_queue_seconds").count < 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // busy for more than a second
+  // A wave of 16 new conversations with 1 s each: more than the server can answer in time, so
+  // admission refuses some (as in the first test of this file).
+  constexpr int kWave = 16;
+  std::vector<std::string> bodies;
+  for (int i = 0; i < kWave; ++i) bodies.push_back(NextBody(NewSession(), Tokens(60, 10 + i), 1000));
+  const std::string fresh = NewSession();
+  Reply paced;
+  double paced_before = 0;
+  Wave(bodies, [&] {
+    for (int i = 0; i < 2000 && Metric("tlr_calls_refused_total", {{"class", "cold"}}) < 1; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    // A new conversation with 30 s would fit behind the queue, but the busy server is refusing
+    // calls: it is paced (so may the wave's last ones be).
+    paced_before = Metric("tlr_new_conversations_paced_total");
+    paced = Of(Client()->Post("/tlr/v1/next", NextBody(fresh, Tokens(60, 2), 30000), "application/json"));
+  });
+  ASSERT_GE(Metric("tlr_calls_refused_total", {{"class", "cold"}}), 1);
+  ASSERT_EQ(paced.status, 429) << paced.body;
+  EXPECT_NE(paced.body.find("new conversations get 0% of the server's time"), std::string::npos) << paced.body;
+  EXPECT_EQ(json::parse(paced.body)["error"]["code"], "overloaded");
+  EXPECT_LE(json::parse(paced.body)["error"]["retry_after_ms"].get<double>(), 8000);
+  EXPECT_GE(Metric("tlr_new_conversations_paced_total"), paced_before + 1);
+  long_call.join();
+  // Once the server has found nothing to do, the same conversation is admitted.
+  const double new_tokens = Metric("tlr_new_conversation_tokens_total");
+  auto ok = Client()->Post("/tlr/v1/next", NextBody(fresh, Tokens(60, 2), 30000), "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  EXPECT_EQ(Metric("tlr_new_conversation_tokens_total"), new_tokens + 60);
   EXPECT_EQ(Metric("tlr_calls_expired_total") + Metric("tlr_calls_abandoned_total"), 0);
 }
 

@@ -24,13 +24,14 @@ struct ServeOwn {
   std::string max_body = "4M", name, tls_cert, tls_key, web, web_slm, web_router, web_data;
   int http_threads = 64, max_tokens = 256, prompt_cache = 0, max_connections = 1024, backlog = 1024;
   int64_t max_sessions = 1024, batch_tokens = 512, session_quota = 0;
-  double ttl = 600, request_timeout = 10, keep_alive = 30, default_timeout = 30, cold_share = 0.5;
+  double ttl = 600, request_timeout = 10, keep_alive = 30, default_timeout = 30, cold_share = 0.5,
+         new_conversation_share = 0.1;
   std::vector<std::string> cors_origins;
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ServeOwn, max_body, name, tls_cert, tls_key, web, web_slm, web_router, web_data,
                                    http_threads, max_tokens, prompt_cache, max_connections, backlog, max_sessions,
                                    batch_tokens, session_quota, ttl, request_timeout, keep_alive, default_timeout,
-                                   cold_share, cors_origins)
+                                   cold_share, new_conversation_share, cors_origins)
 
 }  // namespace
 
@@ -57,6 +58,11 @@ Command AddServeCommand(CLI::App& root) {
                   "within this share of its time; the rest is kept for the routed tokens of conversations in progress "
                   "(behind a short queue it may use all of it)")
       ->default_val(0.5)->check(CLI::Range(0.01, 1.0)), "0.3");
+  Example(app->add_option("--new-conversation-share", o->new_conversation_share,
+                  "While calls of conversations in progress are being refused (their demand alone is more than the "
+                  "server can answer), new or resynced conversations get at most this share of the server's token "
+                  "rate; 1: no bound, 0: none until the refusals stop")
+      ->default_val(0.1)->check(CLI::Range(0.0, 1.0)), "0.2");
   Example(app->add_option("--prompt-cache", o->prompt_cache,
                   "Most KV caches the OpenAI endpoints keep for reuse by prefix (one per client resending a growing "
                   "context); 0: as many as --kv-budget holds (least recently used evicted first)")
@@ -132,6 +138,7 @@ Command AddServeCommand(CLI::App& root) {
             lim.max_batch_tokens = o->batch_tokens;
             lim.prompt_cache_slots = o->prompt_cache;
             lim.cold_share = o->cold_share;
+            lim.new_share = o->new_conversation_share;
             auto model = Model::Load(p->model, ModelOptions(p->kv_type));
             if (!model.ok()) return ReportError(cmd, model.status().message());
             so.model_name = o->name.empty() ? std::filesystem::path(p->model).stem().string() : o->name;
