@@ -268,21 +268,26 @@ AdmissionVerdict BatchScheduler::Decide(const Job& job, bool count_admission) co
   // The pass in flight, and the work after it that the worker does before the next one.
   const double pass_left = pass_started_ >= 0 ? std::max(0.0, pass_started_ + pass_expected_s_ - now) : 0;
   AdmissionVerdict v = Admit(work, WorkOf(job), now, pass_left, pass_model_, policy, without);
-  // A new or resynced conversation: more of its context to ingest than its session holds.
+  // A new or resynced conversation: more of its context to ingest than its session holds. Only
+  // an admission charges the pacer; a dry run (Check) does not reserve its credit, so calls that
+  // arrive together may pass Check on the same credit and be paced when queued.
   const int64_t tokens = job.left_tokens.load();
   const bool fresh = !job.warm && std::isfinite(job.deadline) && tokens > job.held;
   bool paced_refusal = false;
   if (fresh && v.admit && pass_model_.calibrated()) {
-    // The server's token rate at full load (one output row per ten tokens, as routed calls).
-    const double rate = static_cast<double>(pass_model_.TokensWithin(1.0, 0.1));
+    // The server's token rate at full load: full passes, one output row per ten tokens (as
+    // routed calls), each pass paying its fixed cost.
+    const int64_t full = std::max<int64_t>(1, opts_.max_batch_tokens);
+    const double full_s = pass_model_.Predict(full, std::max<int64_t>(1, full / 10));
+    const double rate = full_s > 0 ? static_cast<double>(full) / full_s : 0;
     if (const double wait = pacer_.Wait(now, rate); wait > 0) {
       v.admit = false;
       paced_refusal = true;
       v.partial = false;
       // Pacing may end sooner than the credit comes (the server found a gap): back within a second.
       v.retry_after_s = std::clamp(wait, 0.05, 1.0);
-      v.why = "calls of conversations in progress are being refused, and new conversations get " +
-              std::to_string(static_cast<int>(std::lround(pacer_.share() * 100))) + "% of the server's time meanwhile";
+      v.why = "the server is busy and refusing calls, and new conversations get " +
+              std::to_string(static_cast<int>(std::lround(pacer_.share() * 100))) + "% of its time meanwhile";
       if (metrics_) metrics_->Add("tlr_new_conversations_paced_total", 1);
     } else if (count_admission) {
       pacer_.Admitted(tokens, now, rate);

@@ -230,20 +230,20 @@ TEST_F(OverloadTest, NewConversationsArePacedWhileTheBusyServerRefusesCalls) {
   // Passes of 64 tokens and at least 0.1 s; new conversations get no share while paced (0), so a
   // paced one is refused whatever the pacer's credit.
   Start(0.1, 64, 0.0);
-  // A long prompt with a minute to go keeps the server busy without a gap: 2400 tokens, 38
-  // passes, 3.8 s or more (the calls below have earlier deadlines and go before it).
+  constexpr int kWave = 16;
+  std::vector<std::string> bodies;
+  for (int i = 0; i < kWave; ++i) bodies.push_back(NextBody(NewSession(), Tokens(60, 10 + i), 1000));
+  const std::string fresh = NewSession(), busy = NewSession();
+  // A long prompt with a minute to go keeps the server busy without a gap: 3600 tokens, 57
+  // passes, 5.7 s or more (the calls below have earlier deadlines and go before it).
   std::thread long_call([&] {
-    auto r = Client()->Post("/tlr/v1/next", NextBody(NewSession(), Tokens(2400, 1), 60000), "application/json");
+    auto r = Client()->Post("/tlr/v1/next", NextBody(busy, Tokens(3600, 1), 60000), "application/json");
     EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no reply");
   });
   while (metrics_.Histogram("tlr_queue_seconds").count < 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // busy for more than a second
   // A wave of 16 new conversations with 1 s each: more than the server can answer in time, so
   // admission refuses some (as in the first test of this file).
-  constexpr int kWave = 16;
-  std::vector<std::string> bodies;
-  for (int i = 0; i < kWave; ++i) bodies.push_back(NextBody(NewSession(), Tokens(60, 10 + i), 1000));
-  const std::string fresh = NewSession();
   Reply paced;
   double paced_before = 0;
   Wave(bodies, [&] {
@@ -255,14 +255,16 @@ TEST_F(OverloadTest, NewConversationsArePacedWhileTheBusyServerRefusesCalls) {
     paced_before = Metric("tlr_new_conversations_paced_total");
     paced = Of(Client()->Post("/tlr/v1/next", NextBody(fresh, Tokens(60, 2), 30000), "application/json"));
   });
-  ASSERT_GE(Metric("tlr_calls_refused_total", {{"class", "cold"}}), 1);
+  long_call.join();
+  EXPECT_GE(Metric("tlr_calls_refused_total", {{"class", "cold"}}), 1);
   ASSERT_EQ(paced.status, 429) << paced.body;
-  EXPECT_NE(paced.body.find("new conversations get 0% of the server's time"), std::string::npos) << paced.body;
+  EXPECT_NE(paced.body.find("new conversations get 0% of its time"), std::string::npos) << paced.body;
   EXPECT_EQ(json::parse(paced.body)["error"]["code"], "overloaded");
+  // Share 0 has no credit to wait for: the pacer asks for at most a second (stretched at most
+  // 8x while refusals outnumber admissions), since pacing may end sooner.
   EXPECT_LE(json::parse(paced.body)["error"]["retry_after_ms"].get<double>(), 8000);
   EXPECT_GE(Metric("tlr_new_conversations_paced_total"), paced_before + 1);
-  long_call.join();
-  // Once the server has found nothing to do, the same conversation is admitted.
+  // With the refusals over (none for more than a second) the same conversation is admitted.
   const double new_tokens = Metric("tlr_new_conversation_tokens_total");
   auto ok = Client()->Post("/tlr/v1/next", NextBody(fresh, Tokens(60, 2), 30000), "application/json");
   ASSERT_TRUE(ok);

@@ -59,8 +59,8 @@ Command AddServeCommand(CLI::App& root) {
                   "(behind a short queue it may use all of it)")
       ->default_val(0.5)->check(CLI::Range(0.01, 1.0)), "0.3");
   Example(app->add_option("--new-conversation-share", o->new_conversation_share,
-                  "While calls of conversations in progress are being refused (their demand alone is more than the "
-                  "server can answer), new or resynced conversations get at most this share of the server's token "
+                  "While the server is busy without a gap and refusing calls, new or resynced conversations (calls "
+                  "feeding more than 32 tokens, more than their session holds) get at most this share of its token "
                   "rate; 1: no bound, 0: none until the refusals stop")
       ->default_val(0.1)->check(CLI::Range(0.0, 1.0)), "0.2");
   Example(app->add_option("--prompt-cache", o->prompt_cache,
