@@ -54,17 +54,20 @@ def table(name, j):
     runs = j["runs"]
     peak = max(r["goodput_per_s"] for r in runs) or 1
     lines = ["**%s**: peak goodput %.1f calls/s" % (name, peak), "",
-             "| devices | goodput/s | of peak | answered | refused | partial | timed out | failed | p50 ms | p99 ms | refusal p99 ms | server resyncs | evictions |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| devices | goodput/s | of peak | answered | refused | of them paced | partial | timed out | failed | p50 ms | p99 ms | refusal p99 ms | new conversations' tokens | server resyncs | evictions |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in runs:
         if r.get("error"):
-            lines.append("| %d | 0 | 0x | - | - | - | - | - | - | - | - | - | - |  (%s)" % (r["sessions"], r["error"]))
+            lines.append("| %d | 0 | 0x | - | - | - | - | - | - | - | - | - | - | - | - |  (%s)" % (r["sessions"], r["error"]))
             continue
         s = r.get("server", {})
-        lines.append("| %d | %.1f | %.2fx | %d | %d | %d | %d | %d | %.0f | %.0f | %.1f | %d | %d |" % (
+        # Servers before the pacer (--baseline) report neither: "-".
+        paced, new = s.get("new_conversations_paced"), s.get("new_conversation_tokens")
+        lines.append("| %d | %.1f | %.2fx | %d | %d | %s | %d | %d | %d | %.0f | %.0f | %.1f | %s | %d | %d |" % (
             r["sessions"], r["goodput_per_s"], r["goodput_per_s"] / peak, r["calls"], r.get("refused", 0),
-            r.get("partial", 0), r.get("timed_out", 0), r.get("failed", 0), r["latency_ms"]["p50"], r["latency_ms"]["p99"],
-            r.get("refused_ms", {}).get("p99", 0), s.get("resyncs", 0), s.get("evictions", 0)))
+            "-" if paced is None else "%d" % paced, r.get("partial", 0), r.get("timed_out", 0), r.get("failed", 0),
+            r["latency_ms"]["p50"], r["latency_ms"]["p99"], r.get("refused_ms", {}).get("p99", 0),
+            "-" if new is None else "%d" % new, s.get("resyncs", 0), s.get("evictions", 0)))
     return "\n".join(lines) + "\n"
 
 

@@ -314,6 +314,9 @@ Expected<LoadRun> RunLoad(const LoadOptions& o, const Tokenizer& vocab, int sess
       run.server_dropped = Delta(before, after, "tlr_calls_expired_total") + Delta(before, after, "tlr_calls_abandoned_total");
       run.server_cancelled = Delta(before, after, "tlr_calls_cancelled_total");
       run.server_late = Delta(before, after, "tlr_calls_late_total");
+      run.have_pacer = after.count("tlr_new_conversations_paced_total") > 0;
+      run.new_tokens = Delta(before, after, "tlr_new_conversation_tokens_total");
+      run.server_paced = Delta(before, after, "tlr_new_conversations_paced_total");
       run.queue_sum = Delta(before, after, "tlr_queue_seconds_sum");
       run.queue_count = Delta(before, after, "tlr_queue_seconds_count");
       run.next_s_sum = DeltaFamily(before, after, "tlr_http_request_seconds_sum", "/tlr/v1/next");
@@ -409,12 +412,14 @@ std::string FormatLoadRun(const LoadRun& r, const LoadOptions& o) {
       if (b.count <= 0) continue;
       Appendf(&out, "  %-9s %7.0f  %5.1f%%\n", BucketLabel(b).c_str(), b.count, r.passes > 0 ? 100 * b.count / r.passes : 0.0);
     }
-    Appendf(&out, "server tokens    prefill %.0f  decode %.0f  generated %.0f; server resyncs %.0f, evictions %.0f; "
-                "KV in use after %.1f MiB\n",
-                r.prefill, r.decode, r.generated, r.server_resyncs, r.evictions, r.kv_bytes / 1048576.0);
-    Appendf(&out, "server shedding  refused %.0f at once; admitted but dropped past their deadline %.0f; answered past "
+    const std::string new_tokens = r.have_pacer ? Format(" (of new conversations %.0f)", r.new_tokens) : "";
+    const std::string paced = r.have_pacer ? Format(" (new conversations paced %.0f)", r.server_paced) : "";
+    Appendf(&out, "server tokens    prefill %.0f%s  decode %.0f  generated %.0f; server resyncs %.0f, evictions %.0f; KV in "
+                "use after %.1f MiB\n",
+                r.prefill, new_tokens.c_str(), r.decode, r.generated, r.server_resyncs, r.evictions, r.kv_bytes / 1048576.0);
+    Appendf(&out, "server shedding  refused %.0f at once%s; admitted but dropped past their deadline %.0f; answered past "
                 "their deadline %.0f; dropped for a closed connection %.0f\n",
-                r.server_refused, r.server_dropped, r.server_late, r.server_cancelled);
+                r.server_refused, paced.c_str(), r.server_dropped, r.server_late, r.server_cancelled);
   }
   if (o.server_pid > 0) {
     Appendf(&out, "server memory    VmRSS %.1f -> %.1f MiB (peak sampled %.1f MiB), VmHWM %.1f MiB\n",
@@ -479,6 +484,10 @@ json LoadRunJson(const LoadRun& r) {
                    {"next_mean_ms", r.next_count > 0 ? 1e3 * r.next_s_sum / r.next_count : 0.0},
                    {"queue_mean_ms", r.queue_count > 0 ? 1e3 * r.queue_sum / r.queue_count : 0.0},
                    {"kv_bytes_after", r.kv_bytes}};
+    if (r.have_pacer) {  // a server before the pacer has neither metric
+      j["server"]["new_conversation_tokens"] = r.new_tokens;
+      j["server"]["new_conversations_paced"] = r.server_paced;
+    }
   }
   if (r.mem_after.rss_kib > 0) {
     j["server_memory_kib"] = {{"rss_before", r.mem_before.rss_kib},

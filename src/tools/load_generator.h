@@ -97,7 +97,8 @@ struct LoadRun {
   std::vector<LoadBucket> batch_sequences;
   double passes = 0, batch_seq_sum = 0, batch_tok_sum = 0, batch_tok_count = 0, prefill = 0, decode = 0,
          generated = 0, server_resyncs = 0, evictions = 0, server_refused = 0, server_dropped = 0, server_late = 0, server_cancelled = 0, queue_sum = 0, queue_count = 0, next_s_sum = 0,
-         next_count = 0, kv_bytes = 0;
+         next_count = 0, kv_bytes = 0, new_tokens = 0, server_paced = 0;
+  bool have_pacer = false;  // the server exports the pacer's metrics (new_tokens, server_paced)
   ProcMemory mem_before, mem_after;
   int64_t rss_peak_kib = 0;  // sampled during the run
   // Goodput: calls answered (within the device's timeout) per second after the ramp-up.

@@ -147,6 +147,14 @@ TEST_F(LoadGeneratorServerTest, RefusedCallsAreCountedOnceAndWaitedOut) {
   const nlohmann::json j = LoadRunJson(*r);
   EXPECT_EQ(j["refused"].get<int64_t>(), r->refused);
   EXPECT_EQ(j["timed_out"].get<int64_t>(), 0);
+  // Each device's first answered call started its conversation: a 40-token prefill or more.
+  ASSERT_TRUE(r->have_pacer);
+  EXPECT_GE(r->new_tokens, 40);
+  EXPECT_LE(r->new_tokens, r->prefill);
+  EXPECT_LE(r->server_paced, r->server_refused);  // paced calls are among the refused
+  EXPECT_EQ(j["server"]["new_conversation_tokens"].get<double>(), r->new_tokens);
+  EXPECT_EQ(j["server"]["new_conversations_paced"].get<double>(), r->server_paced);
+  EXPECT_NE(FormatLoadRun(*r, o).find("new conversations paced"), std::string::npos);
 }
 
 TEST_F(LoadGeneratorServerTest, UnreachableServerIsAnError) {
