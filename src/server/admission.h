@@ -81,8 +81,8 @@ struct AdmissionPolicy {
   double margin_share = 0.05; // ... plus this share of the call's budget
   double safety = 1.2;        // projected durations are stretched by this
   int64_t warm_tokens = 32;   // a call feeding at most this many tokens is warm
-  double new_share = 0.1;     // while calls of conversations in progress are being refused, new
-                              // ones get at most this share of the token rate (ConversationPacer)
+  double new_share = 0.1;     // while the busy server refuses calls, new conversations get at most
+                              // this share of its token rate (ConversationPacer)
 };
 
 struct AdmissionVerdict {
@@ -105,7 +105,7 @@ AdmissionVerdict Admit(const std::vector<AdmissionWork>& admitted, const Admissi
 
 // New conversations under overload. While the server is busy without a gap and refusing calls,
 // every new or resynced conversation it admits takes its prefill (a 64-token prompt is the work
-// of ~6 routed calls) from the routed tokens of conversations in progress, which then make
+// of ~7 routed calls) from the routed tokens of conversations in progress, which then make
 // fewer calls per second or are refused. In that state (busy for memory_s, and a call refused
 // within memory_s, not counting the pacer's own refusals) new conversations draw on a token
 // bucket filled at `share` of the server's token rate (at most `burst_s` of it saved): they
@@ -119,8 +119,11 @@ class ConversationPacer {
   explicit ConversationPacer(double share = 0.1, double memory_s = 1.0, double burst_s = 1.0);
   // A call was refused at `now` (not by the pacer: its own refusals do not keep it on).
   void Refused(double now);
-  // The worker has had work without a gap since `since` (< 0: it is idle now).
-  void Busy(double since) { busy_since_ = since; }
+  // The worker found nothing to do; it has work at `now` (busy since then unless it already was).
+  void Idle() { busy_since_ = -1; }
+  void Working(double now) {
+    if (busy_since_ < 0) busy_since_ = now;
+  }
   bool paced(double now) const;
   // Seconds until a new conversation may be admitted (0: now), the server ingesting
   // `tokens_per_s` at full load.

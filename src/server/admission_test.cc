@@ -218,7 +218,7 @@ TEST(ConversationPacer, PacedOnlyWhileTheServerIsBusyAndRefusingCalls) {
   EXPECT_FALSE(p.paced(0.5));
   p.Refused(1.0);
   EXPECT_FALSE(p.paced(1.0)) << "refusing, but the worker is idle";
-  p.Busy(0.5);
+  p.Working(0.5);
   EXPECT_FALSE(p.paced(1.2)) << "busy for less than a second";
   EXPECT_TRUE(p.paced(1.5));
   EXPECT_TRUE(p.paced(1.99));
@@ -226,14 +226,14 @@ TEST(ConversationPacer, PacedOnlyWhileTheServerIsBusyAndRefusingCalls) {
   EXPECT_EQ(p.Wait(2.5, 1000), 0);
   p.Refused(3.0);
   EXPECT_TRUE(p.paced(3.0));
-  p.Busy(-1);  // the worker found nothing to do: there is room
+  p.Idle();  // the worker found nothing to do: there is room
   EXPECT_FALSE(p.paced(3.0));
   EXPECT_EQ(p.Wait(3.0, 1000), 0);
 }
 
 TEST(ConversationPacer, WhilePacedNewConversationsGetTheirShareOfTheTokenRate) {
   ConversationPacer p(0.1, 1.0, 1.0);  // 100 of 1000 tokens/s, at most 1 s of it saved
-  p.Busy(0);
+  p.Working(0);
   double now = 10;
   int64_t admitted = 0;
   while (now < 20) {
@@ -249,7 +249,7 @@ TEST(ConversationPacer, WhilePacedNewConversationsGetTheirShareOfTheTokenRate) {
   EXPECT_LE(admitted, 1100 + 64);
   // A large one is admitted on credit and the next waits for the debt to be paid.
   ConversationPacer q(0.1, 1.0, 1.0);
-  q.Busy(0);
+  q.Working(0);
   q.Refused(10);
   EXPECT_EQ(q.Wait(10, 1000), 0);
   q.Admitted(600, 10, 1000);  // 100 saved - 600: 500 owed, 5 s at 100 tokens/s
@@ -259,24 +259,24 @@ TEST(ConversationPacer, WhilePacedNewConversationsGetTheirShareOfTheTokenRate) {
   EXPECT_EQ(q.Wait(15.0, 1000), 0);
   // Admissions while not paced are not charged: the debt is still what it was.
   ConversationPacer r(0.1, 1.0, 1.0);
-  r.Busy(0);
+  r.Working(0);
   r.Refused(10);
   r.Admitted(300, 10, 1000);  // 200 owed
-  r.Busy(-1);
+  r.Idle();
   r.Admitted(5000, 10.5, 1000);
-  r.Busy(10.5);
+  r.Working(10.5);
   r.Refused(11.5);
   EXPECT_NEAR(r.Wait(11.5, 1000), 0.5, 1e-9);
 }
 
 TEST(ConversationPacer, ShareOneNeverPacesAndShareZeroAdmitsNoneWhilePaced) {
   ConversationPacer all(1.0);
-  all.Busy(0);
+  all.Working(0);
   all.Refused(10);
   EXPECT_FALSE(all.paced(10));
   EXPECT_EQ(all.Wait(10, 1000), 0);
   ConversationPacer none(0.0);
-  none.Busy(0);
+  none.Working(0);
   none.Refused(10);
   EXPECT_GT(none.Wait(10, 1000), 0);
   EXPECT_EQ(none.Wait(11.5, 1000), 0);  // the refusals stopped

@@ -130,6 +130,16 @@ BatchOutcome BatchScheduler::Run(BatchCall call) {
   return std::move(RunAll(std::move(one))[0]);
 }
 
+namespace {
+
+// Tokens of the call's context its session holds when it arrives (what it keeps, or all).
+int64_t Held(const BatchCall& call) {
+  if (call.keep >= 0) return call.keep;
+  return call.session ? static_cast<int64_t>(call.session->tokens.size()) : 0;
+}
+
+}  // namespace
+
 std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
   std::vector<std::unique_ptr<Job>> jobs;
   const auto now = Clock::now();
@@ -164,7 +174,7 @@ std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
     }
     job->warm = static_cast<int64_t>(job->feed.size()) <= opts_.admission.warm_tokens;
     job->keep = call.keep;
-    job->held = call.keep >= 0 ? call.keep : call.session ? static_cast<int64_t>(call.session->tokens.size()) : 0;
+    job->held = Held(call);
     job->left_tokens = static_cast<int64_t>(job->feed.size());
     // Generation passes after the prefill (its last pass gives the first token).
     job->left_steps = std::max(0, call.n - job->low_priority - 1);
@@ -310,7 +320,7 @@ AdmissionVerdict BatchScheduler::Check(const BatchCall& call) const {
   probe.first_token_only = call.deadline_first_token;
   probe.warm = static_cast<int64_t>(call.feed.size()) <= opts_.admission.warm_tokens;
   probe.left_tokens = static_cast<int64_t>(call.feed.size());
-  probe.held = call.keep >= 0 ? call.keep : call.session ? static_cast<int64_t>(call.session->tokens.size()) : 0;
+  probe.held = Held(call);
   const int low = std::max(0, std::min(call.low_priority, call.n - 1));
   probe.left_steps = std::max(0, call.n - low - 1);
   std::lock_guard<std::mutex> l(queue_mu_);
@@ -346,10 +356,7 @@ void BatchScheduler::WorkerLoop() {
       std::unique_lock<std::mutex> l(queue_mu_);
       // Busy since the first pass after the worker last found nothing to do (new conversations
       // are paced only while it is busy without a gap).
-      if (queue_.empty() && active.empty()) {
-        busy_since_ = -1;
-        pacer_.Busy(-1);
-      }
+      if (queue_.empty() && active.empty()) pacer_.Idle();
       queue_cv_.wait_for(l, std::chrono::seconds(1), [&] { return stop_ || !queue_.empty() || !active.empty(); });
       if (stop_) {
         for (Job* j : queue_) active.push_back(j);
@@ -365,10 +372,7 @@ void BatchScheduler::WorkerLoop() {
         }
         return;
       }
-      if ((!queue_.empty() || !active.empty()) && busy_since_ < 0) {
-        busy_since_ = Now();
-        pacer_.Busy(busy_since_);
-      }
+      if (!queue_.empty() || !active.empty()) pacer_.Working(Now());
       while (!queue_.empty()) {
         active.push_back(queue_.front());
         queue_.pop_front();

@@ -149,7 +149,6 @@ class BatchScheduler {
   uint64_t next_seq_ = 0;
   mutable double recent_admitted_ = 0, recent_refused_ = 0, last_decision_ = 0;  // NoteDecision
   mutable ConversationPacer pacer_;  // under queue_mu_
-  double busy_since_ = -1;         // the worker has had work without a gap since (-1: idle)
   bool calibrated_ = false;        // the constructor waits for it
   bool stop_ = false;
   std::atomic<int64_t> prefill_tokens_{0}, decode_tokens_{0};
