@@ -6,6 +6,8 @@
 #include <numeric>
 #include <set>
 
+#include "quant/quantize.h"
+
 namespace tlr {
 
 namespace {
@@ -16,13 +18,19 @@ std::string Shape(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
-// y[o] = b[o] + sum_i W[o][i] x[i] on the F32 matrix kernels.
+// Bytes of one row of a matrix held as `type` (the caller checked the row length fits it).
+size_t RowBytes(GgmlType type, int64_t n) {
+  auto b = GgmlTensorBytes(type, static_cast<uint64_t>(n), static_cast<uint64_t>(n));
+  return b.ok() ? static_cast<size_t>(*b) : 0;
+}
+
+// y[o] = b[o] + sum_i W[o][i] x[i] on the matrix kernels of W's type.
 void Linear(const R2rNet::Tensor& w, const R2rNet::Tensor& b, const float* x, float* y, MatMulInput* mm,
             ThreadPool* pool) {
   const int64_t n_out = w.shape[0], n_in = w.shape[1];
-  const WeightView view{GgmlType::kF32, reinterpret_cast<const uint8_t*>(w.v.data()), n_out, n_in,
-                        static_cast<size_t>(n_in) * sizeof(float)};
-  mm->Prepare(GgmlType::kF32, x, 1, n_in, n_in, pool);
+  const uint8_t* data = w.type == GgmlType::kF32 ? reinterpret_cast<const uint8_t*>(w.v.data()) : w.q.data();
+  const WeightView view{w.type, data, n_out, n_in, RowBytes(w.type, n_in)};
+  mm->Prepare(w.type, x, 1, n_in, n_in, pool);
   MatMul(view, *mm, y, n_out, pool);
   for (int64_t o = 0; o < n_out; ++o) y[o] += b.v[static_cast<size_t>(o)];
 }
@@ -51,11 +59,40 @@ Expected<R2rNet> R2rNet::FromParams(std::map<std::string, Tensor> params) {
     const Tensor& t = it->second;
     int64_t n = 1;
     for (int64_t d : t.shape) n *= d;
-    if (t.shape != want || static_cast<int64_t>(t.v.size()) != n) {
+    if (t.shape != want) {
       return Status::Error("R2R router: '" + name + "' has shape " + Shape(t.shape) + ", want " + Shape(want));
     }
-    for (float x : t.v) {
-      if (!std::isfinite(x)) return Status::Error("R2R router: '" + name + "' holds a NaN or infinite value");
+    const std::string bad_value = "R2R router: '" + name + "' holds a NaN or infinite value";
+    if (t.type == GgmlType::kF32) {
+      if (static_cast<int64_t>(t.v.size()) != n || !t.q.empty()) {
+        return Status::Error("R2R router: '" + name + "' holds " + std::to_string(t.v.size()) + " values for shape " +
+                             Shape(t.shape));
+      }
+      for (float x : t.v) {
+        if (!std::isfinite(x)) return Status::Error(bad_value);
+      }
+    } else {
+      if (t.type != GgmlType::kF16 && t.type != GgmlType::kQ8_0) {
+        return Status::Error("R2R router: '" + name + "' must be f32, f16 or q8_0");
+      }
+      if (want.size() != 2) return Status::Error("R2R router: '" + name + "' is a vector and must be f32");
+      auto bytes = GgmlTensorBytes(t.type, static_cast<uint64_t>(want[1]), static_cast<uint64_t>(n));
+      if (!bytes.ok()) return Status::Error("R2R router: '" + name + "': " + bytes.status().message());
+      if (t.q.size() != *bytes || !t.v.empty()) {
+        return Status::Error("R2R router: '" + name + "' holds " + std::to_string(t.q.size()) + " bytes, want " +
+                             std::to_string(*bytes) + " for " + Shape(t.shape) + " in " +
+                             std::string(GgmlTraits(t.type).name));
+      }
+      std::vector<float> row(static_cast<size_t>(want[1]));
+      const size_t rb = static_cast<size_t>(*bytes / static_cast<uint64_t>(want[0]));
+      for (int64_t r = 0; r < want[0]; ++r) {
+        if (Status st = Dequantize(t.type, t.q.data() + static_cast<size_t>(r) * rb, row.data(), want[1]); !st.ok()) {
+          return Status::Error("R2R router: '" + name + "': " + st.message());
+        }
+        for (float x : row) {
+          if (!std::isfinite(x)) return Status::Error(bad_value);
+        }
+      }
     }
     used.insert(name);
     return &t;
@@ -166,7 +203,12 @@ float R2rNet::Logit(const float* hidden_in, int32_t token, const float* top_logi
   float* h = in;
   float* e = in + hidden;
   std::copy_n(hidden_in, hidden, h);
-  std::copy_n(embedding_->v.data() + static_cast<int64_t>(token) * embed, embed, e);
+  if (embedding_->type == GgmlType::kF32) {
+    std::copy_n(embedding_->v.data() + static_cast<int64_t>(token) * embed, embed, e);
+  } else {  // checked at load: the row dequantizes
+    (void)Dequantize(embedding_->type, embedding_->q.data() + static_cast<size_t>(token) * RowBytes(embedding_->type, embed),
+                     e, embed);
+  }
   std::copy_n(top_logits, topk, l);
   if (normalize_input) {
     LayerNorm(*norm_hidden_.w, *norm_hidden_.b, h, hidden, a);
@@ -211,9 +253,42 @@ float R2rNet::Logit(const float* hidden_in, int32_t token, const float* top_logi
 int64_t R2rNet::n_params() const {
   int64_t n = 0;
   for (const auto& [name, t] : params) {
-    if (name != "token_embeddings.weight") n += static_cast<int64_t>(t.v.size());
+    if (name == "token_embeddings.weight") continue;
+    int64_t e = 1;
+    for (int64_t d : t.shape) e *= d;
+    n += e;
   }
   return n;
+}
+
+Status R2rNet::StoreMatricesAs(GgmlType type) {
+  if (type != GgmlType::kF32 && type != GgmlType::kF16 && type != GgmlType::kQ8_0) {
+    return Status::Error("R2R router weights must be f32, f16 or q8_0");
+  }
+  for (const auto& [name, t] : params) {
+    if (t.type != GgmlType::kF32) return Status::Error("R2R router: '" + name + "' is already held as " +
+                                                       std::string(GgmlTraits(t.type).name));
+  }
+  if (type == GgmlType::kF32) return Status::Ok();
+  for (auto& [name, t] : params) {
+    if (t.shape.size() != 2) continue;
+    const int64_t rows = t.shape[0], cols = t.shape[1];
+    const GgmlType ty = type == GgmlType::kQ8_0 && cols % 32 != 0 ? GgmlType::kF16 : type;
+    const size_t rb = RowBytes(ty, cols);
+    std::vector<uint8_t> q(rb * static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      TLR_RETURN_IF_ERROR(Quantize(ty, t.v.data() + r * cols, q.data() + static_cast<size_t>(r) * rb, cols));
+    }
+    t.q = std::move(q);
+    t.type = ty;
+    t.v = std::vector<float>();  // free the f32 copy
+  }
+  return Status::Ok();
+}
+
+GgmlType R2rNet::matrix_type() const {
+  auto it = params.find("backbone.input_projection.weight");
+  return it == params.end() ? GgmlType::kF32 : it->second.type;
 }
 
 void TopLogits(const float* logits, int64_t n, int64_t k, float* out, int32_t* argmax, std::vector<int32_t>* scratch) {

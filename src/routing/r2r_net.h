@@ -21,9 +21,11 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/matmul.h"
+#include "quant/ggml_type.h"
 #include "util/status.h"
 
 namespace tlr {
@@ -38,8 +40,14 @@ struct R2rScratch {
 
 struct R2rNet {
   struct Tensor {
+    Tensor() = default;
+    Tensor(std::vector<int64_t> s, std::vector<float> values) : shape(std::move(s)), v(std::move(values)) {}
     std::vector<int64_t> shape;  // PyTorch's order (a Linear's weight: [out, in])
-    std::vector<float> v;
+    std::vector<float> v;        // the values in f32 (empty when `type` is not f32)
+    // A matrix may instead be held as f16 or q8_0 rows in `q` (StoreMatricesAs; a router file
+    // stored so); vectors (biases, LayerNorm) are always f32.
+    GgmlType type = GgmlType::kF32;
+    std::vector<uint8_t> q;
   };
   std::map<std::string, Tensor> params;  // by PyTorch name
   int64_t hidden = 0, embed = 0, topk = 0, vocab = 0;
@@ -57,10 +65,17 @@ struct R2rNet {
   // Checks every name and shape the forward pass reads (and that nothing else is there); fills
   // the sizes. Errors name the tensor.
   static Expected<R2rNet> FromParams(std::map<std::string, Tensor> params);
-  // The network's output logit for one position. The Linear layers run on the ops layer's F32
-  // matrix kernels (SIMD; on `pool`'s threads when given): at R2R's published size (6 blocks of
-  // 1024, 52 M parameters) a token reads 207 MB of weights. LayerNorm, GELU and the softmax
-  // accumulate in double.
+  // Holds every matrix (the Linear weights and the token embedding) as `type` (f32, f16 or
+  // q8_0; q8_0 falls back to f16 for a matrix whose rows are not a multiple of 32 long): a
+  // quarter of f32's memory and of what a token reads at q8_0, for scores within quantization
+  // error of f32's. From f32 only (a network already held otherwise is refused).
+  Status StoreMatricesAs(GgmlType type);
+  // The type most of the weights are held as (that of backbone.input_projection.weight).
+  GgmlType matrix_type() const;
+  // The network's output logit for one position. The Linear layers run on the ops layer's
+  // matrix kernels of their weights' type (SIMD; on `pool`'s threads when given): at R2R's
+  // published size (6 blocks of 1024, 52 M parameters) a token reads 207 MB of weights in f32,
+  // 104 MB in f16, 55 MB in q8_0. LayerNorm, GELU and the softmax accumulate in double.
   float Logit(const float* hidden, int32_t token, const float* top_logits, R2rScratch* scratch,
               ThreadPool* pool = nullptr) const;
   int64_t n_params() const;

@@ -121,6 +121,7 @@ Expected<Router> Router::FromR2r(RouterInfo info, R2rNet net) {
   info.input_dim = net.hidden;
   Router r;
   r.info_ = std::move(info);
+  r.type_ = net.matrix_type();
   r.r2r_ = std::make_shared<const R2rNet>(std::move(net));
   return r;
 }
@@ -206,7 +207,10 @@ Expected<Router> Router::Load(const std::string& path) {
     std::map<std::string, R2rNet::Tensor> params;
     for (const GgufTensorInfo& t : file.tensors()) {
       if (t.name.rfind(kR2rPrefix, 0) != 0) continue;
-      if (t.type != GgmlType::kF32) return pre(Status::Error(t.name + " must be f32"));
+      if (t.type != GgmlType::kF32 && !(t.dims.size() == 2 && (t.type == GgmlType::kF16 || t.type == GgmlType::kQ8_0))) {
+        return pre(Status::Error(t.name + " must be f32 (a matrix: f32, f16 or q8_0), not " +
+                                 std::string(GgmlTraits(t.type).name)));
+      }
       R2rNet::Tensor p;
       int64_t n = 1;
       for (size_t d = t.dims.size(); d-- > 0;) {  // GGUF lists the fastest dimension first
@@ -214,8 +218,13 @@ Expected<Router> Router::Load(const std::string& path) {
         n *= t.dims[d];
       }
       if (n <= 0 || n > (int64_t{1} << 31)) return pre(Status::Error(t.name + " has an implausible size"));
-      p.v.resize(static_cast<size_t>(n));
-      std::memcpy(p.v.data(), t.data, p.v.size() * sizeof(float));
+      p.type = t.type;
+      if (t.type == GgmlType::kF32) {
+        p.v.resize(static_cast<size_t>(n));
+        std::memcpy(p.v.data(), t.data, p.v.size() * sizeof(float));
+      } else {  // the reader checked the row length against the type's blocks and the bytes against the file
+        p.q.assign(t.data, t.data + t.n_bytes);
+      }
       params[t.name.substr(std::strlen(kR2rPrefix))] = std::move(p);
     }
     auto net = R2rNet::FromParams(std::move(params));
@@ -295,7 +304,11 @@ Status Router::Save(const std::string& path) const {
   if (r2r_) {
     for (const auto& [name, t] : r2r_->params) {
       std::vector<int64_t> dims(t.shape.rbegin(), t.shape.rend());
-      TLR_RETURN_IF_ERROR(w.AddTensorF32(kR2rPrefix + name, dims, t.v));
+      if (t.type == GgmlType::kF32) {
+        TLR_RETURN_IF_ERROR(w.AddTensorF32(kR2rPrefix + name, dims, t.v));
+      } else {
+        TLR_RETURN_IF_ERROR(w.AddTensor(kR2rPrefix + name, t.type, dims, t.q));
+      }
     }
   }
   for (size_t i = 0; i < layers_.size(); ++i) {

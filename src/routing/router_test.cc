@@ -13,6 +13,7 @@
 #include "model/gguf/gguf_writer.h"
 #include "model/model.h"
 #include "model/random_model.h"
+#include "quant/quantize.h"
 #include "util/temp_dir.h"
 
 namespace tlr {
@@ -213,7 +214,8 @@ namespace tlr {
 namespace {
 
 // An R2R-layout network of small random weights (r2r_net.h's names and shapes).
-std::map<std::string, R2rNet::Tensor> RandomR2rParams(int64_t h, int64_t v, int64_t k, bool normalize, uint64_t seed) {
+std::map<std::string, R2rNet::Tensor> RandomR2rParams(int64_t h, int64_t v, int64_t k, bool normalize, uint64_t seed,
+                                                      int64_t d0 = 16, int64_t d1 = 12) {
   std::mt19937 rng(static_cast<uint32_t>(seed));
   std::normal_distribution<float> nd(0.0f, 0.3f);
   std::map<std::string, R2rNet::Tensor> p;
@@ -224,7 +226,6 @@ std::map<std::string, R2rNet::Tensor> RandomR2rParams(int64_t h, int64_t v, int6
     for (float& x : t.v) x = base + nd(rng);
     p[name] = std::move(t);
   };
-  const int64_t d0 = 16, d1 = 12;
   add("token_embeddings.weight", {v, h});
   add("logits_projection.weight", {h, k});
   add("logits_projection.bias", {h});
@@ -313,6 +314,94 @@ TEST(Router, R2rRoundTripsAndRefusesMalformedNetworks) {
   bad([](auto& p) { p["extra.weight"] = {{1}, {0.0f}}; }, "unexpected tensor 'extra.weight'");
   bad([](auto& p) { p["logits_projection.bias"].v[0] = NAN; }, "NaN");
   bad([](auto& p) { p.erase("token_embeddings.weight"); }, "token_embeddings.weight");
+}
+
+// An R2R router held as f16 or q8_0 (StoreMatricesAs): scores within quantization error of the
+// f32 network's, the file keeps the type and scores bit for bit after a round trip, and held
+// weights that do not fit their type or shape are refused naming the tensor.
+TEST(Router, R2rStoredAsF16OrQ8_0) {
+  TempDir dir;
+  const int64_t h = 32, v = 96, k = 64;  // every row a multiple of 32 long (q8_0's blocks)
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  std::vector<std::vector<float>> hiddens, logits;
+  for (int t = 0; t < 50; ++t) {
+    hiddens.emplace_back(h), logits.emplace_back(v);
+    for (float& x : hiddens.back()) x = nd(rng);
+    for (float& x : logits.back()) x = 2 * nd(rng);
+  }
+  auto f32 = R2rNet::FromParams(RandomR2rParams(h, v, k, true, 9, 96, 64));
+  ASSERT_TRUE(f32.ok()) << f32.status().message();
+  auto ref = Router::FromR2r(RouterInfo{}, std::move(f32).value());
+  ASSERT_TRUE(ref.ok());
+  EXPECT_EQ(ref->weight_type(), GgmlType::kF32);
+  for (GgmlType type : {GgmlType::kF16, GgmlType::kQ8_0}) {
+    SCOPED_TRACE(GgmlTraits(type).name);
+    auto net = R2rNet::FromParams(RandomR2rParams(h, v, k, true, 9, 96, 64));
+    ASSERT_TRUE(net.ok());
+    const int64_t params = net->n_params();
+    ASSERT_TRUE(net->StoreMatricesAs(type).ok());
+    EXPECT_EQ(net->n_params(), params);
+    EXPECT_EQ(net->params.at("backbone.blocks.0.mlp.0.weight").type, type);
+    EXPECT_TRUE(net->params.at("backbone.blocks.0.mlp.0.weight").v.empty()) << "the f32 copy is kept";
+    EXPECT_EQ(net->params.at("backbone.blocks.0.mlp.0.bias").type, GgmlType::kF32);
+    EXPECT_EQ(net->params.at("backbone.output_layer.1.weight").type, type);  // [1, 64]
+    EXPECT_EQ(net->params.at("token_embeddings.weight").type, type);
+    EXPECT_FALSE(net->StoreMatricesAs(GgmlType::kF16).ok()) << "converted twice";
+    auto r = Router::FromR2r(RouterInfo{}, std::move(net).value());
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->weight_type(), type);
+    ASSERT_TRUE(r->Save(dir.File("q.gguf")).ok());
+    auto back = Router::Load(dir.File("q.gguf"));
+    ASSERT_TRUE(back.ok()) << back.status().message();
+    EXPECT_EQ(back->weight_type(), type);
+    double worst = 0;
+    int differ = 0;
+    for (size_t t = 0; t < hiddens.size(); ++t) {
+      const float c = r->Confidence(hiddens[t].data(), logits[t].data(), v, nullptr);
+      const float c32 = ref->Confidence(hiddens[t].data(), logits[t].data(), v, nullptr);
+      EXPECT_EQ(back->Confidence(hiddens[t].data(), logits[t].data(), v, nullptr), c);
+      worst = std::max(worst, std::fabs(static_cast<double>(c) - c32));
+      differ += c != c32;
+    }
+    EXPECT_LT(worst, type == GgmlType::kF16 ? 2e-3 : 2e-2);
+    EXPECT_GT(differ, 10) << "the quantized weights were not used";
+  }
+  // A matrix whose rows do not fit q8_0's blocks falls back to f16 (the small network: rows of 12).
+  auto small = R2rNet::FromParams(RandomR2rParams(8, v, 10, false, 5));
+  ASSERT_TRUE(small.ok());
+  ASSERT_TRUE(small->StoreMatricesAs(GgmlType::kQ8_0).ok());
+  EXPECT_EQ(small->params.at("backbone.blocks.1.mlp.0.weight").type, GgmlType::kF16);
+  EXPECT_FALSE(small->StoreMatricesAs(GgmlType::kQ4_0).ok());
+  auto bad = [&](const std::function<void(std::map<std::string, R2rNet::Tensor>&)>& edit, const std::string& want) {
+    auto p = RandomR2rParams(h, v, k, false, 9, 96, 64);
+    edit(p);
+    auto net = R2rNet::FromParams(std::move(p));
+    ASSERT_FALSE(net.ok()) << want;
+    EXPECT_NE(net.status().message().find(want), std::string::npos) << net.status().message();
+  };
+  auto held = [](R2rNet::Tensor& t, GgmlType type) {
+    const int64_t cols = t.shape.back(), rows = t.v.size() / cols;
+    const size_t rb = static_cast<size_t>(*GgmlTensorBytes(type, cols, cols));
+    t.q.resize(rb * rows);
+    for (int64_t r = 0; r < rows; ++r) ASSERT_TRUE(Quantize(type, t.v.data() + r * cols, t.q.data() + r * rb, cols).ok());
+    t.v.clear();
+    t.type = type;
+  };
+  bad([&](auto& p) { held(p["combined_projection.bias"], GgmlType::kF16); }, "'combined_projection.bias' is a vector");
+  bad([&](auto& p) {
+    held(p["combined_projection.weight"], GgmlType::kQ8_0);
+    p["combined_projection.weight"].q.pop_back();
+  }, "'combined_projection.weight' holds");
+  bad([&](auto& p) {
+    auto& t = p["backbone.input_projection.weight"];
+    held(t, GgmlType::kF16);
+    t.q[0] = 0x00, t.q[1] = 0x7c;  // f16 infinity
+  }, "'backbone.input_projection.weight' holds a NaN");
+  bad([&](auto& p) {
+    held(p["backbone.input_projection.weight"], GgmlType::kQ8_0);
+    p["backbone.input_projection.weight"].type = GgmlType::kQ4_0;
+  }, "must be f32, f16 or q8_0");
 }
 
 }  // namespace

@@ -554,6 +554,8 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const s
       rep.mlp.train_loss = net.train_loss;
       rep.mlp.val_loss = net.val_loss;
       rep.mlp.val_auroc = net.val_auroc;
+      // Stored as the router will run it (f16 or q8_0: within quantization error of the f32 net).
+      TLR_RETURN_IF_ERROR(net.net.StoreMatricesAs(opts.weight_type));
       // The held-out confidences from the network the router will run.
       R2rScratch scratch;
       for (int64_t i = 0; i < va.size(); ++i) {

@@ -60,7 +60,9 @@ struct RouterTrainOptions {
   int max_answer_tokens = 64;   // reference and rollout length limit
   float val_fraction = 0.15f;   // questions held out for validation and AUROC
   int batch_questions = 16;     // questions per batched prefill
-  GgmlType weight_type = GgmlType::kF16;  // f16 or q8_0 keep a 0.5B SLM's router under 1% of its step
+  // How the router holds its matrices (every kind; r2r's too): f16 or q8_0 keep a 0.5B SLM's
+  // router under 1% of its step; f32 keeps r2r's trained scores bit for bit.
+  GgmlType weight_type = GgmlType::kF16;
   std::string slm_name;
   // Progress: stage ("reference", "label", "rollout", "train"), done, total.
   std::function<void(const std::string&, int64_t, int64_t)> on_progress;

@@ -102,6 +102,13 @@ Command AddRouterInfo(CLI::App* router_app) {
       wfp = Fnv1a(wfp, l.w.data(), l.w.size() * sizeof(float));
       wfp = Fnv1a(wfp, l.b.data(), l.b.size() * sizeof(float));
     }
+    if (const R2rNet* net = r->r2r()) {  // as stored (an f16 copy of a network is another network)
+      for (const auto& [name, t] : net->params) {
+        wfp = Fnv1a(wfp, name.data(), name.size());
+        wfp = Fnv1a(wfp, t.v.data(), t.v.size() * sizeof(float));
+        wfp = Fnv1a(wfp, t.q.data(), t.q.size());
+      }
+    }
     char hex[17];
     nlohmann::json j = {{"kind", RouterKindName(in.kind)}, {"input_dim", in.input_dim},
                         {"weights_fingerprint", std::string(HexU64(wfp, hex))},
@@ -173,7 +180,7 @@ Command AddRouterTrain(CLI::App* router_app) {
   Example(train->add_option("--max-answer-tokens", o->max_answer, "Reference and rollout length limit")
               ->capture_default_str()->check(CLI::Range(1, 4096)),
           "9");
-  Example(train->add_option("--weight-type", o->weight_type, "How the router stores its matrices (citer, colm; r2r keeps f32)")
+  Example(train->add_option("--weight-type", o->weight_type, "How the router stores its matrices (every kind; r2r: its Linear weights and token embedding, f32 keeps the trained scores bit for bit)")
               ->capture_default_str()->check(CLI::IsMember({"f32", "f16", "q8_0"})),
           "f32");
   Example(train->add_option("--seed", o->seed, "Seed (initialisation, shuffling, validation split)")

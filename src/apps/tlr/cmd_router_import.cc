@@ -50,7 +50,9 @@ Command AddRouterImport(CLI::App* router_app) {
               ->capture_default_str()->check(CLI::Range(0.0f, 1.0f)),
           "0.7");
   Example(app->add_option("--weight-type", o->weight_type, "How the file stores the matrices (f32: scores exactly as "
-                                                           "PyTorch's)")
+                                                           "PyTorch's; f16, q8_0: half and a quarter of the memory "
+                                                           "and of what r2r reads per token, scores within "
+                                                           "quantization error: give --check a --tolerance)")
               ->capture_default_str()->check(CLI::IsMember({"f32", "f16", "q8_0"})),
           "f16");
   Example(app->add_option("--bn-eps", o->bn_eps, "BatchNorm1d's eps")->capture_default_str(), "0.001");
@@ -104,6 +106,7 @@ Command AddRouterImport(CLI::App* router_app) {
       }
       auto net = R2rNet::FromParams(std::move(params));
       if (!net.ok()) return ReportError(cmd, o->from + ": " + net.status().message());
+      TLR_CLI_CHECK(cmd, net->StoreMatricesAs(type));
       router = Router::FromR2r(info, std::move(net).value());
       if (router.ok()) {
         if (Status s = router->CheckCompatible(**slm); !s.ok()) return ReportError(cmd, o->from + ": " + s.message());

@@ -85,6 +85,21 @@ for norm in "" --normalize-input; do
   "$tlr" router info --json "$tmp/r2r.gguf" | grep -q '"kind": "r2r"' || fail "the imported router is not r2r"
   echo "ok   r2r $norm: $(grep -o 'largest difference.*' <<<"$out")"
 done
+# Stored as f16 and q8_0 (the last network above, normalized): within quantization error of
+# PyTorch's scores, and not within f32's 1e-5 (so the quantized weights are what scores).
+for pair in "f16 0.002" "q8_0 0.02"; do
+  read -r wt tol <<<"$pair"
+  out=$("$tlr" router import --slm "$demo/slm.gguf" --from "$tmp/r2r.safetensors" -o "$tmp/r2r-$wt.gguf" --weight-type "$wt" \
+          --check "$tmp/r2r-scores.safetensors" --tolerance "$tol" 2>&1) || { echo "$out" >&2; fail "import (r2r as $wt)"; }
+  "$tlr" router info --json "$tmp/r2r-$wt.gguf" | grep -q "\"weight_type\": \"$wt\"" || fail "the r2r router is not stored as $wt"
+  [ "$(stat -c %s "$tmp/r2r-$wt.gguf")" -lt "$(stat -c %s "$tmp/r2r.gguf")" ] || fail "the $wt file is not smaller than f32's"
+  expect_error "r2r as $wt against f32's tolerance" "differ from PyTorch's" -- \
+    router import --slm "$demo/slm.gguf" --from "$tmp/r2r.safetensors" -o "$tmp/bad.gguf" --weight-type "$wt" \
+    --check "$tmp/r2r-scores.safetensors"
+  echo "ok   r2r as $wt: $(grep -o 'largest difference.*' <<<"$out")"
+done
+"$tlr" generate --router "$tmp/r2r-q8_0.gguf" --threshold 0.5 -n 4 -p "Question: Where does a fexko live?" >/dev/null 2>&1 ||
+  fail "generate with the q8_0 r2r router"
 "$tlr" generate --router "$tmp/r2r.gguf" --threshold 0.5 -n 12 --trace "$tmp/trace.jsonl" \
   -p "$(printf 'Question: Where does a fexko live?\nA. marsh\nB. desert\nC. forest\nD. river\nE. cave\n')" >/dev/null 2>"$tmp/gen.log" || { cat "$tmp/gen.log" >&2; fail "generate with the r2r router"; }
 [ "$(wc -l <"$tmp/trace.jsonl")" -ge 2 ] || fail "no tokens traced with the r2r router"
