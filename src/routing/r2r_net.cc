@@ -84,7 +84,7 @@ Expected<R2rNet> R2rNet::FromParams(std::map<std::string, Tensor> params) {
                              std::string(GgmlTraits(t.type).name));
       }
       std::vector<float> row(static_cast<size_t>(want[1]));
-      const size_t rb = static_cast<size_t>(*bytes / static_cast<uint64_t>(want[0]));
+      const size_t rb = RowBytes(t.type, want[1]);
       for (int64_t r = 0; r < want[0]; ++r) {
         if (Status st = Dequantize(t.type, t.q.data() + static_cast<size_t>(r) * rb, row.data(), want[1]); !st.ok()) {
           return Status::Error("R2R router: '" + name + "': " + st.message());
@@ -276,8 +276,18 @@ Status R2rNet::StoreMatricesAs(GgmlType type) {
     const GgmlType ty = type == GgmlType::kQ8_0 && cols % 32 != 0 ? GgmlType::kF16 : type;
     const size_t rb = RowBytes(ty, cols);
     std::vector<uint8_t> q(rb * static_cast<size_t>(rows));
+    std::vector<float> back(static_cast<size_t>(cols));
     for (int64_t r = 0; r < rows; ++r) {
-      TLR_RETURN_IF_ERROR(Quantize(ty, t.v.data() + r * cols, q.data() + static_cast<size_t>(r) * rb, cols));
+      uint8_t* row = q.data() + static_cast<size_t>(r) * rb;
+      TLR_RETURN_IF_ERROR(Quantize(ty, t.v.data() + r * cols, row, cols));
+      // f16 (and q8_0's f16 scales) end at 65504: a larger weight would become infinite.
+      TLR_RETURN_IF_ERROR(Dequantize(ty, row, back.data(), cols));
+      for (float x : back) {
+        if (!std::isfinite(x)) {
+          return Status::Error("R2R router: '" + name + "' has values beyond " + std::string(GgmlTraits(ty).name) +
+                               "'s range (store it as f32)");
+        }
+      }
     }
     t.q = std::move(q);
     t.type = ty;

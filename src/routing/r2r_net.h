@@ -70,7 +70,9 @@ struct R2rNet {
   // quarter of f32's memory and of what a token reads at q8_0, for scores within quantization
   // error of f32's. From f32 only (a network already held otherwise is refused).
   Status StoreMatricesAs(GgmlType type);
-  // The type most of the weights are held as (that of backbone.input_projection.weight).
+  // The type most of the weights are held as (that of backbone.input_projection.weight; a q8_0
+  // network keeps f16 for matrices whose rows are not a multiple of 32 long, such as a
+  // logits projection over R2R's top 100).
   GgmlType matrix_type() const;
   // The network's output logit for one position. The Linear layers run on the ops layer's
   // matrix kernels of their weights' type (SIMD; on `pool`'s threads when given): at R2R's

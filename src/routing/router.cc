@@ -155,8 +155,20 @@ Status Router::Compile() {
     if (!row_bytes.ok()) return row_bytes.status();
     Compiled::L c;
     c.bytes.resize(*row_bytes * l.n_out);
+    std::vector<float> back(static_cast<size_t>(l.n_in));
     for (int64_t r = 0; r < l.n_out; ++r) {
-      TLR_RETURN_IF_ERROR(Quantize(t, l.w.data() + r * l.n_in, c.bytes.data() + r * *row_bytes, l.n_in));
+      uint8_t* row = c.bytes.data() + r * *row_bytes;
+      TLR_RETURN_IF_ERROR(Quantize(t, l.w.data() + r * l.n_in, row, l.n_in));
+      // f16 (and q8_0's f16 scales) end at 65504: a larger weight would become infinite.
+      if (t == GgmlType::kF32) continue;
+      TLR_RETURN_IF_ERROR(Dequantize(t, row, back.data(), l.n_in));
+      for (float x : back) {
+        if (!std::isfinite(x)) {
+          return Status::Error("router layer " + std::to_string(compiled_->layers.size()) +
+                               " has weights beyond " + std::string(GgmlTraits(t).name) +
+                               "'s range or not finite (store it as f32)");
+        }
+      }
     }
     c.view = {t, nullptr, l.n_out, l.n_in, static_cast<size_t>(*row_bytes)};
     compiled_->layers.push_back(std::move(c));

@@ -9,6 +9,8 @@
 #include <map>
 #include <random>
 #include <set>
+#include <tuple>
+#include <utility>
 
 #include "model/gguf/gguf_writer.h"
 #include "model/model.h"
@@ -148,6 +150,14 @@ TEST(Router, RefusesNonFiniteThresholdAndWeights) {
     EXPECT_NE(back.status().message().find("layer 1 has a weight or bias that is NaN or infinite"), std::string::npos)
         << back.status().message();
   }
+  // A weight past f16's range is refused when the router is made, not written as infinity.
+  auto layers = RandomLayers({8, 4, 4, 1}, 3);
+  layers[1].w[2] = 1e5f;
+  auto big = Router::FromLayers(info, layers, GgmlType::kF16);
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("layer 1 has weights beyond f16's range"), std::string::npos)
+      << big.status().message();
+  EXPECT_TRUE(Router::FromLayers(info, layers, GgmlType::kF32).ok());
 }
 
 TEST(Router, ColmIsOneMinusDeferProbability) {
@@ -367,12 +377,65 @@ TEST(Router, R2rStoredAsF16OrQ8_0) {
     EXPECT_LT(worst, type == GgmlType::kF16 ? 2e-3 : 2e-2);
     EXPECT_GT(differ, 10) << "the quantized weights were not used";
   }
-  // A matrix whose rows do not fit q8_0's blocks falls back to f16 (the small network: rows of 12).
+  // A matrix whose rows do not fit q8_0's blocks falls back to f16 (the small network: rows of 8,
+  // 12, 16 and 24 are f16, block 0's [12 x 32] down projection q8_0), and the mix scores close to f32.
+  auto small32 = Router::FromR2r(RouterInfo{}, std::move(R2rNet::FromParams(RandomR2rParams(8, v, 10, false, 5))).value());
   auto small = R2rNet::FromParams(RandomR2rParams(8, v, 10, false, 5));
-  ASSERT_TRUE(small.ok());
+  ASSERT_TRUE(small.ok() && small32.ok());
   ASSERT_TRUE(small->StoreMatricesAs(GgmlType::kQ8_0).ok());
   EXPECT_EQ(small->params.at("backbone.blocks.1.mlp.0.weight").type, GgmlType::kF16);
+  EXPECT_EQ(small->params.at("backbone.blocks.0.mlp.3.weight").type, GgmlType::kQ8_0);
   EXPECT_FALSE(small->StoreMatricesAs(GgmlType::kQ4_0).ok());
+  auto mixed = Router::FromR2r(RouterInfo{}, std::move(small).value());
+  ASSERT_TRUE(mixed.ok());
+  for (size_t t = 0; t < hiddens.size(); ++t) {
+    const float* hid = hiddens[t].data();  // the first 8 of 32 values
+    EXPECT_NEAR(mixed->Confidence(hid, logits[t].data(), v, nullptr), small32->Confidence(hid, logits[t].data(), v, nullptr),
+                2e-2);
+  }
+  // A weight past f16's range (65504; q8_0's block scale is an f16 of the block's largest / 127)
+  // is refused naming the tensor, not stored as infinity.
+  for (auto [type, big] : {std::pair{GgmlType::kF16, 1e5f}, std::pair{GgmlType::kQ8_0, 1e7f}}) {
+    auto p = RandomR2rParams(h, v, k, false, 9, 96, 64);
+    p["backbone.blocks.1.mlp.0.weight"].v[5] = big;
+    auto net = R2rNet::FromParams(std::move(p));
+    ASSERT_TRUE(net.ok());
+    Status st = net->StoreMatricesAs(type);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("'backbone.blocks.1.mlp.0.weight' has values beyond"), std::string::npos) << st.message();
+  }
+  // Router files whose r2r tensors have a type they cannot have are refused naming the tensor.
+  auto write = [&](const std::string& path, const std::string& odd, GgmlType odd_type) {
+    auto params = RandomR2rParams(h, v, k, false, 9, 96, 64);
+    GgufWriter w;
+    w.Set("general.architecture", GgufValue::Str("tlr-router"));
+    w.Set("tlr-router.kind", GgufValue::Str("r2r"));
+    w.Set("tlr-router.input_dim", GgufValue::U32(static_cast<uint32_t>(h)));
+    for (const auto& [name, t] : params) {
+      std::vector<int64_t> dims(t.shape.rbegin(), t.shape.rend());
+      if (name != odd) {
+        ASSERT_TRUE(w.AddTensorF32("router.r2r." + name, dims, t.v).ok());
+        continue;
+      }
+      const size_t bytes = static_cast<size_t>(*GgmlTensorBytes(odd_type, dims[0], t.v.size()));
+      std::vector<uint8_t> q(bytes);
+      ASSERT_TRUE(Quantize(odd_type, t.v.data(), q.data(), static_cast<int64_t>(t.v.size())).ok());
+      ASSERT_TRUE(w.AddTensor("router.r2r." + name, odd_type, dims, q).ok());
+    }
+    ASSERT_TRUE(w.WriteFile(dir.File(path)).ok());
+  };
+  write("ok.gguf", "backbone.blocks.0.mlp.0.weight", GgmlType::kQ8_0);
+  auto ok = Router::Load(dir.File("ok.gguf"));
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->r2r()->params.at("backbone.blocks.0.mlp.0.weight").type, GgmlType::kQ8_0);
+  for (auto [odd, type, want] : {std::tuple{"combined_projection.bias", GgmlType::kF16, "router.r2r.combined_projection.bias must be f32"},
+                                 std::tuple{"backbone.blocks.0.mlp.0.weight", GgmlType::kQ4_0,
+                                            "router.r2r.backbone.blocks.0.mlp.0.weight must be f32 (a matrix: f32, f16 or q8_0), not q4_0"}}) {
+    write("bad.gguf", odd, type);
+    auto bad_file = Router::Load(dir.File("bad.gguf"));
+    ASSERT_FALSE(bad_file.ok()) << odd;
+    EXPECT_NE(bad_file.status().message().find(want), std::string::npos) << bad_file.status().message();
+  }
   auto bad = [&](const std::function<void(std::map<std::string, R2rNet::Tensor>&)>& edit, const std::string& want) {
     auto p = RandomR2rParams(h, v, k, false, 9, 96, 64);
     edit(p);

@@ -95,8 +95,9 @@ Command AddRouterInfo(CLI::App* router_app) {
     auto r = Router::Load(o->path);
     if (!r.ok()) return ReportError(cmd, r.status().message());
     const RouterInfo& in = r->info();
-    // Two routers with the same weights have the same fingerprint (as loaded: the file's
-    // storage type decoded), whatever their training summaries say.
+    // Two routers with the same weights have the same fingerprint, whatever their training
+    // summaries say: citer/colm as loaded (the file's storage type decoded), r2r as stored (its
+    // tensors' names, types, shapes and bytes).
     uint64_t wfp = kFnvOffset;
     for (const DenseLayer& l : r->layers()) {
       wfp = Fnv1a(wfp, l.w.data(), l.w.size() * sizeof(float));
@@ -104,7 +105,10 @@ Command AddRouterInfo(CLI::App* router_app) {
     }
     if (const R2rNet* net = r->r2r()) {  // as stored (an f16 copy of a network is another network)
       for (const auto& [name, t] : net->params) {
-        wfp = Fnv1a(wfp, name.data(), name.size());
+        wfp = Fnv1a(wfp, name.data(), name.size() + 1);  // with its terminating NUL: a separator
+        const auto type = static_cast<uint32_t>(t.type);
+        wfp = Fnv1a(wfp, &type, sizeof type);
+        wfp = Fnv1a(wfp, t.shape.data(), t.shape.size() * sizeof(int64_t));
         wfp = Fnv1a(wfp, t.v.data(), t.v.size() * sizeof(float));
         wfp = Fnv1a(wfp, t.q.data(), t.q.size());
       }
