@@ -62,6 +62,9 @@ check info 0 "tokenizer.ggml.model +str += \"gpt2\"" -- "$tlr" info "$gpt2"
 check info_json 0 "\"key\": \"tokenizer.ggml.pre\"" -- "$tlr" info --json "$gpt2"
 printf 'Hello world' >"$tmp/text.txt"
 check file 0 "^15496 995$" -- "$tlr" tokenize -m "$gpt2" --ids-only -f "$tmp/text.txt"
+printf '15496\n995\n' > "$tmp/ids.txt"
+check decode_file 0 "^Hello world$" -- "$tlr" tokenize -m "$gpt2" --decode -f "$tmp/ids.txt"
+check decode_ids_only 1 "--ids-only is for tokenizing text" -- "$tlr" tokenize -m "$gpt2" --decode --ids-only 15496
 
 # Bad input: clear errors, exit 1 (or 2 for usage errors caught by the flag parser).
 head -c 1000 "$gpt2" >"$tmp/truncated.gguf"
@@ -144,6 +147,14 @@ check trace_fields 0 '"source":"(SLM|LLM)"' -- head -1 "$tmp/trace.jsonl"
 check generate_small 0 "0 routed" -- "${gen[@]}" --router entropy --mode small_only
 check generate_large 0 "12 routed to the LLM \(100.0%\)" -- "${gen[@]}" --mode large_only
 check generate_no_color 0 "" -- "${gen[@]}" --router random --no-color -q
+# Flags that would do nothing in what was asked are refused, naming the flag.
+check refuse_server_flag 2 "--llm-timeout requires --server" -- "${gen[@]}" --router maxprob --llm-timeout 3
+check refuse_small_threshold 1 "--threshold does nothing with --mode small_only" -- "${gen[@]}" --mode small_only --threshold 0.5
+check refuse_pipeline_off 1 "--lookahead does nothing with --pipeline off" -- "${gen[@]}" --router maxprob --pipeline off --lookahead 2
+check small_summary 0 "mode small_only, threshold -, router -" -- "${gen[@]}" --router entropy --mode small_only
+check refuse_calibrate_unreachable 2 "not expected: --allow-unreachable" -- "$tlr" router calibrate --allow-unreachable
+check refuse_bench_router_type 1 "--router-type is for an untrained --router citer or colm" -- \
+  "$tlr" bench -m "$tmp/tiny.gguf" --router maxprob --router-type f16 --pp 2 --tg 2 -r 1 -t 1
 # A conversation from a JSON message array (the SLM's chat template renders it); bad ones are
 # clear errors.
 msgs=("$tlr" generate --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob -n 6 -t 1)
@@ -161,7 +172,7 @@ check generate_messages_and_prompt 1 "not both" -- "${msgs[@]}" --messages "$tmp
 # tlr chat through a pipe: one message per line, slash commands; the second turn reuses the
 # first's SLM cache; a saved conversation loads in a new process with its cache.
 chat=("$tlr" chat --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob -n 6 -t 1 --no-color)
-check chat_ctx 0 "exceed the context of 8 tokens: /new starts over" -- bash -c 'printf "hello there\n" | "${@}" -c 8' _ "${chat[@]}"
+check chat_ctx 0 "exceed the context of 8 tokens: /clear starts over" -- bash -c 'printf "hello there\n" | "${@}" -c 8' _ "${chat[@]}"
 check chat_pipe 0 "conversation: 2 turns; prompt tokens [0-9]+ \([1-9][0-9]* reused from the cache" -- \
   bash -c 'printf "hi\n/threshold 0.7\nand then?\n/stats\n" | "$@"' _ "${chat[@]}"
 check chat_bad_commands 0 "threshold wants a number.*unknown mode 'both'.*unknown command /nope" -- \

@@ -59,8 +59,10 @@ Command AddBenchCommand(CLI::App& root) {
   Example(app->add_option("--router", o->router,
                   "Also time a router per generated token: a router GGUF, or citer / colm for an "
                   "untrained one of the model's width (its cost is what matters here)"), "citer");
-  Example(app->add_option("--router-type", o->router_type, "Weight type of an untrained --router citer/colm")
-      ->default_val("f32")->check(CLI::IsMember({"f32", "f16", "q8_0"})), "f16");
+  CLI::Option* router_type = app->add_option("--router-type", o->router_type,
+                                             "Weight type of an untrained --router citer/colm (a router file has its own)")
+                                 ->default_val("f32")->check(CLI::IsMember({"f32", "f16", "q8_0"}));
+  Example(router_type, "f16", "--router citer");
   // No --ctx: each test sizes its cache to its own tokens.
   AddOptions(app, kCmdBench, p.get(), "-m @demo/slm.gguf");
   app->footer(
@@ -69,7 +71,7 @@ Command AddBenchCommand(CLI::App& root) {
       "tg_roofline_pct_paired takes each run against a short bandwidth probe taken beside it;\n"
       "tg_roofline_pct_interleaved follows every generation step with a read pass over 256 MiB and\n"
       "takes the median step against the median pass (the stable figure on a shared host).");
-  return MakeCommand(app, p, o, [o = o, p = p](const std::string& cmd) -> int {
+  return MakeCommand(app, p, o, [o = o, p = p, router_type](const std::string& cmd) -> int {
             const auto t_load = std::chrono::steady_clock::now();
             auto loaded = Model::Load(p->model, ModelOptions(p->kv_type));
             if (!loaded.ok()) return ReportError(cmd, loaded.status().message());
@@ -99,6 +101,10 @@ Command AddBenchCommand(CLI::App& root) {
               t = static_cast<int32_t>((st >> 33) % static_cast<uint64_t>(model.tokenizer().n_vocab()));
             }
             std::unique_ptr<Router> router;
+            if (router_type->count() > 0 && o->router != "citer" && o->router != "colm") {
+              return ReportError(cmd, "--router-type is for an untrained --router citer or colm (a router file keeps "
+                                      "the type it was stored in)");
+            }
             if (!o->router.empty()) {
               Expected<Router> r = Status::Error("");
               if (o->router == "citer" || o->router == "colm") {

@@ -188,7 +188,7 @@ Command AddChatCommand(CLI::App& root) {
                 messages.pop_back();
                 note("error: the conversation's " + std::to_string(ids->size()) + " tokens + max tokens " +
                      std::to_string(d.max_tokens) + " exceed the context of " + std::to_string(p->ctx) +
-                     " tokens: /new starts over (or raise --ctx)");
+                     " tokens: /clear starts over (or raise --ctx)");
                 continue;
               }
               std::string reply;

@@ -161,8 +161,11 @@ Command AddGenerateCommand(CLI::App& root) {
               TLR_CLI_CHECK(cmd, WriteFileAtomic(o->trace, {reinterpret_cast<const uint8_t*>(lines.data()), lines.size()}));
             }
             if (!o->quiet) {
-              std::fprintf(stderr, "\nmode %s, threshold %.3f, router %s, pipeline %s%s\n%s", p->mode.c_str(), d.threshold,
-                           router ? std::string(RouterKindName(router->kind())).c_str() : "-",
+              const bool joint = d.mode == DecodeMode::kJoint;
+              char thr[32] = "-";
+              if (joint) std::snprintf(thr, sizeof thr, "%.3f", d.threshold);
+              std::fprintf(stderr, "\nmode %s, threshold %s, router %s, pipeline %s%s\n%s", p->mode.c_str(), thr,
+                           joint && router ? std::string(RouterKindName(router->kind())).c_str() : "-",
                            p->pipeline.c_str(),
                            d.sim_slm_s > 0 ? (", SIMULATED SLM pace >= " + FormatNumber(p->sim_slm_ms) + " ms/step").c_str() : "",
                            FormatDecodeSummary(*stats).c_str());

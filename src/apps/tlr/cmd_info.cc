@@ -131,8 +131,11 @@ Command AddInfoCommand(CLI::App& root) {
 int ReportError(const std::string& command, const std::string& message) {
   std::cerr << "tlr " << command << ": error: " << message << "\n";
   if (message.find(kCannotReach) != std::string::npos) {
-    std::cerr << "  (start the server first, check --server; --allow-unreachable starts anyway and answers with "
-                 "the SLM until the server is up)\n";
+    // Router training and calibration need the LLM's answers: they have no --allow-unreachable.
+    const bool needs_llm = command.rfind("router", 0) == 0;
+    std::cerr << (needs_llm ? "  (start the server first, check --server)\n"
+                            : "  (start the server first, check --server; --allow-unreachable starts anyway and answers "
+                              "with the SLM until the server is up)\n");
   }
   return 1;
 }

@@ -71,7 +71,7 @@ Command AddLoadtestCommand(CLI::App& root) {
   Example(app->add_option("--ramp-up", o->ramp_s,
                   "Devices start spread over this many seconds (at most half of --duration) and calls/s counts the "
                   "calls after it: all at once, their prompts arrive as one prefill wave that a slow server cannot "
-                  "finish within --timeout (0: all at once)")
+                  "finish within --llm-timeout (0: all at once)")
       ->default_val(10)->check(CLI::Range(0.0, 86400.0)), "1");
   Example(app->add_option("--json", o->json_path, "Also write every number to this JSON file"), "j.json");
   Example(app->add_option("--seed", o->seed, "Seed of the random tokens")->default_val(1), "3");

@@ -154,7 +154,7 @@ Command AddRouterTrain(CLI::App* router_app) {
   Example(train->add_option("--r2r-dims", o->r2r_dims,
                             "r2r: the backbone's widths, comma-separated (R2R's own config: 1024 six times)")
               ->capture_default_str(),
-          "32,32");
+          "32,32", "--kind r2r");
   Example(train->add_option("--both-wrong", o->both_wrong,
                             "Positions where neither model matches the reference: rollout (label by whether the SLM's "
                             "continuation still answers right) or drop (rows without a grader always drop them)")
@@ -175,7 +175,7 @@ Command AddRouterTrain(CLI::App* router_app) {
   Example(train->add_option("--lr", o->lr, "Adam learning rate")->capture_default_str()
               ->check(CLI::Range(1e-7f, 1.0f)),
           "0.01");
-  Example(train->add_option("--dropout", o->dropout, "Dropout (citer; r2r trains without)")->capture_default_str()
+  Example(train->add_option("--dropout", o->dropout, "Dropout (citer; colm and r2r train without)")->capture_default_str()
               ->check(CLI::Range(0.0f, 0.9f)),
           "0.2");
   Example(train->add_option("--val-frac", o->val_frac, "Questions held out for validation and AUROC")
@@ -209,7 +209,17 @@ Command AddRouterTrain(CLI::App* router_app) {
                 "      --data train.jsonl --out router.gguf\n"
                 "  tlr router train --slm qwen2.5-0.5b.gguf --server http://gpu-box:8000 --backend openai \\\n"
                 "      --data train.jsonl --out router.gguf --work-dir router-work");
-  return MakeCommand(train, p, o, [o = o, p = p](const std::string& cmd) -> int {
+  return MakeCommand(train, p, o, [o = o, p = p, train = train](const std::string& cmd) -> int {
+            // Options that would do nothing in what was asked are refused rather than ignored.
+            auto given = [train](const char* name) { return train->get_option(name)->count() > 0; };
+            if (given("--r2r-dims") && o->kind != "r2r") return ReportError(cmd, "--r2r-dims is for --kind r2r");
+            if (given("--dropout") && o->kind != "citer") {
+              return ReportError(cmd, "--dropout is for --kind citer (" + o->kind + " trains without dropout)");
+            }
+            if (o->rounds > 1 && o->both_wrong == "drop") {
+              return ReportError(cmd, "--rounds " + std::to_string(o->rounds) + " relabels both-wrong positions, which "
+                                      "--both-wrong drop leaves out: later rounds would train on the same labels");
+            }
             auto rows = LoadQaJsonl(p->data);
             if (!rows.ok()) return ReportError(cmd, rows.status().message());
             if (p->limit > 0 && static_cast<size_t>(p->limit) < rows->size()) rows->resize(p->limit);

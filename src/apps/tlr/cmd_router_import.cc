@@ -68,7 +68,7 @@ Command AddRouterImport(CLI::App* router_app) {
   AddOptions(app, kCmdRouterImport, p.get(), "--slm @demo/slm.gguf --from x.safetensors -o r.gguf");
   app->footer("Example (tools/train/router_torch.py trains one on `tlr router train --dump-features DIR`):\n"
               "  tlr router import --slm slm.gguf --from router.safetensors -o router.gguf --check scores.safetensors");
-  return MakeCommand(app, p, o, [o = o, p = p](const std::string& cmd) -> int {
+  return MakeCommand(app, p, o, [o = o, p = p, app = app](const std::string& cmd) -> int {
     auto slm = Model::Load(p->slm);
     if (!slm.ok()) return ReportError(cmd, "SLM: " + slm.status().message());
     auto st = ReadSafeTensors(o->from);
@@ -79,6 +79,11 @@ Command AddRouterImport(CLI::App* router_app) {
     io.bn_eps = o->bn_eps;
     if (o->kind != "auto") io.kind = o->kind == "citer" ? RouterKind::kCiter : RouterKind::kColm;
     const bool r2r = o->kind == "r2r" || (o->kind == "auto" && st->tensors.count("combined_projection.weight"));
+    if (r2r && o->invert) {
+      return ReportError(cmd, "--invert is for citer and colm networks (R2R's router gives P(critical), which TLR reads as "
+                              "1 - confidence already)");
+    }
+    if (r2r && app->get_option("--bn-eps")->count() > 0) return ReportError(cmd, "--bn-eps is for citer networks (R2R's router has no BatchNorm)");
     RouterKind kind = RouterKind::kR2r;
     Expected<std::vector<DenseLayer>> layers = std::vector<DenseLayer>{};
     if (!r2r) layers = RouterLayersFromStateDict(*st, io, &kind);

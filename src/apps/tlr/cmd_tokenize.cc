@@ -5,6 +5,7 @@
 #include <iostream>
 #include <memory>
 #include <sstream>
+#include <utility>
 
 #include "apps/tlr/commands.h"
 #include "apps/tlr/options.h"
@@ -67,7 +68,7 @@ Command AddTokenizeCommand(CLI::App& root) {
   app->add_option("text", opts->args,
                   "Text to tokenize (several arguments are joined by spaces); with --decode, "
                   "token ids");
-  Example(app->add_option("-f,--file", opts->file, "Read the text from a file instead ('-' = stdin)"), "-");
+  Example(app->add_option("-f,--file", opts->file, "Read the text (with --decode: the ids) from a file instead ('-' = stdin)"), "-");
   Example(app->add_flag("--ids-only", opts->ids_only, "Print only the ids, space-separated, on one line"), "");
   Example(app->add_flag("--add-special", opts->add_special,
                 "Add BOS/EOS as the tokenizer's metadata says (tokenizer.ggml.add_bos_token)"), "");
@@ -100,8 +101,27 @@ Command AddTokenizeCommand(CLI::App& root) {
               tok = std::make_unique<Tokenizer>(std::move(t).value());
             }
             if (opts->decode) {
+              for (auto [flag, given] : {std::pair{"--ids-only", opts->ids_only}, std::pair{"--add-special", opts->add_special},
+                                         std::pair{"--parse-special", opts->parse_special}}) {
+                if (given) return ReportError(cmd, std::string(flag) + " is for tokenizing text, not for --decode");
+              }
+              std::vector<std::string> words = opts->args;  // the ids: arguments, or the file's text
+              if (!opts->file.empty()) {
+                if (!opts->args.empty()) return ReportError(cmd, "give the ids or --file, not both");
+                std::string text;
+                if (opts->file == "-") {
+                  std::ostringstream ss;
+                  ss << std::cin.rdbuf();
+                  text = ss.str();
+                } else {
+                  auto s = ReadFileToString(opts->file);
+                  if (!s.ok()) return ReportError(cmd, s.status().message());
+                  text = std::move(s).value();
+                }
+                words = {text};
+              }
               std::vector<int32_t> ids;
-              for (const auto& a : opts->args) {
+              for (const auto& a : words) {
                 std::istringstream ss(a);
                 std::string w;
                 while (ss >> w) {
@@ -123,6 +143,7 @@ Command AddTokenizeCommand(CLI::App& root) {
               std::cout << tok->Decode(ids, opts->render_special) << "\n";
               return 0;
             }
+            if (opts->render_special) return ReportError(cmd, "--render-special is for --decode (tokenizing prints ids)");
             std::string text;
             if (!opts->file.empty()) {
               if (!opts->args.empty()) return ReportError(cmd, "give the text or --file, not both");

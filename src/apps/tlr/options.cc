@@ -40,6 +40,7 @@ struct OptionDef {
   std::vector<std::pair<uint32_t, std::string>> old_names;  // older spellings, per command
   std::string example, example_with;
   uint32_t needs_chat = 0;     // commands where it needs --chat
+  uint32_t needs_server = 0;   // commands where it needs --server (it does nothing without)
   std::function<CLI::Option*(CLI::App*, Params*, const std::string& names, const std::string& help)> add;
 
   OptionDef& For(uint32_t cmds, std::string text) { help_for.emplace_back(cmds, std::move(text)); return *this; }
@@ -55,6 +56,7 @@ struct OptionDef {
     return *this;
   }
   OptionDef& NeedsChat(uint32_t cmds) { needs_chat |= cmds; return *this; }
+  OptionDef& NeedsServer(uint32_t cmds) { needs_server |= cmds; return *this; }
 };
 
 template <typename T>
@@ -212,38 +214,39 @@ std::vector<OptionDef> MakeSharedOptions() {
           "start (see --allow-unreachable)"), srv)
       .For(kCmdLoadtest, "The server (http[s]://host[:port][/path])")
       .Required(kCmdLoadtest).Ex("http://[::1]:9");
-  add(Opt(kServerCmds, "--allow-unreachable", TLR_FIELD(server.allow_unreachable),
+  // Not for router training or calibration: FALLBACK tokens would be labels and curve points.
+  add(Opt(kServerCmds & ~(kCmdRouterTrain | kCmdRouterCalibrate), "--allow-unreachable", TLR_FIELD(server.allow_unreachable),
           "--server: start even if the server cannot be reached; routed tokens come from the SLM (FALLBACK) until "
-          "it can"), srv).Ex("");
+          "it can"), srv).Ex("").NeedsServer(kServerCmds);
   add(Opt(kServerCmds | kCmdLoadtest, "--backend", TLR_FIELD(server.backend),
           "Server protocol: tlr (`tlr serve` sessions, delta sync) or openai (any OpenAI-compatible engine: vLLM, "
           "SGLang, llama.cpp server)"), srv)
       .For(kCmdLoadtest, "tlr: the native session protocol (each call sends only new tokens); openai: /v1/completions "
                          "with the whole context as token ids (what devices on the openai backend and OpenAI clients "
                          "send)")
-      .Check(CLI::IsMember({"tlr", "openai"})).Ex("openai");
+      .Check(CLI::IsMember({"tlr", "openai"})).Ex("openai").NeedsServer(kServerCmds);
   add(Opt(kServerCmds | kCmdLoadtest, "--server-key", TLR_FIELD(server.key),
           "The key this device sends to the --server (also $TLR_SERVER_KEY)"), srv)
       .Env("TLR_SERVER_KEY").OldEnv(kServerCmds | kCmdLoadtest, "TLR_API_KEY")
       .Old(kServerCmds | kCmdLoadtest, "--api-key").NoDefault().Ex("k1");
   add(Opt(kServerCmds, "--server-model", TLR_FIELD(server.model),
-          "openai backend: model name (default: the server's first)"), srv).Ex("m");
+          "openai backend: model name (default: the server's first)"), srv).Ex("m").NeedsServer(kServerCmds);
   add(Opt(kServerCmds | kCmdLoadtest, "--llm-timeout", TLR_FIELD(server.timeout_s),
           "Deadline of one LLM call, in seconds (connect, send and receive, retries included); past it the SLM's own "
           "token is used (FALLBACK). The server is told it and refuses at once (429) what it cannot answer in time; "
           "the device then answers with the SLM until the server's Retry-After"), srv)
       .For(kCmdLoadtest, "Seconds a device waits for one call (a device's --llm-timeout; the server refuses at once "
                          "what it cannot answer in that time)")
-      .Old(kCmdLoadtest, "--timeout").Check(CLI::Range(0.001, 3600.0)).Ex("3.5");
+      .Old(kCmdLoadtest, "--timeout").Check(CLI::Range(0.001, 3600.0)).Ex("3.5").NeedsServer(kServerCmds);
   add(Opt(kServerCmds, "--llm-retries", TLR_FIELD(server.retries), "Further attempts after a failed server call"), srv)
-      .Check(CLI::Range(0, 100)).Ex("5");
-  add(Opt(kServerCmds, "--llm-retry-after", TLR_FIELD(server.retry_after_s),
+      .Check(CLI::Range(0, 100)).Ex("5").NeedsServer(kServerCmds);
+  add(Opt(kServerCmds & ~kCmdRouterTrain, "--llm-retry-after", TLR_FIELD(server.retry_after_s),
           "After the server failed: seconds of SLM-only answering before trying it again"), srv)
-      .Check(CLI::Range(0.0, 3600.0)).Ex("4");
+      .Check(CLI::Range(0.0, 3600.0)).Ex("4").NeedsServer(kServerCmds);
   add(Opt(kServerCmds, "--ca-file", TLR_FIELD(server.ca_file), "https: CA certificates to verify the server with"), srv)
-      .Check(CLI::ExistingFile).Ex("@demo/test.jsonl");
+      .Check(CLI::ExistingFile).Ex("@demo/test.jsonl").NeedsServer(kServerCmds);
   add(Opt(kServerCmds, "--no-verify-tls", TLR_FIELD(server.no_verify_tls),
-          "https: do not verify the server's certificate (testing only)"), srv).Ex("");
+          "https: do not verify the server's certificate (testing only)"), srv).Ex("").NeedsServer(kServerCmds);
   add(Opt(kServerCmds | kCmdLoadtest, "--sim-rtt", TLR_FIELD(server.sim_rtt_ms),
           "Simulated network round trip per LLM call, in ms (the paper assumed 170)"), srv)
       .For(kCmdLoadtest, "Simulated network round trip per HTTP request, in ms (in the latency)")
@@ -254,15 +257,15 @@ std::vector<OptionDef> MakeSharedOptions() {
           "--server: the LLM's tokenizer when its vocabulary differs from the SLM's: a GGUF (vocabulary-only or the "
           "model), a tokenizer.json, or 'server' (`tlr serve` sends its own). Calls carry the context in the LLM's "
           "tokens and its replies become SLM tokens (docs/guide.md#pairs-with-different-vocabularies)"), srv)
-      .Check(CLI::ExistingFile | CLI::IsMember({"server"})).Ex("server");
+      .Check(CLI::ExistingFile | CLI::IsMember({"server"})).Ex("server").NeedsServer(kServerCmds);
   add(Opt(kServerCmds, "--llm-prompt", TLR_FIELD(server.llm_prompt),
           "--backend openai: how contexts are sent: ids (token ids; vLLM, SGLang, llama.cpp server, tlr serve) or "
           "text (engines that take only text prompts; the engine tokenizes again, and an LLM of another vocabulary "
           "has its held-back word checked and trimmed instead of constrained)"), srv)
-      .Check(CLI::IsMember({"ids", "text"})).Ex("text", "--backend openai");
+      .Check(CLI::IsMember({"ids", "text"})).Ex("text", "--backend openai").NeedsServer(kServerCmds);
   add(Opt(kServerCmds, "--llm-connections", TLR_FIELD(server.connections),
           "--server: LLM calls in flight at once (one keep-alive connection each)"), srv)
-      .Check(CLI::Range(1, 64)).Ex("2");
+      .Check(CLI::Range(1, 64)).Ex("2").NeedsServer(kServerCmds);
 
   const std::string pipe = "Pipeline (routed tokens on the network)";
   add(Opt(kDecodeCmds, "--pipeline", TLR_FIELD(pipeline),
@@ -404,10 +407,16 @@ void AddOptions(CLI::App* app, CommandId command, Params* p, std::string example
     think->excludes(no_think);
     no_think->excludes(think);
   }
+  // The LLM server's options need --server where it is an option (in process they do nothing).
+  CLI::Option* server = app->get_option_no_throw("--server");
   for (auto& [o, d] : added) {
     if ((d->needs_chat & command) && chat) {
       o->needs(chat);
       Example(o, d->example, "--chat");
+    }
+    if ((d->needs_server & command) && server && !(d->required & command)) {
+      o->needs(server);
+      Example(o, d->example, "--server http://[::1]:9" + (d->example_with.empty() ? "" : " " + d->example_with));
     }
   }
   app->add_flag("--print-params", p->print_params)->group("");
@@ -484,6 +493,25 @@ Status Resolve(CLI::App* app, Params* p) {
     }
     d.sim_slm_s = p->sim_slm_ms / 1e3;
     TLR_RETURN_IF_ERROR(d.pipeline.Validate());
+    // Flags that do nothing in what was asked are refused rather than ignored.
+    auto given = [&](const char* name) {
+      const CLI::Option* o = app->get_option_no_throw(name);
+      return o && o->count() > 0;
+    };
+    if (!d.pipeline.enabled) {
+      for (const char* f : {"--spec-depth", "--spec-branches", "--lookahead", "--llm-budget"}) {
+        if (given(f)) return Status::Error(std::string(f) + " does nothing with --pipeline off (it blocks on every routed token)");
+      }
+    }
+    if ((cmd & kCmdGenerate) && d.mode != DecodeMode::kJoint) {  // (chat can switch modes: /mode)
+      const std::string why = d.mode == DecodeMode::kSmallOnly ? "the SLM alone answers, nothing is routed"
+                                                                : "the LLM alone answers, nothing is routed";
+      // (The pair's files, --router among them, may stay: one command line for every mode.)
+      for (const char* f : {"--threshold", "--policy", "--price-ratio", "--cost-budget", "--span", "--spec-depth",
+                            "--spec-branches", "--lookahead", "--llm-budget"}) {
+        if (given(f)) return Status::Error(std::string(f) + " does nothing with --mode " + p->mode + " (" + why + ")");
+      }
+    }
   }
   if (cmd & kListenCmds) {
     if (!ParseBytes(p->kv_budget, &p->kv_budget_bytes)) {
