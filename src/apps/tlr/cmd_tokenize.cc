@@ -39,6 +39,14 @@ std::string Escaped(const std::string& piece) {
   return out;
 }
 
+// A file's text, or standard input's for "-".
+Expected<std::string> ReadInput(const std::string& path) {
+  if (path != "-") return ReadFileToString(path);
+  std::ostringstream ss;
+  ss << std::cin.rdbuf();
+  return ss.str();
+}
+
 }  // namespace
 
 namespace {
@@ -108,17 +116,9 @@ Command AddTokenizeCommand(CLI::App& root) {
               std::vector<std::string> words = opts->args;  // the ids: arguments, or the file's text
               if (!opts->file.empty()) {
                 if (!opts->args.empty()) return ReportError(cmd, "give the ids or --file, not both");
-                std::string text;
-                if (opts->file == "-") {
-                  std::ostringstream ss;
-                  ss << std::cin.rdbuf();
-                  text = ss.str();
-                } else {
-                  auto s = ReadFileToString(opts->file);
-                  if (!s.ok()) return ReportError(cmd, s.status().message());
-                  text = std::move(s).value();
-                }
-                words = {text};
+                auto text = ReadInput(opts->file);
+                if (!text.ok()) return ReportError(cmd, text.status().message());
+                words = {std::move(text).value()};
               }
               std::vector<int32_t> ids;
               for (const auto& a : words) {
@@ -147,15 +147,9 @@ Command AddTokenizeCommand(CLI::App& root) {
             std::string text;
             if (!opts->file.empty()) {
               if (!opts->args.empty()) return ReportError(cmd, "give the text or --file, not both");
-              if (opts->file == "-") {
-                std::ostringstream ss;
-                ss << std::cin.rdbuf();
-                text = ss.str();
-              } else {
-                auto s = ReadFileToString(opts->file);
-                if (!s.ok()) return ReportError(cmd, s.status().message());
-                text = std::move(s).value();
-              }
+              auto in = ReadInput(opts->file);
+              if (!in.ok()) return ReportError(cmd, in.status().message());
+              text = std::move(in).value();
             } else {
               for (size_t i = 0; i < opts->args.size(); ++i) {
                 if (i) text += ' ';
