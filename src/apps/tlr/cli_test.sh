@@ -160,6 +160,8 @@ check refuse_bench_router_type 1 "--router-type is for an untrained --router cit
 msgs=("$tlr" generate --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob -n 6 -t 1)
 echo '[{"role":"system","content":"be brief"},{"role":"user","content":"hi"},{"role":"assistant","content":"hello"},{"role":"user","content":"and?"}]' > "$tmp/conv.json"
 check generate_messages 0 "tokens: 6 generated" -- "${msgs[@]}" --messages "$tmp/conv.json"
+check generate_messages_no_think 0 "tokens: 6 generated" -- "${msgs[@]}" --messages "$tmp/conv.json" --no-think
+check generate_think_needs_chat 1 "--think needs the chat template" -- "${msgs[@]}" -p hi --think
 echo '{"messages":[{"role":"user","content":"hi"}]}' > "$tmp/conv_obj.json"
 check generate_messages_object 0 "tokens: 6 generated" -- "${msgs[@]}" --messages "$tmp/conv_obj.json"
 echo '[{"role":"robot","content":"hi"}]' > "$tmp/bad_role.json"
@@ -232,6 +234,11 @@ check router_train_r2r_info 0 '^kind +"r2r"' -- "$tlr" router info "$tmp/r2r.ggu
 check router_train_r2r_routes 0 "So the answer is" -- "$tlr" generate --router "$tmp/r2r.gguf" -f "$tmp/demo_q.txt" -n 30 -t 1 --no-color
 check router_train_r2r_bad_dims 1 "r2r-dims: '32,x'" -- "$tlr" router train --kind r2r --r2r-dims 32,x \
   --slm "$demo_dir/slm.gguf" --llm "$demo_dir/llm.gguf" --data "$demo_dir/dev.jsonl" --limit 8 -o "$tmp/r2r-bad.gguf"
+check router_train_refuses_idle_flags 1 "--r2r-dims is for --kind r2r" -- "$tlr" router train --r2r-dims 32 \
+  --slm "$demo_dir/slm.gguf" --llm "$demo_dir/llm.gguf" --data "$demo_dir/dev.jsonl" --limit 8 -o "$tmp/r2r-bad.gguf"
+check router_train_template_without_chat_rows 1 "--chat-template renders chat rows" -- "$tlr" router train \
+  --chat-template "$demo_dir/chat_template.jinja" --slm "$demo_dir/slm.gguf" --llm "$demo_dir/llm.gguf" \
+  --data "$demo_dir/dev.jsonl" --limit 8 -o "$tmp/r2r-bad.gguf"
 check demo_small 0 "Answer: A tharko is used for" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --mode small_only
 check demo_generate_kv_f32 0 "So the answer is building" -- "$tlr" generate -f "$tmp/demo_q.txt" -n 30 -t 1 --no-color --kv-type f32
 check demo_router_info 0 "citer" -- "$tlr" router info "$(dirname "$0")/../../../models/demo/router.gguf"

@@ -103,6 +103,10 @@ Command AddGenerateCommand(CLI::App& root) {
             auto text = PromptText(o->prompt, o->prompt_file);
             if (!text.ok()) return ReportError(cmd, text.status().message());
             std::string prompt = std::move(text).value();
+            if (p->think.has_value() && !p->chat && o->messages_file.empty()) {
+              return ReportError(cmd, std::string(*p->think ? "--think" : "--no-think") +
+                                          " needs the chat template: give --chat (or a conversation with --messages)");
+            }
             std::optional<std::vector<ChatMessage>> messages;
             if (!o->messages_file.empty()) {
               if (!prompt.empty()) return ReportError(cmd, "give either --messages or a prompt (-p, -f), not both");

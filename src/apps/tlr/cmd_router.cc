@@ -1,5 +1,6 @@
 // `tlr router train` / `info` / `calibrate` / `import`: train a router for an SLM/LLM pair,
 // inspect one, choose its threshold, bring one from PyTorch (apps layer).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -223,6 +224,11 @@ Command AddRouterTrain(CLI::App* router_app) {
             auto rows = LoadQaJsonl(p->data);
             if (!rows.ok()) return ReportError(cmd, rows.status().message());
             if (p->limit > 0 && static_cast<size_t>(p->limit) < rows->size()) rows->resize(p->limit);
+            if (!o->chat_template.empty() &&
+                std::none_of(rows->begin(), rows->end(), [](const QaRow& r) { return !r.messages.empty(); })) {
+              return ReportError(cmd, "--chat-template renders chat rows (\"messages\"), and the rows of " + p->data +
+                                          " are all questions");
+            }
             const bool remote = p->remote();
             if (!remote && p->llm.empty()) return ReportError(cmd, "give the LLM as --llm FILE or --server URL (one of them)");
             PairNeeds needs;

@@ -170,7 +170,8 @@ std::vector<OptionDef> MakeSharedOptions() {
     think.add = [](CLI::App* app, Params* p, const std::string& n, const std::string& h) {
       return app->add_flag_callback(n, [p] { p->think = true; }, h);
     };
-    think.NeedsChat(kCmdRun | kCmdGenerate | kCmdEval).Ex("");
+    // (generate: --chat or --messages, checked by the command: a conversation is always templated)
+    think.NeedsChat(kCmdRun | kCmdEval).Ex("");
     OptionDef no_think = think;  // the same commands, example and --chat rule
     add(think, gen);
     no_think.names = "--no-think";
