@@ -190,7 +190,8 @@ std::vector<OptionDef> MakeSharedOptions() {
   const std::string mem = "Threads and memory";
   add(Opt(kThreadCmds, "-t,--threads", TLR_FIELD(threads), "Worker threads (default: all cores)"), mem)
       .Check(CLI::Range(1, 256)).NoDefault().Ex("3");
-  add(Opt(kCtxCmds, "-c,--ctx", TLR_FIELD(ctx), "Context size in tokens (KV cache capacity)"), mem)
+  add(Opt(kCtxCmds, "-c,--ctx", TLR_FIELD(ctx),
+          "Context size in tokens: the most a prompt and its answer may hold (the KV caches are sized within it)"), mem)
       .For(kCmdServe, "Tokens one session can hold (its KV cache size)")
       .Check(CLI::Range(int64_t{1}, int64_t{1} << 24)).Ex("999");
   add(Opt(kKvCmds, "--kv-type", TLR_FIELD(kv_type),
