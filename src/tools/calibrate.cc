@@ -29,6 +29,13 @@ Expected<CalibrationResult> CalibrateThreshold(const Model& slm, Router* router,
     TLR_ASSIGN_OR_RETURN(auto evrows, RunEval(slm, router, llm, rows, e, pool));
     for (const EvalRow& r : evrows) {
       if (!r.threshold) continue;
+      // A FALLBACK is a token the router sent that the LLM never answered: counted as the SLM's,
+      // it would move the curve (and the threshold chosen) by the server's failures.
+      if (r.fallbacks > 0) {
+        return Status::Error("at threshold " + std::to_string(*r.threshold) + ", " + std::to_string(r.fallbacks) +
+                             " routed tokens got no answer from the LLM (FALLBACK: the server failed or was too "
+                             "slow; raise --llm-timeout): calibrate against an LLM that answers every call");
+      }
       out.curve.push_back({*r.threshold, r.routed_pct(), r.accuracy(), r.generated, r.routed});
       if (opts.on_pass) opts.on_pass(++passes, most);
     }

@@ -2,11 +2,13 @@
 // formats' required keys.
 #include "tools/eval.h"
 #include "tools/plots.h"
+#include "tools/calibrate.h"
 
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
+#include "device/decode/decode_test_support.h"
 #include "model/random_model.h"
 #include "ops/thread_pool.h"
 #include "util/temp_dir.h"
@@ -164,6 +166,19 @@ TEST(Eval, RowsFormatsAndDeterminism) {
   e.cost_thresholds.clear();
   e.small_only = e.large_only = false;
   EXPECT_FALSE(RunEval(**slm, &*router, &backend, rows, e, &pool).ok());
+
+  // Calibration against an LLM that answers no call refuses to choose a threshold: its FALLBACK
+  // tokens would count as the SLM's and the curve would show nothing routed.
+  CalibrateOptions c;
+  c.eval.max_tokens = 10;
+  c.target_routed_pct = 8;
+  DownLlm down((*slm)->tokenizer().Fingerprint());
+  auto cal = CalibrateThreshold(**slm, &*router, &down, rows, c, &pool);
+  ASSERT_FALSE(cal.ok());
+  EXPECT_NE(cal.status().message().find("routed tokens got no answer from the LLM"), std::string::npos)
+      << cal.status().message();
+  EXPECT_GT(down.calls, 0);
+  EXPECT_TRUE(CalibrateThreshold(**slm, &*router, &backend, rows, c, &pool).ok());
 }
 
 }  // namespace
