@@ -15,8 +15,50 @@ using nlohmann::json;
 
 namespace {
 
+// Fields that would change the answer's meaning if they were ignored: their no-op values are
+// taken (clients such as LangChain send frequency_penalty 0 and logit_bias {} always), anything
+// else is refused naming the field, as llama.cpp's server does for what it does not implement.
+Status RefuseUnsupported(const json& j, bool chat) {
+  auto given = [&](const char* k) -> const json* {
+    auto it = j.find(k);
+    return it == j.end() || it->is_null() ? nullptr : &*it;
+  };
+  for (const char* k : {"presence_penalty", "frequency_penalty"}) {
+    if (const json* v = given(k); v && !(v->is_number() && v->get<double>() == 0)) {
+      return Status::Error(std::string("'") + k + "' is not supported (0 only; 'repetition_penalty' is)");
+    }
+  }
+  if (const json* v = given("logit_bias"); v && !(v->is_object() && v->empty())) {
+    return Status::Error("'logit_bias' is not supported ({} only)");
+  }
+  if (const json* v = given("response_format");
+      v && !(v->is_object() && v->value("type", json()) == "text" && v->size() == 1)) {
+    return Status::Error("'response_format' is not supported: the answer is plain text ({\"type\": \"text\"} only)");
+  }
+  for (const char* k : {"tools", "functions"}) {
+    if (const json* v = given(k); v && !(v->is_array() && v->empty())) {
+      return Status::Error(std::string("'") + k + "' is not supported: this server does not call tools");
+    }
+  }
+  for (const char* k : {"tool_choice", "function_call"}) {
+    if (const json* v = given(k); v && !(v->is_string() && (*v == "none" || *v == "auto"))) {
+      return Status::Error(std::string("'") + k + "' is not supported: this server does not call tools");
+    }
+  }
+  if (!chat) {
+    if (const json* v = given("suffix"); v && !(v->is_string() && v->get<std::string>().empty())) {
+      return Status::Error("'suffix' is not supported");
+    }
+    if (const json* v = given("best_of"); v && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
+      return Status::Error("only best_of = 1 is supported");
+    }
+  }
+  return Status::Ok();
+}
+
 Status ParseCommon(const json& j, bool chat, const SamplerParams& defaults, OpenAiRequest* p) {
   p->chat = chat;
+  TLR_RETURN_IF_ERROR(RefuseUnsupported(j, chat));
   p->sampling = defaults;
   int64_t max_tokens = chat ? -1 : 16, n = 1;
   bool echo = false;
@@ -66,6 +108,8 @@ Status ParseCommon(const json& j, bool chat, const SamplerParams& defaults, Open
     bool lp = false;
     int64_t top = 0;
     f.Bool("logprobs", &lp).Int("top_logprobs", 0, 20, &top);
+    TLR_RETURN_IF_ERROR(f.status());
+    if (top > 0 && !lp) return Status::Error("'top_logprobs' needs \"logprobs\": true");
     p->logprobs = lp ? static_cast<int>(top) : -1;
   } else {
     int64_t lp = -1;

@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "model/model.h"
 #include "util/test_support.h"
@@ -85,6 +88,51 @@ TEST_F(ChatRequestTest, StreamOptionsAndDefaults) {
   EXPECT_FALSE(parse({{"stream_options", 1}}).ok());
   EXPECT_FALSE(parse({{"n", 2}}).ok());
   EXPECT_FALSE(parse({{"stop", {"a", "b", "c", "d", "e"}}}).ok());
+}
+
+// Fields that would change the answer if ignored are refused naming the field; their no-op values
+// (what LangChain and the openai package send by default) are taken.
+TEST_F(ChatRequestTest, FieldsThatWouldChangeTheAnswerAreRefusedUnlessNoOps) {
+  const nlohmann::json msgs = nlohmann::json::array({{{"role", "user"}, {"content", "hi"}}});
+  auto parse = [&](nlohmann::json body, bool chat) {
+    if (chat) {
+      body["messages"] = msgs;
+    } else {
+      body["prompt"] = "hi";
+    }
+    return ParseOpenAiRequest(body, chat, model_->tokenizer(), &*tmpl_, OpenAiSamplingDefaults());
+  };
+  using J = nlohmann::json;
+  for (bool chat : {true, false}) {
+    for (const J& ok : {J{{"frequency_penalty", 0}, {"presence_penalty", 0.0}, {"logit_bias", J::object()}},
+                        J{{"logit_bias", nullptr}, {"tools", J::array()}, {"tool_choice", "none"}},
+                        J{{"response_format", {{"type", "text"}}}, {"tool_choice", "auto"}, {"user", "u"}}}) {
+      auto p = parse(ok, chat);
+      EXPECT_TRUE(p.ok()) << ok.dump() << ": " << p.status().message();
+    }
+    for (const auto& [bad, want] : std::vector<std::pair<J, std::string>>{
+             {{{"frequency_penalty", 0.5}}, "'frequency_penalty' is not supported"},
+             {{{"presence_penalty", -1}}, "'presence_penalty' is not supported"},
+             {{{"logit_bias", {{"340", -100}}}}, "'logit_bias' is not supported"},
+             {{{"logit_bias", "garbage"}}, "'logit_bias' is not supported"},
+             {{{"response_format", {{"type", "json_object"}}}}, "'response_format' is not supported"},
+             {{{"tools", J::array({{{"type", "function"}}})}}, "'tools' is not supported"},
+             {{{"tool_choice", "required"}}, "'tool_choice' is not supported"},
+             {{{"functions", J::array({J::object()})}}, "'functions' is not supported"}}) {
+      auto p = parse(bad, chat);
+      ASSERT_FALSE(p.ok()) << bad.dump();
+      EXPECT_NE(p.status().message().find(want), std::string::npos) << p.status().message();
+    }
+  }
+  EXPECT_TRUE(parse({{"suffix", ""}, {"best_of", 1}}, false).ok());
+  EXPECT_NE(parse({{"suffix", " END"}}, false).status().message().find("'suffix' is not supported"), std::string::npos);
+  EXPECT_NE(parse({{"best_of", 3}}, false).status().message().find("best_of = 1"), std::string::npos);
+  EXPECT_NE(parse({{"top_logprobs", 2}}, true).status().message().find("needs \"logprobs\": true"), std::string::npos);
+  EXPECT_TRUE(parse({{"top_logprobs", 2}, {"logprobs", true}}, true).ok());
+  // vLLM's name for the repetition penalty is taken as llama.cpp's.
+  auto rp = parse({{"repetition_penalty", 1.3}}, true);
+  ASSERT_TRUE(rp.ok()) << rp.status().message();
+  EXPECT_FLOAT_EQ(rp->sampling.repeat_penalty, 1.3f);
 }
 
 TEST_F(ChatRequestTest, StopStringsCutTheText) {

@@ -110,14 +110,17 @@ inline std::optional<json> ParseBody(const httplib::Request& req, httplib::Respo
   return std::move(j).value();
 }
 
-// Sampling fields (temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed) from
+// Sampling fields (temperature, top_k, top_p, min_p, repeat_penalty or repetition_penalty,
+// repeat_last_n, seed) from
 // the object `j` on top of `*p`; checked with SamplerParams::Validate.
 inline Status GetSampling(const json& j, SamplerParams* p) {
   double t = p->temperature, tp = p->top_p, mp = p->min_p, rp = p->repeat_penalty;
   int64_t tk = p->top_k, seed = static_cast<int64_t>(p->seed & 0x7fffffffffffffffull), last_n = p->repeat_last_n;
   JsonFields f(j);
   f.Number("temperature", 0, 100, &t).Number("top_p", 0, 1, &tp).Number("min_p", 0, 1, &mp);
-  f.Number("repeat_penalty", 0, 100, &rp).Int("top_k", -1, 1 << 20, &tk).Int("repeat_last_n", 0, 1 << 20, &last_n);
+  // repetition_penalty: vLLM's name for llama.cpp's repeat_penalty (the same multiplicative penalty)
+  f.Number("repeat_penalty", 0, 100, &rp).Number("repetition_penalty", 0, 100, &rp);
+  f.Int("top_k", -1, 1 << 20, &tk).Int("repeat_last_n", 0, 1 << 20, &last_n);
   f.Int("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &seed);
   TLR_RETURN_IF_ERROR(f.status());
   p->temperature = static_cast<float>(t);

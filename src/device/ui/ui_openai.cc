@@ -82,9 +82,10 @@ void DeviceServer::RoutesOpenAi() {
       return SendError(res, 400, "invalid_request_error",
                        "a batch of prompts: routed generation takes one prompt per request here");
     }
-    if (p.logprobs >= 0) {
+    if (p.logprobs >= 0 || p.prompt_logprobs >= 0) {
       return SendError(res, 400, "invalid_request_error",
-                       "logprobs are not available from routed generation (each token comes from the SLM or the LLM)");
+                       std::string(p.logprobs >= 0 ? "logprobs" : "prompt_logprobs") +
+                           " are not available from routed generation (each token comes from the SLM or the LLM)");
     }
     Request r;
     const json no_routing = json::object();

@@ -194,6 +194,8 @@ TEST_F(UiOpenAiTest, BadInputIsA4xxAndTheNextRequestIsServed) {
       {"routing not an object", Chat(json::array({user}), 4, {{"routing", "joint"}}).dump(), "application/json", 400},
       {"unknown routing field", Chat(json::array({user}), 4, {{"routing", {{"mdoe", "joint"}}}}).dump(), "application/json", 400},
       {"logprobs", Chat(json::array({user}), 4, {{"logprobs", true}}).dump(), "application/json", 400},
+      {"prompt_logprobs", Chat(json::array({user}), 4, {{"prompt_logprobs", 2}}).dump(), "application/json", 400},
+      {"response_format json", Chat(json::array({user}), 4, {{"response_format", {{"type", "json_object"}}}}).dump(), "application/json", 400},
       {"n = 2", Chat(json::array({user}), 4, {{"n", 2}}).dump(), "application/json", 400},
       {"context exceeded", Chat(json::array({user}), 600).dump(), "application/json", 400},
       {"not JSON", "{\"messages\": [", "application/json", 400},
