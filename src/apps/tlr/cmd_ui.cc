@@ -77,7 +77,7 @@ Command AddUiCommand(CLI::App& root) {
       "  tlr ui --results docs/results/results.json --sim-rtt 170\n"
       "  tlr ui --slm s.gguf --router r.gguf --server http://gpu-box:8080 --server-key \"$KEY\" --port 0\n"
       "  tlr ui --no-page --port 8080 --accept-key \"$APP_KEY\" --server http://gpu-box:8080");
-  return MakeCommand(app, p, o, [o = o, p = p](const std::string& cmd) -> int {
+  return MakeCommand(app, p, o, [o = o, p = p, app = app](const std::string& cmd) -> int {
             const bool guarded = o->no_page && !p->accept_keys.empty();
             if (!IsLoopbackHost(p->host) && !p->public_bind && !guarded) {
               return ReportError(cmd, "refusing to listen on " + p->host +
@@ -154,6 +154,7 @@ Command AddUiCommand(CLI::App& root) {
             models.llm = &llm;
             models.pool = &pool;
             models.sampling = p->decode.sampling;
+            models.seed_per_request = app->get_option("--seed")->count() == 0;
             models.n_ctx = p->ctx;
             models.prompt_cache.max_slots = o->kv_slots;
             models.prompt_cache.n_ctx = p->ctx;

@@ -100,6 +100,9 @@ struct DeviceServerModels {
   std::vector<UiRouter> routers;    // the first is the default
   ThreadPool* pool = nullptr;       // used by one generation at a time
   SamplerParams sampling;           // defaults; the page sets temperature, top_p and seed
+  // The OpenAI endpoint: a request without a seed draws its own (OpenAI's and llama.cpp's way:
+  // "regenerate" gets another answer), unless the operator pinned one (`tlr ui --seed`).
+  bool seed_per_request = true;
   int64_t n_ctx = 4096;             // prompt + max_tokens must fit
   ContextPoolOptions prompt_cache;  // the SLM contexts kept between requests (a conversation's
                                     // next turn prefills only what is new)

@@ -73,8 +73,13 @@ void DeviceServer::RoutesOpenAi() {
     auto body = server::ParseBody(req, res);
     if (!body) return;
     if (chat && !chat_template->ok()) return SendError(res, 500, "server_error", chat_template->status().message());
+    // The device's sampling settings are the defaults; without a seed in the request (and none
+    // pinned by the operator) each request gets its own, as with OpenAI and tlr serve, so a
+    // client's "regenerate" above temperature 0 gets another answer.
+    SamplerParams defaults = models_.sampling;
+    if (models_.seed_per_request) defaults.seed = OpenAiSamplingDefaults().seed;
     auto parsed = ParseOpenAiRequest(*body, chat, slm.tokenizer(), chat_template->ok() ? &**chat_template : nullptr,
-                                     models_.sampling);
+                                     defaults);
     if (!parsed.ok()) return SendError(res, 400, "invalid_request_error", parsed.status().message());
     OpenAiRequest& p = *parsed;
     if (p.prompt.empty()) return SendError(res, 400, "invalid_request_error", "the prompt is empty");

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <memory>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -170,6 +171,26 @@ TEST_F(UiOpenAiTest, NextTurnReusesTheConversationAndGivesTheSameTokens) {
   EXPECT_EQ(c.j["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
   EXPECT_EQ(Tokens(c.j), s.tokens);
   EXPECT_EQ(c.j["choices"][0]["message"]["content"], s.content);
+}
+
+// Sampling above temperature 0 without a seed in the request: each request draws its own (a
+// client's "regenerate" gets another answer); the same seed gives the same answer.
+TEST_F(UiOpenAiTest, EachRequestWithoutASeedSamplesAfresh) {
+  auto ui = Start({});
+  const json hot = {{"temperature", 2.0}, {"routing", {{"mode", "small_only"}}}};
+  std::set<std::string> answers;
+  for (int i = 0; i < 3; ++i) {
+    Reply r = Post(ui->port(), "/v1/chat/completions", Chat(kTurn1, 16, hot).dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    answers.insert(r.j["choices"][0]["message"]["content"].get<std::string>());
+  }
+  EXPECT_GT(answers.size(), 1u) << "three unseeded samples at temperature 2 gave one answer";
+  json seeded = hot;
+  seeded["seed"] = 5;
+  Reply a = Post(ui->port(), "/v1/chat/completions", Chat(kTurn1, 16, seeded).dump());
+  Reply b = Post(ui->port(), "/v1/chat/completions", Chat(kTurn1, 16, seeded).dump());
+  ASSERT_EQ(a.status, 200);
+  EXPECT_EQ(a.j["choices"][0]["message"]["content"], b.j["choices"][0]["message"]["content"]);
 }
 
 TEST_F(UiOpenAiTest, BadInputIsA4xxAndTheNextRequestIsServed) {
