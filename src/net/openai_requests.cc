@@ -77,6 +77,7 @@ Status ParseCommon(const json& j, bool chat, const SamplerParams& defaults, Open
   f.Object("stream_options", &stream_options);
   TLR_RETURN_IF_ERROR(f.status());
   if (stream_options) {
+    if (!p->stream) return Status::Error("'stream_options' needs \"stream\": true");
     JsonFields so(*stream_options);
     so.Bool("include_usage", &p->include_usage);
     TLR_RETURN_IF_ERROR(so.status().WithPrefix("stream_options"));

@@ -86,6 +86,9 @@ TEST_F(ChatRequestTest, StreamOptionsAndDefaults) {
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("stream_options"), std::string::npos) << p.status().message();
   EXPECT_FALSE(parse({{"stream_options", 1}}).ok());
+  p = parse({{"stream_options", {{"include_usage", true}}}});  // as OpenAI and vLLM: only with stream
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("'stream_options' needs \"stream\": true"), std::string::npos);
   EXPECT_FALSE(parse({{"n", 2}}).ok());
   EXPECT_FALSE(parse({{"stop", {"a", "b", "c", "d", "e"}}}).ok());
 }

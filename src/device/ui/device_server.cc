@@ -205,6 +205,13 @@ Status DeviceServer::ApplyRouting(const json& j, bool strict, Request* r) const 
   }
   auto m = ParseDecodeMode(mode);
   if (!m.ok()) return m.status();
+  if (strict && *m != DecodeMode::kJoint) {  // as the command line: a knob that would do nothing is refused
+    for (const char* k : {"threshold", "span", "policy", "price_ratio", "cost_budget"}) {
+      if (auto it = j.find(k); it != j.end() && !it->is_null()) {
+        return Status::Error("'" + std::string(k) + "' does nothing with mode " + mode + " (nothing is routed)");
+      }
+    }
+  }
   auto pol = ParseRoutePolicy(policy);
   if (!pol.ok()) return pol.status();
   r->router = models_.routers.size();

@@ -214,6 +214,8 @@ TEST_F(UiOpenAiTest, BadInputIsA4xxAndTheNextRequestIsServed) {
       {"negative cost_budget", Chat(json::array({user}), 4, {{"routing", {{"cost_budget", -1}}}}).dump(), "application/json", 400},
       {"routing not an object", Chat(json::array({user}), 4, {{"routing", "joint"}}).dump(), "application/json", 400},
       {"unknown routing field", Chat(json::array({user}), 4, {{"routing", {{"mdoe", "joint"}}}}).dump(), "application/json", 400},
+      {"threshold with small_only", Chat(json::array({user}), 4, {{"routing", {{"mode", "small_only"}, {"threshold", 0.9}}}}).dump(), "application/json", 400},
+      {"policy with large_only", Chat(json::array({user}), 4, {{"routing", {{"mode", "large_only"}, {"policy", "cost"}}}}).dump(), "application/json", 400},
       {"logprobs", Chat(json::array({user}), 4, {{"logprobs", true}}).dump(), "application/json", 400},
       {"prompt_logprobs", Chat(json::array({user}), 4, {{"prompt_logprobs", 2}}).dump(), "application/json", 400},
       {"response_format json", Chat(json::array({user}), 4, {{"response_format", {{"type", "json_object"}}}}).dump(), "application/json", 400},
