@@ -286,9 +286,9 @@ void LlmServer::RoutesOpenAi() {
         text.Finish();
         std::string rest = text.TakeReady(true);
         const std::string finish = r.reply.finish == "length" ? "length" : "stop";
-        json last = out.Chunk(rest, finish);
-        last["usage"] = usage(n_tokens);
-        st->Push(Sse(last));
+        st->Push(Sse(out.Chunk(rest, finish)));
+        // As OpenAI and vLLM: usage only when asked, in a chunk of its own with no choices.
+        if (p.include_usage) st->Push(Sse(out.UsageChunk(usage(n_tokens))));
       } else {
         st->Push(Sse({{"error", {{"code", std::string(EngineCodeName(r.code))}, {"message", r.message},
                                   {"type", std::string(EngineCodeName(r.code))}}}}));

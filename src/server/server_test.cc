@@ -260,19 +260,41 @@ TEST_F(ServerTest, OpenAiCompletionsStreamAndStop) {
   ASSERT_TRUE(s);
   ASSERT_EQ(s->status, 200);
   EXPECT_NE(s->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
-  std::string streamed, line;
-  bool done = false;
-  std::istringstream in(s->body);
-  while (std::getline(in, line)) {
-    if (line.rfind("data: ", 0) != 0) continue;
-    if (line == "data: [DONE]") {
-      done = true;
-      continue;
+  // The stream's text, and its usage chunk (choices empty) if any.
+  auto read_stream = [](const std::string& body, std::string* streamed, json* usage) {
+    bool done = false;
+    std::string line;
+    std::istringstream in(body);
+    while (std::getline(in, line)) {
+      if (line.rfind("data: ", 0) != 0) continue;
+      if (line == "data: [DONE]") {
+        done = true;
+        continue;
+      }
+      const json chunk = json::parse(line.substr(6));
+      EXPECT_FALSE(done) << "a chunk after [DONE]";
+      if (chunk.contains("usage")) {
+        EXPECT_TRUE(chunk["choices"].empty()) << "usage rides on a chunk with choices: " << line;
+        *usage = chunk["usage"];
+        continue;
+      }
+      *streamed += chunk["choices"][0]["text"].get<std::string>();
     }
-    streamed += json::parse(line.substr(6))["choices"][0]["text"].get<std::string>();
-  }
-  EXPECT_TRUE(done);
+    return done;
+  };
+  std::string streamed;
+  json usage;
+  EXPECT_TRUE(read_stream(s->body, &streamed, &usage));
   EXPECT_EQ(streamed, text);
+  EXPECT_TRUE(usage.is_null()) << "usage sent without stream_options.include_usage";
+  // With include_usage: the same text, then a chunk of its own with usage (as OpenAI and vLLM).
+  auto su = c.Post("/v1/completions", R"({"prompt":)" + ids + R"(,"max_tokens":12,"temperature":0,"stream":true,)" +
+                                          R"("stream_options":{"include_usage":true}})", "application/json");
+  ASSERT_TRUE(su);
+  std::string streamed2;
+  EXPECT_TRUE(read_stream(su->body, &streamed2, &usage));
+  EXPECT_EQ(streamed2, text);
+  EXPECT_EQ(usage["completion_tokens"], 12) << su->body;
   // A stop string cuts the text before it.
   ASSERT_GT(text.size(), 4u);
   const std::string stop = text.substr(text.size() / 2, 3);
