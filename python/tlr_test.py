@@ -89,6 +89,9 @@ class BindingTest(unittest.TestCase):
                 conv += [{"role": "assistant", "content": text}, {"role": "user", "content": "And why?"}]
             with self.assertRaises(ValueError):
                 self.dev.run([{"role": "user"}], self.llm)
+            for templated_or_ids in (conv, [1, 2, 3]):  # chat=True would do nothing: refused
+                with self.assertRaises(ValueError):
+                    self.dev.run(templated_or_ids, self.llm, chat=True)
             with self.assertRaises(tlr.TlrError):
                 self.dev.run([{"role": "robot", "content": "hi"}], self.llm)
         finally:

@@ -513,6 +513,8 @@ class Device(_Handle):
         device's prompt cache reusing what earlier turns left), calling
         on_token(Token) for each token as it is confirmed (return True to stop). Blocks; returns
         the statistics. An exception raised by on_token stops the generation and is re-raised.
+        chat: wrap a text prompt as a user message in the SLM's chat template (a conversation is
+        always templated; token ids are taken as they are, so chat=True with either is an error).
         llm_budget: LLM tokens the pipeline may cost per routed token (None: no limit).
         policy: "threshold" or "cost" (a call's bar falls as its price rises: a cold first call needs
         far less confidence than a warm one); price_ratio: an LLM output token in input tokens;
@@ -553,6 +555,9 @@ class Device(_Handle):
         # A list of {"role", "content"} dicts is a conversation (tlr_generate_chat); other
         # sequences are token ids.
         messages, n_messages, ids, keep = None, 0, [], []
+        if chat and not isinstance(prompt, str):
+            raise ValueError("chat=True wraps a text prompt in the chat template; a conversation is always "
+                             "templated and token ids are taken as they are: leave chat out")
         if not isinstance(prompt, str):
             items = list(prompt)
             if items and isinstance(items[0], dict):
