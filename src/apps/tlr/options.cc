@@ -215,6 +215,9 @@ std::vector<OptionDef> MakeSharedOptions() {
           "Use the LLM behind this server (http[s]://host[:port][/path]) instead of --llm; it must be reachable at "
           "start (see --allow-unreachable)"), srv)
       .For(kCmdLoadtest, "The server (http[s]://host[:port][/path])")
+      .For(kCmdRouterTrain | kCmdRouterCalibrate,
+           "Use the LLM behind this server (http[s]://host[:port][/path]) instead of --llm; it must be reachable at "
+           "start and answer every call (training and calibration measure its answers)")
       .Required(kCmdLoadtest).Ex("http://[::1]:9");
   // Not for router training or calibration: FALLBACK tokens would be labels and curve points.
   add(Opt(kServerCmds & ~(kCmdRouterTrain | kCmdRouterCalibrate), "--allow-unreachable", TLR_FIELD(server.allow_unreachable),
