@@ -56,6 +56,12 @@ MetricsScrape ParseMetricsText(const std::string& text) {
   MetricsScrape s;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
+    // A counter the server declared but has not counted yet has no sample line: it is 0 (so a
+    // server with the pacer that paced nothing is told from a server without it).
+    if (line.rfind("# TYPE ", 0) == 0 && line.size() > 8 && line.compare(line.size() - 8, 8, " counter") == 0) {
+      s.emplace(line.substr(7, line.size() - 15), 0.0);
+      continue;
+    }
     if (line.empty() || line[0] == '#') continue;
     const size_t sp = line.rfind(' ');
     if (sp == std::string::npos) continue;

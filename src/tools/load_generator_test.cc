@@ -33,6 +33,13 @@ TEST(LoadGeneratorTest, ParsesMetricsAndDiffsHistograms) {
   EXPECT_EQ(BucketLabel(b[0]), "1");
   EXPECT_EQ(BucketLabel(b[1]), "2-4");
   EXPECT_EQ(BucketLabel(b[2]), "5+");
+  // A declared counter without a sample yet is 0, not absent (labelled samples are kept apart).
+  const MetricsScrape declared = ParseMetricsText(
+      "# HELP p_total paced\n# TYPE p_total counter\n# TYPE g gauge\n# TYPE r_total counter\nr_total{a=\"b\"} 2\n");
+  ASSERT_EQ(declared.count("p_total"), 1u);
+  EXPECT_DOUBLE_EQ(declared.at("p_total"), 0);
+  EXPECT_EQ(declared.count("g"), 0u);
+  EXPECT_DOUBLE_EQ(declared.at("r_total{a=\"b\"}"), 2);
 }
 
 TEST(LoadGeneratorTest, PercentileIsNearestRank) {
