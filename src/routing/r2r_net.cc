@@ -24,6 +24,20 @@ size_t RowBytes(GgmlType type, int64_t n) {
   return b.ok() ? static_cast<size_t>(*b) : 0;
 }
 
+// Whether `rows` rows of `cols` values held as `type` dequantize to finite numbers (f16 and
+// q8_0's f16 scales end at 65504).
+bool RowsFinite(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols) {
+  std::vector<float> row(static_cast<size_t>(cols));
+  const size_t rb = RowBytes(type, cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (!Dequantize(type, data + static_cast<size_t>(r) * rb, row.data(), cols).ok()) return false;
+    for (float x : row) {
+      if (!std::isfinite(x)) return false;
+    }
+  }
+  return true;
+}
+
 // y[o] = b[o] + sum_i W[o][i] x[i] on the matrix kernels of W's type.
 void Linear(const R2rNet::Tensor& w, const R2rNet::Tensor& b, const float* x, float* y, MatMulInput* mm,
             ThreadPool* pool) {
@@ -83,16 +97,7 @@ Expected<R2rNet> R2rNet::FromParams(std::map<std::string, Tensor> params) {
                              std::to_string(*bytes) + " for " + Shape(t.shape) + " in " +
                              std::string(GgmlTraits(t.type).name));
       }
-      std::vector<float> row(static_cast<size_t>(want[1]));
-      const size_t rb = RowBytes(t.type, want[1]);
-      for (int64_t r = 0; r < want[0]; ++r) {
-        if (Status st = Dequantize(t.type, t.q.data() + static_cast<size_t>(r) * rb, row.data(), want[1]); !st.ok()) {
-          return Status::Error("R2R router: '" + name + "': " + st.message());
-        }
-        for (float x : row) {
-          if (!std::isfinite(x)) return Status::Error(bad_value);
-        }
-      }
+      if (!RowsFinite(t.type, t.q.data(), want[0], want[1])) return Status::Error(bad_value);
     }
     used.insert(name);
     return &t;
@@ -270,27 +275,27 @@ Status R2rNet::StoreMatricesAs(GgmlType type) {
                                                        std::string(GgmlTraits(t.type).name));
   }
   if (type == GgmlType::kF32) return Status::Ok();
-  for (auto& [name, t] : params) {
+  // Every matrix converted first, then swapped in: on an error the network is left as it was.
+  std::map<std::string, std::pair<GgmlType, std::vector<uint8_t>>> held;
+  for (const auto& [name, t] : params) {
     if (t.shape.size() != 2) continue;
     const int64_t rows = t.shape[0], cols = t.shape[1];
     const GgmlType ty = type == GgmlType::kQ8_0 && cols % 32 != 0 ? GgmlType::kF16 : type;
     const size_t rb = RowBytes(ty, cols);
     std::vector<uint8_t> q(rb * static_cast<size_t>(rows));
-    std::vector<float> back(static_cast<size_t>(cols));
     for (int64_t r = 0; r < rows; ++r) {
-      uint8_t* row = q.data() + static_cast<size_t>(r) * rb;
-      TLR_RETURN_IF_ERROR(Quantize(ty, t.v.data() + r * cols, row, cols));
-      // f16 (and q8_0's f16 scales) end at 65504: a larger weight would become infinite.
-      TLR_RETURN_IF_ERROR(Dequantize(ty, row, back.data(), cols));
-      for (float x : back) {
-        if (!std::isfinite(x)) {
-          return Status::Error("R2R router: '" + name + "' has values beyond " + std::string(GgmlTraits(ty).name) +
-                               "'s range (store it as f32)");
-        }
-      }
+      TLR_RETURN_IF_ERROR(Quantize(ty, t.v.data() + r * cols, q.data() + static_cast<size_t>(r) * rb, cols));
     }
-    t.q = std::move(q);
-    t.type = ty;
+    if (!RowsFinite(ty, q.data(), rows, cols)) {  // a weight past f16's range would become infinite
+      return Status::Error("R2R router: '" + name + "' has values beyond " + std::string(GgmlTraits(ty).name) +
+                           "'s range (store it as f32)");
+    }
+    held[name] = {ty, std::move(q)};
+  }
+  for (auto& [name, h] : held) {
+    Tensor& t = params.at(name);
+    t.type = h.first;
+    t.q = std::move(h.second);
     t.v = std::vector<float>();  // free the f32 copy
   }
   return Status::Ok();

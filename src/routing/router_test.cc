@@ -403,6 +403,8 @@ TEST(Router, R2rStoredAsF16OrQ8_0) {
     Status st = net->StoreMatricesAs(type);
     ASSERT_FALSE(st.ok());
     EXPECT_NE(st.message().find("'backbone.blocks.1.mlp.0.weight' has values beyond"), std::string::npos) << st.message();
+    EXPECT_EQ(net->params.at("backbone.blocks.0.mlp.0.weight").type, GgmlType::kF32) << "half converted";
+    EXPECT_TRUE(net->StoreMatricesAs(GgmlType::kF32).ok()) << "left as it was: still f32";
   }
   // Router files whose r2r tensors have a type they cannot have are refused naming the tensor.
   auto write = [&](const std::string& path, const std::string& odd, GgmlType odd_type) {
