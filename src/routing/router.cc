@@ -52,6 +52,11 @@ Status CheckShapes(RouterKind kind, const std::vector<DenseLayer>& layers) {
         l.b.size() != static_cast<size_t>(l.n_out)) {
       return Status::Error("router layer " + std::to_string(i) + " has inconsistent sizes");
     }
+    for (const std::vector<float>* v : {&l.w, &l.b}) {
+      if (!std::all_of(v->begin(), v->end(), [](float x) { return std::isfinite(x); })) {
+        return Status::Error("router layer " + std::to_string(i) + " has a weight or bias that is NaN or infinite");
+      }
+    }
     if (i > 0 && l.n_in != layers[i - 1].n_out) {
       return Status::Error("router layer " + std::to_string(i) + " takes " +
                            std::to_string(l.n_in) + " inputs but the previous layer gives " +
@@ -187,7 +192,10 @@ int64_t Router::n_params() const {
 Expected<Router> Router::Load(const std::string& path) {
   auto f = GgufFile::Open(path);
   if (!f.ok()) return f.status();
-  const GgufFile& file = *f;
+  return FromGguf(*f, path);
+}
+
+Expected<Router> Router::FromGguf(const GgufFile& file, const std::string& path) {
   auto pre = [&](const Status& s) { return s.WithPrefix("router '" + path + "'"); };
   auto arch = file.GetString("general.architecture");
   if (!arch.ok()) return pre(arch.status());
@@ -274,13 +282,6 @@ Expected<Router> Router::Load(const std::string& path) {
     l.b.resize(l.n_out);
     TLR_RETURN_IF_ERROR(pre(Dequantize(w->type, w->data, l.w.data(), l.n_in * l.n_out)));
     std::memcpy(l.b.data(), b->data, l.n_out * sizeof(float));
-    for (const std::vector<float>* v : {&l.w, &l.b}) {
-      for (float x : *v) {
-        if (!std::isfinite(x)) {
-          return pre(Status::Error("layer " + std::to_string(i) + " has a weight or bias that is NaN or infinite"));
-        }
-      }
-    }
     layers.push_back(std::move(l));
   }
   auto dim = file.GetUint(kKeyInputDim);
@@ -304,6 +305,18 @@ Expected<Router> Router::LoadOrBuiltin(const std::string& path_or_kind, uint64_t
 
 Status Router::Save(const std::string& path) const {
   GgufWriter w;
+  TLR_RETURN_IF_ERROR(Describe(&w));
+  return w.WriteFile(path);
+}
+
+Expected<std::vector<uint8_t>> Router::ToBytes() const {
+  GgufWriter w;
+  TLR_RETURN_IF_ERROR(Describe(&w));
+  return w.ToBytes();
+}
+
+Status Router::Describe(GgufWriter* writer) const {
+  GgufWriter& w = *writer;
   w.Set("general.architecture", GgufValue::Str(kArch));
   w.Set("general.name", GgufValue::Str("tlr router (" + std::string(RouterKindName(info_.kind)) + ")"));
   w.Set(kKeyKind, GgufValue::Str(std::string(RouterKindName(info_.kind))));
@@ -329,7 +342,7 @@ Status Router::Save(const std::string& path) const {
     TLR_RETURN_IF_ERROR(w.AddTensor(LayerTensor(i, "weight"), c.view.type, {l.n_in, l.n_out}, c.bytes));
     TLR_RETURN_IF_ERROR(w.AddTensorF32(LayerTensor(i, "bias"), {l.n_out}, l.b));
   }
-  return w.WriteFile(path);
+  return Status::Ok();
 }
 
 Status Router::CheckCompatible(const Model& slm) const {

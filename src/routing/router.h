@@ -35,6 +35,9 @@
 
 namespace tlr {
 
+class GgufFile;
+class GgufWriter;
+
 class Model;
 class ThreadPool;
 struct R2rNet;
@@ -81,9 +84,12 @@ class Router {
   static Expected<Router> FromR2r(RouterInfo info, R2rNet net);
   // Reads a router GGUF; errors name what is wrong.
   static Expected<Router> Load(const std::string& path);
+  // The same from a parsed GGUF; `name` (its file's) begins the errors.
+  static Expected<Router> FromGguf(const GgufFile& file, const std::string& name);
   // A file path, or the name of a built-in kind (maxprob / entropy / random).
   static Expected<Router> LoadOrBuiltin(const std::string& path_or_kind, uint64_t seed = 0);
-  Status Save(const std::string& path) const;
+  Status Save(const std::string& path) const;  // atomic (a temporary file renamed into place)
+  Expected<std::vector<uint8_t>> ToBytes() const;  // the file's bytes
 
   // OK when the router can read this SLM's outputs: matching hidden size, and the SLM
   // fingerprint it was trained for (if any).
@@ -107,6 +113,7 @@ class Router {
  private:
   struct Compiled;  // the weights in the kernels' format
   Status Compile();
+  Status Describe(GgufWriter* w) const;  // the file's metadata and tensors
   RouterInfo info_;
   std::vector<DenseLayer> layers_;
   GgmlType type_ = GgmlType::kF32;

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <random>
@@ -12,6 +14,7 @@
 #include <tuple>
 #include <utility>
 
+#include "model/gguf/gguf_reader.h"
 #include "model/gguf/gguf_writer.h"
 #include "model/model.h"
 #include "model/random_model.h"
@@ -140,14 +143,34 @@ TEST(Router, RefusesNonFiniteThresholdAndWeights) {
 
   for (float bad : {std::nanf(""), INFINITY}) {
     info.threshold = 0.5f;
+    // Refused when the router is made (an imported state_dict with a NaN made a router whose
+    // saved file did not load)...
     auto layers = RandomLayers({8, 4, 4, 1}, 3);
+    const float good = layers[1].w[2];
     layers[1].w[2] = bad;
     auto w = Router::FromLayers(info, layers);
-    ASSERT_TRUE(w.ok()) << w.status().message();
-    ASSERT_TRUE(w->Save(dir.File("nan_weight.gguf")).ok());
-    auto back = Router::Load(dir.File("nan_weight.gguf"));
+    ASSERT_FALSE(w.ok());
+    EXPECT_NE(w.status().message().find("router layer 1 has a weight or bias that is NaN or infinite"), std::string::npos)
+        << w.status().message();
+    // ...and when a file holds one: the value patched into a good router's bytes.
+    layers[1].w[2] = good;
+    auto ok = Router::FromLayers(info, layers);
+    ASSERT_TRUE(ok.ok()) << ok.status().message();
+    auto bytes = ok->ToBytes();
+    ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+    uint8_t from[4], to[4];
+    std::memcpy(from, &good, 4);
+    std::memcpy(to, &bad, 4);
+    auto at = std::search(bytes->begin(), bytes->end(), from, from + 4);
+    ASSERT_NE(at, bytes->end());
+    ASSERT_EQ(std::search(at + 1, bytes->end(), from, from + 4), bytes->end()) << "the weight's bytes are not unique";
+    std::copy(to, to + 4, at);
+    auto file = GgufFile::FromBytes(*bytes);
+    ASSERT_TRUE(file.ok()) << file.status().message();
+    auto back = Router::FromGguf(*file, "patched.gguf");
     ASSERT_FALSE(back.ok());
-    EXPECT_NE(back.status().message().find("layer 1 has a weight or bias that is NaN or infinite"), std::string::npos)
+    EXPECT_NE(back.status().message().find("router 'patched.gguf': router layer 1 has a weight or bias that is NaN or infinite"),
+              std::string::npos)
         << back.status().message();
   }
   // A weight past f16's range is refused when the router is made, not written as infinity.

@@ -15,6 +15,7 @@ using nlohmann::json;
 namespace {
 
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // as the reference implementation caps it
+constexpr uint64_t kMaxElements = 1ull << 40;       // per tensor
 
 }  // namespace
 
@@ -34,7 +35,11 @@ int SafeTensorDtypeSize(const std::string& dtype) {
 
 Expected<SafeTensorsFile> ReadSafeTensors(const std::string& path) {
   TLR_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
-  const std::string where = path + ": ";
+  return ParseSafeTensors(bytes, path);
+}
+
+Expected<SafeTensorsFile> ParseSafeTensors(std::string_view bytes, const std::string& name) {
+  const std::string where = name.empty() ? "" : name + ": ";
   if (bytes.size() < 8) return Status::Error(where + "too short for a safetensors file");
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(bytes[static_cast<size_t>(i)]);
@@ -69,12 +74,14 @@ Expected<SafeTensorsFile> ReadSafeTensors(const std::string& path) {
     if (size == 0) return Status::Error(where + t + " has an unknown dtype '" + st.dtype + "'");
     uint64_t count = 1;
     for (const json& d : e["shape"]) {
-      if (!d.is_number_unsigned() || d.get<uint64_t>() > (1ull << 40)) {
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > kMaxElements) {
         return Status::Error(where + t + " has a shape entry that is not a size");
       }
-      st.shape.push_back(d.get<int64_t>());
-      count *= d.get<uint64_t>();
-      if (count > (1ull << 40)) return Status::Error(where + t + " is too large");
+      const uint64_t size_d = d.get<uint64_t>();
+      st.shape.push_back(static_cast<int64_t>(size_d));
+      // Checked before multiplying: two entries of 2^40 would wrap around to 0 elements.
+      if (size_d != 0 && count > kMaxElements / size_d) return Status::Error(where + t + " is too large");
+      count *= size_d;
     }
     const json& off = e["data_offsets"];
     if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
@@ -102,6 +109,11 @@ Expected<SafeTensorsFile> ReadSafeTensors(const std::string& path) {
 }
 
 Status WriteSafeTensors(const std::string& path, const SafeTensorsFile& file) {
+  TLR_ASSIGN_OR_RETURN(std::vector<uint8_t> out, SafeTensorsBytes(file));
+  return WriteFileAtomic(path, out);
+}
+
+Expected<std::vector<uint8_t>> SafeTensorsBytes(const SafeTensorsFile& file) {
   json header = json::object();
   uint64_t off = 0;
   for (const auto& [name, t] : file.tensors) {
@@ -120,7 +132,7 @@ Status WriteSafeTensors(const std::string& path, const SafeTensorsFile& file) {
   for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<uint8_t>(static_cast<uint64_t>(h.size()) >> (8 * i));
   out.insert(out.end(), h.begin(), h.end());
   for (const auto& [name, t] : file.tensors) out.insert(out.end(), t.data.begin(), t.data.end());
-  return WriteFileAtomic(path, out);
+  return out;
 }
 
 Expected<std::vector<float>> SafeTensorFloats(const std::string& name, const SafeTensor& t) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "util/status.h"
@@ -33,7 +34,11 @@ struct SafeTensorsFile {
 int SafeTensorDtypeSize(const std::string& dtype);
 
 Expected<SafeTensorsFile> ReadSafeTensors(const std::string& path);
+// The same from bytes in memory; `name` (a file's) begins the errors.
+Expected<SafeTensorsFile> ParseSafeTensors(std::string_view bytes, const std::string& name = "");
 Status WriteSafeTensors(const std::string& path, const SafeTensorsFile& file);
+// The bytes WriteSafeTensors writes.
+Expected<std::vector<uint8_t>> SafeTensorsBytes(const SafeTensorsFile& file);
 
 // A tensor's values as floats (F32, F16, BF16, F64), or an error naming the tensor.
 Expected<std::vector<float>> SafeTensorFloats(const std::string& name, const SafeTensor& t);

@@ -62,6 +62,11 @@ TEST(SafeTensors, RoundTripAndDamage) {
             std::string::npos);
   EXPECT_NE(read(Raw(R"({"t":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}})", 1)).find("not a size"), std::string::npos);
   EXPECT_NE(read(Raw(R"({"t":{"dtype":"U8"}})", 0)).find("needs dtype, shape and data_offsets"), std::string::npos);
+  // Two entries of 2^40 elements: their product wrapped around to 0 and an empty range passed.
+  EXPECT_NE(read(Raw(R"({"t":{"dtype":"U8","shape":[1099511627776,1099511627776],"data_offsets":[0,0]}})", 0))
+                .find("is too large"),
+            std::string::npos);
+  EXPECT_EQ(read(Raw(R"({"t":{"dtype":"U8","shape":[0,1099511627776],"data_offsets":[0,0]}})", 0)), "ok");
   EXPECT_EQ(read(Raw(R"({"t":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})", 2)), "ok");
 }
 
