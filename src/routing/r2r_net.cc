@@ -76,6 +76,9 @@ Expected<R2rNet> R2rNet::FromParams(std::map<std::string, Tensor> params) {
     if (t.shape != want) {
       return Status::Error("R2R router: '" + name + "' has shape " + Shape(t.shape) + ", want " + Shape(want));
     }
+    if (std::any_of(want.begin(), want.end(), [](int64_t d) { return d < 1; })) {
+      return Status::Error("R2R router: '" + name + "' has shape " + Shape(t.shape) + ": every dimension must be 1 or more");
+    }
     const std::string bad_value = "R2R router: '" + name + "' holds a NaN or infinite value";
     if (t.type == GgmlType::kF32) {
       if (static_cast<int64_t>(t.v.size()) != n || !t.q.empty()) {

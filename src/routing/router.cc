@@ -67,6 +67,12 @@ Status CheckShapes(RouterKind kind, const std::vector<DenseLayer>& layers) {
   return Status::Ok();
 }
 
+// How a layer of n_in inputs stores a router of weight type `type`: q8_0 needs rows of whole
+// 32-value blocks, and a layer whose rows are not keeps f16.
+GgmlType LayerType(GgmlType type, int64_t n_in) {
+  return type == GgmlType::kQ8_0 && n_in % 32 != 0 ? GgmlType::kF16 : type;
+}
+
 }  // namespace
 
 struct Router::Compiled {
@@ -154,8 +160,7 @@ Expected<Router> Router::FromLayers(RouterInfo info, std::vector<DenseLayer> lay
 Status Router::Compile() {
   compiled_ = std::make_unique<Compiled>();
   for (const DenseLayer& l : layers_) {
-    GgmlType t = type_;
-    if (t == GgmlType::kQ8_0 && l.n_in % 32 != 0) t = GgmlType::kF16;
+    const GgmlType t = LayerType(type_, l.n_in);
     auto row_bytes = GgmlTensorBytes(t, l.n_in, l.n_in);
     if (!row_bytes.ok()) return row_bytes.status();
     Compiled::L c;
@@ -213,9 +218,10 @@ Expected<Router> Router::FromGguf(const GgufFile& file, const std::string& path)
   if (auto v = file.GetString(kKeySlmName); v.ok()) info.slm_name = *v;
   if (auto v = file.GetString(kKeySummary); v.ok()) info.training_summary = *v;
   if (auto v = file.GetFloat(kKeyThreshold); v.ok()) {
-    // A NaN threshold would load and then never route (every comparison with it is false).
-    if (!std::isfinite(*v)) return pre(Status::Error(std::string(kKeyThreshold) + " is not a finite number"));
+    // A NaN threshold would load and then never route (every comparison with it is false); an
+    // f64 one is checked as the float it becomes (1e300 is infinite there).
     info.threshold = static_cast<float>(*v);
+    if (!std::isfinite(info.threshold)) return pre(Status::Error(std::string(kKeyThreshold) + " is not a finite number"));
   }
   if (!RouterIsLearned(info.kind)) {
     auto r = Builtin(info.kind);
@@ -225,8 +231,11 @@ Expected<Router> Router::FromGguf(const GgufFile& file, const std::string& path)
   }
   if (info.kind == RouterKind::kR2r) {
     std::map<std::string, R2rNet::Tensor> params;
+    uint64_t copied = 0;  // GGUF lets tensors share bytes: a small file could name gigabytes
     for (const GgufTensorInfo& t : file.tensors()) {
       if (t.name.rfind(kR2rPrefix, 0) != 0) continue;
+      copied += t.n_bytes;
+      if (copied > file.file_size()) return pre(Status::Error("its tensors share bytes (they add up to more than the file)"));
       if (t.type != GgmlType::kF32 && !(t.dims.size() == 2 && (t.type == GgmlType::kF16 || t.type == GgmlType::kQ8_0))) {
         return pre(Status::Error(t.name + " must be f32 (a matrix: f32, f16 or q8_0), not " +
                                  std::string(GgmlTraits(t.type).name)));
@@ -260,7 +269,7 @@ Expected<Router> Router::FromGguf(const GgufFile& file, const std::string& path)
   if (!n_layers.ok()) return pre(n_layers.status());
   if (*n_layers < 1 || *n_layers > 8) return pre(Status::Error("layer_count out of range"));
   std::vector<DenseLayer> layers;
-  GgmlType type = GgmlType::kF32;
+  std::vector<GgmlType> stored;
   for (size_t i = 0; i < *n_layers; ++i) {
     const GgufTensorInfo* w = file.FindTensor(LayerTensor(i, "weight"));
     const GgufTensorInfo* b = file.FindTensor(LayerTensor(i, "bias"));
@@ -273,7 +282,7 @@ Expected<Router> Router::FromGguf(const GgufFile& file, const std::string& path)
       return pre(Status::Error(LayerTensor(i, "weight") + " must be f32, f16 or q8_0"));
     }
     if (b->type != GgmlType::kF32) return pre(Status::Error(LayerTensor(i, "bias") + " must be f32"));
-    if (i == 0) type = w->type;
+    stored.push_back(w->type);
     DenseLayer l;
     l.n_in = w->dims[0];
     l.n_out = w->dims[1];
@@ -283,6 +292,16 @@ Expected<Router> Router::FromGguf(const GgufFile& file, const std::string& path)
     TLR_RETURN_IF_ERROR(pre(Dequantize(w->type, w->data, l.w.data(), l.n_in * l.n_out)));
     std::memcpy(l.b.data(), b->data, l.n_out * sizeof(float));
     layers.push_back(std::move(l));
+  }
+  // The router's weight type as Save wrote it: q8_0 when any layer is, and then every layer as
+  // LayerType stores it (a file that mixes types otherwise would be compiled into another router).
+  const GgmlType type = std::count(stored.begin(), stored.end(), GgmlType::kQ8_0) ? GgmlType::kQ8_0 : stored.front();
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (stored[i] != LayerType(type, layers[i].n_in)) {
+      return pre(Status::Error(LayerTensor(i, "weight") + " is " + std::string(GgmlTraits(stored[i]).name) + " in a router of " +
+                               std::string(GgmlTraits(type).name) + " weights (a router stores every layer in one type, f16 for " +
+                               "q8_0 layers whose rows are not a multiple of 32)"));
+    }
   }
   auto dim = file.GetUint(kKeyInputDim);
   if (!dim.ok()) return pre(dim.status());

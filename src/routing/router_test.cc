@@ -124,6 +124,28 @@ TEST(Router, CiterMatchesReferenceAndRoundTripsThroughGguf) {
   EXPECT_EQ(qb->weight_type(), GgmlType::kQ8_0);
   qb->ConfidenceBatch(x.data(), 4, out2, nullptr);
   for (int t = 0; t < 4; ++t) EXPECT_NEAR(out[t], out2[t], 0.03);
+
+  // q8_0 with a hidden size that is not a multiple of 32: the first and third layers keep f16,
+  // the second is q8_0, and the file loads as that router (it loaded as an all-f16 one).
+  const int64_t h16 = 48;
+  auto mixed = Router::FromLayers(info, RandomLayers({h16, 2 * h16, h16, 1}, 6), GgmlType::kQ8_0);
+  ASSERT_TRUE(mixed.ok()) << mixed.status().message();
+  auto mixed_bytes = mixed->ToBytes();
+  ASSERT_TRUE(mixed_bytes.ok());
+  auto mixed_file = GgufFile::FromBytes(*mixed_bytes);
+  ASSERT_TRUE(mixed_file.ok());
+  std::vector<GgmlType> stored;
+  for (int i = 0; i < 3; ++i) stored.push_back(mixed_file->FindTensor("router.layer." + std::to_string(i) + ".weight")->type);
+  EXPECT_EQ(stored, (std::vector<GgmlType>{GgmlType::kF16, GgmlType::kQ8_0, GgmlType::kF16}));
+  auto mixed_back = Router::FromGguf(*mixed_file, "mixed.gguf");
+  ASSERT_TRUE(mixed_back.ok()) << mixed_back.status().message();
+  EXPECT_EQ(mixed_back->weight_type(), GgmlType::kQ8_0);
+  auto mixed_again = mixed_back->ToBytes();
+  ASSERT_TRUE(mixed_again.ok());
+  EXPECT_EQ(*mixed_again, *mixed_bytes);
+  std::vector<float> xm(static_cast<size_t>(h16));
+  for (float& v : xm) v = nd(rng);
+  EXPECT_EQ(mixed->Confidence(xm.data(), nullptr, 0, nullptr), mixed_back->Confidence(xm.data(), nullptr, 0, nullptr));
 }
 
 // A NaN threshold or NaN/inf weights would load and then never route (or route always):
@@ -140,6 +162,22 @@ TEST(Router, RefusesNonFiniteThresholdAndWeights) {
   ASSERT_FALSE(loaded.ok());
   EXPECT_NE(loaded.status().message().find("threshold is not a finite number"), std::string::npos)
       << loaded.status().message();
+  {  // an f64 threshold finite as a double, infinite as the float it becomes
+    info.threshold = 0.5f;
+    auto good = Router::FromLayers(info, RandomLayers({8, 4, 4, 1}, 3));
+    ASSERT_TRUE(good.ok());
+    auto file = GgufFile::FromBytes(*good->ToBytes());
+    ASSERT_TRUE(file.ok());
+    GgufWriter w;
+    for (const auto& [k, v] : file->metadata()) w.Set(k, k == "tlr-router.threshold" ? GgufValue(1e300) : v);
+    for (const auto& t : file->tensors()) ASSERT_TRUE(w.AddTensor(t.name, t.type, t.dims, {t.data, t.n_bytes}).ok());
+    auto f64 = GgufFile::FromBytes(*w.ToBytes());
+    ASSERT_TRUE(f64.ok());
+    auto back = Router::FromGguf(*f64, "f64.gguf");
+    ASSERT_FALSE(back.ok());
+    EXPECT_NE(back.status().message().find("threshold is not a finite number"), std::string::npos)
+        << back.status().message();
+  }
 
   for (float bad : {std::nanf(""), INFINITY}) {
     info.threshold = 0.5f;
@@ -347,6 +385,13 @@ TEST(Router, R2rRoundTripsAndRefusesMalformedNetworks) {
   bad([](auto& p) { p["extra.weight"] = {{1}, {0.0f}}; }, "unexpected tensor 'extra.weight'");
   bad([](auto& p) { p["logits_projection.bias"].v[0] = NAN; }, "NaN");
   bad([](auto& p) { p.erase("token_embeddings.weight"); }, "token_embeddings.weight");
+  bad(  // an MLP 0 wide: it scored, and then its file could not be written (GGUF has no 0-sized dimension)
+      [](auto& p) {
+        p["backbone.blocks.1.mlp.0.weight"] = {{0, 12}, {}};
+        p["backbone.blocks.1.mlp.0.bias"] = {{0}, {}};
+        p["backbone.blocks.1.mlp.3.weight"] = {{12, 0}, {}};
+      },
+      "every dimension must be 1 or more");
 }
 
 // An R2R router held as f16 or q8_0 (StoreMatricesAs): scores within quantization error of the

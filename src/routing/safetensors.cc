@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "quant/blocks.h"
@@ -51,7 +52,11 @@ Expected<SafeTensorsFile> ParseSafeTensors(std::string_view bytes, const std::st
   if (header.is_discarded() || !header.is_object()) return Status::Error(where + "the header is not a JSON object");
   const uint64_t data_start = 8 + n, data_len = bytes.size() - data_start;
   SafeTensorsFile f;
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  struct Range {
+    uint64_t begin, end;
+    SafeTensor* tensor;  // a std::map's elements stay where they are
+  };
+  std::vector<Range> ranges;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
       if (!it->is_object()) return Status::Error(where + "'__metadata__' is not an object");
@@ -96,14 +101,19 @@ Expected<SafeTensorsFile> ParseSafeTensors(std::string_view bytes, const std::st
       return Status::Error(where + t + ": its shape needs " + std::to_string(count * size) + " bytes of " + st.dtype +
                            ", its range holds " + std::to_string(end - b));
     }
-    ranges.emplace_back(b, end);
-    st.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(data_start + b),
-                   bytes.begin() + static_cast<std::ptrdiff_t>(data_start + end));
-    f.tensors.emplace(it.key(), std::move(st));
+    ranges.push_back({b, end, &f.tensors.emplace(it.key(), std::move(st)).first->second});
   }
-  std::sort(ranges.begin(), ranges.end());
+  // Checked before any bytes are copied: a small file whose thousands of tensors all name the
+  // same range would otherwise take memory quadratic in its size.
+  std::sort(ranges.begin(), ranges.end(), [](const Range& x, const Range& y) {
+    return std::tie(x.begin, x.end) < std::tie(y.begin, y.end);
+  });
   for (size_t i = 1; i < ranges.size(); ++i) {
-    if (ranges[i].first < ranges[i - 1].second) return Status::Error(where + "two tensors share bytes");
+    if (ranges[i].begin < ranges[i - 1].end) return Status::Error(where + "two tensors share bytes");
+  }
+  for (const Range& r : ranges) {
+    r.tensor->data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(data_start + r.begin),
+                          bytes.begin() + static_cast<std::ptrdiff_t>(data_start + r.end));
   }
   return f;
 }
