@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc)
 TEST_JOBS ?= $(shell echo $$(( $$(nproc) + 1 )))
 FUZZ_SECONDS ?= 300
 CTEST_ARGS ?=
-FUZZERS := gguf_fuzz tokenizer_fuzz server_request_fuzz remote_reply_fuzz jinja_fuzz router_fuzz
+FUZZERS := gguf_fuzz tokenizer_fuzz server_request_fuzz remote_reply_fuzz jinja_fuzz router_fuzz qa_fuzz
 
 PREFIX ?= /usr/local
 

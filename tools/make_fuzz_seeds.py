@@ -2,8 +2,9 @@
 """Writes the fuzzers' seed corpora (small, committed):
   src/model/gguf/fuzz_seeds/        hand-built GGUF files covering every value type
   src/model/tokenizer/fuzz_seeds/   the tokenizer test texts, each behind a selector byte
-  src/routing/fuzz_seeds/           router GGUFs of every kind and stored type, and PyTorch
+  src/routing/fuzz_seeds/router/    router GGUFs of every kind and stored type, and PyTorch
                                     state_dicts (safetensors) of the networks `tlr router import` reads
+  src/routing/fuzz_seeds/qa/        question-set rows of every schema, each with an answer to grade
 Run from the repository root: python3 tools/make_fuzz_seeds.py"""
 import json
 import math
@@ -78,7 +79,38 @@ def main():
     with open(os.path.join(tdir, 'ids'), 'wb') as f:
         f.write(bytes([8]) + struct.pack('<6i', 15496, 995, 50256, -1, 1 << 30, 29871))
 
-    write_router_seeds(os.path.join(ROOT, 'src/routing/fuzz_seeds'))
+    write_router_seeds(os.path.join(ROOT, 'src/routing/fuzz_seeds/router'))
+    write_qa_seeds(os.path.join(ROOT, 'src/routing/fuzz_seeds/qa'))
+
+
+def write_qa_seeds(qdir):
+    """A JSONL row on the first line, a model's answer after it."""
+    os.makedirs(qdir, exist_ok=True)
+    flat = {'id': 'q1', 'question': 'Where does a fexko live?', 'question_concept': 'fexko',
+            'choices': {'label': list('ABCDE'), 'text': ['marsh', 'desert', 'forest', 'river', 'cave']},
+            'answerKey': 'E'}
+    nested = {'id': 'q2', 'answerKey': 'B', 'question': {
+        'stem': 'What do people aim to do at work?', 'question_concept': 'people',
+        'choices': [{'label': 'A', 'text': 'complete job'}, {'label': 'B', 'text': 'learn from each other'},
+                    {'label': 'C', 'text': 'kill animals'}]}}
+    extended = dict(flat, context='The fexko is a small animal of the northern caves.', reference='Answer: E. cave')
+    chat = {'messages': [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Hi'},
+                         {'role': 'assistant', 'content': 'Hello!'}]}
+    gradable_chat = dict(flat, messages=[{'role': 'user', 'content': 'Where does a fexko live?'},
+                                         {'role': 'assistant', 'content': 'Answer: E'}])
+    seeds = {
+        'letter': (flat, 'Answer: E. The fexko lives in caves.'),
+        'paren': (flat, 'I think (C)'),
+        'answer_is_text': (flat, 'Answer: A fexko is found in the marsh. So the answer is marsh.'),
+        'whole_words': (nested, 'People learn from each other at work'),
+        'ambiguous': (nested, 'complete job or kill animals'),
+        'context': (extended, 'the answer is cave.'),
+        'chat': (chat, ''),
+        'gradable_chat': (gradable_chat, 'Answer: (E)'),
+    }
+    for name, (row, answer) in seeds.items():
+        with open(os.path.join(qdir, name), 'wb') as f:
+            f.write(json.dumps(row).encode() + b'\n' + answer.encode())
 
 
 def ramp(n, k=0.37):
