@@ -135,9 +135,11 @@ TEST(FailoverTest, ReplicaKilledMidGenerationSessionsContinueOnTheOther) {
       for (int q = 0; q < kQuestions; ++q) {
         got[i].push_back(RunDevice(**slm, remote[i].get(), Prompt(i, q), d, [&, i](const DeviceRun& run) {
           if (i != 0 || killed || run.count(TokenSource::kLlm) < 8) return;
+          // Read before the kill: a device on the victim can resync (rightly) while Kill() waits
+          // for the process to end, and that is not a call that missed its session before it.
+          for (int j = 0; j < kDevices; ++j) resyncs_at_kill[j] = remote[j]->stats().resyncs;
           replica[victim].Kill();
           kill_at = Clock::now();
-          for (int j = 0; j < kDevices; ++j) resyncs_at_kill[j] = remote[j]->stats().resyncs;
           killed = true;
         }));
         remote[i]->Reset();
