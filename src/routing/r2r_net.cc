@@ -283,7 +283,7 @@ Status R2rNet::StoreMatricesAs(GgmlType type) {
   for (const auto& [name, t] : params) {
     if (t.shape.size() != 2) continue;
     const int64_t rows = t.shape[0], cols = t.shape[1];
-    const GgmlType ty = type == GgmlType::kQ8_0 && cols % 32 != 0 ? GgmlType::kF16 : type;
+    const GgmlType ty = RouterMatrixType(type, cols);
     const size_t rb = RowBytes(ty, cols);
     std::vector<uint8_t> q(rb * static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r) {

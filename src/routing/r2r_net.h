@@ -96,6 +96,12 @@ struct R2rNet {
   int64_t widest_ = 0;  // the largest activation (scratch per buffer)
 };
 
+// How a router holds a weight matrix whose rows are `cols` long when asked for `type`: q8_0
+// needs rows of whole 32-value blocks, and a matrix whose rows are not keeps f16.
+inline GgmlType RouterMatrixType(GgmlType type, int64_t cols) {
+  return type == GgmlType::kQ8_0 && cols % 32 != 0 ? GgmlType::kF16 : type;
+}
+
 // The k largest of logits[0..n), largest first, and the index of the largest (ties: the lowest).
 // `scratch` (optional) keeps its index buffer between calls.
 void TopLogits(const float* logits, int64_t n, int64_t k, float* out, int32_t* argmax,

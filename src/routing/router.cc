@@ -67,12 +67,6 @@ Status CheckShapes(RouterKind kind, const std::vector<DenseLayer>& layers) {
   return Status::Ok();
 }
 
-// How a layer of n_in inputs stores a router of weight type `type`: q8_0 needs rows of whole
-// 32-value blocks, and a layer whose rows are not keeps f16.
-GgmlType LayerType(GgmlType type, int64_t n_in) {
-  return type == GgmlType::kQ8_0 && n_in % 32 != 0 ? GgmlType::kF16 : type;
-}
-
 }  // namespace
 
 struct Router::Compiled {
@@ -160,7 +154,7 @@ Expected<Router> Router::FromLayers(RouterInfo info, std::vector<DenseLayer> lay
 Status Router::Compile() {
   compiled_ = std::make_unique<Compiled>();
   for (const DenseLayer& l : layers_) {
-    const GgmlType t = LayerType(type_, l.n_in);
+    const GgmlType t = RouterMatrixType(type_, l.n_in);
     auto row_bytes = GgmlTensorBytes(t, l.n_in, l.n_in);
     if (!row_bytes.ok()) return row_bytes.status();
     Compiled::L c;
@@ -294,10 +288,10 @@ Expected<Router> Router::FromGguf(const GgufFile& file, const std::string& path)
     layers.push_back(std::move(l));
   }
   // The router's weight type as Save wrote it: q8_0 when any layer is, and then every layer as
-  // LayerType stores it (a file that mixes types otherwise would be compiled into another router).
+  // RouterMatrixType stores it (a file that mixes types otherwise would be compiled into another router).
   const GgmlType type = std::count(stored.begin(), stored.end(), GgmlType::kQ8_0) ? GgmlType::kQ8_0 : stored.front();
   for (size_t i = 0; i < layers.size(); ++i) {
-    if (stored[i] != LayerType(type, layers[i].n_in)) {
+    if (stored[i] != RouterMatrixType(type, layers[i].n_in)) {
       return pre(Status::Error(LayerTensor(i, "weight") + " is " + std::string(GgmlTraits(stored[i]).name) + " in a router of " +
                                std::string(GgmlTraits(type).name) + " weights (a router stores every layer in one type, f16 for " +
                                "q8_0 layers whose rows are not a multiple of 32)"));
