@@ -65,6 +65,7 @@ struct BatchScheduler::Job {
   bool warm = true;
   uint64_t seq = 0;
   int64_t keep = -1;
+  EngineSession* copy_from = nullptr;  // BatchCall::copy_from
   int64_t held = 0;            // tokens of the context its session holds when it arrives
   std::atomic<int64_t> left_tokens{0};  // prefill tokens not yet ingested
   std::atomic<int> left_steps{0};       // generation passes still due (low priority excluded)
@@ -174,6 +175,7 @@ std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
     }
     job->warm = static_cast<int64_t>(job->feed.size()) <= opts_.admission.warm_tokens;
     job->keep = call.keep;
+    if (call.keep > 0 && call.copy_from && call.copy_from->cache) job->copy_from = call.copy_from;
     job->held = Held(call);
     job->left_tokens = static_cast<int64_t>(job->feed.size());
     // Generation passes after the prefill (its last pass gives the first token).
@@ -206,7 +208,10 @@ std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
       admitted[i] = true;
       outs[i].admitted = true;
       job.partial = v.partial;
-      if (job.keep >= 0) {  // only an admitted call changes its session
+      if (job.copy_from) {  // only an admitted call changes its session
+        job.s->cache = std::make_unique<KvCache>(job.copy_from->cache->Fork(job.keep));
+        job.s->tokens.assign(job.copy_from->tokens.begin(), job.copy_from->tokens.begin() + job.keep);
+      } else if (job.keep >= 0) {
         if (job.s->cache) job.s->cache->Truncate(job.keep);
         job.s->tokens.resize(static_cast<size_t>(job.keep));
       }

@@ -73,7 +73,8 @@ LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& l
     metrics_->DeclareCounter("tlr_calls_cancelled_total", "Calls dropped because their client closed its connection");
     metrics_->DeclareCounter("tlr_calls_partial_total", "Calls whose prefill takes longer than their time, stopped before their deadline with part of it ingested (503; the next call goes on)");
     metrics_->DeclareCounter("tlr_lookahead_tokens_total", "Lookahead tokens generated for devices' drafts (native protocol)");
-    metrics_->DeclareCounter("tlr_prompt_cache_copied_tokens_total", "Prompt tokens a new prompt-cache slot copied from another slot's KV instead of prefilling");
+    metrics_->DeclareCounter("tlr_prompt_cache_copied_tokens_total", "Prompt tokens a new prompt-cache slot copied from another slot's or session's KV instead of prefilling");
+    metrics_->DeclareCounter("tlr_session_copied_tokens_total", "Context tokens native sessions copied from another session's or prompt-cache slot's KV instead of prefilling (a prefix shared by conversations)");
     metrics_->DeclareCounter("tlr_lookahead_cut_total", "Lookahead tokens not generated because other calls were waiting (lookahead is low priority)");
     metrics_->DeclareCounter("tlr_rewound_tokens_total", "Tokens dropped from sessions by calls whose context parts from what the session held");
     metrics_->DeclareCounter("tlr_kept_tokens_total", "Tokens a call resent that the session already held past its base (kept, not prefilled again)");
@@ -88,7 +89,8 @@ LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& l
     for (const char* c : {"tlr_prefill_tokens_total", "tlr_decode_tokens_total", "tlr_generated_tokens_total",
                           "tlr_evictions_total", "tlr_sessions_expired_total", "tlr_resyncs_total", "tlr_forward_passes_total", "tlr_forward_seconds_total", "tlr_calls_expired_total",
                           "tlr_calls_abandoned_total", "tlr_calls_cancelled_total", "tlr_calls_partial_total", "tlr_lookahead_tokens_total", "tlr_rewound_tokens_total",
-                          "tlr_kept_tokens_total", "tlr_lookahead_cut_total", "tlr_prompt_cache_copied_tokens_total"}) {
+                          "tlr_kept_tokens_total", "tlr_lookahead_cut_total", "tlr_prompt_cache_copied_tokens_total",
+                          "tlr_session_copied_tokens_total"}) {
       metrics_->Add(c, 0);  // present from the start
     }
     metrics_->Set("tlr_kv_budget_bytes", static_cast<double>(limits_.kv_budget_bytes));
@@ -212,15 +214,32 @@ EngineResult LlmEngine::Next(const NextRequest& req) {
   CallControl control;
   control.timeout_s = req.timeout_s > 0 ? std::max(1e-6, req.timeout_s - SecondsSince(arrived)) : 0;
   control.client_gone = req.client_gone;
-  std::vector<int32_t> feed(req.append.begin() + (keep - req.base), req.append.end());
+  // A context with much to prefill that begins as another idle cache's does (the system prompt
+  // of an app every device sends; a device resyncing after its session was evicted) starts
+  // from a copy of that cache's prefix: worth it when it saves kMinShared tokens or more, and
+  // more than the copy moves again of what this session already holds.
+  constexpr int64_t kMinShared = 16;
+  std::shared_ptr<EngineSession> from;
+  std::unique_lock<std::mutex> from_lock;
+  size_t shared = 0;
+  if (limits_.share_prefixes && last - keep >= kMinShared) {
+    std::vector<int32_t> context(s->tokens.begin(), s->tokens.begin() + req.base);
+    context.insert(context.end(), req.append.begin(), req.append.end() - 1);  // the last is fed
+    from = store_->FindSharedPrefix(s, context, static_cast<size_t>(std::max(keep + kMinShared, 2 * keep)),
+                                    &from_lock, &shared);
+  }
+  const int64_t start = from ? static_cast<int64_t>(shared) : keep;
+  std::vector<int32_t> feed(req.append.begin() + (start - req.base), req.append.end());
   bool admitted = false;
-  EngineResult r = Run(s, keep, std::move(feed), req.n + lookahead, req.sampling, req.top_logprobs, nullptr, control,
-                       lookahead, nullptr, 0, req.heal, &admitted);
+  EngineResult r = Run(s, start, std::move(feed), req.n + lookahead, req.sampling, req.top_logprobs, nullptr, control,
+                       lookahead, nullptr, 0, req.heal, &admitted, from.get());
+  if (from_lock.owns_lock()) from_lock.unlock();
   s->last_used = Clock::now();
   if (admitted) {  // a refused call left the session as it was
     ++s->version;
     if (metrics_ && held > keep) metrics_->Add("tlr_rewound_tokens_total", static_cast<double>(held - keep));
     if (metrics_ && keep > req.base) metrics_->Add("tlr_kept_tokens_total", static_cast<double>(keep - req.base));
+    if (metrics_ && from) metrics_->Add("tlr_session_copied_tokens_total", static_cast<double>(start));
   }
   if (r.ok()) {
     // The tokens spelling the healed bytes and the n answer the call; the rest is the
@@ -274,7 +293,7 @@ EngineResult LlmEngine::Complete(std::span<const int32_t> prompt, int max_tokens
     // A new slot starting from another's prefix: a copy of its KV, no prefill.
     std::string why;
     const int64_t n = static_cast<int64_t>(std::min(best_common, prompt.size() - 1));
-    if (from->cache && n > 0 && store_->MakeRoom(s, n, &why)) {
+    if (from->cache && n > 0 && store_->MakeRoom(s, n, &why, from.get())) {
       s->cache = std::make_unique<KvCache>(from->cache->Fork(n));
       s->tokens.assign(from->tokens.begin(), from->tokens.begin() + n);
       if (metrics_) metrics_->Add("tlr_prompt_cache_copied_tokens_total", static_cast<double>(n));
@@ -360,7 +379,8 @@ EngineResult LlmEngine::Score(const std::vector<std::vector<int32_t>>& seqs, int
 // Runs one call on a locked session through the batch scheduler and waits for it.
 EngineResult LlmEngine::Run(EngineSession* s, int64_t keep, std::vector<int32_t> feed, int n, const SamplerParams& sampling,
                             int top_logprobs, const TokenCallback& on_token, const CallControl& control, int low_priority,
-                            std::vector<PromptPosition>* prompt_scores, int prompt_top, std::string heal, bool* admitted) {
+                            std::vector<PromptPosition>* prompt_scores, int prompt_top, std::string heal, bool* admitted,
+                            EngineSession* copy_from) {
   Status valid = sampling.Validate();
   if (!valid.ok()) return Fail(EngineCode::kBadRequest, valid.message());
   const int64_t need = keep + static_cast<int64_t>(feed.size()) + n - 1 + static_cast<int64_t>(heal.size());
@@ -375,6 +395,7 @@ EngineResult LlmEngine::Run(EngineSession* s, int64_t keep, std::vector<int32_t>
   call.deadline_s = control.timeout_s;
   call.deadline_first_token = control.first_token_only;
   call.keep = keep;
+  call.copy_from = copy_from;
   call.client_gone = control.client_gone;
   call.on_decided = control.on_decided;
   call.prompt_scores = prompt_scores;
@@ -390,8 +411,8 @@ EngineResult LlmEngine::Run(EngineSession* s, int64_t keep, std::vector<int32_t>
     return r;
   }
   std::string why;
-  if (!store_->MakeRoom(s, need, &why)) return Fail(EngineCode::kOverloaded, why);
-  if (!s->cache) {
+  if (!store_->MakeRoom(s, need, &why, copy_from)) return Fail(EngineCode::kOverloaded, why);
+  if (!s->cache && !copy_from) {
     // 4 KiB pages touched as positions are written: the KV budget counts positions in use.
     auto c = model_.NewCache(limits_.max_context, KvMemory::kOnDemand);
     if (!c.ok()) return Fail(EngineCode::kOverloaded, c.status().message());

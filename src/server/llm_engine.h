@@ -50,6 +50,12 @@ struct EngineLimits {
   int prompt_cache_slots = 0;         // most KV caches reused by the OpenAI endpoints (by prefix);
                                       // 0: bounded only by the KV budget (and max_sessions)
   int recent_replies = 16;            // per session, for request_id idempotency
+  // A conversation whose context begins as another idle cache's does (an app's system prompt
+  // sent by every device; a resync after eviction) starts from a copy of that prefix's KV
+  // instead of prefilling it: native sessions from any session or prompt-cache slot, new
+  // prompt-cache slots likewise. Off: each conversation prefills its own (a shared cache tells,
+  // through timing, that another client sent the same prefix).
+  bool share_prefixes = true;
   // Admission (admission.h): behind a queue, a new or resynced conversation's prefill must be
   // answered within this share of its time (the rest is left to warm sessions' routed tokens).
   double cold_share = 0.5;
@@ -190,11 +196,13 @@ class LlmEngine {
   int64_t decode_tokens() const;
 
  private:
-  // Runs one call on a locked session: its cache is first cut to `keep` tokens, once admitted.
+  // Runs one call on a locked session: its cache is first cut to `keep` tokens, once admitted
+  // (or, with `copy_from`, another locked session holding the same first `keep` tokens, replaced
+  // by a copy of those).
   EngineResult Run(EngineSession* s, int64_t keep, std::vector<int32_t> feed, int n, const SamplerParams& sampling,
                    int top_logprobs, const TokenCallback& on_token, const CallControl& control, int low_priority = 0,
                    std::vector<PromptPosition>* prompt_scores = nullptr, int prompt_top = 0, std::string heal = {},
-                   bool* admitted = nullptr);
+                   bool* admitted = nullptr, EngineSession* copy_from = nullptr);
   void PublishGauges();
 
   const Model& model_;

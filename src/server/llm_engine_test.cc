@@ -595,6 +595,69 @@ TEST_F(EngineTest, PromptCacheKeepsEachClientsContext) {
   }
 }
 
+// Conversations that begin alike (the system prompt every device of an app sends): a new
+// session starts from a copy of the prefix another idle session holds and prefills only the
+// rest, with the same answers and logprobs, bit for bit, as a prefill from scratch; so does a
+// new prompt-cache slot of the OpenAI endpoints. A context sharing fewer than 16 tokens with
+// every cache prefills all. With share_prefixes off (--no-prefix-sharing) each prefills all.
+TEST_F(EngineTest, NewConversationsCopyAPrefixAnotherSessionHolds) {
+  const std::string system =
+      "You answer questions about the world of the tharko and the fexko. Pick one of the choices.\n";
+  const std::vector<int32_t> ctx_a = Prompt(system + "Question: Where would you find a zinthar?\nA. marsh\nB. stone\n");
+  const std::vector<int32_t> ctx_b = Prompt(system + "Question: What is a fexko used for?\nA. cooking\nB. glass\n");
+  const std::vector<int32_t> ctx_c = Prompt(system + "Question: Who keeps a tharko?\nA. farmers\nB. kings\n");
+  const std::vector<int32_t> ctx_d = Question("What is a vorn?");  // shares only "Question:" with them
+  auto common = [](const std::vector<int32_t>& x, const std::vector<int32_t>& y) {
+    size_t c = 0;
+    while (c < x.size() && c < y.size() && x[c] == y[c]) ++c;
+    return static_cast<int64_t>(c);
+  };
+  const int64_t ab = common(ctx_a, ctx_b), ac = common(ctx_a, ctx_c);
+  ASSERT_GE(ab, 20) << "the system prompt is too short for the test";
+  std::vector<float> logprobs[2];
+  for (bool share : {true, false}) {
+    Metrics metrics;
+    EngineLimits lim;
+    lim.share_prefixes = share;
+    LlmEngine engine(*llm_, nullptr, lim, &metrics);
+    SessionInfo a, b, d;
+    ASSERT_TRUE(engine.CreateSession(&a).ok() && engine.CreateSession(&b).ok() && engine.CreateSession(&d).ok());
+    EngineResult ra = engine.Next(Call(a.id, {}, ctx_a, 2, "1"));
+    ASSERT_TRUE(ra.ok()) << ra.message;
+    EXPECT_EQ(ra.reply.prefilled, static_cast<int64_t>(ctx_a.size()));
+    EngineResult rb = engine.Next(Call(b.id, {}, ctx_b, 2, "1"));
+    ASSERT_TRUE(rb.ok()) << rb.message;
+    EXPECT_EQ(rb.reply.tokens, Reference(ctx_b, 2));
+    EXPECT_EQ(rb.reply.prefilled, static_cast<int64_t>(ctx_b.size()) - (share ? ab : 0));
+    EXPECT_EQ(metrics.Value("tlr_session_copied_tokens_total"), share ? static_cast<double>(ab) : 0.0);
+    EXPECT_EQ(rb.reply.position, static_cast<int64_t>(ctx_b.size()) + 1);
+    logprobs[share ? 0 : 1] = rb.reply.logprobs;
+    // The copy is the session's own: its conversation goes on warm.
+    std::vector<int32_t> held = ctx_b;
+    held.push_back(rb.reply.tokens[0]);
+    std::vector<int32_t> next = held;
+    next.push_back(11);
+    next.push_back(12);
+    EngineResult rb2 = engine.Next(Call(b.id, held, next, 1, "2"));
+    ASSERT_TRUE(rb2.ok()) << rb2.message;
+    EXPECT_EQ(rb2.reply.tokens, Reference(next, 1));
+    EXPECT_EQ(rb2.reply.prefilled, 2);
+    // A short common start is not worth a copy.
+    EngineResult rd = engine.Next(Call(d.id, {}, ctx_d, 1, "1"));
+    ASSERT_TRUE(rd.ok()) << rd.message;
+    EXPECT_EQ(rd.reply.prefilled, static_cast<int64_t>(ctx_d.size()));
+    EXPECT_EQ(metrics.Value("tlr_session_copied_tokens_total"), share ? static_cast<double>(ab) : 0.0);
+    // The OpenAI endpoints: a new slot starts from a session's prefix too.
+    EngineResult rc = engine.Complete(ctx_c, 1, SamplerParams{}, 0, nullptr);
+    ASSERT_TRUE(rc.ok()) << rc.message;
+    EXPECT_EQ(rc.reply.tokens, Reference(ctx_c, 1));
+    const int64_t copied = share ? std::max(ac, common(ctx_b, ctx_c)) : 0;
+    EXPECT_EQ(rc.reply.prefilled, static_cast<int64_t>(ctx_c.size()) - copied);
+    EXPECT_EQ(metrics.Value("tlr_prompt_cache_copied_tokens_total"), static_cast<double>(copied));
+  }
+  EXPECT_EQ(logprobs[0], logprobs[1]) << "a copied prefix must give the logprobs of a prefill";
+}
+
 // Teacher-forced scoring (router labels): the argmax after every prefix equals the in-process
 // LLM's, whether the sequences are scored together (sharing passes, from concurrent callers)
 // or alone; the prompt's logprobs come with each next token's rank; bad input is refused.

@@ -21,6 +21,41 @@ std::string NewSessionId() {
 
 }  // namespace
 
+size_t SessionStore::CommonPrefix(EngineSession& s, std::span<const int32_t> context, size_t at_least,
+                                  std::unique_lock<std::mutex>* best_lock) {
+  // Cheap checks first: most caches part from a context at its first tokens.
+  at_least = std::max<size_t>(at_least, 1);
+  std::unique_lock<std::mutex> sl(s.mu, std::try_to_lock);
+  if (!sl.owns_lock() || !s.cache || s.tokens.size() < at_least || context.size() < at_least) return 0;
+  if (s.tokens[at_least - 1] != context[at_least - 1]) return 0;
+  const size_t most = std::min(s.tokens.size(), context.size());
+  size_t c = 0;
+  while (c < most && s.tokens[c] == context[c]) ++c;
+  if (c < at_least) return 0;
+  *best_lock = std::move(sl);  // the previous best (if any) is unlocked
+  return c;
+}
+
+std::shared_ptr<EngineSession> SessionStore::FindSharedPrefix(const EngineSession* self,
+                                                              std::span<const int32_t> context, size_t min_common,
+                                                              std::unique_lock<std::mutex>* lock, size_t* common) {
+  *common = 0;
+  if (!limits_.share_prefixes || min_common == 0) return nullptr;
+  std::shared_ptr<EngineSession> best;
+  std::lock_guard<std::mutex> l(mu_);
+  auto consider = [&](const std::shared_ptr<EngineSession>& s) {
+    if (s.get() == self) return;  // locked by the caller: never try_lock it again
+    const size_t c = CommonPrefix(*s, context, std::max(min_common, *common + 1), lock);
+    if (c > 0) {
+      best = s;
+      *common = c;
+    }
+  };
+  for (const auto& [id, s] : sessions_) consider(s);
+  for (const auto& s : slots_) consider(s);
+  return best;
+}
+
 SessionStore::SessionStore(const EngineLimits& limits, uint64_t bytes_per_token, Metrics* metrics)
     : limits_(limits), bytes_per_token_(bytes_per_token), metrics_(metrics) {
   // Prompt-cache slots are made as clients need them (AcquireSlot).
@@ -111,6 +146,19 @@ std::shared_ptr<EngineSession> SessionStore::AcquireSlot(std::span<const int32_t
       shared_common = c;
     }
   }
+  // A new slot (3.) may also start from a native session's prefix (the same system prompt).
+  std::shared_ptr<EngineSession> session_src;
+  std::unique_lock<std::mutex> session_src_lock;
+  size_t session_common = 0;
+  if (limits_.share_prefixes && !own && !empty) {
+    for (const auto& [id, s] : sessions_) {
+      const size_t c = CommonPrefix(*s, prompt, std::max(shared_common, session_common) + 1, &session_src_lock);
+      if (c > 0) {
+        session_src = s;
+        session_common = c;
+      }
+    }
+  }
   const int64_t limit = limits_.prompt_cache_slots > 0 ? limits_.prompt_cache_slots : limits_.max_sessions;
   *temporary = false;
   if (own) {
@@ -131,7 +179,11 @@ std::shared_ptr<EngineSession> SessionStore::AcquireSlot(std::span<const int32_t
     *lock = std::unique_lock<std::mutex>(s->mu, std::try_to_lock);
     slots_.push_back(s);
     *common = 0;
-    if (shared && shared_common > 0) {
+    if (session_src) {
+      *fork_from = session_src;
+      *fork_lock = std::move(session_src_lock);
+      *common = session_common;
+    } else if (limits_.share_prefixes && shared && shared_common > 0) {
       *fork_from = shared;
       *fork_lock = std::move(shared_lock);
       *common = shared_common;
@@ -192,7 +244,8 @@ size_t SessionStore::SweepExpired() {
   return gone.size();
 }
 
-bool SessionStore::MakeRoom(EngineSession* self, int64_t need_positions, std::string* why) {
+bool SessionStore::MakeRoom(EngineSession* self, int64_t need_positions, std::string* why,
+                            const EngineSession* pinned) {
   const int64_t grow = std::max<int64_t>(0, need_positions - self->high_water.load());
   if (grow == 0) return true;
   std::lock_guard<std::mutex> l(mu_);
@@ -210,7 +263,7 @@ bool SessionStore::MakeRoom(EngineSession* self, int64_t need_positions, std::st
     EngineSession* victim = nullptr;
     std::unique_lock<std::mutex> victim_lock;
     for (EngineSession* s : all) {
-      if (s == self || s->high_water.load() == 0) continue;
+      if (s == self || s == pinned || s->high_water.load() == 0) continue;
       // last_used belongs to the call holding the session: read it only under the session's
       // lock (a session in use is no candidate anyway).
       std::unique_lock<std::mutex> sl(s->mu, std::try_to_lock);

@@ -66,10 +66,19 @@ class SessionStore {
   // locked in *lock.
   std::shared_ptr<EngineSession> NewTemporary(std::unique_lock<std::mutex>* lock);
 
+  // For a native session (`self`, locked by the caller) about to prefill `context`: the idle
+  // session or prompt-cache slot whose cache begins with the longest prefix of it, at least
+  // `min_common` tokens long; returned locked in *lock, that length in *common. Null when none
+  // (or when limits.share_prefixes is off).
+  std::shared_ptr<EngineSession> FindSharedPrefix(const EngineSession* self, std::span<const int32_t> context,
+                                                  size_t min_common, std::unique_lock<std::mutex>* lock,
+                                                  size_t* common);
+
   // Evicts idle caches (least recently used first) until `self` (locked by the caller) can
-  // grow to need_positions within the KV budget. False, with the reason, when it cannot.
-  // On success the room is reserved: self->high_water is raised to need_positions.
-  bool MakeRoom(EngineSession* self, int64_t need_positions, std::string* why);
+  // grow to need_positions within the KV budget; never `pinned` (another session the caller
+  // holds locked, e.g. the one it copies a prefix from). False, with the reason, when it
+  // cannot. On success the room is reserved: self->high_water is raised to need_positions.
+  bool MakeRoom(EngineSession* self, int64_t need_positions, std::string* why, const EngineSession* pinned = nullptr);
   // Drops a locked session's cache (it stays; its next call gets a conflict).
   static void EvictCache(EngineSession* s);
   // Deletes sessions idle past the TTL; returns how many.
@@ -80,6 +89,10 @@ class SessionStore {
 
  private:
   uint64_t KvBytesLocked() const;  // kv_bytes() with mu_ held
+  // How many first tokens of `context` the idle cache `s` holds, when at least `at_least` (>= 1):
+  // then s is left locked in *best_lock (what that held is unlocked). 0, s unlocked, otherwise.
+  static size_t CommonPrefix(EngineSession& s, std::span<const int32_t> context, size_t at_least,
+                             std::unique_lock<std::mutex>* best_lock);
 
   const EngineLimits limits_;
   const uint64_t bytes_per_token_;

@@ -186,6 +186,8 @@ void RunDevice(RemoteLlm* llm, const LoadOptions& o, int32_t n_vocab, uint64_t s
   while (Clock::now() < deadline) {
     if (context.empty() || static_cast<int64_t>(context.size()) + o.gen_tokens + n > o.max_context) {
       context.clear();
+      std::mt19937_64 shared_rng(0x5157e3);  // the same system prompt on every device
+      for (int i = 0; i < o.shared_prefix; ++i) context.push_back(id(shared_rng));
       for (int i = 0; i < o.prompt_tokens; ++i) context.push_back(id(rng));
       ++r->conversations;
     }
@@ -312,6 +314,8 @@ Expected<LoadRun> RunLoad(const LoadOptions& o, const Tokenizer& vocab, int sess
       run.batch_tok_sum = Delta(before, after, "tlr_batch_tokens_sum");
       run.batch_tok_count = Delta(before, after, "tlr_batch_tokens_count");
       run.prefill = Delta(before, after, "tlr_prefill_tokens_total");
+      run.copied = Delta(before, after, "tlr_session_copied_tokens_total") +
+                   Delta(before, after, "tlr_prompt_cache_copied_tokens_total");
       run.decode = Delta(before, after, "tlr_decode_tokens_total");
       run.generated = Delta(before, after, "tlr_generated_tokens_total");
       run.server_resyncs = Delta(before, after, "tlr_resyncs_total");
@@ -420,9 +424,10 @@ std::string FormatLoadRun(const LoadRun& r, const LoadOptions& o) {
     }
     const std::string new_tokens = r.have_pacer ? Format(" (of new conversations %.0f)", r.new_tokens) : "";
     const std::string paced = r.have_pacer ? Format(" (new conversations paced %.0f)", r.server_paced) : "";
-    Appendf(&out, "server tokens    prefill %.0f%s  decode %.0f  generated %.0f; server resyncs %.0f, evictions %.0f; KV in "
-                "use after %.1f MiB\n",
-                r.prefill, new_tokens.c_str(), r.decode, r.generated, r.server_resyncs, r.evictions, r.kv_bytes / 1048576.0);
+    Appendf(&out, "server tokens    prefill %.0f%s, copied from shared prefixes %.0f  decode %.0f  generated %.0f; server "
+                "resyncs %.0f, evictions %.0f; KV in use after %.1f MiB\n",
+                r.prefill, new_tokens.c_str(), r.copied, r.decode, r.generated, r.server_resyncs, r.evictions,
+                r.kv_bytes / 1048576.0);
     Appendf(&out, "server shedding  refused %.0f at once%s; admitted but dropped past their deadline %.0f; answered past "
                 "their deadline %.0f; dropped for a closed connection %.0f\n",
                 r.server_refused, paced.c_str(), r.server_dropped, r.server_late, r.server_cancelled);
@@ -479,6 +484,7 @@ json LoadRunJson(const LoadRun& r) {
                    {"batch_sequences_mean", r.passes > 0 ? r.batch_seq_sum / r.passes : 0.0},
                    {"batch_tokens_mean", r.batch_tok_count > 0 ? r.batch_tok_sum / r.batch_tok_count : 0.0},
                    {"prefill_tokens", r.prefill},
+                   {"copied_prefix_tokens", r.copied},
                    {"decode_tokens", r.decode},
                    {"generated_tokens", r.generated},
                    {"resyncs", r.server_resyncs},

@@ -33,6 +33,9 @@ struct LoadOptions {
   // context as token ids each call (the server's prompt cache decides what is prefilled).
   std::string backend = "tlr";
   int prompt_tokens = 64, gen_tokens = 8;
+  // Tokens every conversation of every device begins with before its own prompt_tokens (an
+  // app's system prompt: the same random ids for all).
+  int shared_prefix = 0;
   // Lookahead tokens asked with each call by every other device (odd ones); the rest ask none,
   // and their latency is reported apart: what others' lookahead costs them.
   int lookahead = 0;
@@ -97,7 +100,7 @@ struct LoadRun {
   std::vector<LoadBucket> batch_sequences;
   double passes = 0, batch_seq_sum = 0, batch_tok_sum = 0, batch_tok_count = 0, prefill = 0, decode = 0,
          generated = 0, server_resyncs = 0, evictions = 0, server_refused = 0, server_dropped = 0, server_late = 0, server_cancelled = 0, queue_sum = 0, queue_count = 0, next_s_sum = 0,
-         next_count = 0, kv_bytes = 0, new_tokens = 0, server_paced = 0;
+         next_count = 0, kv_bytes = 0, new_tokens = 0, server_paced = 0, copied = 0;
   bool have_pacer = false;  // the server exports the pacer's metrics (new_tokens, server_paced)
   ProcMemory mem_before, mem_after;
   int64_t rss_peak_kib = 0;  // sampled during the run

@@ -29,7 +29,7 @@ struct LoadtestOwn : LoadOptions {
   uint64_t seed = 1;
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(LoadtestOwn, vocab, json_path, sweep, sessions, compare_single, seed,
-                                   prompt_tokens, gen_tokens, lookahead, max_context, duration_s, slm_ms, ramp_s,
+                                   prompt_tokens, shared_prefix, gen_tokens, lookahead, max_context, duration_s, slm_ms, ramp_s,
                                    server_pid)
 
 }  // namespace
@@ -47,6 +47,10 @@ Command AddLoadtestCommand(CLI::App& root) {
   Example(app->add_option("--duration", o->duration_s, "Seconds to run")->default_val(60)->check(CLI::Range(0.1, 86400.0)), "5");
   Example(app->add_option("--prompt-tokens", o->prompt_tokens, "Random prompt tokens per conversation")->default_val(64)
       ->check(CLI::Range(1, 1 << 20)), "9");
+  Example(app->add_option("--shared-prefix", o->shared_prefix,
+                  "Tokens every conversation begins with before its own --prompt-tokens, the same on every device "
+                  "(an app's system prompt; the server copies a prefix it holds instead of prefilling it)")
+      ->default_val(0)->check(CLI::Range(0, 1 << 20)), "4");
   Example(app->add_option("--gen-tokens", o->gen_tokens,
                   "Tokens the simulated SLM produces between routed calls (random ids, appended with the next call)")
       ->default_val(8)->check(CLI::Range(0, 1 << 20)), "3");
@@ -88,16 +92,16 @@ Command AddLoadtestCommand(CLI::App& root) {
             o->backend = p->server.backend;
             o->sim_rtt_ms = p->server.sim_rtt_ms;
             o->timeout_s = p->server.timeout_s;
-            if (o->prompt_tokens + o->gen_tokens + 1 > o->max_context) {
-              return ReportError(cmd, "--max-context must exceed --prompt-tokens + --gen-tokens + 1");
+            if (int64_t{o->shared_prefix} + o->prompt_tokens + o->gen_tokens + 1 > o->max_context) {
+              return ReportError(cmd, "--max-context must exceed --shared-prefix + --prompt-tokens + --gen-tokens + 1");
             }
             if (o->vocab.empty()) o->vocab = DemoFile("slm.gguf");
             auto vocab = LoadVocabulary(o->vocab);
             if (!vocab.ok()) return ReportError(cmd, vocab.status().message());
-            std::printf("tlr loadtest: %s (%s protocol), %d session%s x %.0f s; prompts of %d tokens, %d SLM tokens per routed call, "
+            std::printf("tlr loadtest: %s (%s protocol), %d session%s x %.0f s; prompts of %d tokens (+%d shared), %d SLM tokens per routed call, "
                         "contexts up to %lld; vocabulary of %d tokens; SLM %.1f ms/token, network RTT %.1f ms\n",
                         o->server.c_str(), o->backend.c_str(), o->sessions, o->sessions == 1 ? "" : "s", o->duration_s, o->prompt_tokens,
-                        o->gen_tokens, static_cast<long long>(o->max_context), vocab->n_vocab(), o->slm_ms,
+                        o->shared_prefix, o->gen_tokens, static_cast<long long>(o->max_context), vocab->n_vocab(), o->slm_ms,
                         o->sim_rtt_ms);
             std::fflush(stdout);
             o->log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
@@ -140,6 +144,7 @@ Command AddLoadtestCommand(CLI::App& root) {
                         {"duration_s", o->duration_s},
                         {"ramp_up_s", o->ramp_s},
                         {"prompt_tokens", o->prompt_tokens},
+                        {"shared_prefix_tokens", o->shared_prefix},
                         {"gen_tokens", o->gen_tokens},
                         {"max_context", o->max_context},
                         {"slm_ms_per_token", o->slm_ms},

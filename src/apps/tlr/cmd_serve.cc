@@ -27,11 +27,12 @@ struct ServeOwn {
   double ttl = 600, request_timeout = 10, keep_alive = 30, default_timeout = 30, cold_share = 0.5,
          new_conversation_share = 0.1;
   std::vector<std::string> cors_origins;
+  bool no_prefix_sharing = false;
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ServeOwn, max_body, name, tls_cert, tls_key, web, web_slm, web_router, web_data,
                                    http_threads, max_tokens, prompt_cache, max_connections, backlog, max_sessions,
                                    batch_tokens, session_quota, ttl, request_timeout, keep_alive, default_timeout,
-                                   cold_share, new_conversation_share, cors_origins)
+                                   cold_share, new_conversation_share, cors_origins, no_prefix_sharing)
 
 }  // namespace
 
@@ -67,6 +68,11 @@ Command AddServeCommand(CLI::App& root) {
                   "Most KV caches the OpenAI endpoints keep for reuse by prefix (one per client resending a growing "
                   "context); 0: as many as --kv-budget holds (least recently used evicted first)")
       ->default_val(0)->check(CLI::Range(0, 1 << 20)), "3");
+  Example(app->add_flag("--no-prefix-sharing", o->no_prefix_sharing,
+                "A new conversation never starts from a copy of another's KV: by default one whose first tokens "
+                "another idle session or prompt cache holds (a system prompt every device sends) copies that prefix "
+                "instead of prefilling it, which tells a client, through timing, that someone sent the same prefix"),
+          "");
   Example(app->add_option("--http-threads", o->http_threads,
                   "Requests handled at once (idle and slow connections hold none; with TLS, connections)")
       ->default_val(64)->check(CLI::Range(4, 4096)), "8");
@@ -137,6 +143,7 @@ Command AddServeCommand(CLI::App& root) {
             lim.max_tokens_per_call = o->max_tokens;
             lim.max_batch_tokens = o->batch_tokens;
             lim.prompt_cache_slots = o->prompt_cache;
+            lim.share_prefixes = !o->no_prefix_sharing;
             lim.cold_share = o->cold_share;
             lim.new_share = o->new_conversation_share;
             auto model = Model::Load(p->model, ModelOptions(p->kv_type));
