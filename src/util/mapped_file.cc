@@ -10,12 +10,14 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <new>
 #include <sstream>
+#include <vector>
 
 namespace tlr {
 namespace {
@@ -145,26 +147,73 @@ void MappedFile::ReleaseResident(size_t offset, size_t length) const {
 }
 
 Expected<std::string> ReadFileToString(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::Error("cannot open '" + path + "': " + ErrnoText());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return Status::Error("error reading '" + path + "'");
-  return ss.str();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::Error("cannot open '" + path + "': " + ErrnoText());
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const std::string e = ErrnoText();
+    ::close(fd);
+    return Status::Error("cannot read '" + path + "': " + e);
+  }
+  if (S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    return Status::Error("'" + path + "' is a folder, not a file");
+  }
+  // A pipe or a device has no size: read it up to a bound (/dev/zero never ends).
+  constexpr size_t kMaxStream = size_t{1} << 30;
+  std::string out;
+  if (S_ISREG(st.st_mode)) out.reserve(static_cast<size_t>(st.st_size));
+  std::vector<char> buf(size_t{1} << 16);
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string e = ErrnoText();
+      ::close(fd);
+      return Status::Error("error reading '" + path + "': " + e);
+    }
+    if (n == 0) break;
+    if (!S_ISREG(st.st_mode) && out.size() + static_cast<size_t>(n) > kMaxStream) {
+      ::close(fd);
+      return Status::Error("'" + path + "' is not a file and gives more than 1 GiB (a device such as /dev/zero?)");
+    }
+    out.append(buf.data(), static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
   if (fd_ >= 0) {
     ::close(fd_);
-    ::unlink(tmp_.c_str());
+    if (!direct_) ::unlink(tmp_.c_str());
   }
 }
 
 Status AtomicFileWriter::Open(const std::string& path) {
   path_ = path;
-  tmp_ = path + ".tmp." + std::to_string(::getpid());
+  direct_ = false;
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    // A symbolic link: what it points to is replaced (atomically), and the link stays.
+    if (char* real = ::realpath(path.c_str(), nullptr)) {
+      path_ = real;
+      std::free(real);
+    }
+  }
+  if (::stat(path_.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return Status::Error("cannot write '" + path + "': it is a folder");
+    if (!S_ISREG(st.st_mode)) {
+      // A device or a pipe (/dev/null, /dev/stdout, a FIFO) cannot be replaced: written in place.
+      fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd_ < 0) return Status::Error("cannot write '" + path + "': " + ErrnoText());
+      direct_ = true;
+      return Status::Ok();
+    }
+  }
+  tmp_ = path_ + ".tmp." + std::to_string(::getpid());
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) return Status::Error("cannot create '" + tmp_ + "': " + ErrnoText());
+  if (fd_ < 0) return Status::Error("cannot write '" + path + "': " + ErrnoText() + " (creating '" + tmp_ + "')");
   return Status::Ok();
 }
 
@@ -175,7 +224,7 @@ Status AtomicFileWriter::Write(std::span<const uint8_t> bytes) {
     ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Status::Error("cannot write '" + tmp_ + "': " + ErrnoText());
+      return Status::Error("cannot write '" + path_ + "': " + ErrnoText());
     }
     done += static_cast<size_t>(n);
   }
@@ -184,24 +233,39 @@ Status AtomicFileWriter::Write(std::span<const uint8_t> bytes) {
 
 Status AtomicFileWriter::Skip(uint64_t n) {
   if (fd_ < 0) return Status::Error("write to a file that is not open");
+  if (direct_) {  // no holes in a pipe
+    const std::vector<uint8_t> zeros(size_t{1} << 16, 0);
+    while (n > 0) {
+      const size_t k = static_cast<size_t>(std::min<uint64_t>(n, zeros.size()));
+      TLR_RETURN_IF_ERROR(Write(std::span<const uint8_t>(zeros.data(), k)));
+      n -= k;
+    }
+    return Status::Ok();
+  }
   const off_t at = ::lseek(fd_, static_cast<off_t>(n), SEEK_CUR);
-  if (at < 0 || ::ftruncate(fd_, at) != 0) return Status::Error("cannot extend '" + tmp_ + "': " + ErrnoText());
+  if (at < 0 || ::ftruncate(fd_, at) != 0) return Status::Error("cannot extend '" + path_ + "': " + ErrnoText());
   return Status::Ok();
 }
 
 Status AtomicFileWriter::Commit() {
   if (fd_ < 0) return Status::Error("commit of a file that is not open");
+  if (direct_) {
+    const int rc = ::close(fd_);
+    fd_ = -1;
+    if (rc != 0) return Status::Error("cannot write '" + path_ + "': " + ErrnoText());
+    return Status::Ok();
+  }
   if (::fsync(fd_) != 0 || ::close(fd_) != 0) {
     fd_ = -1;
     std::string e = ErrnoText();
     ::unlink(tmp_.c_str());
-    return Status::Error("cannot flush '" + tmp_ + "': " + e);
+    return Status::Error("cannot write '" + path_ + "': " + e);
   }
   fd_ = -1;
   if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
     std::string e = ErrnoText();
     ::unlink(tmp_.c_str());
-    return Status::Error("cannot rename '" + tmp_ + "' to '" + path_ + "': " + e);
+    return Status::Error("cannot write '" + path_ + "': " + e + " (renaming '" + tmp_ + "' to it)");
   }
   return Status::Ok();
 }

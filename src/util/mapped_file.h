@@ -53,12 +53,15 @@ uint8_t* AllocateMemoryFile(size_t size);  // 64-byte aligned; null when out of 
 void AddMemoryFile(const std::string& name, uint8_t* bytes, size_t size);
 void RemoveMemoryFile(const std::string& name);
 
-// Reads a whole (small) file into a string, e.g. a tokenizer.json.
+// Reads a whole (small) file into a string, e.g. a tokenizer.json. A pipe or device (/dev/stdin)
+// is read up to 1 GiB; a folder is an error.
 Expected<std::string> ReadFileToString(const std::string& path);
 
 // Writes a file atomically in pieces: bytes go to a temporary file beside `path`, and only
 // Commit (fsync + rename) makes it appear under its name. Destroyed without Commit, the
-// temporary file is removed. Not thread-safe.
+// temporary file is removed. A symbolic link stays: the file it points to is replaced. A device
+// or pipe (/dev/null, /dev/stdout, a FIFO) is written in place (it cannot be replaced); a folder
+// is an error. Not thread-safe.
 class AtomicFileWriter {
  public:
   AtomicFileWriter() = default;
@@ -74,6 +77,7 @@ class AtomicFileWriter {
  private:
   std::string path_, tmp_;
   int fd_ = -1;
+  bool direct_ = false;  // writing a device or pipe in place
 };
 
 // Writes `bytes` to `path` atomically: a temporary file beside it, fsync, rename. A crash

@@ -116,7 +116,7 @@ check convert 0 "packed: [1-9][0-9]* matrices in the kernel layout" -- "$tlr" co
 check run_packed 0 "weights mapped straight from the packed file" -- "$tlr" run -m "$tmp/tiny.packed.gguf" -p "the answer is" -n 8 -v
 check convert_exists 1 "exists \(--force replaces it\)" -- "$tlr" convert "$tmp/tiny.gguf"
 check convert_twice 1 "is packed already" -- "$tlr" convert "$tmp/tiny.packed.gguf" -o "$tmp/twice.gguf"
-check convert_self 1 "is the input itself" -- "$tlr" convert "$tmp/tiny.gguf" -o "$tmp/tiny.gguf"
+check convert_self 1 "is an input of this command|is the input itself" -- "$tlr" convert "$tmp/tiny.gguf" -o "$tmp/tiny.gguf"
 check unpack 0 "a plain GGUF" -- "$tlr" convert --unpack "$tmp/tiny.packed.gguf" -o "$tmp/tiny.back.gguf"
 check unpack_same 0 "" -- cmp "$tmp/tiny.gguf" "$tmp/tiny.back.gguf"
 check unpack_plain 1 "is a plain GGUF, not a packed one" -- "$tlr" convert --unpack "$tmp/tiny.gguf" -o "$tmp/x.gguf"
@@ -254,7 +254,7 @@ check router_calibrate_info 0 '"data":"[^"]*dev.jsonl".*"target":\{"routed_pct":
 check router_calibrate_in_place 0 "written to .*cal.gguf" -- \
   "$tlr" router calibrate --router "$tmp/cal.gguf" --limit 10 -n 24 --target-routed 8 -o "$tmp/cal.gguf"
 cp "$(dirname "$0")/../../../models/demo/slm.gguf" "$tmp/slm_copy.gguf"
-check router_calibrate_out_is_model 1 "is an input of this calibration" -- \
+check router_calibrate_out_is_model 1 "is an input of this command \\(--slm" -- \
   "$tlr" router calibrate --router "$tmp/cal.gguf" --slm "$tmp/slm_copy.gguf" --limit 5 --target-routed 8 -o "$tmp/slm_copy.gguf"
 check router_calibrate_model_untouched 0 "" -- cmp "$(dirname "$0")/../../../models/demo/slm.gguf" "$tmp/slm_copy.gguf"
 check router_calibrate_no_target 1 "give a target" -- "$tlr" router calibrate --router "$tmp/cal.gguf" --limit 5
@@ -349,6 +349,45 @@ print(i["router"], len(i["examples"]), "%.2f" % i["threshold"])' "$url"
 check ui_page 0 "<script src=\"/app.js\">" -- python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1] + "/").read().decode())' "$url"
 kill "$ui_pid" 2>/dev/null
 wait "$ui_pid" 2>/dev/null
+
+# Outputs never replace an input, a device or a link; paths and numbers are checked before any work.
+head -3 "$demo_dir/dev.jsonl" > "$tmp/in3.jsonl"
+cp "$tmp/in3.jsonl" "$tmp/in3.orig"
+check out_is_data 1 "--answers '.*in3.jsonl' is an input of this command \\(--data" -- \
+  "$tlr" eval --data "$tmp/in3.jsonl" --limit 0 -n 4 --thresholds 0.5 --no-baselines --answers "$tmp/in3.jsonl"
+check out_is_default_slm 1 "--out '.*slm.gguf' is an input .*give another file" -- \
+  "$tlr" router train --slm "$demo_dir/slm.gguf" --data "$tmp/in3.jsonl" -o "$demo_dir/slm.gguf"
+check out_is_prompt 1 "--trace '.*in3.jsonl' is an input of this command \\(--file" -- \
+  "$tlr" generate -f "$tmp/in3.jsonl" --trace "$tmp/in3.jsonl" -n 2
+check data_kept 0 "^same$" -- sh -c 'cmp -s "$1" "$2" && echo same' _ "$tmp/in3.jsonl" "$tmp/in3.orig"
+check out_no_folder 1 "--trace '/nonexistent/d/t.jsonl': the folder '/nonexistent/d' does not exist" -- \
+  "$tlr" generate -p "Question: x" -n 2 --trace /nonexistent/d/t.jsonl
+check out_empty 1 "--out: the path is empty" -- "$tlr" convert "$demo_dir/slm.gguf" -o ''
+check same_folders 1 "--work-dir and --dump-features name the same folder" -- \
+  "$tlr" router train --slm "$demo_dir/slm.gguf" --data "$tmp/in3.jsonl" -o "$tmp/r.gguf" --work-dir "$tmp/w" --dump-features "$tmp/w/"
+mkfifo "$tmp/fifo" && { cat "$tmp/fifo" > "$tmp/fifo.out" & }
+check out_fifo 0 "" -- "$tlr" generate -p "Question: x" -n 2 -q --trace "$tmp/fifo"
+wait
+check out_fifo_written 0 '"source"' -- cat "$tmp/fifo.out"
+check out_fifo_kept 0 "^fifo$" -- stat -c %F "$tmp/fifo"
+echo old > "$tmp/target.jsonl"
+ln -s "$tmp/target.jsonl" "$tmp/link.jsonl"
+check out_link 0 "" -- "$tlr" generate -p "Question: x" -n 2 -q --trace "$tmp/link.jsonl"
+check out_link_kept 0 "^symbolic link$" -- stat -c %F "$tmp/link.jsonl"
+check out_link_target 0 '"source"' -- cat "$tmp/target.jsonl"
+check in_folder 1 "'.*' is a folder, not a file" -- "$tlr" generate -f "$tmp" -n 2
+check in_endless 1 "is not a file and gives more than 1 GiB" -- "$tlr" tokenize -m "$demo_dir/slm.gguf" -f /dev/zero
+check flag_nan 1 "--session-ttl: 'nan' is not a finite number" -- "$tlr" serve --session-ttl nan --port 0
+check flag_negative_unsigned 1 "--seed: '-1' is negative" -- "$tlr" generate -p hi --seed -1
+check size_overflow 1 "--kv-budget: not a size" -- "$tlr" serve --kv-budget 99999999999999999999G --port 0
+check budget_too_small 1 "--kv-budget 1K holds fewer than 256 tokens" -- "$tlr" serve --kv-budget 1K --port 0
+check prompt_and_file 2 "--prompt excludes --file" -- "$tlr" generate -p hi -f "$tmp/in3.jsonl"
+printf '\xef\xbb\xbfkey3\n' > "$tmp/bom_keys.txt"
+"$tlr" serve --accept-key-file "$tmp/bom_keys.txt" --port 0 -t 1 > "$tmp/bom.log" 2>&1 &
+bom_pid=$!
+bom_url=$(wait_url "$tmp/bom.log")
+check key_file_bom 0 "^200$" -- curl -s -o /dev/null -w "%{http_code}" -H "Authorization: Bearer key3" "$bom_url/tlr/v1/info"
+kill "$bom_pid" 2>/dev/null; wait "$bom_pid" 2>/dev/null
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -79,8 +79,9 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(GenerateOwn, prompt, prompt_file, messages_fi
 Command AddGenerateCommand(CLI::App& root) {
   auto [app, o, p] = NewCommand<GenerateOwn>(
       &root, "generate", "Generate with the SLM, routing uncertain tokens to the LLM (token-level routing)");
-  Example(app->add_option("-p,--prompt", o->prompt, "Prompt text"), "hello");
-  Example(app->add_option("-f,--file", o->prompt_file, "Read the prompt from a file ('-' = stdin)"), "-");
+  CLI::Option* prompt_opt = Example(app->add_option("-p,--prompt", o->prompt, "Prompt text"), "hello");
+  Example(app->add_option("-f,--file", o->prompt_file, "Read the prompt from a file ('-' = stdin)")->excludes(prompt_opt),
+          "-");
   Example(app->add_option("--messages", o->messages_file,
                           "A conversation to continue: a JSON file holding an OpenAI message array (or an object with "
                           "\"messages\"); the SLM's chat template renders it and the next assistant message is "

@@ -59,13 +59,6 @@ Command AddRouterCalibrate(CLI::App* router_app) {
       return ReportError(cmd, "give -o FILE for the calibrated router (inputs are never rewritten unless -o names "
                               "them: -o " + p->router + " rewrites the router in place)");
     }
-    for (const std::string* input : {&p->slm, &p->llm, &p->data}) {
-      std::error_code ec;
-      if (!input->empty() && std::filesystem::equivalent(*input, o->out, ec)) {
-        return ReportError(cmd, "-o " + o->out + " is an input of this calibration (" + *input +
-                                "), not a router: give another file");
-      }
-    }
     auto rows = LoadQaJsonl(p->data);
     if (!rows.ok()) return ReportError(cmd, "--data: " + rows.status().message());
     if (p->limit > 0 && static_cast<size_t>(p->limit) < rows->size()) rows->resize(p->limit);

@@ -31,8 +31,9 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RunOwn, prompt, prompt_file, logits_out, verb
 
 Command AddRunCommand(CLI::App& root) {
   auto [app, o, p] = NewCommand<RunOwn>(&root, "run", "Generate text with a GGUF model, streaming it");
-  Example(app->add_option("-p,--prompt", o->prompt, "Prompt text"), "hello");
-  Example(app->add_option("-f,--file", o->prompt_file, "Read the prompt from a file ('-' = stdin)"), "-");
+  CLI::Option* prompt_opt = Example(app->add_option("-p,--prompt", o->prompt, "Prompt text"), "hello");
+  Example(app->add_option("-f,--file", o->prompt_file, "Read the prompt from a file ('-' = stdin)")->excludes(prompt_opt),
+          "-");
   Example(app->add_flag("-v,--verbose", o->verbose, "Print model details, load notes and timings"), "");
   Example(app->add_option("--logits-out", o->logits_out,
                           "Also write the prompt's logits at every position to FILE.f32 (float32, [tokens, "

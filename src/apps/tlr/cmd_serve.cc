@@ -1,6 +1,7 @@
 // `tlr serve`: the LLM server (apps layer) — sessions with delta sync, continuous batching,
 // the native token protocol and an OpenAI-compatible API, /health and /metrics.
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include "apps/tlr/commands.h"
 #include "apps/tlr/options.h"
 #include "apps/tlr/serve_web.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
 #include "ops/thread_pool.h"
 #include "server/llm_engine.h"
@@ -149,6 +151,17 @@ Command AddServeCommand(CLI::App& root) {
             auto model = Model::Load(p->model, ModelOptions(p->kv_type));
             if (!model.ok()) return ReportError(cmd, model.status().message());
             so.model_name = o->name.empty() ? std::filesystem::path(p->model).stem().string() : o->name;
+            {
+              // A budget that holds no real conversation would answer every call 503.
+              const uint64_t per_token = KvCache::BytesPerPosition((*model)->config(), (*model)->kv_type());
+              const int64_t least = std::min<int64_t>(p->ctx, 256);
+              if (lim.kv_budget_bytes < per_token * static_cast<uint64_t>(least)) {
+                return ReportError(cmd, "--kv-budget " + p->kv_budget + " holds fewer than " + std::to_string(least) +
+                                            " tokens of this model's KV cache (" + std::to_string(per_token) +
+                                            " bytes each): give at least " +
+                                            std::to_string((per_token * static_cast<uint64_t>(least) >> 20) + 1) + "M");
+              }
+            }
             if (o->web.empty() && (!o->web_slm.empty() || !o->web_router.empty() || !o->web_data.empty())) {
               return ReportError(cmd, "--web-slm, --web-router and --web-data go with --web DIR (the browser build)");
             }

@@ -47,6 +47,12 @@ AddCommandFn AddInfoCommand, AddTokenizeCommand, AddRunCommand, AddMakeRandomCom
     AddGenerateCommand, AddChatCommand, AddRouterCommand, AddEvalCommand, AddServeCommand, AddLoadtestCommand,
     AddUiCommand;
 
+// The paths on a command line, before any work: no path option is empty, a file output is not a
+// folder and its folder exists, no output is the same file as an input (given or the demo
+// default: it would be replaced; `router calibrate -o` may name its --router), two output folders
+// are not one. MakeCommand runs it after Resolve.
+Status CheckPathArgs(const CLI::App* app, const std::string& command, const Params& p);
+
 // The summary `tlr generate` prints after a generation (and `tlr chat` on /stats).
 std::string FormatDecodeSummary(const DecodeStats& st);
 

@@ -525,6 +525,7 @@ Status Resolve(CLI::App* app, Params* p) {
     if (!p->accept_key_file.empty()) {
       auto text = ReadFileToString(p->accept_key_file);
       if (!text.ok()) return Status::Error("--accept-key-file: " + text.status().message());
+      if (text->rfind("\xEF\xBB\xBF", 0) == 0) text->erase(0, 3);  // a UTF-8 BOM (Windows editors) is no part of a key
       size_t n = 0, start = 0;
       while (start <= text->size()) {
         const size_t end = std::min(text->find('\n', start), text->size());
