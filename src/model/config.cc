@@ -102,8 +102,8 @@ Expected<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
     c.rope_style = RopeStyle::kNeox;
     c.qk_norm = c.post_norms = c.gelu_ffn = true;
   } else if (*arch == "tlr-router") {
-    return Status::Error("this is a router file, not a language model: pass it as --router (models: --slm, --llm, "
-                         "-m)");
+    return Status::Error("this is a router file, not a language model (a router goes to --router of tlr generate, "
+                         "chat, eval or ui)");
   } else {
     return Status::Error("architecture '" + *arch +
                          "' is not supported (supported: qwen2, llama, qwen3, gemma3)");

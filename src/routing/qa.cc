@@ -177,6 +177,19 @@ Expected<std::vector<QaRow>> LoadQaJsonl(const std::string& path) {
   return rows;
 }
 
+Status RequireGradable(const std::vector<QaRow>& rows, const std::string& path) {
+  size_t missing = 0, first = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!rows[i].gradable() && missing++ == 0) first = i;
+  }
+  if (missing == 0) return Status::Ok();
+  const QaRow& r = rows[first];
+  return Status::Error("'" + path + "': " + std::to_string(missing) + " of " + std::to_string(rows.size()) +
+                       " questions cannot be graded (no answerKey" + (r.labels.size() < 2 ? " or choices" : "") +
+                       "; the first is question " + std::to_string(first + 1) + (r.id.empty() ? "" : ", id " + r.id) +
+                       "): accuracy needs each question's answer");
+}
+
 std::string QaPrompt(const QaRow& row) {
   std::string p = row.context.empty() ? std::string() : row.context + "\n\n";
   p += "Question: " + row.question + "\n";

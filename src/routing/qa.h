@@ -50,6 +50,9 @@ struct QaRow {
 Expected<QaRow> ParseQaRow(std::string_view json_line);
 // Reads a JSONL file; blank lines are skipped; errors name the file and line number.
 Expected<std::vector<QaRow>> LoadQaJsonl(const std::string& path);
+// For what grades answers (eval, calibration): an error naming the first row without an
+// answerKey (or choices), e.g. CommonsenseQA's test split, whose answers are not public.
+Status RequireGradable(const std::vector<QaRow>& rows, const std::string& path);
 
 // The prompt: "Question: ...\nA. text\n...\nE. text\n" (the demo pair's training format, as
 // tools/worldgen/worldgen.py writes it), after the row's context and a blank line if it has one.

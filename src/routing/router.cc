@@ -2,6 +2,7 @@
 #include "routing/router.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -312,7 +313,19 @@ Expected<Router> Router::LoadOrBuiltin(const std::string& path_or_kind, uint64_t
   auto kind = ParseRouterKind(path_or_kind);
   if (kind.ok() && !RouterIsLearned(*kind)) return Builtin(*kind, seed);
   auto r = Load(path_or_kind);
-  if (r.ok()) r->seed_ = seed;
+  if (r.ok()) {
+    r->seed_ = seed;
+    return r;
+  }
+  std::error_code ec;
+  if (!std::filesystem::exists(path_or_kind, ec)) {
+    // Not a file (nor a memory file): say what the name can be; a learned kind's name is no
+    // router by itself.
+    return Status::Error((kind.ok() ? "router '" + path_or_kind + "': a " + path_or_kind +
+                                          " router is a trained file (tlr router train)"
+                                    : r.status().message()) +
+                         "; the built-in routers are maxprob, entropy and random");
+  }
   return r;
 }
 

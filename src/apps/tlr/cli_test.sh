@@ -259,7 +259,7 @@ check router_calibrate_out_is_model 1 "is an input of this command \\(--slm" -- 
 check router_calibrate_model_untouched 0 "" -- cmp "$(dirname "$0")/../../../models/demo/slm.gguf" "$tmp/slm_copy.gguf"
 check router_calibrate_no_target 1 "give a target" -- "$tlr" router calibrate --router "$tmp/cal.gguf" --limit 5
 check router_calibrate_both 2 "excludes" -- "$tlr" router calibrate --router "$tmp/cal.gguf" --target-routed 5 --target-accuracy 0.5
-check router_as_model 1 "this is a router file, not a language model: pass it as --router" -- \
+check router_as_model 1 "this is a router file, not a language model \\(a router goes to --router" -- \
   "$tlr" generate -f "$tmp/demo_q.txt" --slm "$(dirname "$0")/../../../models/demo/router.gguf" -n 4
 check run_demo_default 0 "[a-z]" -- "$tlr" run -p "Question: Where would you find a zinthar?" -n 8
 check demo_eval 0 "^small_only +20 " -- "$tlr" eval --limit 20 --max-tokens 40 --thresholds 0.5 -t 1
@@ -388,6 +388,20 @@ bom_pid=$!
 bom_url=$(wait_url "$tmp/bom.log")
 check key_file_bom 0 "^200$" -- curl -s -o /dev/null -w "%{http_code}" -H "Authorization: Bearer key3" "$bom_url/tlr/v1/info"
 kill "$bom_pid" 2>/dev/null; wait "$bom_pid" 2>/dev/null
+
+# What would be silently wrong or ignored is an error that says so.
+sed 's/, *"answerKey": *"[A-E]"//' "$tmp/in3.jsonl" > "$tmp/nokey.jsonl"
+check eval_no_answer_key 1 "3 of 3 questions cannot be graded \\(no answerKey; the first is question 1" -- \
+  "$tlr" eval --data "$tmp/nokey.jsonl" --limit 0 -n 4 --thresholds 0.5
+check server_key_no_server 1 "--server-key needs --server" -- "$tlr" generate -p hi --server-key k
+check ca_file_http 1 "--ca-file is for an https:// --server" -- \
+  "$tlr" generate -p hi --server http://127.0.0.1:9 --ca-file "$tmp/in3.jsonl"
+check sweep_and_sessions 1 "--sessions does nothing with it" -- \
+  "$tlr" loadtest --server http://127.0.0.1:9 --sweep 2,4 --sessions 8
+check router_kind_name 1 "router 'citer': a citer router is a trained file .*built-in routers are maxprob" -- \
+  "$tlr" generate -p hi --router citer
+check unknown_command 2 "unknown command 'bogus' \\(subcommands: train, info" -- "$tlr" router bogus
+check tokenize_nothing 1 "give the text to tokenize" -- "$tlr" tokenize -m "$demo_dir/slm.gguf"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -69,8 +69,9 @@ Command AddEvalCommand(CLI::App& root) {
                           "generate; useful range 0.95-0.999), after the --thresholds rows"),
           "0.99");
   Example(app->add_option("--out", o->out,
-                          "Directory for results.json, results.csv and SVG plots (accuracy and routed share vs "
-                          "threshold, stacked latency, accuracy vs routed share)"),
+                          "Directory for results.json, results.csv, results.md (the full table) and SVG plots "
+                          "(accuracy and routed share vs threshold, stacked latency, accuracy vs routed share, "
+                          "accuracy vs the LLM's cost)"),
           "results");
   Example(app->add_option("--answers", o->answers,
                           "Write every answer as JSONL: row (mode, threshold, policy), question id, prompt length, "
@@ -90,6 +91,7 @@ Command AddEvalCommand(CLI::App& root) {
             auto rows = LoadQaJsonl(p->data);
             if (!rows.ok()) return ReportError(cmd, rows.status().message());
             if (p->limit > 0 && static_cast<size_t>(p->limit) < rows->size()) rows->resize(p->limit);
+            TLR_CLI_CHECK(cmd, RequireGradable(*rows, p->data));
             auto pair = LoadPair(*p, PairNeeds{});
             if (!pair.ok()) return ReportError(cmd, pair.status().message());
             const bool remote = p->remote();
@@ -179,7 +181,7 @@ Command AddEvalCommand(CLI::App& root) {
               if (auto charts = EvalCharts(*result); charts.ok()) {
                 for (const auto& [name, svg] : *charts) {
                   TLR_CLI_CHECK(cmd, WriteText(o->out + "/" + name, svg));
-                  plots += " " + name;
+                  plots += ", " + name;
                 }
               }
               std::fprintf(stderr, "wrote %s/results.json, results.csv, results.md%s\n", o->out.c_str(), plots.c_str());

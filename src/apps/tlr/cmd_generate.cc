@@ -141,8 +141,10 @@ Command AddGenerateCommand(CLI::App& root) {
             const DecodeOptions& d = pair->decode;
             const bool color = !p->no_color && isatty(STDOUT_FILENO);
             nlohmann::json trace = nlohmann::json::array();
+            bool printed = false;
             auto run = RunDeviceGeneration(main_model, router, &pair->llm, &pool, *ids, d, [&](const TokenEvent& ev) {
               if (!ev.text.empty()) {
+                printed = true;
                 const char* on = ev.source == TokenSource::kLlm      ? kRed
                                  : ev.source == TokenSource::kFallback ? kYellowUnderline
                                                                        : nullptr;
@@ -157,7 +159,7 @@ Command AddGenerateCommand(CLI::App& root) {
               }
               return true;
             }, [](const std::string& w) { std::fprintf(stderr, "warning: %s\n", w.c_str()); });
-            std::cout << "\n" << std::flush;
+            if (run.ok() || printed) std::cout << "\n" << std::flush;  // nothing on stdout when it never started
             if (!run.ok()) return ReportError(cmd, run.status().message());
             const DecodeStats* stats = &run->stats;
             if (!o->trace.empty()) {

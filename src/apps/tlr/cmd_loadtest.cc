@@ -86,7 +86,8 @@ Command AddLoadtestCommand(CLI::App& root) {
       "  tlr loadtest --server http://127.0.0.1:8080 --sweep 4,8,16,32,64,128 --duration 20 --ramp-up 0 --json sweep.json\n"
       "Exit status 1 when a call timed out or failed; refused calls (the server shedding load) are not failures.");
   AddOptions(app, kCmdLoadtest, p.get(), "--server http://127.0.0.1:9");
-  return MakeCommand(app, p, o, [o = o, p = p](const std::string& cmd) -> int {
+  CLI::Option* sessions_opt = app->get_option("--sessions");
+  return MakeCommand(app, p, o, [o = o, p = p, sessions_opt](const std::string& cmd) -> int {
             o->server = p->server.url;
             o->api_key = p->server.key;
             o->backend = p->server.backend;
@@ -98,17 +99,12 @@ Command AddLoadtestCommand(CLI::App& root) {
             if (o->vocab.empty()) o->vocab = DemoFile("slm.gguf");
             auto vocab = LoadVocabulary(o->vocab);
             if (!vocab.ok()) return ReportError(cmd, vocab.status().message());
-            std::printf("tlr loadtest: %s (%s protocol), %d session%s x %.0f s; prompts of %d tokens (+%d shared), %d SLM tokens per routed call, "
-                        "contexts up to %lld; vocabulary of %d tokens; SLM %.1f ms/token, network RTT %.1f ms\n",
-                        o->server.c_str(), o->backend.c_str(), o->sessions, o->sessions == 1 ? "" : "s", o->duration_s, o->prompt_tokens,
-                        o->shared_prefix, o->gen_tokens, static_cast<long long>(o->max_context), vocab->n_vocab(), o->slm_ms,
-                        o->sim_rtt_ms);
-            std::fflush(stdout);
-            o->log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
-            std::vector<LoadRun> runs;
             std::vector<int> plan;
             if (!o->sweep.empty()) {
               if (o->compare_single) return ReportError(cmd, "--sweep and --compare-single do not go together");
+              if (sessions_opt->count() > 0) {
+                return ReportError(cmd, "--sweep gives the device counts: --sessions does nothing with it");
+              }
               std::string item;
               std::istringstream in(o->sweep);
               while (std::getline(in, item, ',')) {
@@ -123,6 +119,19 @@ Command AddLoadtestCommand(CLI::App& root) {
               if (o->compare_single) plan.push_back(1);
               plan.push_back(o->sessions);
             }
+            if (o->backend == "openai" && o->lookahead > 0) {
+              return ReportError(cmd, "--lookahead is for the native protocol: the openai backend asks none");
+            }
+            const std::string devices = !o->sweep.empty() ? o->sweep + " devices"
+                                        : std::to_string(o->sessions) + (o->sessions == 1 ? " session" : " sessions");
+            std::printf("tlr loadtest: %s (%s protocol), %s x %.0f s; prompts of %d tokens (+%d shared), %d SLM tokens per routed call, "
+                        "contexts up to %lld; vocabulary of %d tokens; SLM %.1f ms/token, network RTT %.1f ms\n",
+                        o->server.c_str(), o->backend.c_str(), devices.c_str(), o->duration_s, o->prompt_tokens,
+                        o->shared_prefix, o->gen_tokens, static_cast<long long>(o->max_context), vocab->n_vocab(), o->slm_ms,
+                        o->sim_rtt_ms);
+            std::fflush(stdout);
+            o->log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+            std::vector<LoadRun> runs;
             for (size_t i = 0; i < plan.size(); ++i) {
               auto r = RunLoad(*o, *vocab, plan[i], o->seed + 7919 * i);
               if (!r.ok() && !o->sweep.empty() && i > 0) {

@@ -120,6 +120,7 @@ Command AddTokenizeCommand(CLI::App& root) {
                 if (!text.ok()) return ReportError(cmd, text.status().message());
                 words = {std::move(text).value()};
               }
+              if (words.empty()) return ReportError(cmd, "give the token ids to decode (arguments or -f FILE)");
               std::vector<int32_t> ids;
               for (const auto& a : words) {
                 std::istringstream ss(a);
@@ -151,6 +152,7 @@ Command AddTokenizeCommand(CLI::App& root) {
               if (!in.ok()) return ReportError(cmd, in.status().message());
               text = std::move(in).value();
             } else {
+              if (opts->args.empty()) return ReportError(cmd, "give the text to tokenize (arguments or -f FILE)");
               for (size_t i = 0; i < opts->args.size(); ++i) {
                 if (i) text += ' ';
                 text += opts->args[i];

@@ -1,6 +1,7 @@
 // `tlr`: the one command-line entry point of TLR (apps layer). Thin: parses the command line
 // with CLI11 and hands over to the chosen subcommand.
 #include <iostream>
+#include <string>
 #include <vector>
 
 #include "apps/tlr/commands.h"
@@ -23,6 +24,29 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // A word where a command belongs ("tlr bogus", "tlr router bogus"): CLI11 says only that a
+    // subcommand is required; name the word and the commands there are.
+    if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
+      const CLI::App* at = &app;
+      std::string path = "tlr";
+      for (int i = 1; i < argc; ++i) {
+        if (argv[i][0] == '-') break;
+        const CLI::App* sub = nullptr;
+        for (const CLI::App* s : at->get_subcommands({})) {
+          if (s->get_name() == argv[i]) sub = s;
+        }
+        if (sub) {
+          at = sub;
+          path += " " + sub->get_name();
+          continue;
+        }
+        std::string names;
+        for (const CLI::App* s : at->get_subcommands({})) names += (names.empty() ? "" : ", ") + s->get_name();
+        std::cerr << "tlr: unknown command '" << argv[i] << "' (" << (at == &app ? "commands" : "subcommands") << ": "
+                  << names << "); `" << path << " --help` lists them\n";
+        return 2;
+      }
+    }
     // --help/--version exit 0; every usage error exits 2 (runtime errors exit 1).
     return app.exit(e) == 0 ? 0 : 2;
   }

@@ -41,6 +41,7 @@ struct OptionDef {
   std::string example, example_with;
   uint32_t needs_chat = 0;     // commands where it needs --chat
   uint32_t needs_server = 0;   // commands where it needs --server (it does nothing without)
+  uint32_t example_server = 0; // commands where its example needs --server, though the option does not
   std::function<CLI::Option*(CLI::App*, Params*, const std::string& names, const std::string& help)> add;
 
   OptionDef& For(uint32_t cmds, std::string text) { help_for.emplace_back(cmds, std::move(text)); return *this; }
@@ -57,6 +58,7 @@ struct OptionDef {
   }
   OptionDef& NeedsChat(uint32_t cmds) { needs_chat |= cmds; return *this; }
   OptionDef& NeedsServer(uint32_t cmds) { needs_server |= cmds; return *this; }
+  OptionDef& ExampleWithServer(uint32_t cmds) { example_server |= cmds; return *this; }
 };
 
 template <typename T>
@@ -208,7 +210,8 @@ std::vector<OptionDef> MakeSharedOptions() {
       .Ex("1.1");
   add(Opt(kSamplingCmds, "--repeat-last-n", TLR_FIELD(sampling.repeat_last_n), "Tokens the penalty looks back"), smp)
       .Ex("32");
-  add(Opt(kSamplingCmds, "--seed", TLR_FIELD(sampling.seed), "Sampling seed (and the random router's)"), smp).Ex("7");
+  add(Opt(kSamplingCmds, "--seed", TLR_FIELD(sampling.seed), "Sampling seed (and the random router's)"), smp)
+      .For(kCmdRun, "Sampling seed").Ex("7");
 
   const std::string srv = "LLM server (--server)";
   add(Opt(kServerCmds | kCmdLoadtest, "--server", TLR_FIELD(server.url),
@@ -233,7 +236,7 @@ std::vector<OptionDef> MakeSharedOptions() {
   add(Opt(kServerCmds | kCmdLoadtest, "--server-key", TLR_FIELD(server.key),
           "The key this device sends to the --server (also $TLR_SERVER_KEY)"), srv)
       .Env("TLR_SERVER_KEY").OldEnv(kServerCmds | kCmdLoadtest, "TLR_API_KEY")
-      .Old(kServerCmds | kCmdLoadtest, "--api-key").NoDefault().Ex("k1");
+      .Old(kServerCmds | kCmdLoadtest, "--api-key").NoDefault().Ex("k1").ExampleWithServer(kServerCmds);
   add(Opt(kServerCmds, "--server-model", TLR_FIELD(server.model),
           "openai backend: model name (default: the server's first)"), srv).Ex("m").NeedsServer(kServerCmds);
   add(Opt(kServerCmds | kCmdLoadtest, "--llm-timeout", TLR_FIELD(server.timeout_s),
@@ -242,6 +245,10 @@ std::vector<OptionDef> MakeSharedOptions() {
           "the device then answers with the SLM until the server's Retry-After"), srv)
       .For(kCmdLoadtest, "Seconds a device waits for one call (a device's --llm-timeout; the server refuses at once "
                          "what it cannot answer in that time)")
+      .For(kCmdRouterTrain | kCmdRouterCalibrate,
+           "Deadline of one LLM call, in seconds (connect, send and receive, retries included); training and "
+           "calibration need every answer, so a run whose calls miss it ends with an error (router train's "
+           "--work-dir keeps the answers that came)")
       .Old(kCmdLoadtest, "--timeout").Check(CLI::Range(0.001, 3600.0)).Ex("3.5").NeedsServer(kServerCmds);
   add(Opt(kServerCmds, "--llm-retries", TLR_FIELD(server.retries), "Further attempts after a failed server call"), srv)
       .Check(CLI::Range(0, 100)).Ex("5").NeedsServer(kServerCmds);
@@ -249,9 +256,10 @@ std::vector<OptionDef> MakeSharedOptions() {
           "After the server failed: seconds of SLM-only answering before trying it again"), srv)
       .Check(CLI::Range(0.0, 3600.0)).Ex("4").NeedsServer(kServerCmds);
   add(Opt(kServerCmds, "--ca-file", TLR_FIELD(server.ca_file), "https: CA certificates to verify the server with"), srv)
-      .Check(CLI::ExistingFile).Ex("@demo/test.jsonl").NeedsServer(kServerCmds);
+      .Check(CLI::ExistingFile).Ex("@demo/test.jsonl", "--server https://[::1]:9").NeedsServer(kServerCmds);
   add(Opt(kServerCmds, "--no-verify-tls", TLR_FIELD(server.no_verify_tls),
-          "https: do not verify the server's certificate (testing only)"), srv).Ex("").NeedsServer(kServerCmds);
+          "https: do not verify the server's certificate (testing only)"), srv)
+      .Ex("", "--server https://[::1]:9").NeedsServer(kServerCmds);
   add(Opt(kServerCmds | kCmdLoadtest, "--sim-rtt", TLR_FIELD(server.sim_rtt_ms),
           "Simulated network round trip per LLM call, in ms (the paper assumed 170)"), srv)
       .For(kCmdLoadtest, "Simulated network round trip per HTTP request, in ms (in the latency)")
@@ -298,7 +306,8 @@ std::vector<OptionDef> MakeSharedOptions() {
       .Check(CLI::Range(0.0, 60000.0)).Ex("20");
 
   const std::string listen = "Listening";
-  add(Opt(kListenCmds, "--host", TLR_FIELD(host), "Address to listen on (loopback only, unless --public)"), listen)
+  add(Opt(kListenCmds, "--host", TLR_FIELD(host),
+          "Address to listen on (loopback only, unless --public, or --no-page with --accept-key)"), listen)
       .For(kCmdServe, "Address to listen on (non-loopback needs --accept-key or --public)").Ex("::1");
   add(Opt(kListenCmds, "--port", TLR_FIELD(port), "Port (0: any free port; the chosen one is printed)"), listen)
       .Check(CLI::Range(0, 65535)).Ex("0");
@@ -419,9 +428,12 @@ void AddOptions(CLI::App* app, CommandId command, Params* p, std::string example
       o->needs(chat);
       Example(o, d->example, "--chat");
     }
+    if ((d->example_server & command) && server) Example(o, d->example, "--server http://[::1]:9");
     if ((d->needs_server & command) && server && !(d->required & command)) {
       o->needs(server);
-      Example(o, d->example, "--server http://[::1]:9" + (d->example_with.empty() ? "" : " " + d->example_with));
+      Example(o, d->example,
+              d->example_with.find("--server ") != std::string::npos ? d->example_with
+              : "--server http://[::1]:9" + (d->example_with.empty() ? "" : " " + d->example_with));
     }
   }
   app->add_flag("--print-params", p->print_params)->group("");
@@ -469,6 +481,18 @@ Status Resolve(CLI::App* app, Params* p) {
   if (cmd & kServerCmds) {
     if (p->server.llm_prompt == "text" && p->remote() && p->server.backend != "openai") {
       return Status::Error("--llm-prompt text needs --backend openai (tlr serve's protocol sends token ids)");
+    }
+    // --server-key may come from $TLR_SERVER_KEY, set for every command: only the flag is refused.
+    const CLI::Option* key = app->get_option_no_throw("--server-key");
+    const char* env_key = std::getenv("TLR_SERVER_KEY");
+    if (key && key->count() > 0 && !p->remote() && !(env_key && p->server.key == env_key)) {
+      return Status::Error("--server-key needs --server (the LLM runs in this process: there is no server to send it to)");
+    }
+    if (p->remote() && p->server.url.rfind("https://", 0) != 0) {
+      for (const char* f : {"--ca-file", "--no-verify-tls"}) {
+        const CLI::Option* o = app->get_option_no_throw(f);
+        if (o && o->count() > 0) return Status::Error(std::string(f) + " is for an https:// --server; this one is " + p->server.url);
+      }
     }
   }
   DecodeOptions& d = p->decode;

@@ -6,6 +6,7 @@
 
 #include "device/remote/remote_protocols.h"
 #include "device/remote/remote_replies.h"
+#include "net/protocol.h"
 
 namespace tlr {
 
@@ -114,6 +115,17 @@ double RemoteLlm::deferred_s() const {
   return until > now ? std::chrono::duration<double>(until - now).count() : 0;
 }
 
+Status RemoteLlm::VocabularyMismatch(const std::string& theirs) const {
+  const std::string what = "the server's LLM uses a different vocabulary (fingerprint " + theirs + ") than ";
+  if (!opts_.vocab_source.empty()) {
+    return Status::Error(what + "the --llm-tokenizer given (" + opts_.vocab_source + ", " +
+                         HashHex(vocab_.Fingerprint()) + "): give that LLM's own tokenizer, or 'server' for tlr serve");
+  }
+  return Status::Error(what + "the SLM (" + HashHex(vocab_.Fingerprint()) +
+                       "): give the LLM's tokenizer (--llm-tokenizer FILE, or server for tlr serve) to route across "
+                       "vocabularies");
+}
+
 Status RemoteLlm::NotTheServer(Status why, bool* reachable) {
   // A captive portal's page, a proxy's error, a server still starting: for an app that may start
   // offline, the server is not reachable now (its tokens fall back until it is); for the
@@ -136,7 +148,8 @@ Status RemoteLlm::GetForCheck(const std::string& path, const std::string& not_20
   }
   if (!h.sent) return Status::Ok();
   if (h.status == 401 || h.status == 403) {
-    return Status::Error("the server at " + opts_.http.url + " refused the API key (" + ErrorMessage(h.body) + ")");
+    return Status::Error("the server at " + opts_.http.url + " refused the API key (" + ErrorMessage(h.body) +
+                         "): give the key it accepts with --server-key or $TLR_SERVER_KEY");
   }
   if (h.status != 200) {
     return NotTheServer(Status::Error("the server at " + opts_.http.url + " answered " + std::to_string(h.status) +

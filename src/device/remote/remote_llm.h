@@ -53,6 +53,9 @@ struct RemoteOptions {
   // that is not whole UTF-8 characters cannot be sent as text: that call fails (FALLBACK; the
   // vocabulary bridge never cuts a context inside a character).
   bool text_prompt = false;
+  // Where the vocabulary Connect checks the server against came from, for its error: empty for
+  // the SLM's own, else the LLM tokenizer's file (--llm-tokenizer).
+  std::string vocab_source;
   // A server that cannot be reached when Connect checks it: an error (what the command line's
   // commands want: they were asked to use it), or not (the device answers with the SLM until it
   // can be reached; what an app that may start offline wants, and the C API's behaviour).
@@ -146,6 +149,8 @@ class RemoteLlm : public LlmBackend {
   static Status NoReply(const HttpResult& h, CallError* err);
   static Status ErrorStatus(const HttpResult& h, const std::string& what, CallError* err);
   static std::string ErrorMessage(const std::string& body);
+  // The server reports another vocabulary (fingerprint `theirs`) than the one given.
+  Status VocabularyMismatch(const std::string& theirs) const;
   // GET `path` at connect time: sets *reachable; Ok with *body empty when the server did not
   // answer; an error for TLS, key or status problems (`not_200` explains the last).
   Status GetForCheck(const std::string& path, const std::string& not_200, bool* reachable, std::string* body);

@@ -26,8 +26,7 @@ Status OpenAiLlm::CheckServer(bool* reachable) {
   if (fp.empty()) {
     warning_ = "the server does not report its vocabulary; make sure its model uses the SLM's tokenizer";
   } else if (fp != HashHex(vocab_.Fingerprint())) {
-    return Status::Error("the server's LLM uses a different vocabulary (fingerprint " + fp + ", expected " +
-                         HashHex(vocab_.Fingerprint()) + "): give the LLM's tokenizer (--llm-tokenizer FILE, or server for tlr serve) to route across vocabularies");
+    return VocabularyMismatch(fp);
   }
   return Status::Ok();
 }

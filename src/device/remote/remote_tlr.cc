@@ -59,8 +59,7 @@ Status TlrServerLlm::CheckServer(bool* reachable) {
   spells_prefix_ = std::find(info->features.begin(), info->features.end(), "prefix_bytes") != info->features.end();
   const std::string& fp = info->vocab_fingerprint;
   if (!fp.empty() && fp != HashHex(vocab_.Fingerprint())) {
-    return Status::Error("the server's LLM uses a different vocabulary (fingerprint " + fp + ", expected " +
-                         HashHex(vocab_.Fingerprint()) + "): give the LLM's tokenizer (--llm-tokenizer FILE, or server for tlr serve) to route across vocabularies");
+    return VocabularyMismatch(fp);
   }
   return Status::Ok();
 }

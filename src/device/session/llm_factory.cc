@@ -71,6 +71,7 @@ Expected<std::unique_ptr<LlmStack>> LlmStack::Create(const LlmConfig& config, co
       TLR_ASSIGN_OR_RETURN(s->llm_vocab_, FetchServerVocabulary(r.http));
     } else if (!config.llm_tokenizer.empty()) {
       TLR_ASSIGN_OR_RETURN(s->llm_vocab_, LoadTokenizerFile(config.llm_tokenizer));
+      r.vocab_source = config.llm_tokenizer;
     }
     const Tokenizer& server_vocab = s->llm_vocab_ ? *s->llm_vocab_ : vocab;
     TLR_ASSIGN_OR_RETURN(s->remote_, RemoteLlm::Connect(r, server_vocab));
