@@ -289,6 +289,34 @@ TEST_F(EngineTest, EvictionBetweenConcurrentSessionsKeepsEveryAnswerRight) {
   EXPECT_LE(engine.kv_bytes(), lim.kv_budget_bytes);
 }
 
+// Devices whose contexts share a system prompt, side by side under a KV budget that holds
+// about three of six: sessions copy the prefix from idle ones while others are evicted, run or
+// resync, and every answer is still the greedy reference (make tsan-test runs it threaded).
+TEST_F(EngineTest, ConcurrentSessionsCopyingASharedPrefixKeepEveryAnswerRight) {
+  Metrics metrics;
+  EngineLimits lim;
+  LlmEngine probe(*llm_, nullptr, lim, nullptr);
+  const std::string system = "You answer questions about the world of the tharko and the fexko. Pick one.\n";
+  constexpr int kDevices = 6, kCalls = 5;
+  std::vector<std::vector<int32_t>> prompts;
+  size_t longest = 0;
+  for (const char* thing : {"zinthar", "fexko", "tharko", "vorn", "plith", "amber"}) {
+    prompts.push_back(Prompt(system + "Question: Where would you find a " + thing + "?\nA. marsh\nB. stone\n"));
+    longest = std::max(longest, prompts.back().size());
+  }
+  lim.kv_budget_bytes = probe.kv_bytes_per_token() * 3 * (longest + kCalls);
+  LlmEngine engine(*llm_, nullptr, lim, &metrics);
+  std::vector<std::string> errors;
+  const auto answers = RunDevices(engine, prompts, kCalls, /*retry=*/true, &errors);
+  for (int d = 0; d < kDevices; ++d) {
+    ASSERT_TRUE(errors[d].empty()) << "device " << d << ": " << errors[d];
+    EXPECT_EQ(Reference(prompts[d], kCalls), answers[d]) << "device " << d;
+  }
+  EXPECT_GT(metrics.Value("tlr_session_copied_tokens_total"), 0);
+  EXPECT_GT(metrics.Value("tlr_evictions_total"), 0);
+  EXPECT_LE(engine.kv_bytes(), lim.kv_budget_bytes);
+}
+
 // Regression for the unlocked read in eviction (MakeRoom read another session's last_used
 // before taking its lock). Two devices each make a call on their own session from their own
 // threads and then stay idle, their threads alive: nothing orders their last writes (the end of
