@@ -8,7 +8,7 @@ the other. Inside `device` the rooms are ordered the same way:
 
     llm < http | decode < remote < labels < session < ui
 
-(`http` and `decode` side by side: neither includes the other). A test, fuzzer or benchmark (`*_test.cc`, `*_fuzz.cc`, `*_bench.cc`) may also include
+(`http` and `decode` side by side: neither includes the other). A test, fuzzer or benchmark (`*_test.cc`, `*_fuzz.cc`, `*_bench.cc`, and the tests' `*_fixture.h`) may also include
 the other side of its level, since an end-to-end test drives a real server with the device's
 backends; it never includes a layer above its own. Run by CTest as `layers_test` (label unit);
 exits 1 listing every include that breaks the rule, with file and line.
@@ -27,7 +27,7 @@ RANK = {
 # anything of its layer).
 ROOMS = {"llm": 0, "http": 1, "decode": 1, "remote": 2, "labels": 3, "session": 4, "ui": 5}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
-TEST_FILE = re.compile(r"_(test|fuzz|bench)\.cc$")
+TEST_FILE = re.compile(r"(_(test|fuzz|bench)\.cc|_fixture\.h)$")
 
 
 def room_violation(rel, name, lineno, included, is_test):

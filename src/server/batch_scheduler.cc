@@ -65,7 +65,8 @@ struct BatchScheduler::Job {
   bool warm = true;
   uint64_t seq = 0;
   int64_t keep = -1;
-  EngineSession* copy_from = nullptr;  // BatchCall::copy_from
+  std::unique_ptr<KvCache> copy;       // BatchCall::copy
+  std::vector<int32_t> copy_tokens;
   int64_t held = 0;            // tokens of the context its session holds when it arrives
   std::atomic<int64_t> left_tokens{0};  // prefill tokens not yet ingested
   std::atomic<int> left_steps{0};       // generation passes still due (low priority excluded)
@@ -175,7 +176,10 @@ std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
     }
     job->warm = static_cast<int64_t>(job->feed.size()) <= opts_.admission.warm_tokens;
     job->keep = call.keep;
-    if (call.keep > 0 && call.copy_from && call.copy_from->cache) job->copy_from = call.copy_from;
+    if (call.keep >= 0 && call.copy) {
+      job->copy = std::move(call.copy);
+      job->copy_tokens = std::move(call.copy_tokens);
+    }
     job->held = Held(call);
     job->left_tokens = static_cast<int64_t>(job->feed.size());
     // Generation passes after the prefill (its last pass gives the first token).
@@ -184,6 +188,7 @@ std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
   }
   std::vector<BatchOutcome> outs(jobs.size());
   std::vector<bool> admitted(jobs.size(), false);
+  std::vector<std::unique_ptr<KvCache>> retired;  // caches replaced by copies
   {
     std::lock_guard<std::mutex> l(queue_mu_);
     if (stop_) {
@@ -208,9 +213,10 @@ std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
       admitted[i] = true;
       outs[i].admitted = true;
       job.partial = v.partial;
-      if (job.copy_from) {  // only an admitted call changes its session
-        job.s->cache = std::make_unique<KvCache>(job.copy_from->cache->Fork(job.keep));
-        job.s->tokens.assign(job.copy_from->tokens.begin(), job.copy_from->tokens.begin() + job.keep);
+      if (job.copy) {  // only an admitted call changes its session
+        retired.push_back(std::move(job.s->cache));  // freed after queue_mu_
+        job.s->cache = std::move(job.copy);
+        job.s->tokens = std::move(job.copy_tokens);
       } else if (job.keep >= 0) {
         if (job.s->cache) job.s->cache->Truncate(job.keep);
         job.s->tokens.resize(static_cast<size_t>(job.keep));
@@ -220,6 +226,7 @@ std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
     }
   }
   queue_cv_.notify_one();
+  retired.clear();
   for (size_t i = 0; i < jobs.size(); ++i) {
     if (calls[i].on_decided) calls[i].on_decided(admitted[i]);
   }

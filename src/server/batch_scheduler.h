@@ -56,9 +56,10 @@ struct BatchCall {
   double deadline_s = 0;             // seconds from now the caller waits (0: no deadline)
   bool deadline_first_token = false; // the deadline bounds the first token only (streaming)
   int64_t keep = -1;                 // once admitted, the session is cut to this many tokens first
-  // With keep: once admitted, the session's cache is instead replaced by a copy of this one's
-  // first `keep` positions (locked by the caller for the call; it holds the same tokens there).
-  EngineSession* copy_from = nullptr;
+  // With keep: once admitted, the session's cache and tokens are instead replaced by these (a
+  // copy of another cache's first `keep` positions, holding the same tokens there).
+  std::unique_ptr<KvCache> copy;
+  std::vector<int32_t> copy_tokens;
   // Polled on the calling thread while the call waits: true when its client has gone (the call
   // is then dropped at the next pass boundary).
   std::function<bool()> client_gone;

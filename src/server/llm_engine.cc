@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <new>
 
 #include "net/protocol.h"
 #include "server/batch_scheduler.h"
@@ -74,7 +75,7 @@ LlmEngine::LlmEngine(const Model& model, ThreadPool* pool, const EngineLimits& l
     metrics_->DeclareCounter("tlr_calls_partial_total", "Calls whose prefill takes longer than their time, stopped before their deadline with part of it ingested (503; the next call goes on)");
     metrics_->DeclareCounter("tlr_lookahead_tokens_total", "Lookahead tokens generated for devices' drafts (native protocol)");
     metrics_->DeclareCounter("tlr_prompt_cache_copied_tokens_total", "Prompt tokens a new prompt-cache slot copied from another slot's or session's KV instead of prefilling");
-    metrics_->DeclareCounter("tlr_session_copied_tokens_total", "Context tokens native sessions copied from another session's or prompt-cache slot's KV instead of prefilling (a prefix shared by conversations)");
+    metrics_->DeclareCounter("tlr_session_copied_tokens_total", "Prefill tokens native sessions saved by copying a prefix from another session's or prompt-cache slot's KV of the same client (a prefix shared by conversations)");
     metrics_->DeclareCounter("tlr_lookahead_cut_total", "Lookahead tokens not generated because other calls were waiting (lookahead is low priority)");
     metrics_->DeclareCounter("tlr_rewound_tokens_total", "Tokens dropped from sessions by calls whose context parts from what the session held");
     metrics_->DeclareCounter("tlr_kept_tokens_total", "Tokens a call resent that the session already held past its base (kept, not prefilled again)");
@@ -127,9 +128,9 @@ void LlmEngine::PublishGauges() {
   metrics_->Set("tlr_kv_bytes", static_cast<double>(kv_bytes()));
 }
 
-EngineResult LlmEngine::CreateSession(SessionInfo* info) {
+EngineResult LlmEngine::CreateSession(SessionInfo* info, const std::string& owner) {
   if (store_->SweepExpired() > 0) PublishGauges();
-  std::shared_ptr<EngineSession> s = store_->Create();
+  std::shared_ptr<EngineSession> s = store_->Create(owner);
   if (!s) {
     return Fail(EngineCode::kOverloaded, "the server holds its maximum of " + std::to_string(limits_.max_sessions) +
                                              " sessions; delete unused ones or retry later");
@@ -232,14 +233,14 @@ EngineResult LlmEngine::Next(const NextRequest& req) {
   std::vector<int32_t> feed(req.append.begin() + (start - req.base), req.append.end());
   bool admitted = false;
   EngineResult r = Run(s, start, std::move(feed), req.n + lookahead, req.sampling, req.top_logprobs, nullptr, control,
-                       lookahead, nullptr, 0, req.heal, &admitted, from.get());
-  if (from_lock.owns_lock()) from_lock.unlock();
+                       lookahead, nullptr, 0, req.heal, &admitted, from.get(), &from_lock);
+  if (from_lock.owns_lock()) from_lock.unlock();  // (Run lets it go once the copy is made)
   s->last_used = Clock::now();
   if (admitted) {  // a refused call left the session as it was
     ++s->version;
     if (metrics_ && held > keep) metrics_->Add("tlr_rewound_tokens_total", static_cast<double>(held - keep));
     if (metrics_ && keep > req.base) metrics_->Add("tlr_kept_tokens_total", static_cast<double>(keep - req.base));
-    if (metrics_ && from) metrics_->Add("tlr_session_copied_tokens_total", static_cast<double>(start));
+    if (metrics_ && from) metrics_->Add("tlr_session_copied_tokens_total", static_cast<double>(start - keep));
   }
   if (r.ok()) {
     // The tokens spelling the healed bytes and the n answer the call; the rest is the
@@ -286,9 +287,10 @@ EngineResult LlmEngine::Complete(std::span<const int32_t> prompt, int max_tokens
   bool temporary = false;
   std::shared_ptr<EngineSession> from;
   std::unique_lock<std::mutex> from_lock;
-  best = store_->AcquireSlot(prompt, &lock, &best_common, &temporary, &from, &from_lock);
+  best = store_->AcquireSlot(prompt, control.owner, &lock, &best_common, &temporary, &from, &from_lock);
   EngineSession* s = best.get();
   s->last_used = Clock::now();
+  s->owner = control.owner;
   if (from) {
     // A new slot starting from another's prefix: a copy of its KV, no prefill.
     std::string why;
@@ -380,7 +382,7 @@ EngineResult LlmEngine::Score(const std::vector<std::vector<int32_t>>& seqs, int
 EngineResult LlmEngine::Run(EngineSession* s, int64_t keep, std::vector<int32_t> feed, int n, const SamplerParams& sampling,
                             int top_logprobs, const TokenCallback& on_token, const CallControl& control, int low_priority,
                             std::vector<PromptPosition>* prompt_scores, int prompt_top, std::string heal, bool* admitted,
-                            EngineSession* copy_from) {
+                            EngineSession* copy_from, std::unique_lock<std::mutex>* copy_lock) {
   Status valid = sampling.Validate();
   if (!valid.ok()) return Fail(EngineCode::kBadRequest, valid.message());
   const int64_t need = keep + static_cast<int64_t>(feed.size()) + n - 1 + static_cast<int64_t>(heal.size());
@@ -395,7 +397,6 @@ EngineResult LlmEngine::Run(EngineSession* s, int64_t keep, std::vector<int32_t>
   call.deadline_s = control.timeout_s;
   call.deadline_first_token = control.first_token_only;
   call.keep = keep;
-  call.copy_from = copy_from;
   call.client_gone = control.client_gone;
   call.on_decided = control.on_decided;
   call.prompt_scores = prompt_scores;
@@ -412,7 +413,17 @@ EngineResult LlmEngine::Run(EngineSession* s, int64_t keep, std::vector<int32_t>
   }
   std::string why;
   if (!store_->MakeRoom(s, need, &why, copy_from)) return Fail(EngineCode::kOverloaded, why);
-  if (!s->cache && !copy_from) {
+  if (copy_from) {
+    // The copy is made here, outside the scheduler's lock, and its source freed at once (a call
+    // of the source's own device must not wait for this whole call); admission swaps it in.
+    try {
+      call.copy = std::make_unique<KvCache>(copy_from->cache->Fork(keep));
+      call.copy_tokens.assign(copy_from->tokens.begin(), copy_from->tokens.begin() + keep);
+    } catch (const std::bad_alloc&) {
+      return Fail(EngineCode::kOverloaded, "no memory for a copy of the KV cache");
+    }
+    if (copy_lock && copy_lock->owns_lock()) copy_lock->unlock();
+  } else if (!s->cache) {
     // 4 KiB pages touched as positions are written: the KV budget counts positions in use.
     auto c = model_.NewCache(limits_.max_context, KvMemory::kOnDemand);
     if (!c.ok()) return Fail(EngineCode::kOverloaded, c.status().message());

@@ -50,11 +50,10 @@ struct EngineLimits {
   int prompt_cache_slots = 0;         // most KV caches reused by the OpenAI endpoints (by prefix);
                                       // 0: bounded only by the KV budget (and max_sessions)
   int recent_replies = 16;            // per session, for request_id idempotency
-  // A conversation whose context begins as another idle cache's does (an app's system prompt
-  // sent by every device; a resync after eviction) starts from a copy of that prefix's KV
-  // instead of prefilling it: native sessions from any session or prompt-cache slot, new
-  // prompt-cache slots likewise. Off: each conversation prefills its own (a shared cache tells,
-  // through timing, that another client sent the same prefix).
+  // A conversation whose context begins as another idle cache's of the same client does (an
+  // app's system prompt sent by every device; a resync after eviction) starts from a copy of
+  // that prefix's KV instead of prefilling it: native sessions from any session or prompt-cache
+  // slot, new prompt-cache slots likewise. Off: each conversation prefills its own.
   bool share_prefixes = true;
   // Admission (admission.h): behind a queue, a new or resynced conversation's prefill must be
   // answered within this share of its time (the rest is left to warm sessions' routed tokens).
@@ -127,6 +126,7 @@ struct CallControl {
   bool first_token_only = false;                 // the timeout bounds the first token (streaming)
   std::function<bool()> client_gone;             // polled while the call waits (may be empty)
   std::function<void(bool admitted)> on_decided; // once admitted or refused (may be empty)
+  std::string owner;                             // Complete: the client, as for CreateSession
 };
 
 struct NextRequest {
@@ -164,7 +164,8 @@ class LlmEngine {
   LlmEngine(const LlmEngine&) = delete;
   LlmEngine& operator=(const LlmEngine&) = delete;
 
-  EngineResult CreateSession(SessionInfo* info);
+  // `owner`: the client (its API key, else its address); prefixes are shared only within one.
+  EngineResult CreateSession(SessionInfo* info, const std::string& owner = "");
   bool DeleteSession(const std::string& id);
   // Whether a session is open (not deleted, not expired by the last sweep).
   bool HasSession(const std::string& id) const;
@@ -198,11 +199,13 @@ class LlmEngine {
  private:
   // Runs one call on a locked session: its cache is first cut to `keep` tokens, once admitted
   // (or, with `copy_from`, another locked session holding the same first `keep` tokens, replaced
-  // by a copy of those).
+  // by a copy of those: made before the call is queued, then `copy_lock` is let go, and swapped
+  // in at admission).
   EngineResult Run(EngineSession* s, int64_t keep, std::vector<int32_t> feed, int n, const SamplerParams& sampling,
                    int top_logprobs, const TokenCallback& on_token, const CallControl& control, int low_priority = 0,
                    std::vector<PromptPosition>* prompt_scores = nullptr, int prompt_top = 0, std::string heal = {},
-                   bool* admitted = nullptr, EngineSession* copy_from = nullptr);
+                   bool* admitted = nullptr, EngineSession* copy_from = nullptr,
+                   std::unique_lock<std::mutex>* copy_lock = nullptr);
   void PublishGauges();
 
   const Model& model_;

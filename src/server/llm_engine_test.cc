@@ -12,86 +12,11 @@
 #include "routing/label_llm.h"
 #include "net/protocol.h"
 #include "ops/thread_pool.h"
+#include "server/engine_test_fixture.h"
 #include "util/test_support.h"
 
 namespace tlr {
 namespace {
-
-const std::string kLlm = kDemo + "llm.gguf";
-
-class EngineTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { llm_ = Model::Load(kLlm)->release(); }
-  static void TearDownTestSuite() { delete llm_; }
-
-  std::vector<int32_t> Prompt(const std::string& text) const { return llm_->tokenizer().Encode(text, true); }
-  // A question with its five choices, as the demo LLM was trained to answer: it goes on with
-  // "Answer: ..." for many tokens (a bare question may end the turn at once, the end token
-  // stopping the reference early).
-  std::vector<int32_t> Question(const std::string& q) const {
-    return Prompt("Question: " + q + "\nA. marsh\nB. stone\nC. cooking\nD. forest\nE. glass\n");
-  }
-  // Greedy next tokens from scratch (a fresh in-process backend).
-  std::vector<int32_t> Reference(const std::vector<int32_t>& ctx, int n) const {
-    InProcessLlm ref(*llm_, 1, 1024);
-    return ref.Next(ctx, n, SamplerParams{})->tokens;
-  }
-  static NextRequest Call(const std::string& session, const std::vector<int32_t>& held, const std::vector<int32_t>& ctx,
-                          int n, const std::string& rid) {
-    NextRequest r;
-    r.session = session;
-    r.request_id = rid;
-    r.base = static_cast<int64_t>(held.size());
-    r.prefix_hash = TokenPrefixHash(held);
-    r.append.assign(ctx.begin() + static_cast<std::ptrdiff_t>(held.size()), ctx.end());
-    r.n = n;
-    return r;
-  }
-  // One thread per prompt, each with its own session, making n_calls one-token calls and
-  // keeping each answer (the device takes every LLM token). With `retry`, as a device under a
-  // tight KV budget: a conflict (evicted) resends everything, an overload waits 1 ms and
-  // retries. Returns the answers; a failed device leaves its message in (*errors)[d].
-  std::vector<std::vector<int32_t>> RunDevices(LlmEngine& engine, const std::vector<std::vector<int32_t>>& prompts,
-                                               int n_calls, bool retry, std::vector<std::string>* errors) const {
-    const size_t n = prompts.size();
-    std::vector<std::vector<int32_t>> answers(n);
-    errors->assign(n, "");
-    std::vector<std::thread> devices;
-    for (size_t d = 0; d < n; ++d) {
-      devices.emplace_back([&, d] {
-        SessionInfo info;
-        if (!engine.CreateSession(&info).ok()) {
-          (*errors)[d] = "no session";
-          return;
-        }
-        std::vector<int32_t> ctx = prompts[d], held;
-        for (int k = 0, tries = 0; k < n_calls; ++tries) {
-          EngineResult r = engine.Next(Call(info.id, held, ctx, 1, std::to_string(k)));
-          if (retry && tries < 100000 && r.code == EngineCode::kConflict) {
-            held.clear();
-            continue;
-          }
-          if (retry && tries < 100000 && r.code == EngineCode::kOverloaded) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-            continue;
-          }
-          if (!r.ok()) {
-            (*errors)[d] = r.message;
-            return;
-          }
-          held = ctx;
-          ctx.push_back(r.reply.tokens[0]);
-          answers[d].push_back(r.reply.tokens[0]);
-          ++k;
-        }
-      });
-    }
-    for (auto& t : devices) t.join();
-    return answers;
-  }
-  static Model* llm_;
-};
-Model* EngineTest::llm_ = nullptr;
 
 TEST_F(EngineTest, DeltaCallsMatchFromScratchGreedy) {
   Metrics metrics;
@@ -285,34 +210,6 @@ TEST_F(EngineTest, EvictionBetweenConcurrentSessionsKeepsEveryAnswerRight) {
     ASSERT_TRUE(errors[d].empty()) << "device " << d << ": " << errors[d];
     EXPECT_EQ(Reference(prompts[d], kCalls), answers[d]) << "device " << d;
   }
-  EXPECT_GT(metrics.Value("tlr_evictions_total"), 0);
-  EXPECT_LE(engine.kv_bytes(), lim.kv_budget_bytes);
-}
-
-// Devices whose contexts share a system prompt, side by side under a KV budget that holds
-// about three of six: sessions copy the prefix from idle ones while others are evicted, run or
-// resync, and every answer is still the greedy reference (make tsan-test runs it threaded).
-TEST_F(EngineTest, ConcurrentSessionsCopyingASharedPrefixKeepEveryAnswerRight) {
-  Metrics metrics;
-  EngineLimits lim;
-  LlmEngine probe(*llm_, nullptr, lim, nullptr);
-  const std::string system = "You answer questions about the world of the tharko and the fexko. Pick one.\n";
-  constexpr int kDevices = 6, kCalls = 5;
-  std::vector<std::vector<int32_t>> prompts;
-  size_t longest = 0;
-  for (const char* thing : {"zinthar", "fexko", "tharko", "vorn", "plith", "amber"}) {
-    prompts.push_back(Prompt(system + "Question: Where would you find a " + thing + "?\nA. marsh\nB. stone\n"));
-    longest = std::max(longest, prompts.back().size());
-  }
-  lim.kv_budget_bytes = probe.kv_bytes_per_token() * 3 * (longest + kCalls);
-  LlmEngine engine(*llm_, nullptr, lim, &metrics);
-  std::vector<std::string> errors;
-  const auto answers = RunDevices(engine, prompts, kCalls, /*retry=*/true, &errors);
-  for (int d = 0; d < kDevices; ++d) {
-    ASSERT_TRUE(errors[d].empty()) << "device " << d << ": " << errors[d];
-    EXPECT_EQ(Reference(prompts[d], kCalls), answers[d]) << "device " << d;
-  }
-  EXPECT_GT(metrics.Value("tlr_session_copied_tokens_total"), 0);
   EXPECT_GT(metrics.Value("tlr_evictions_total"), 0);
   EXPECT_LE(engine.kv_bytes(), lim.kv_budget_bytes);
 }
@@ -621,69 +518,6 @@ TEST_F(EngineTest, PromptCacheKeepsEachClientsContext) {
       EXPECT_GT(prefilled_later, 2 * new_tokens_later) << "one slot cannot hold two contexts";
     }
   }
-}
-
-// Conversations that begin alike (the system prompt every device of an app sends): a new
-// session starts from a copy of the prefix another idle session holds and prefills only the
-// rest, with the same answers and logprobs, bit for bit, as a prefill from scratch; so does a
-// new prompt-cache slot of the OpenAI endpoints. A context sharing fewer than 16 tokens with
-// every cache prefills all. With share_prefixes off (--no-prefix-sharing) each prefills all.
-TEST_F(EngineTest, NewConversationsCopyAPrefixAnotherSessionHolds) {
-  const std::string system =
-      "You answer questions about the world of the tharko and the fexko. Pick one of the choices.\n";
-  const std::vector<int32_t> ctx_a = Prompt(system + "Question: Where would you find a zinthar?\nA. marsh\nB. stone\n");
-  const std::vector<int32_t> ctx_b = Prompt(system + "Question: What is a fexko used for?\nA. cooking\nB. glass\n");
-  const std::vector<int32_t> ctx_c = Prompt(system + "Question: Who keeps a tharko?\nA. farmers\nB. kings\n");
-  const std::vector<int32_t> ctx_d = Question("What is a vorn?");  // shares only "Question:" with them
-  auto common = [](const std::vector<int32_t>& x, const std::vector<int32_t>& y) {
-    size_t c = 0;
-    while (c < x.size() && c < y.size() && x[c] == y[c]) ++c;
-    return static_cast<int64_t>(c);
-  };
-  const int64_t ab = common(ctx_a, ctx_b), ac = common(ctx_a, ctx_c);
-  ASSERT_GE(ab, 20) << "the system prompt is too short for the test";
-  std::vector<float> logprobs[2];
-  for (bool share : {true, false}) {
-    Metrics metrics;
-    EngineLimits lim;
-    lim.share_prefixes = share;
-    LlmEngine engine(*llm_, nullptr, lim, &metrics);
-    SessionInfo a, b, d;
-    ASSERT_TRUE(engine.CreateSession(&a).ok() && engine.CreateSession(&b).ok() && engine.CreateSession(&d).ok());
-    EngineResult ra = engine.Next(Call(a.id, {}, ctx_a, 2, "1"));
-    ASSERT_TRUE(ra.ok()) << ra.message;
-    EXPECT_EQ(ra.reply.prefilled, static_cast<int64_t>(ctx_a.size()));
-    EngineResult rb = engine.Next(Call(b.id, {}, ctx_b, 2, "1"));
-    ASSERT_TRUE(rb.ok()) << rb.message;
-    EXPECT_EQ(rb.reply.tokens, Reference(ctx_b, 2));
-    EXPECT_EQ(rb.reply.prefilled, static_cast<int64_t>(ctx_b.size()) - (share ? ab : 0));
-    EXPECT_EQ(metrics.Value("tlr_session_copied_tokens_total"), share ? static_cast<double>(ab) : 0.0);
-    EXPECT_EQ(rb.reply.position, static_cast<int64_t>(ctx_b.size()) + 1);
-    logprobs[share ? 0 : 1] = rb.reply.logprobs;
-    // The copy is the session's own: its conversation goes on warm.
-    std::vector<int32_t> held = ctx_b;
-    held.push_back(rb.reply.tokens[0]);
-    std::vector<int32_t> next = held;
-    next.push_back(11);
-    next.push_back(12);
-    EngineResult rb2 = engine.Next(Call(b.id, held, next, 1, "2"));
-    ASSERT_TRUE(rb2.ok()) << rb2.message;
-    EXPECT_EQ(rb2.reply.tokens, Reference(next, 1));
-    EXPECT_EQ(rb2.reply.prefilled, 2);
-    // A short common start is not worth a copy.
-    EngineResult rd = engine.Next(Call(d.id, {}, ctx_d, 1, "1"));
-    ASSERT_TRUE(rd.ok()) << rd.message;
-    EXPECT_EQ(rd.reply.prefilled, static_cast<int64_t>(ctx_d.size()));
-    EXPECT_EQ(metrics.Value("tlr_session_copied_tokens_total"), share ? static_cast<double>(ab) : 0.0);
-    // The OpenAI endpoints: a new slot starts from a session's prefix too.
-    EngineResult rc = engine.Complete(ctx_c, 1, SamplerParams{}, 0, nullptr);
-    ASSERT_TRUE(rc.ok()) << rc.message;
-    EXPECT_EQ(rc.reply.tokens, Reference(ctx_c, 1));
-    const int64_t copied = share ? std::max(ac, common(ctx_b, ctx_c)) : 0;
-    EXPECT_EQ(rc.reply.prefilled, static_cast<int64_t>(ctx_c.size()) - copied);
-    EXPECT_EQ(metrics.Value("tlr_prompt_cache_copied_tokens_total"), static_cast<double>(copied));
-  }
-  EXPECT_EQ(logprobs[0], logprobs[1]) << "a copied prefix must give the logprobs of a prefill";
 }
 
 // Teacher-forced scoring (router labels): the argmax after every prefix equals the in-process

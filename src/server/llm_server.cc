@@ -225,11 +225,9 @@ void LlmServer::Routes() {
                res.set_content(vocabulary_gguf_, "application/octet-stream");
              }));
   http_->Post("/tlr/v1/sessions", timed("/tlr/v1/sessions", [this, model_json](const httplib::Request& req, httplib::Response& res) {
-                // Who the session counts against: its API key, else the client's address.
-                const std::string client =
-                    opts_.api_keys.empty()
-                        ? "address " + req.remote_addr
-                        : "API key #" + std::to_string(BearerKeyIndex(req.get_header_value("Authorization"), opts_.api_keys) + 1);
+                // Who the session counts against (and shares prefixes with): its API key, else
+                // the client's address.
+                const std::string client = ClientOf(req);
                 if (!quota_->Reserve(client, [this](const std::string& id) { return engine_->HasSession(id); })) {
                   res.set_header("Retry-After", "10");
                   return SendError(res, 429, "session_quota",
@@ -238,7 +236,7 @@ void LlmServer::Routes() {
                                        "uses (DELETE /tlr/v1/sessions/ID) or wait for them to expire");
                 }
                 SessionInfo info;
-                EngineResult r = engine_->CreateSession(&info);
+                EngineResult r = engine_->CreateSession(&info, client);
                 if (!r.ok()) {
                   quota_->Cancel(client);
                   return SendEngineError(res, r);
@@ -339,6 +337,12 @@ void LlmServer::Routes() {
                                                 {"compute_ms", r.reply.compute_s * 1e3},
                                                 {"prefilled", r.reply.prefilled}}}});
               }));
+}
+
+std::string LlmServer::ClientOf(const httplib::Request& req) const {
+  return opts_.api_keys.empty()
+             ? "address " + req.remote_addr
+             : "API key #" + std::to_string(BearerKeyIndex(req.get_header_value("Authorization"), opts_.api_keys) + 1);
 }
 
 }  // namespace tlr

@@ -22,6 +22,7 @@
 
 namespace httplib {
 class Server;
+struct Request;
 struct Response;
 }
 
@@ -79,6 +80,8 @@ class LlmServer {
  private:
   void Routes();
   void RoutesOpenAi();
+  // Who a request is from: its API key ("API key #2") when the server has keys, else its address.
+  std::string ClientOf(const httplib::Request& req) const;
 
   LlmEngine* engine_;
   Metrics* metrics_;

@@ -122,6 +122,7 @@ void LlmServer::RoutesOpenAi() {
     auto timeout = RequestTimeout(req, opts_.default_timeout_s);
     if (!timeout.ok()) return SendError(res, 400, "invalid_request_error", timeout.status().message());
     CallControl control;
+    control.owner = ClientOf(req);  // its prompt caches share prefixes with no other client's
     // Time the request waited for a free worker counts.
     control.timeout_s = std::max(1e-3, *timeout - (front_ ? HttpFront::CurrentRequestAge() : 0.0));
     const OpenAiWriter out(chat, next_id_++, opts_.model_name);

@@ -22,11 +22,13 @@ std::string NewSessionId() {
 }  // namespace
 
 size_t SessionStore::CommonPrefix(EngineSession& s, std::span<const int32_t> context, size_t at_least,
-                                  std::unique_lock<std::mutex>* best_lock) {
+                                  const std::string& owner, std::unique_lock<std::mutex>* best_lock) {
   // Cheap checks first: most caches part from a context at its first tokens.
   at_least = std::max<size_t>(at_least, 1);
   std::unique_lock<std::mutex> sl(s.mu, std::try_to_lock);
-  if (!sl.owns_lock() || !s.cache || s.tokens.size() < at_least || context.size() < at_least) return 0;
+  if (!sl.owns_lock() || s.owner != owner || !s.cache || s.tokens.size() < at_least || context.size() < at_least) {
+    return 0;
+  }
   if (s.tokens[at_least - 1] != context[at_least - 1]) return 0;
   const size_t most = std::min(s.tokens.size(), context.size());
   size_t c = 0;
@@ -45,7 +47,7 @@ std::shared_ptr<EngineSession> SessionStore::FindSharedPrefix(const EngineSessio
   std::lock_guard<std::mutex> l(mu_);
   auto consider = [&](const std::shared_ptr<EngineSession>& s) {
     if (s.get() == self) return;  // locked by the caller: never try_lock it again
-    const size_t c = CommonPrefix(*s, context, std::max(min_common, *common + 1), lock);
+    const size_t c = CommonPrefix(*s, context, std::max(min_common, *common + 1), self->owner, lock);
     if (c > 0) {
       best = s;
       *common = c;
@@ -79,9 +81,10 @@ uint64_t SessionStore::KvBytesLocked() const {
   return n * bytes_per_token_;
 }
 
-std::shared_ptr<EngineSession> SessionStore::Create() {
+std::shared_ptr<EngineSession> SessionStore::Create(const std::string& owner) {
   auto s = std::make_shared<EngineSession>();
   s->id = NewSessionId();
+  s->owner = owner;
   std::lock_guard<std::mutex> l(mu_);
   if (static_cast<int64_t>(sessions_.size()) >= limits_.max_sessions) return nullptr;
   sessions_[s->id] = s;
@@ -105,7 +108,7 @@ bool SessionStore::Delete(const std::string& id) {
   return true;
 }
 
-std::shared_ptr<EngineSession> SessionStore::AcquireSlot(std::span<const int32_t> prompt,
+std::shared_ptr<EngineSession> SessionStore::AcquireSlot(std::span<const int32_t> prompt, const std::string& owner,
                                                          std::unique_lock<std::mutex>* lock, size_t* common,
                                                          bool* temporary, std::shared_ptr<EngineSession>* fork_from,
                                                          std::unique_lock<std::mutex>* fork_lock) {
@@ -118,6 +121,8 @@ std::shared_ptr<EngineSession> SessionStore::AcquireSlot(std::span<const int32_t
   //      a copy of the prefix it shares with another slot (*fork_from: a client regenerating,
   //      or another conversation with the same system prompt, costs a copy, not a prefill);
   //   4. the one sharing the longest prefix (ties: least recently used), which is cut there.
+  // Only a slot of the same owner counts as sharing anything; another owner's is emptied when it
+  // is taken (4., as sharing nothing) and is no source of a copy.
   std::shared_ptr<EngineSession> own, empty, shared;
   std::unique_lock<std::mutex> own_lock, empty_lock, shared_lock;
   size_t own_common = 0, shared_common = 0;
@@ -126,7 +131,8 @@ std::shared_ptr<EngineSession> SessionStore::AcquireSlot(std::span<const int32_t
     std::unique_lock<std::mutex> sl(s->mu, std::try_to_lock);
     if (!sl.owns_lock()) continue;
     size_t c = 0;
-    while (c < s->tokens.size() && c < prompt.size() && s->tokens[c] == prompt[c]) ++c;
+    const bool mine = s->owner == owner;
+    while (mine && c < s->tokens.size() && c < prompt.size() && s->tokens[c] == prompt[c]) ++c;
     if (s->tokens.empty()) {
       if (!empty) {
         empty = s;
@@ -134,7 +140,7 @@ std::shared_ptr<EngineSession> SessionStore::AcquireSlot(std::span<const int32_t
       }
       continue;
     }
-    if (c == s->tokens.size() && c > own_common) {
+    if (mine && c == s->tokens.size() && c > own_common) {
       own = s;
       own_lock = std::move(sl);
       own_common = c;
@@ -152,7 +158,7 @@ std::shared_ptr<EngineSession> SessionStore::AcquireSlot(std::span<const int32_t
   size_t session_common = 0;
   if (limits_.share_prefixes && !own && !empty) {
     for (const auto& [id, s] : sessions_) {
-      const size_t c = CommonPrefix(*s, prompt, std::max(shared_common, session_common) + 1, &session_src_lock);
+      const size_t c = CommonPrefix(*s, prompt, std::max(shared_common, session_common) + 1, owner, &session_src_lock);
       if (c > 0) {
         session_src = s;
         session_common = c;

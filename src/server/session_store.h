@@ -36,6 +36,10 @@ struct EngineSession {
   std::vector<int32_t> tokens;         // what the cache holds
   std::atomic<int64_t> high_water{0};  // positions written or reserved (MakeRoom) since (re)creation
   Clock::time_point last_used = Clock::now();
+  // The client whose conversation this is (its API key, else its address): a prefix is shared
+  // only between caches of one client, so no client learns from a reply's `prefilled` what
+  // another sent. A session's is fixed at creation; a slot's is its last call's (under `mu`).
+  std::string owner;
   int64_t version = 0;                 // counts the calls that changed what the session holds
   std::deque<std::pair<std::string, EngineReply>> recent;  // request_id -> reply
   SessionWork work;  // written by the scheduler's worker while the calling handler holds `mu`
@@ -46,19 +50,21 @@ class SessionStore {
   // `metrics` may be null; it counts evictions and expiries (the engine declares them).
   SessionStore(const EngineLimits& limits, uint64_t bytes_per_token, Metrics* metrics);
 
-  // A new session, or null when the store holds limits.max_sessions already.
-  std::shared_ptr<EngineSession> Create();
+  // A new session of `owner`, or null when the store holds limits.max_sessions already.
+  std::shared_ptr<EngineSession> Create(const std::string& owner = "");
   std::shared_ptr<EngineSession> Find(const std::string& id) const;
   bool Delete(const std::string& id);
 
-  // A prompt-cache slot for `prompt`, returned locked in *lock (the order of preference is in
-  // session_store.cc): the length of the prefix it can reuse is *common. A new slot may start
-  // from another slot's prefix: then *fork_from is that slot, locked in *fork_lock, and the
-  // caller copies its first *common positions. When every slot is busy and no new one may be
-  // made, a temporary cache (counted in the budget until ReleaseTemporary) and *common 0.
+  // A prompt-cache slot for `prompt` of `owner`'s, returned locked in *lock (the order of
+  // preference is in session_store.cc): the length of the prefix it can reuse is *common (0 for
+  // another owner's slot, which is then emptied). A new slot may start from the prefix of
+  // another cache of the same owner: then *fork_from is that cache, locked in *fork_lock, and
+  // the caller copies its first *common positions. When every slot is busy and no new one may
+  // be made, a temporary cache (counted in the budget until ReleaseTemporary) and *common 0.
   // Slots are bounded by limits.prompt_cache_slots (0: by max_sessions) and, in memory, by the
   // KV budget.
-  std::shared_ptr<EngineSession> AcquireSlot(std::span<const int32_t> prompt, std::unique_lock<std::mutex>* lock,
+  std::shared_ptr<EngineSession> AcquireSlot(std::span<const int32_t> prompt, const std::string& owner,
+                                             std::unique_lock<std::mutex>* lock,
                                              size_t* common, bool* temporary, std::shared_ptr<EngineSession>* fork_from,
                                              std::unique_lock<std::mutex>* fork_lock);
   void ReleaseTemporary(const std::shared_ptr<EngineSession>& s);
@@ -67,9 +73,9 @@ class SessionStore {
   std::shared_ptr<EngineSession> NewTemporary(std::unique_lock<std::mutex>* lock);
 
   // For a native session (`self`, locked by the caller) about to prefill `context`: the idle
-  // session or prompt-cache slot whose cache begins with the longest prefix of it, at least
-  // `min_common` tokens long; returned locked in *lock, that length in *common. Null when none
-  // (or when limits.share_prefixes is off).
+  // session or prompt-cache slot of the same owner whose cache begins with the longest prefix of
+  // it, at least `min_common` tokens long; returned locked in *lock, that length in *common. Null
+  // when none (or when limits.share_prefixes is off).
   std::shared_ptr<EngineSession> FindSharedPrefix(const EngineSession* self, std::span<const int32_t> context,
                                                   size_t min_common, std::unique_lock<std::mutex>* lock,
                                                   size_t* common);
@@ -89,10 +95,10 @@ class SessionStore {
 
  private:
   uint64_t KvBytesLocked() const;  // kv_bytes() with mu_ held
-  // How many first tokens of `context` the idle cache `s` holds, when at least `at_least` (>= 1):
+  // How many first tokens of `context` the idle cache `s` of `owner` holds, when at least `at_least` (>= 1):
   // then s is left locked in *best_lock (what that held is unlocked). 0, s unlocked, otherwise.
   static size_t CommonPrefix(EngineSession& s, std::span<const int32_t> context, size_t at_least,
-                             std::unique_lock<std::mutex>* best_lock);
+                             const std::string& owner, std::unique_lock<std::mutex>* best_lock);
 
   const EngineLimits limits_;
   const uint64_t bytes_per_token_;

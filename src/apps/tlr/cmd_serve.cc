@@ -72,8 +72,8 @@ Command AddServeCommand(CLI::App& root) {
       ->default_val(0)->check(CLI::Range(0, 1 << 20)), "3");
   Example(app->add_flag("--no-prefix-sharing", o->no_prefix_sharing,
                 "A new conversation never starts from a copy of another's KV: by default one whose first tokens "
-                "another idle session or prompt cache holds (a system prompt every device sends) copies that prefix "
-                "instead of prefilling it, which tells a client, through timing, that someone sent the same prefix"),
+                "another idle session or prompt cache of the same client (API key, else address) holds (a system "
+                "prompt its devices all send) copies that prefix instead of prefilling it"),
           "");
   Example(app->add_option("--http-threads", o->http_threads,
                   "Requests handled at once (idle and slow connections hold none; with TLS, connections)")
