@@ -202,6 +202,20 @@ class Stats:
     llm_forward_ms: float  # and its forward-pass time (-1: not reported)
     prompt_reused: int     # prompt tokens the SLM's cache already held (not prefilled)
 
+    # Derived, under the names every other output uses (docs/guide.md, "A generation's statistics").
+    @property
+    def routed_pct(self) -> float:
+        return 100.0 * self.routed / self.generated if self.generated else 0.0
+
+    @property
+    def spec_hit_pct(self) -> float:
+        hits = self.spec_hits + self.spec_branch_hits
+        return 100.0 * hits / self.spec_resolved if self.spec_resolved else 0.0
+
+    @property
+    def llm_generated_per_routed(self) -> float:
+        return self.llm_generated / self.routed if self.routed else 0.0
+
 
 # ---- loading the library ----------------------------------------------------------------------
 

@@ -359,7 +359,7 @@ void Model::Repack(const std::string& path, const std::string& cache,
         return;
       }
       std::error_code ec;
-      why = std::filesystem::exists(cache_path, ec) ? "the cache there is " + c.status().message() + ": rebuilt"
+      why = std::filesystem::exists(cache_path, ec) ? "the cache there cannot be used (" + c.status().message() + "): rebuilt"
                                                    : "no cache yet";
     } else {
       why = key.status().message();

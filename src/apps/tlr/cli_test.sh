@@ -106,7 +106,7 @@ check bench_json 0 "\"tg_roofline_pct\"" -- "$tlr" bench -m "$tmp/tiny.gguf" --p
 # One text run for what the text report shows (each run measures the memory bandwidth too: ~3 s).
 check bench_interleaved 0 "each step against a read pass right after it: [0-9]+% \\(range" -- "$tlr" bench -m "$tmp/tiny.gguf" --pp 8 --tg 4 -r 2 -t 1 --router citer --depth 100
 check_same bench_router "router .* us/token \(citer"
-check_same bench_depth "tg at 100 .*% of the speed at the start, range"
+check_same bench_depth "tg at 100 .*% of [0-9.]+ tok/s at the start, range"
 check bad_preset 1 "unknown preset 'nope'" -- "$tlr" make-random --preset nope -o "$tmp/x.gguf"
 check bad_arch_preset 1 "is a qwen2 model, not llama" -- "$tlr" make-random --preset qwen2.5-0.5b --arch llama -o "$tmp/x.gguf"
 check bad_type 1 "unknown type 'q7_k' \(known: .*iq4_xs" -- "$tlr" make-random --type q7_k -o "$tmp/x.gguf"
@@ -174,7 +174,9 @@ check generate_messages_and_prompt 1 "not both" -- "${msgs[@]}" --messages "$tmp
 # tlr chat through a pipe: one message per line, slash commands; the second turn reuses the
 # first's SLM cache; a saved conversation loads in a new process with its cache.
 chat=("$tlr" chat --slm "$tmp/tiny.gguf" --llm "$tmp/tiny2.gguf" --router maxprob -n 6 -t 1 --no-color)
-check chat_ctx 0 "exceed the context of 8 tokens: /clear starts over" -- bash -c 'printf "hello there\n" | "${@}" -c 8' _ "${chat[@]}"
+check chat_ctx 1 "exceed the context of 8 tokens: /clear starts over" -- bash -c 'printf "hello there\n" | "${@}" -c 8' _ "${chat[@]}"
+check_same chat_failed_turn_status "tlr chat: 1 turn failed"
+check chat_save_empty 0 "/save: nothing to save yet" -- bash -c 'printf "/save $0\n" | "${@}"' "$tmp/empty_chat.json" "${chat[@]}"
 check chat_pipe 0 "conversation: 2 turns; prompt tokens [0-9]+ \([1-9][0-9]* reused from the cache" -- \
   bash -c 'printf "hi\n/threshold 0.7\nand then?\n/stats\n" | "$@"' _ "${chat[@]}"
 check chat_bad_commands 0 "threshold wants a number.*unknown mode 'both'.*unknown command /nope" -- \
@@ -347,6 +349,14 @@ import json, sys, urllib.request
 i = json.load(urllib.request.urlopen(sys.argv[1] + "/api/info"))
 print(i["router"], len(i["examples"]), "%.2f" % i["threshold"])' "$url"
 check ui_page 0 "<script src=\"/app.js\">" -- python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1] + "/").read().decode())' "$url"
+kill "$ui_pid" 2>/dev/null
+wait "$ui_pid" 2>/dev/null
+"$tlr" ui --port 0 -t 1 --threshold 0.37 > "$tmp/ui_thr.log" 2>&1 &
+ui_pid=$!
+url=$(wait_url "$tmp/ui_thr.log")
+check ui_threshold 0 "^0.37$" -- python3 -c '
+import json, sys, urllib.request
+print("%.2f" % json.load(urllib.request.urlopen(sys.argv[1] + "/api/info"))["threshold"])' "$url"
 kill "$ui_pid" 2>/dev/null
 wait "$ui_pid" 2>/dev/null
 

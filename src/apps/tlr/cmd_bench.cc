@@ -212,9 +212,9 @@ Command AddBenchCommand(CLI::App& root) {
             // alternated repetition by repetition so that both see the same machine. Each run's
             // speed is 1 / its median step time (a step the OS interrupted does not move it), and
             // the ratio is the median of the per-repetition ratios.
-            Stat depth_stat, depth_ratio;
+            Stat depth_stat, depth_ratio, start_stat;
             if (o->depth > 0) {
-              std::vector<double> rates, ratios;
+              std::vector<double> rates, ratios, start_rates;
               auto median_rate = [](std::vector<double> steps) {
                 std::nth_element(steps.begin(), steps.begin() + steps.size() / 2, steps.end());
                 return 1.0 / steps[steps.size() / 2];
@@ -235,10 +235,12 @@ Command AddBenchCommand(CLI::App& root) {
                 TLR_CLI_CHECK(cmd, run_tg(*deep, o->tg, &s, &deep_steps));
                 const double deep_rate = median_rate(deep_steps);
                 rates.push_back(deep_rate);
-                ratios.push_back(deep_rate / median_rate(start_steps));
+                start_rates.push_back(median_rate(start_steps));
+                ratios.push_back(deep_rate / start_rates.back());
               }
               depth_stat = Summarize(rates);
               depth_ratio = Summarize(ratios);
+              start_stat = Summarize(start_rates);
             }
             if (tty) std::fprintf(stderr, "\r%-60s\r", "");
             const Stat pp = Summarize(pp_rates), tg = Summarize(tg_rates), paired = Summarize(paired_pct),
@@ -288,6 +290,7 @@ Command AddBenchCommand(CLI::App& root) {
               if (o->depth > 0) {
                 j["depth"] = o->depth;
                 j["tg_at_depth_tok_s"] = depth_stat.median;
+                j["tg_at_start_median_step_tok_s"] = start_stat.median;
                 j["tg_at_depth_tok_s_min"] = depth_stat.min;
                 j["tg_at_depth_tok_s_max"] = depth_stat.max;
                 j["tg_at_depth_pct_of_start"] = 100.0 * depth_ratio.median;
@@ -328,10 +331,12 @@ Command AddBenchCommand(CLI::App& root) {
                           100.0 * rt.median / step_us, step_us);
             }
             if (o->depth > 0) {
-              std::printf("tg at %-5lld %8.1f tok/s  (%.0f%% of the speed at the start, range %.0f-%.0f%%; median step"
+              // Both from median step times (not the tg line's tokens / total time, which counts the
+              // first step's start-up too).
+              std::printf("tg at %-5lld %8.1f tok/s  (%.0f%% of %.1f tok/s at the start, range %.0f-%.0f%%; median step"
                           " times, alternated with runs from the start)\n",
                           static_cast<long long>(o->depth), depth_stat.median, 100.0 * depth_ratio.median,
-                          100.0 * depth_ratio.min, 100.0 * depth_ratio.max);
+                          start_stat.median, 100.0 * depth_ratio.min, 100.0 * depth_ratio.max);
             }
             return 0;
           });

@@ -75,6 +75,7 @@ Command AddChatCommand(CLI::App& root) {
             DecodeOptions d = pair->decode;
             ThreadPool pool(p->threads);
             const bool tty_in = isatty(STDIN_FILENO), color = !p->no_color && isatty(STDOUT_FILENO);
+            int failed_turns = 0;
             auto context = std::make_unique<DeviceContext>();
             context->slm.n_ctx = p->ctx;
             std::vector<ChatMessage> messages;
@@ -142,6 +143,10 @@ Command AddChatCommand(CLI::App& root) {
                     note("/save wants a file name");
                     continue;
                   }
+                  if (messages.empty()) {  // /load refuses a conversation without messages
+                    note("/save: nothing to save yet");
+                    continue;
+                  }
                   nlohmann::json j = {{"messages", nlohmann::json::array()}};
                   for (const ChatMessage& m : messages) j["messages"].push_back({{"role", m.role}, {"content", m.content}});
                   const std::string text = j.dump(2);
@@ -182,6 +187,7 @@ Command AddChatCommand(CLI::App& root) {
               if (!ids.ok()) {
                 messages.pop_back();
                 note("error: " + ids.status().message());
+                ++failed_turns;
                 continue;
               }
               if (static_cast<int64_t>(ids->size()) + d.max_tokens > p->ctx) {
@@ -189,6 +195,7 @@ Command AddChatCommand(CLI::App& root) {
                 note("error: the conversation's " + std::to_string(ids->size()) + " tokens + max tokens " +
                      std::to_string(d.max_tokens) + " exceed the context of " + std::to_string(p->ctx) +
                      " tokens: /clear starts over (or raise --ctx)");
+                ++failed_turns;
                 continue;
               }
               std::string reply;
@@ -206,6 +213,7 @@ Command AddChatCommand(CLI::App& root) {
               if (!run.ok()) {
                 messages.pop_back();
                 note("error: " + run.status().message());
+                ++failed_turns;
                 continue;
               }
               messages.push_back({"assistant", reply});
@@ -226,6 +234,11 @@ Command AddChatCommand(CLI::App& root) {
                             static_cast<long long>(s.fallbacks), static_cast<long long>(s.prompt_tokens),
                             static_cast<long long>(s.prompt_reused));
               note(color ? std::string(chat_cmd::kDim) + b + chat_cmd::kOff : std::string(b));
+            }
+            // A script (stdin not a terminal) learns from the exit status that a turn failed.
+            if (!tty_in && failed_turns > 0) {
+              std::fprintf(stderr, "tlr chat: %d turn%s failed\n", failed_turns, failed_turns == 1 ? "" : "s");
+              return 1;
             }
             return 0;
           });

@@ -79,13 +79,18 @@ Command AddRouterCalibrate(CLI::App* router_app) {
     if (o->target_routed > 0) c.target_routed_pct = o->target_routed;
     if (o->target_accuracy > 0) c.target_accuracy = o->target_accuracy;
     Progress progress;
-    c.on_pass = [&](int done, int most) { progress.Update("calibrate", done, most); };
+    int passes = 0;  // the bisection may stop before its bound: the last line says it ended
+    c.on_pass = [&](int done, int most) {
+      passes = done;
+      progress.Update("calibrate", done, most);
+    };
     if (c.target_routed_pct) {
       std::fprintf(stderr, "router calibrate: %zu questions, target %g%% of tokens routed\n", rows->size(), o->target_routed);
     } else {
       std::fprintf(stderr, "router calibrate: %zu questions, target accuracy %g\n", rows->size(), o->target_accuracy);
     }
     auto result = CalibrateThreshold(*pair->slm, router, (*stack)->backend(), *rows, c, &pool);
+    if (result.ok() && passes > 0) progress.Update("calibrate", passes, passes);
     progress.Done();
     if (!result.ok()) return ReportError(cmd, result.status().message());
     std::printf("| threshold | routed %% | accuracy |\n|---:|---:|---:|\n");

@@ -120,6 +120,8 @@ Command AddUiCommand(CLI::App& root) {
             // The given router first (the page's default), then every built-in kind.
             std::vector<std::unique_ptr<Router>> routers;
             routers.push_back(std::move(pair->router));
+            // --threshold: the given router's threshold on the page and for requests that name none.
+            if (p->threshold >= 0) routers[0]->mutable_info().threshold = p->threshold;
             DeviceServerModels models;
             const bool learned = RouterIsLearned(routers[0]->kind());
             models.routers.push_back({std::string(RouterKindName(routers[0]->kind())),

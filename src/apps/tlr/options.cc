@@ -131,8 +131,10 @@ std::vector<OptionDef> MakeSharedOptions() {
   add(Opt(kCmdGenerate | kCmdChat, "--mode", TLR_FIELD(mode),
           "joint (route), small_only (SLM alone), large_only (LLM alone)"), gen)
       .Check(CLI::IsMember({"joint", "small_only", "large_only"})).Ex("small_only");
-  add(Opt(kCmdGenerate | kCmdChat, "--threshold", TLR_FIELD(threshold),
+  add(Opt(kCmdGenerate | kCmdChat | kCmdUi, "--threshold", TLR_FIELD(threshold),
           "Route when the router's confidence is below this (default: the router's recommended one)"), gen)
+      .For(kCmdUi, "The --router's threshold on the page and for API requests that give none (default: its "
+                   "recommended one)")
       .Check(CLI::Range(0.0f, 1.0f)).NoDefault().Ex("0.9");
   add(Opt(kCmdGenerate | kCmdChat | kCmdUi, "--policy", TLR_FIELD(policy),
           "threshold: route when the confidence is below --threshold; cost: the bar falls as a call's price "
