@@ -151,7 +151,7 @@ check generate_no_color 0 "" -- "${gen[@]}" --router random --no-color -q
 check refuse_server_flag 2 "--llm-timeout requires --server" -- "${gen[@]}" --router maxprob --llm-timeout 3
 check refuse_small_threshold 1 "--threshold does nothing with --mode small_only" -- "${gen[@]}" --mode small_only --threshold 0.5
 check refuse_pipeline_off 1 "--lookahead does nothing with --pipeline off" -- "${gen[@]}" --router maxprob --pipeline off --lookahead 2
-check small_summary 0 "mode small_only, threshold -, router -" -- "${gen[@]}" --router entropy --mode small_only
+check small_summary 0 "mode small_only, threshold -, router entropy" -- "${gen[@]}" --router entropy --mode small_only
 check refuse_calibrate_unreachable 2 "not expected: --allow-unreachable" -- "$tlr" router calibrate --allow-unreachable
 check refuse_bench_router_type 1 "--router-type is for an untrained --router citer or colm" -- \
   "$tlr" bench -m "$tmp/tiny.gguf" --router maxprob --router-type f16 --pp 2 --tg 2 -r 1 -t 1

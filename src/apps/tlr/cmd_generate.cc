@@ -172,7 +172,8 @@ Command AddGenerateCommand(CLI::App& root) {
               char thr[32] = "-";
               if (joint) std::snprintf(thr, sizeof thr, "%.3f", d.threshold);
               std::fprintf(stderr, "\nmode %s, threshold %s, router %s, pipeline %s%s\n%s", p->mode.c_str(), thr,
-                           joint && router ? std::string(RouterKindName(router->kind())).c_str() : "-",
+                           // small_only still scores every token (the trace's confidences): name its router
+                           d.mode != DecodeMode::kLargeOnly && router ? std::string(RouterKindName(router->kind())).c_str() : "-",
                            p->pipeline.c_str(),
                            d.sim_slm_s > 0 ? (", SIMULATED SLM pace >= " + FormatNumber(p->sim_slm_ms) + " ms/step").c_str() : "",
                            FormatDecodeSummary(*stats).c_str());
