@@ -239,6 +239,29 @@ TEST_F(ServerTest, ApiKeysAreRequiredExceptForHealth) {
   EXPECT_FALSE(open.Start().ok());
 }
 
+// Over HTTP, the client a prefix is shared within is the API key: a session of another key
+// prefills the whole system prompt again, one of the same key copies it (timing.prefilled).
+TEST_F(ServerTest, PrefixesAreSharedWithinAnApiKeyOnly) {
+  ServerOptions so;
+  so.api_keys = {"alpha-key", "beta-key"};
+  Start(so);
+  const std::string system = "You answer questions about the world of the tharko and the fexko. Pick one.\n";
+  auto prefilled = [&](const std::string& key, const std::string& question) -> int64_t {
+    httplib::Client c = Client();
+    c.set_bearer_token_auth(key);
+    auto created = c.Post("/tlr/v1/sessions", "{}", "application/json");
+    if (!created || created->status != 201) return -1;
+    const std::string id = json::parse(created->body)["session"];
+    const std::vector<int32_t> ids = slm_->tokenizer().Encode(system + "Question: " + question + "\nA. marsh\nB. stone\n", true);
+    auto r = c.Post("/tlr/v1/next", json{{"session", id}, {"append", ids}, {"n", 1}}.dump(), "application/json");
+    if (!r || r->status != 200) return -2;
+    return json::parse(r->body)["timing"]["prefilled"].get<int64_t>() - static_cast<int64_t>(ids.size());
+  };
+  EXPECT_EQ(prefilled("alpha-key", "Where would you find a zinthar?"), 0);
+  EXPECT_EQ(prefilled("beta-key", "Where would you find a fexko?"), 0) << "copied another key's prefix";
+  EXPECT_LT(prefilled("alpha-key", "Where would you find a vorn?"), -16) << "the same key's prefix was not copied";
+}
+
 TEST_F(ServerTest, OpenAiCompletionsStreamAndStop) {
   Start();
   httplib::Client c = Client();
