@@ -412,6 +412,9 @@ check router_kind_name 1 "router 'citer': a citer router is a trained file .*bui
   "$tlr" generate -p hi --router citer
 check unknown_command 2 "unknown command 'bogus' \\(subcommands: train, info" -- "$tlr" router bogus
 check tokenize_nothing 1 "give the text to tokenize" -- "$tlr" tokenize -m "$demo_dir/slm.gguf"
+printf '{"messages": [\n{"role": "user", content: 1}]}' > "$tmp/bad_messages.json"
+check messages_json_where 1 "is not JSON \\(parse error at line 2, column 18" -- "$tlr" generate --messages "$tmp/bad_messages.json"
+check ui_data_no_examples 1 "--data does nothing with --examples 0" -- "$tlr" ui --examples 0 --data "$tmp/in3.jsonl" --port 0
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

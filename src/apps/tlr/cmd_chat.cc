@@ -163,7 +163,8 @@ Command AddChatCommand(CLI::App& root) {
                   auto parsed = j.is_object() && j.contains("messages") ? ParseChatMessages(j["messages"])
                                                                          : ParseChatMessages(j);
                   if (j.is_discarded() || !parsed.ok()) {
-                    note("/load: " + arg + ": " + (j.is_discarded() ? "not JSON" : parsed.status().message()));
+                    note("/load: " + arg + ": " +
+                         (j.is_discarded() ? "not JSON (" + JsonErrorIn(*text) + ")" : parsed.status().message()));
                     continue;
                   }
                   messages = std::move(parsed).value();

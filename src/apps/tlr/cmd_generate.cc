@@ -114,7 +114,9 @@ Command AddGenerateCommand(CLI::App& root) {
               auto text = ReadTextArg(o->messages_file);
               if (!text.ok()) return ReportError(cmd, text.status().message());
               const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
-              if (j.is_discarded()) return ReportError(cmd, "--messages: " + o->messages_file + " is not JSON");
+              if (j.is_discarded()) {
+                return ReportError(cmd, "--messages: " + o->messages_file + " is not JSON (" + JsonErrorIn(*text) + ")");
+              }
               const nlohmann::json& arr = j.is_object() && j.contains("messages") ? j["messages"] : j;
               auto parsed = ParseChatMessages(arr);
               if (!parsed.ok()) return ReportError(cmd, "--messages: " + parsed.status().message());

@@ -98,6 +98,9 @@ Command AddUiCommand(CLI::App& root) {
               }
             }
             std::vector<UiExample> examples;
+            if (o->examples == 0 && !default_data) {
+              return ReportError(cmd, "--data does nothing with --examples 0 (the page offers no example questions)");
+            }
             if (o->examples > 0) {
               std::error_code ec;
               if (!default_data || std::filesystem::exists(p->data, ec)) {

@@ -190,6 +190,17 @@ Expected<std::string> PromptText(const std::string& text, const std::string& fil
   return ReadTextArg(file);
 }
 
+std::string JsonErrorIn(const std::string& text) {
+  try {
+    (void)nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    std::string m = e.what();  // "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
+    const size_t at = m.find("] ");
+    return at == std::string::npos ? m : m.substr(at + 2);
+  }
+  return "not JSON";
+}
+
 bool ParseBytes(const std::string& s, uint64_t* out) {
   if (s.empty()) return false;
   size_t pos = 0;

@@ -64,6 +64,9 @@ Expected<std::string> ReadTextArg(const std::string& path);
 // The prompt of -p TEXT or -f FILE (the file's text when given).
 Expected<std::string> PromptText(const std::string& text, const std::string& file);
 
+// Why `text` is not JSON, with where ("parse error at line 3, column 7: ..."), for messages.
+std::string JsonErrorIn(const std::string& text);
+
 // A size flag: "512M", "4G", "1048576" -> bytes (K, M, G binary). False when malformed or <= 0.
 bool ParseBytes(const std::string& s, uint64_t* out);
 
