@@ -146,21 +146,22 @@ void MappedFile::ReleaseResident(size_t offset, size_t length) const {
   if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
-Expected<std::string> ReadFileToString(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::Error("cannot open '" + path + "': " + ErrnoText());
+namespace {
+
+constexpr size_t kMaxStream = size_t{1} << 30;  // what a pipe or device may give
+
+// Reads fd (closed after) whole: a regular file as it is, a pipe or device up to kMaxStream.
+Expected<std::string> ReadAll(int fd, const std::string& path, bool close_after) {
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     const std::string e = ErrnoText();
-    ::close(fd);
+    if (close_after) ::close(fd);
     return Status::Error("cannot read '" + path + "': " + e);
   }
   if (S_ISDIR(st.st_mode)) {
-    ::close(fd);
+    if (close_after) ::close(fd);
     return Status::Error("'" + path + "' is a folder, not a file");
   }
-  // A pipe or a device has no size: read it up to a bound (/dev/zero never ends).
-  constexpr size_t kMaxStream = size_t{1} << 30;
   std::string out;
   if (S_ISREG(st.st_mode)) out.reserve(static_cast<size_t>(st.st_size));
   std::vector<char> buf(size_t{1} << 16);
@@ -169,18 +170,44 @@ Expected<std::string> ReadFileToString(const std::string& path) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       const std::string e = ErrnoText();
-      ::close(fd);
+      if (close_after) ::close(fd);
       return Status::Error("error reading '" + path + "': " + e);
     }
     if (n == 0) break;
     if (!S_ISREG(st.st_mode) && out.size() + static_cast<size_t>(n) > kMaxStream) {
-      ::close(fd);
+      if (close_after) ::close(fd);
       return Status::Error("'" + path + "' is not a file and gives more than 1 GiB (a device such as /dev/zero?)");
     }
     out.append(buf.data(), static_cast<size_t>(n));
   }
-  ::close(fd);
+  if (close_after) ::close(fd);
   return out;
+}
+
+// The descriptor /dev/stdout, /dev/stderr, /dev/fd/N or /proc/self/fd/N names in this process,
+// else -1.
+int OwnDescriptor(const std::string& path) {
+  if (path == "/dev/stdout") return 1;
+  if (path == "/dev/stderr") return 2;
+  for (const char* prefix : {"/dev/fd/", "/proc/self/fd/"}) {
+    const std::string pre = prefix;
+    if (path.size() > pre.size() && path.compare(0, pre.size(), pre) == 0) {
+      char* end = nullptr;
+      const long n = std::strtol(path.c_str() + pre.size(), &end, 10);
+      if (*end == '\0' && n >= 0 && n < (1 << 20)) return static_cast<int>(n);
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+Expected<std::string> ReadStdin() { return ReadAll(0, "standard input", /*close_after=*/false); }
+
+Expected<std::string> ReadFileToString(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::Error("cannot open '" + path + "': " + ErrnoText());
+  return ReadAll(fd, path, /*close_after=*/true);
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -193,6 +220,14 @@ AtomicFileWriter::~AtomicFileWriter() {
 Status AtomicFileWriter::Open(const std::string& path) {
   path_ = path;
   direct_ = false;
+  if (const int own = OwnDescriptor(path); own >= 0) {
+    // This process's own output: written where it goes (reopening /proc/self/fd/1 would
+    // replace or overwrite a file it was redirected to).
+    fd_ = ::fcntl(own, F_DUPFD_CLOEXEC, 0);
+    if (fd_ < 0) return Status::Error("cannot write '" + path + "': " + ErrnoText());
+    direct_ = true;
+    return Status::Ok();
+  }
   struct stat st;
   if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
     // A symbolic link: what it points to is replaced (atomically), and the link stays.

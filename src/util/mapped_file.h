@@ -56,12 +56,15 @@ void RemoveMemoryFile(const std::string& name);
 // Reads a whole (small) file into a string, e.g. a tokenizer.json. A pipe or device (/dev/stdin)
 // is read up to 1 GiB; a folder is an error.
 Expected<std::string> ReadFileToString(const std::string& path);
+// Standard input, whole, up to the same 1 GiB.
+Expected<std::string> ReadStdin();
 
 // Writes a file atomically in pieces: bytes go to a temporary file beside `path`, and only
 // Commit (fsync + rename) makes it appear under its name. Destroyed without Commit, the
-// temporary file is removed. A symbolic link stays: the file it points to is replaced. A device
-// or pipe (/dev/null, /dev/stdout, a FIFO) is written in place (it cannot be replaced); a folder
-// is an error. Not thread-safe.
+// temporary file is removed. A symbolic link to a file stays: the file it points to is replaced.
+// A device or pipe (/dev/null, a FIFO) is written in place (it cannot be replaced), and
+// /dev/stdout, /dev/stderr and /dev/fd/N write to this process's descriptor (whatever it was
+// redirected to: a file there is appended to, not replaced); a folder is an error. Not thread-safe.
 class AtomicFileWriter {
  public:
   AtomicFileWriter() = default;

@@ -386,6 +386,13 @@ check out_link 0 "" -- "$tlr" generate -p "Question: x" -n 2 -q --trace "$tmp/li
 check out_link_kept 0 "^symbolic link$" -- stat -c %F "$tmp/link.jsonl"
 check out_link_target 0 '"source"' -- cat "$tmp/target.jsonl"
 check in_folder 1 "'.*' is a folder, not a file" -- "$tlr" generate -f "$tmp" -n 2
+echo "earlier line" > "$tmp/appended.txt"
+check out_stdout_appends 0 "^earlier line$" -- bash -c '"$1" generate -p "Question: x" -n 2 -q --trace /dev/stdout >> "$2" && head -1 "$2"' _ "$tlr" "$tmp/appended.txt"
+check out_stdout_trace 0 '"source"' -- cat "$tmp/appended.txt"
+check out_beside_made_folder 0 "" -- "$tlr" eval --out "$tmp/runs/r1" --answers "$tmp/runs/a.jsonl" --limit 2 -n 4 --thresholds 0.5 --no-baselines
+check out_value_not_input 0 "" -- "$tlr" make-random --preset tiny -o "$tmp/tiny"
+check old_key_env 0 "deprecated" -- env TLR_API_KEY=k "$tlr" generate -p "Question: x" -n 2 -q
+check stdin_endless 1 "standard input' is not a file and gives more than 1 GiB" -- bash -c '"$1" tokenize -m "$2" -f - < /dev/zero' _ "$tlr" "$demo_dir/slm.gguf"
 check in_endless 1 "is not a file and gives more than 1 GiB" -- "$tlr" tokenize -m "$demo_dir/slm.gguf" -f /dev/zero
 check flag_nan 1 "--session-ttl: 'nan' is not a finite number" -- "$tlr" serve --session-ttl nan --port 0
 check flag_negative_unsigned 1 "--seed: '-1' is negative" -- "$tlr" generate -p hi --seed -1

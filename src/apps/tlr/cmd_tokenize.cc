@@ -40,12 +40,7 @@ std::string Escaped(const std::string& piece) {
 }
 
 // A file's text, or standard input's for "-".
-Expected<std::string> ReadInput(const std::string& path) {
-  if (path != "-") return ReadFileToString(path);
-  std::ostringstream ss;
-  ss << std::cin.rdbuf();
-  return ss.str();
-}
+Expected<std::string> ReadInput(const std::string& path) { return ReadTextArg(path); }
 
 }  // namespace
 

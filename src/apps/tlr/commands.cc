@@ -68,7 +68,7 @@ bool IsPathOption(const std::string& name) {
                                        "--from", "--check", "--tokenizer", "--vocab", "--accept-key-file", "--ca-file",
                                        "--tls-cert", "--tls-key", "--llm-tokenizer", "--chat-template", "--web",
                                        "--web-data", "--web-slm", "--web-router", "--results", "--answers", "--trace",
-                                       "--out", "--dump-features", "--work-dir", "--logits-out"};
+                                       "--out", "--dump-features", "--work-dir", "--logits-out", "--json"};
   for (const char* k : kPaths) {
     if (name == k) return true;
   }
@@ -104,6 +104,7 @@ Status CheckPathArgs(const CLI::App* app, const std::string& command, const Para
     if (o->count() == 0 || o->get_items_expected_min() == 0) continue;
     const std::string name = OptionName(o);
     const bool path_option = IsPathOption(name);
+    if (!path_option && !o->get_positional()) continue;  // a value, not a path (--preset tiny)
     for (const std::string& v : o->results()) {
       if (path_option && v.empty()) return Status::Error(name + ": the path is empty");
       if (v.empty() || v == "-") continue;
@@ -126,11 +127,12 @@ Status CheckPathArgs(const CLI::App* app, const std::string& command, const Para
     std::error_code ec;
     if (fs::is_directory(out.path, ec)) return Status::Error(out.flag + " '" + out.path + "' is a folder: give a file name");
     const fs::path parent = fs::path(out.path).parent_path();
-    // A folder an output folder option makes (eval --out DIR --answers DIR/a.jsonl) will be there.
+    // A folder option's path is made whole (create_directories) before anything is written:
+    // eval --out runs/r1 --answers runs/r1/a.jsonl, or --answers runs/a.jsonl.
     bool made = false;
     for (const Path& dir : folders) {
       const std::string rp = Resolved(parent.string()), rd = Resolved(dir.path);
-      made = made || (!rd.empty() && (rp == rd || rp.rfind(rd + "/", 0) == 0));
+      made = made || (!rd.empty() && !rp.empty() && (rd == rp || rd.rfind(rp + "/", 0) == 0));
     }
     if (!parent.empty() && !made && !fs::is_directory(parent, ec)) {
       return Status::Error(out.flag + " '" + out.path + "': the folder '" + parent.string() + "' does not exist");
@@ -138,6 +140,7 @@ Status CheckPathArgs(const CLI::App* app, const std::string& command, const Para
     for (const Path& in : inputs) {
       // router calibrate -o ROUTER rewrites the router in place, as its help says.
       if (command == "router calibrate" && out.flag == "--out" && in.path == p.router) continue;
+      if (!fs::is_regular_file(in.path, ec)) continue;  // a tty or pipe read and written is no loss
       if (SameFile(in.path, out.path)) {
         return Status::Error(out.flag + " '" + out.path + "' is an input of this command (" +
                              (in.flag.empty() ? std::string("the default ") + "'" + in.path + "'" : in.flag + " " + in.path) +
@@ -181,7 +184,7 @@ Command MakeCommand(CLI::App* app, std::shared_ptr<Params> p, std::function<nloh
 }
 
 Expected<std::string> ReadTextArg(const std::string& path) {
-  if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  if (path == "-") return ReadStdin();
   return ReadFileToString(path);
 }
 
@@ -192,7 +195,8 @@ Expected<std::string> PromptText(const std::string& text, const std::string& fil
 
 std::string JsonErrorIn(const std::string& text) {
   try {
-    (void)nlohmann::json::parse(text);
+    const nlohmann::json parsed = nlohmann::json::parse(text);
+    (void)parsed;
   } catch (const nlohmann::json::parse_error& e) {
     std::string m = e.what();  // "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
     const size_t at = m.find("] ");

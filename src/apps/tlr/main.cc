@@ -26,14 +26,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // A word where a command belongs ("tlr bogus", "tlr router bogus"): CLI11 says only that a
     // subcommand is required; name the word and the commands there are.
-    if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
+    if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr && std::string(e.what()).find("subcommand") != std::string::npos) {
       const CLI::App* at = &app;
       std::string path = "tlr";
       for (int i = 1; i < argc; ++i) {
         if (argv[i][0] == '-') break;
         const CLI::App* sub = nullptr;
         for (const CLI::App* s : at->get_subcommands({})) {
-          if (s->get_name() == argv[i]) sub = s;
+          if (!s->get_name().empty() && s->get_name() == argv[i]) sub = s;
         }
         if (sub) {
           at = sub;
@@ -41,7 +41,10 @@ int main(int argc, char** argv) {
           continue;
         }
         std::string names;
-        for (const CLI::App* s : at->get_subcommands({})) names += (names.empty() ? "" : ", ") + s->get_name();
+        for (const CLI::App* s : at->get_subcommands({})) {
+          if (!s->get_name().empty()) names += (names.empty() ? "" : ", ") + s->get_name();
+        }
+        if (names.empty()) break;  // a command without subcommands: CLI11's own message
         std::cerr << "tlr: unknown command '" << argv[i] << "' (" << (at == &app ? "commands" : "subcommands") << ": "
                   << names << "); `" << path << " --help` lists them\n";
         return 2;

@@ -484,10 +484,14 @@ Status Resolve(CLI::App* app, Params* p) {
     if (p->server.llm_prompt == "text" && p->remote() && p->server.backend != "openai") {
       return Status::Error("--llm-prompt text needs --backend openai (tlr serve's protocol sends token ids)");
     }
-    // --server-key may come from $TLR_SERVER_KEY, set for every command: only the flag is refused.
+    // --server-key may come from $TLR_SERVER_KEY (or the old $TLR_API_KEY), set for every
+    // command: only the flag (or its old spelling --api-key) is refused.
     const CLI::Option* key = app->get_option_no_throw("--server-key");
+    const CLI::Option* old_key = app->get_option_no_throw("--api-key");
     const char* env_key = std::getenv("TLR_SERVER_KEY");
-    if (key && key->count() > 0 && !p->remote() && !(env_key && p->server.key == env_key)) {
+    const char* old_env_key = std::getenv("TLR_API_KEY");
+    const bool from_env = (env_key && p->server.key == env_key) || (old_env_key && p->server.key == old_env_key);
+    if (!p->remote() && ((key && key->count() > 0 && !from_env) || (old_key && old_key->count() > 0))) {
       return Status::Error("--server-key needs --server (the LLM runs in this process: there is no server to send it to)");
     }
     if (p->remote() && p->server.url.rfind("https://", 0) != 0) {
