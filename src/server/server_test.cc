@@ -240,10 +240,11 @@ TEST_F(ServerTest, ApiKeysAreRequiredExceptForHealth) {
 }
 
 // Over HTTP, the client a prefix is shared within is the API key: a session of another key
-// prefills the whole system prompt again, one of the same key copies it (timing.prefilled).
+// prefills the whole system prompt again, one of the same key copies it (timing.prefilled); so
+// do the OpenAI endpoints' prompt caches (tlr.prefilled).
 TEST_F(ServerTest, PrefixesAreSharedWithinAnApiKeyOnly) {
   ServerOptions so;
-  so.api_keys = {"alpha-key", "beta-key"};
+  so.api_keys = {"alpha-key", "beta-key", "gamma-key"};
   Start(so);
   const std::string system = "You answer questions about the world of the tharko and the fexko. Pick one.\n";
   auto prefilled = [&](const std::string& key, const std::string& question) -> int64_t {
@@ -260,6 +261,17 @@ TEST_F(ServerTest, PrefixesAreSharedWithinAnApiKeyOnly) {
   EXPECT_EQ(prefilled("alpha-key", "Where would you find a zinthar?"), 0);
   EXPECT_EQ(prefilled("beta-key", "Where would you find a fexko?"), 0) << "copied another key's prefix";
   EXPECT_LT(prefilled("alpha-key", "Where would you find a vorn?"), -16) << "the same key's prefix was not copied";
+  // The OpenAI endpoints: a new prompt-cache slot copies from the same key's sessions only.
+  auto completion_prefilled = [&](const std::string& key, const std::string& question) -> int64_t {
+    httplib::Client c = Client();
+    c.set_bearer_token_auth(key);
+    const std::vector<int32_t> ids = slm_->tokenizer().Encode(system + "Question: " + question + "\nA. marsh\nB. stone\n", true);
+    auto r = c.Post("/v1/completions", json{{"prompt", ids}, {"max_tokens", 1}, {"temperature", 0}}.dump(), "application/json");
+    if (!r || r->status != 200) return -1000;
+    return json::parse(r->body)["tlr"]["prefilled"].get<int64_t>() - static_cast<int64_t>(ids.size());
+  };
+  EXPECT_LT(completion_prefilled("beta-key", "Where would you find a plith?"), -16) << "beta's session was not copied";
+  EXPECT_EQ(completion_prefilled("gamma-key", "Where would you find a plith?"), 0) << "copied another key's cache";
 }
 
 TEST_F(ServerTest, OpenAiCompletionsStreamAndStop) {
