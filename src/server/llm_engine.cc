@@ -291,24 +291,22 @@ EngineResult LlmEngine::Complete(std::span<const int32_t> prompt, int max_tokens
   EngineSession* s = best.get();
   s->last_used = Clock::now();
   s->owner = control.owner;
-  if (from) {
-    // A new slot starting from another's prefix: a copy of its KV, no prefill.
-    std::string why;
-    const int64_t n = static_cast<int64_t>(std::min(best_common, prompt.size() - 1));
-    if (from->cache && n > 0 && store_->MakeRoom(s, n, &why, from.get())) {
-      s->cache = std::make_unique<KvCache>(from->cache->Fork(n));
-      s->tokens.assign(from->tokens.begin(), from->tokens.begin() + n);
-      if (metrics_) metrics_->Add("tlr_prompt_cache_copied_tokens_total", static_cast<double>(n));
-    } else {
-      best_common = 0;
-    }
-    from_lock.unlock();
-  }
   // Scoring the prompt reads all of it (a cached prefix has no logits to report).
-  const size_t common = prompt_scores ? 0 : std::min(best_common, prompt.size() - 1);
+  size_t common = prompt_scores ? 0 : std::min(best_common, prompt.size() - 1);
+  // A new slot starting from another cache's prefix: a copy of its KV (made as for Next), no prefill.
+  EngineSession* copy_from = nullptr;
+  if (from && from->cache && common > 0) {
+    copy_from = from.get();
+  } else if (from) {
+    from_lock.unlock();
+    common = 0;
+  }
   std::vector<int32_t> feed(prompt.begin() + static_cast<std::ptrdiff_t>(common), prompt.end());
+  bool admitted = false;
   EngineResult r = Run(s, static_cast<int64_t>(common), std::move(feed), max_tokens, sampling, top_logprobs, on_token,
-                       control, 0, prompt_scores, prompt_top);
+                       control, 0, prompt_scores, prompt_top, {}, &admitted, copy_from, &from_lock);
+  if (from_lock.owns_lock()) from_lock.unlock();
+  if (metrics_ && copy_from && admitted) metrics_->Add("tlr_prompt_cache_copied_tokens_total", static_cast<double>(common));
   s->last_used = Clock::now();
   if (temporary) store_->ReleaseTemporary(best);
   return r;

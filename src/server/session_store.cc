@@ -152,11 +152,12 @@ std::shared_ptr<EngineSession> SessionStore::AcquireSlot(std::span<const int32_t
       shared_common = c;
     }
   }
+  const int64_t limit = limits_.prompt_cache_slots > 0 ? limits_.prompt_cache_slots : limits_.max_sessions;
   // A new slot (3.) may also start from a native session's prefix (the same system prompt).
   std::shared_ptr<EngineSession> session_src;
   std::unique_lock<std::mutex> session_src_lock;
   size_t session_common = 0;
-  if (limits_.share_prefixes && !own && !empty) {
+  if (limits_.share_prefixes && !own && !empty && static_cast<int64_t>(slots_.size()) < limit) {
     for (const auto& [id, s] : sessions_) {
       const size_t c = CommonPrefix(*s, prompt, std::max(shared_common, session_common) + 1, owner, &session_src_lock);
       if (c > 0) {
@@ -165,7 +166,6 @@ std::shared_ptr<EngineSession> SessionStore::AcquireSlot(std::span<const int32_t
       }
     }
   }
-  const int64_t limit = limits_.prompt_cache_slots > 0 ? limits_.prompt_cache_slots : limits_.max_sessions;
   *temporary = false;
   if (own) {
     *lock = std::move(own_lock);

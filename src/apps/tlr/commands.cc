@@ -21,10 +21,6 @@ namespace {
 volatile std::sig_atomic_t g_stop = 0;
 void OnStopSignal(int) { g_stop = 1; }
 
-}  // namespace
-
-namespace {
-
 // The long name of an option ("--trace"), or its positional name.
 std::string OptionName(const CLI::Option* o) {
   const auto& l = o->get_lnames();
