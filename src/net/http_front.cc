@@ -65,7 +65,7 @@ const char* Reason(int status) {
 }
 
 std::string ErrorResponse(int status, const std::string& code, const std::string& message) {
-  const nlohmann::json j = {{"error", {{"code", code}, {"message", message}, {"type", code}}}};
+  const nlohmann::json j = {{"error", {{"code", code}, {"message", message}, {"type", code}, {"param", nullptr}}}};
   const std::string body = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   std::string r = "HTTP/1.1 " + std::to_string(status) + " " + Reason(status) +
                   "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +

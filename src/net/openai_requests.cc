@@ -221,7 +221,11 @@ void CompletionText::Finish() {
 
 std::string CompletionText::TakeReady(bool final) {
   size_t ready = text_.size();
-  if (!final && max_stop_ > 1) ready = ready > max_stop_ - 1 ? ready - (max_stop_ - 1) : 0;
+  if (!final && max_stop_ > 1) {
+    ready = ready > max_stop_ - 1 ? ready - (max_stop_ - 1) : 0;
+    // Whole characters only: a piece ending inside one would reach the client as U+FFFD.
+    while (ready > sent_ && (static_cast<unsigned char>(text_[ready]) & 0xC0) == 0x80) --ready;
+  }
   if (ready <= sent_) return "";
   std::string out = text_.substr(sent_, ready - sent_);
   sent_ = ready;

@@ -12,6 +12,7 @@
 
 #include "model/model.h"
 #include "util/test_support.h"
+#include "util/utf8.h"
 
 namespace tlr {
 namespace {
@@ -151,6 +152,26 @@ TEST_F(ChatRequestTest, StopStringsCutTheText) {
   text.Finish();
   EXPECT_EQ(text.text(), "the answer ");
   EXPECT_EQ(text.TakeReady(true), "the answer ");
+}
+
+// A streamed text with stop strings holds back a possible stop's prefix in whole characters: each
+// piece is valid UTF-8 (a piece cut inside a character reached clients as U+FFFD).
+TEST_F(ChatRequestTest, StreamedPiecesWithStopStringsAreWholeCharacters) {
+  const Tokenizer& tok = model_->tokenizer();
+  const std::string want = "caf\u00e9 \u0434\u0430 \u4e2d\u6587 \U0001f600 na\u00efve";
+  for (const std::vector<std::string>& stop : {std::vector<std::string>{"\n\n"}, {"xyz"}, {"abcd", "\n"}}) {
+    CompletionText text(tok, stop);
+    std::string streamed;
+    for (int32_t id : tok.Encode(want, false, false)) {
+      ASSERT_TRUE(text.Push(id, false));
+      const std::string piece = text.TakeReady(false);
+      EXPECT_TRUE(IsValidUtf8(piece)) << "stop of " << stop[0].size() << " bytes: a piece of " << piece.size() << " bytes";
+      streamed += piece;
+    }
+    text.Finish();
+    streamed += text.TakeReady(true);
+    EXPECT_EQ(streamed, want);
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -41,7 +42,8 @@ inline void SendJson(httplib::Response& res, int status, const json& j) {
 // Error bodies may quote what the client sent (a path, a name): DumpJson replaces bytes that
 // are not UTF-8 instead of throwing.
 inline void SendError(httplib::Response& res, int status, const std::string& code, const std::string& message) {
-  SendJson(res, status, {{"error", {{"code", code}, {"message", message}, {"type", code}}}});
+  // OpenAI's shape, `param` included (null: the message names the field).
+  SendJson(res, status, {{"error", {{"code", code}, {"message", message}, {"type", code}, {"param", nullptr}}}});
 }
 
 // A refusal to retry later (429, 503): Retry-After in whole seconds (at least 1, as HTTP has
@@ -53,7 +55,8 @@ inline void SendRetryLater(httplib::Response& res, int status, const std::string
   res.set_header("Retry-After", std::to_string(static_cast<long long>(std::ceil(std::max(1.0, s)))));
   res.set_header("retry-after-ms", std::to_string(static_cast<long long>(std::ceil(s * 1e3))));
   SendJson(res, status,
-           {{"error", {{"code", code}, {"message", message}, {"type", code}, {"retry_after_ms", std::ceil(s * 1e3)}}}});
+           {{"error", {{"code", code}, {"message", message}, {"type", code}, {"param", nullptr},
+                       {"retry_after_ms", std::ceil(s * 1e3)}}}});
 }
 
 // Range requests are ignored (RFC 9110 lets a server send the whole representation): httplib
@@ -87,9 +90,9 @@ inline void DescribeHttpError(const httplib::Request& req, httplib::Response& re
 // which run before the body is read.
 inline bool RefuseBodyWithoutLength(const httplib::Request& req, httplib::Response& res) {
   if (req.method != "POST" && req.method != "PUT" && req.method != "PATCH") return false;
-  if (req.has_header("Content-Length") || req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos) {
-    return false;
-  }
+  std::string coding = req.get_header_value("Transfer-Encoding");  // names are case-insensitive
+  for (char& c : coding) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (req.has_header("Content-Length") || coding.find("chunked") != std::string::npos) return false;
   res.set_header("Connection", "close");
   SendError(res, 400, "bad_http_request", "a " + req.method + " needs a Content-Length (send {} for an empty body)");
   return true;

@@ -274,6 +274,12 @@ TEST_F(ConnTest, RequestThatNeverEndsGets408AndPostWithoutLengthGets400) {
   const std::string p = Exchange(port_, "POST /tlr/v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
   EXPECT_EQ(StatusOf(p), 400) << p;
   EXPECT_NE(p.find("bad_http_request"), std::string::npos) << p;
+  // A chunked body is a length, whatever the case of the coding's name (RFC 9112: case-insensitive).
+  for (const char* coding : {"chunked", "Chunked", "CHUNKED"}) {
+    const std::string c = Exchange(port_, std::string("POST /tlr/v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\n") +
+                                              "Transfer-Encoding: " + coding + "\r\n\r\n2\r\n{}\r\n0\r\n\r\n");
+    EXPECT_EQ(StatusOf(c), 201) << coding << ": " << c;
+  }
 }
 
 TEST_F(ConnTest, ChunkedBodyPastMaxBodyIsRefusedWhileItArrives) {

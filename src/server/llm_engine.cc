@@ -143,15 +143,15 @@ EngineResult LlmEngine::CreateSession(SessionInfo* info, const std::string& owne
   return {};
 }
 
-bool LlmEngine::DeleteSession(const std::string& id) {
-  if (!store_->Delete(id)) return false;
+bool LlmEngine::DeleteSession(const std::string& id, const std::string& owner) {
+  if (!store_->Delete(id, owner)) return false;
   PublishGauges();
   return true;
 }
 
 EngineResult LlmEngine::Next(const NextRequest& req) {
   const auto arrived = Clock::now();
-  std::shared_ptr<EngineSession> sp = store_->Find(req.session);
+  std::shared_ptr<EngineSession> sp = store_->Find(req.session, req.owner);
   if (!sp) return Fail(EngineCode::kNotFound, "unknown session '" + req.session + "' (expired, deleted or the server restarted): create a new one");
   EngineSession* s = sp.get();
   std::lock_guard<std::mutex> sl(s->mu);
@@ -313,7 +313,7 @@ EngineResult LlmEngine::Complete(std::span<const int32_t> prompt, int max_tokens
 }
 
 EngineResult LlmEngine::Score(const std::vector<std::vector<int32_t>>& seqs, int top_logprobs,
-                              std::vector<std::vector<PromptPosition>>* out) {
+                              std::vector<std::vector<PromptPosition>>* out, const CallControl& control) {
   if (seqs.empty()) return Fail(EngineCode::kBadRequest, "no sequences to score");
   const int64_t V = model_.config().n_vocab;
   for (size_t i = 0; i < seqs.size(); ++i) {
@@ -339,6 +339,23 @@ EngineResult LlmEngine::Score(const std::vector<std::vector<int32_t>>& seqs, int
   for (size_t i = 0; i < seqs.size(); ++i) {
     temps.push_back(store_->NewTemporary(&locks[i]));
     EngineSession* s = temps.back().get();
+    BatchCall call;
+    call.session = s;
+    call.feed = seqs[i];
+    call.n = 0;
+    call.prompt_scores = &(*out)[i];
+    call.prompt_top = top_logprobs;
+    call.deadline_s = control.timeout_s;
+    call.client_gone = control.client_gone;
+    // A call that will be refused must not evict sessions' caches to make room (as in Run).
+    if (const AdmissionVerdict v = scheduler_->Check(call); !v.admit) {
+      release();
+      EngineResult r = Fail(v.never ? EngineCode::kBadRequest : EngineCode::kBusy,
+                            (v.never ? "the call cannot be answered in its time: " : "the server is overloaded: ") + v.why);
+      r.retry_after_s = v.retry_after_s;
+      if (metrics_) metrics_->Add("tlr_calls_refused_total", 1, {{"class", static_cast<int64_t>(seqs[i].size()) <= AdmissionPolicy{}.warm_tokens ? "warm" : "cold"}});
+      return r;
+    }
     std::string why;
     if (!store_->MakeRoom(s, static_cast<int64_t>(seqs[i].size()), &why)) {
       release();
@@ -350,12 +367,6 @@ EngineResult LlmEngine::Score(const std::vector<std::vector<int32_t>>& seqs, int
       return Fail(EngineCode::kOverloaded, c.status().message());
     }
     s->cache = std::make_unique<KvCache>(std::move(c).value());
-    BatchCall call;
-    call.session = s;
-    call.feed = seqs[i];
-    call.n = 0;
-    call.prompt_scores = &(*out)[i];
-    call.prompt_top = top_logprobs;
     calls.push_back(std::move(call));
   }
   std::vector<BatchOutcome> outs = scheduler_->RunAll(std::move(calls));
@@ -363,7 +374,11 @@ EngineResult LlmEngine::Score(const std::vector<std::vector<int32_t>>& seqs, int
   EngineResult r;
   for (BatchOutcome& o : outs) {
     if (!o.error.empty() && r.ok()) {
-      r = Fail(o.refused ? EngineCode::kBusy : o.overload ? EngineCode::kOverloaded : EngineCode::kInternal, o.error);
+      r = Fail(o.refused                      ? EngineCode::kBusy
+               : o.overload                   ? EngineCode::kOverloaded
+               : o.bad_request || o.too_long ? EngineCode::kBadRequest
+                                              : EngineCode::kInternal,
+               o.error);
       r.retry_after_s = o.retry_after_s;
     }
     r.reply.prefilled += o.reply.prefilled;

@@ -147,6 +147,9 @@ struct NextRequest {
   // time is refused at once (kBusy); one still running when it passes is dropped (503).
   double timeout_s = 0;
   std::function<bool()> client_gone;  // polled while the call waits: true drops it (may be empty)
+  // When not empty, a session of another owner is unknown to this call (the server sets it when
+  // it has API keys: a session answers to the key that created it alone).
+  std::string owner;
 };
 
 struct SessionInfo {
@@ -166,7 +169,8 @@ class LlmEngine {
 
   // `owner`: the client (its API key, else its address); prefixes are shared only within one.
   EngineResult CreateSession(SessionInfo* info, const std::string& owner = "");
-  bool DeleteSession(const std::string& id);
+  // With `owner` not empty, only a session of that owner's (NextRequest::owner).
+  bool DeleteSession(const std::string& id, const std::string& owner = "");
   // Whether a session is open (not deleted, not expired by the last sweep).
   bool HasSession(const std::string& id) const;
   EngineResult Next(const NextRequest& req);
@@ -184,8 +188,10 @@ class LlmEngine {
 
   // Teacher-forced scoring of several sequences (router labels): each in a cache of its own,
   // sharing forward passes; out[i] has one PromptPosition per token of seqs[i].
+  // `control`: its timeout and client_gone bound every sequence (owner, first_token_only and
+  // on_decided are not used).
   EngineResult Score(const std::vector<std::vector<int32_t>>& seqs, int top_logprobs,
-                     std::vector<std::vector<PromptPosition>>* out);
+                     std::vector<std::vector<PromptPosition>>* out, const CallControl& control = {});
 
   const Model& model() const { return model_; }
   const EngineLimits& limits() const { return limits_; }

@@ -219,7 +219,7 @@ void LlmServer::Routes() {
                  if (auto b = w.ToBytes(); b.ok()) vocabulary_gguf_.assign(b->begin(), b->end());
                });
                if (vocabulary_gguf_.empty()) {
-                 SendJson(res, 500, {{"error", {{"message", "the vocabulary could not be written"}, {"type", "internal"}}}});
+                 SendError(res, 500, "internal", "the vocabulary could not be written");
                  return;
                }
                res.set_content(vocabulary_gguf_, "application/octet-stream");
@@ -251,10 +251,10 @@ void LlmServer::Routes() {
               }));
   http_->Delete(R"(/tlr/v1/sessions/([A-Za-z0-9-]{1,64}))",
                 timed("/tlr/v1/sessions/{id}", [this](const httplib::Request& req, httplib::Response& res) {
-                  quota_->Remove(req.matches[1]);
-                  if (!engine_->DeleteSession(req.matches[1])) {
+                  if (!engine_->DeleteSession(req.matches[1], SessionOwnerOf(req))) {
                     return SendError(res, 404, "unknown_session", "unknown session '" + std::string(req.matches[1]) + "'");
                   }
+                  quota_->Remove(req.matches[1]);
                   res.status = 204;
                 }));
   http_->Post("/tlr/v1/next", timed("/tlr/v1/next", [this, &model](const httplib::Request& req, httplib::Response& res) {
@@ -264,6 +264,7 @@ void LlmServer::Routes() {
                 if (!parsed.ok()) return SendError(res, 400, "invalid_request", parsed.status().message());
                 NextRequest& nr = *parsed;
                 if (nr.timeout_s <= 0) nr.timeout_s = opts_.default_timeout_s;
+                nr.owner = SessionOwnerOf(req);
                 if (front_) {
                   // Time it waited for a free worker counts.
                   nr.timeout_s = std::max(1e-3, nr.timeout_s - HttpFront::CurrentRequestAge());
@@ -272,7 +273,7 @@ void LlmServer::Routes() {
                 const int top = nr.top_logprobs, lookahead = nr.lookahead;
                 EngineResult r = engine_->Next(nr);
                 if (r.code == EngineCode::kConflict) {
-                  json e = {{"error", {{"code", "resync"}, {"message", r.message}, {"type", "resync"}}},
+                  json e = {{"error", {{"code", "resync"}, {"message", r.message}, {"type", "resync"}, {"param", nullptr}}},
                             {"held", r.held},
                             {"held_hash", HashHex(r.held_hash)},
                             {"version", r.version}};
@@ -313,8 +314,16 @@ void LlmServer::Routes() {
                 if (!body) return;
                 auto parsed = server::ParseScoreRequest(*body, engine_->limits(), model.config().n_vocab);
                 if (!parsed.ok()) return SendError(res, 400, "invalid_request", parsed.status().message());
+                // Bounded like any call: by the client's timeout (router train's X-TLR-Timeout-Ms,
+                // from --llm-timeout) and dropped when the client leaves (it could hold 64 x --ctx
+                // tokens of work the server would do for nobody).
+                auto timeout = RequestTimeout(req, opts_.default_timeout_s);
+                if (!timeout.ok()) return SendError(res, 400, "invalid_request", timeout.status().message());
+                CallControl control;
+                control.timeout_s = std::max(1e-3, *timeout - (front_ ? HttpFront::CurrentRequestAge() : 0.0));
+                if (front_) control.client_gone = [] { return HttpFront::CurrentClientGone(); };
                 std::vector<std::vector<PromptPosition>> scores;
-                EngineResult r = engine_->Score(parsed->sequences, parsed->top_logprobs, &scores);
+                EngineResult r = engine_->Score(parsed->sequences, parsed->top_logprobs, &scores, control);
                 if (!r.ok()) return SendEngineError(res, r);
                 json results = json::array();
                 for (const auto& seq : scores) {
@@ -337,6 +346,10 @@ void LlmServer::Routes() {
                                                 {"compute_ms", r.reply.compute_s * 1e3},
                                                 {"prefilled", r.reply.prefilled}}}});
               }));
+}
+
+std::string LlmServer::SessionOwnerOf(const httplib::Request& req) const {
+  return opts_.api_keys.empty() ? std::string() : ClientOf(req);
 }
 
 std::string LlmServer::ClientOf(const httplib::Request& req) const {

@@ -82,6 +82,12 @@ class LlmServer {
   void RoutesOpenAi();
   // Who a request is from: its API key ("API key #2") when the server has keys, else its address.
   std::string ClientOf(const httplib::Request& req) const;
+  // Whom a native session must belong to for this request to use or delete it: its API key when
+  // the server has keys; "" (any) without keys, where a session's id is all a device shows (its
+  // address changes as it roams between networks).
+  std::string SessionOwnerOf(const httplib::Request& req) const;
+  // How long the client waits: X-TLR-Timeout-Ms, else X-Stainless-Timeout, else `fallback`.
+  static Expected<double> RequestTimeout(const httplib::Request& req, double fallback);
 
   LlmEngine* engine_;
   Metrics* metrics_;

@@ -39,11 +39,21 @@ double PositiveNumber(const std::string& v, double max) {
   return end == v.c_str() + v.size() && x > 0 && x <= max ? x : -1;
 }
 
+// What a streamed request's handler waits for before it answers: admission (then the stream
+// starts) or an early end (a refusal or error, answered with a status of its own).
+struct StreamStart {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool decided = false, admitted = false;
+};
+
+}  // namespace
+
 // How long the client waits: X-TLR-Timeout-Ms (an error when malformed: TLR's own clients send
 // it), else X-Stainless-Timeout (seconds; OpenAI's client libraries send their timeout in it,
 // whole seconds, so "0" for less than one: ignored then, as anything it cannot read), else the
 // server's default.
-Expected<double> RequestTimeout(const httplib::Request& req, double fallback) {
+Expected<double> LlmServer::RequestTimeout(const httplib::Request& req, double fallback) {
   if (req.has_header("X-TLR-Timeout-Ms")) {
     const std::string v = req.get_header_value("X-TLR-Timeout-Ms");
     const double ms = PositiveNumber(v, 86400e3);
@@ -55,16 +65,6 @@ Expected<double> RequestTimeout(const httplib::Request& req, double fallback) {
   }
   return fallback;
 }
-
-// What a streamed request's handler waits for before it answers: admission (then the stream
-// starts) or an early end (a refusal or error, answered with a status of its own).
-struct StreamStart {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool decided = false, admitted = false;
-};
-
-}  // namespace
 
 void LlmServer::RoutesOpenAi() {
   const Model& model = engine_->model();
@@ -129,6 +129,16 @@ void LlmServer::RoutesOpenAi() {
     int64_t n_prompt = 0;
     for (const auto& one : p.prompts) n_prompt += static_cast<int64_t>(one.size());
     auto usage = [n_prompt](int64_t completion) { return OpenAiWriter::Usage(n_prompt, completion); };
+    if (p.max_tokens == 0 && p.stream) {  // a stream still, with its finish chunk (and usage when asked)
+      std::string events = chat ? Sse(out.RoleChunk()) : std::string();
+      events += Sse(out.Chunk("", "length"));
+      if (p.include_usage) events += Sse(out.UsageChunk(usage(0)));
+      events += OpenAiWriter::kDone;
+      res.set_header("Cache-Control", "no-cache");
+      res.status = 200;
+      res.set_content(events, "text/event-stream");
+      return;
+    }
     if (p.max_tokens == 0) {
       json choices = json::array();
       for (size_t i = 0; i < p.prompts.size(); ++i) choices.push_back(out.Choice(i, "", "length"));
@@ -292,7 +302,7 @@ void LlmServer::RoutesOpenAi() {
         if (p.include_usage) st->Push(Sse(out.UsageChunk(usage(n_tokens))));
       } else {
         st->Push(Sse({{"error", {{"code", std::string(EngineCodeName(r.code))}, {"message", r.message},
-                                  {"type", std::string(EngineCodeName(r.code))}}}}));
+                                  {"type", std::string(EngineCodeName(r.code))}, {"param", nullptr}}}}));
       }
       st->Push(OpenAiWriter::kDone);
       if (metrics_) {

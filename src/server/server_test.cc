@@ -274,6 +274,47 @@ TEST_F(ServerTest, PrefixesAreSharedWithinAnApiKeyOnly) {
   EXPECT_EQ(completion_prefilled("gamma-key", "Where would you find a plith?"), 0) << "copied another key's cache";
 }
 
+// With API keys a native session answers to the key that created it alone: another key that
+// learns its id can neither read its stored replies, its length, nor use or delete it.
+TEST_F(ServerTest, SessionsAnswerToTheirOwnApiKeyOnly) {
+  ServerOptions so;
+  so.api_keys = {"alpha-key", "beta-key"};
+  Start(so);
+  httplib::Client a = Client(), b = Client();
+  a.set_bearer_token_auth("alpha-key");
+  b.set_bearer_token_auth("beta-key");
+  auto created = a.Post("/tlr/v1/sessions", "{}", "application/json");
+  ASSERT_TRUE(created);
+  ASSERT_EQ(created->status, 201);
+  const std::string id = json::parse(created->body)["session"];
+  const std::vector<int32_t> ids = slm_->tokenizer().Encode("Where would you find a zinthar?", true);
+  const std::string first = json{{"session", id}, {"append", ids}, {"n", 3}, {"request_id", "r1"}}.dump();
+  auto mine = a.Post("/tlr/v1/next", first, "application/json");
+  ASSERT_TRUE(mine);
+  ASSERT_EQ(mine->status, 200) << mine->body;
+  // Beta replays alpha's request id, asks what the session holds (a wrong base), generates, deletes.
+  for (const std::string& body :
+       {first, json{{"session", id}, {"base", 1}, {"prefix_hash", "0123456789abcdef"}, {"append", {5}}, {"n", 1}}.dump(),
+        json{{"session", id}, {"append", {5}}, {"n", 1}}.dump()}) {
+    auto r = b.Post("/tlr/v1/next", body, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 404) << body << " -> " << r->body;
+    EXPECT_EQ(r->body.find("held"), std::string::npos) << r->body;
+  }
+  auto del = b.Delete("/tlr/v1/sessions/" + id);
+  ASSERT_TRUE(del);
+  EXPECT_EQ(del->status, 404);
+  // Alpha's session is as it was: its replay is the stored reply, its next call continues.
+  auto again = a.Post("/tlr/v1/next", first, "application/json");
+  ASSERT_TRUE(again);
+  ASSERT_EQ(again->status, 200) << again->body;
+  EXPECT_TRUE(json::parse(again->body)["replayed"].get<bool>());
+  EXPECT_EQ(json::parse(again->body)["tokens"], json::parse(mine->body)["tokens"]);
+  auto own_del = a.Delete("/tlr/v1/sessions/" + id);
+  ASSERT_TRUE(own_del);
+  EXPECT_EQ(own_del->status, 204);
+}
+
 TEST_F(ServerTest, OpenAiCompletionsStreamAndStop) {
   Start();
   httplib::Client c = Client();
@@ -330,6 +371,16 @@ TEST_F(ServerTest, OpenAiCompletionsStreamAndStop) {
   EXPECT_TRUE(read_stream(su->body, &streamed2, &usage));
   EXPECT_EQ(streamed2, text);
   EXPECT_EQ(usage["completion_tokens"], 12) << su->body;
+  // max_tokens 0 streamed is a stream still: its finish chunk, usage when asked, [DONE].
+  auto s0 = c.Post("/v1/completions", R"({"prompt":)" + ids + R"(,"max_tokens":0,"stream":true,)" +
+                                          R"("stream_options":{"include_usage":true}})", "application/json");
+  ASSERT_TRUE(s0);
+  EXPECT_NE(s0->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  std::string streamed0;
+  EXPECT_TRUE(read_stream(s0->body, &streamed0, &usage)) << s0->body;
+  EXPECT_EQ(streamed0, "");
+  EXPECT_EQ(usage["completion_tokens"], 0) << s0->body;
+  EXPECT_NE(s0->body.find(R"("finish_reason":"length")"), std::string::npos) << s0->body;
   // A stop string cuts the text before it.
   ASSERT_GT(text.size(), 4u);
   const std::string stop = text.substr(text.size() / 2, 3);

@@ -91,17 +91,19 @@ std::shared_ptr<EngineSession> SessionStore::Create(const std::string& owner) {
   return s;
 }
 
-std::shared_ptr<EngineSession> SessionStore::Find(const std::string& id) const {
+// A session's owner is set before it enters the map and never changes (slots are not in it).
+std::shared_ptr<EngineSession> SessionStore::Find(const std::string& id, const std::string& owner) const {
   std::lock_guard<std::mutex> l(mu_);
   auto it = sessions_.find(id);
-  return it == sessions_.end() ? nullptr : it->second;
+  if (it == sessions_.end() || (!owner.empty() && it->second->owner != owner)) return nullptr;
+  return it->second;
 }
 
-bool SessionStore::Delete(const std::string& id) {
+bool SessionStore::Delete(const std::string& id, const std::string& owner) {
   std::shared_ptr<EngineSession> s;  // freed after the store's lock
   std::lock_guard<std::mutex> l(mu_);
   auto it = sessions_.find(id);
-  if (it == sessions_.end()) return false;
+  if (it == sessions_.end() || (!owner.empty() && it->second->owner != owner)) return false;
   // A call in flight keeps its shared_ptr; the memory goes when it finishes.
   s = std::move(it->second);
   sessions_.erase(it);

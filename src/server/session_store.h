@@ -52,8 +52,10 @@ class SessionStore {
 
   // A new session of `owner`, or null when the store holds limits.max_sessions already.
   std::shared_ptr<EngineSession> Create(const std::string& owner = "");
-  std::shared_ptr<EngineSession> Find(const std::string& id) const;
-  bool Delete(const std::string& id);
+  // A session by id; with `owner` not empty, only one of that owner's (another's is unknown to
+  // it: with API keys a session answers to its own key alone).
+  std::shared_ptr<EngineSession> Find(const std::string& id, const std::string& owner = "") const;
+  bool Delete(const std::string& id, const std::string& owner = "");
 
   // A prompt-cache slot for `prompt` of `owner`'s, returned locked in *lock (the order of
   // preference is in session_store.cc): the length of the prefix it can reuse is *common (0 for

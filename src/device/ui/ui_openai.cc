@@ -215,7 +215,7 @@ void DeviceServer::RoutesOpenAi() {
         }
       } else {
         job->Push(SseData({{"error", {{"message", result.status().message()}, {"type", "server_error"},
-                                      {"code", "server_error"}}}}));
+                                      {"param", nullptr}, {"code", "server_error"}}}}));
       }
       job->Push(OpenAiWriter::kDone);
       job->Finish();
