@@ -578,5 +578,27 @@ TEST_F(EngineTest, ScoringMatchesTheModelTeacherForced) {
             EngineCode::kBadRequest);
 }
 
+// Scoring is bounded like any call: a client that leaves stops its sequences between passes (a
+// request of 64 x --ctx tokens ran to the end for nobody before).
+TEST_F(EngineTest, ScoringStopsWhenItsClientHasGone) {
+  EngineLimits lim;
+  lim.max_batch_tokens = 16;
+  lim.calibrate = false;
+  lim.test_pass_delay_s = 0.01;  // 64 passes take 0.64 s at least; the client is seen gone after 0.05 s
+  Metrics metrics;
+  LlmEngine engine(*llm_, nullptr, lim, &metrics);
+  const std::vector<std::vector<int32_t>> seqs(4, std::vector<int32_t>(256, 7));
+  CallControl control;
+  control.client_gone = [] { return true; };
+  std::vector<std::vector<PromptPosition>> got;
+  EngineResult r = engine.Score(seqs, 0, &got, control);
+  EXPECT_FALSE(r.ok());
+  EXPECT_LT(engine.prefill_tokens(), 4 * 256) << "every sequence was scored for a client that had gone";
+  EXPECT_EQ(engine.session_count(), 0);
+  // The engine serves the next call as before.
+  std::vector<std::vector<PromptPosition>> one;
+  ASSERT_TRUE(engine.Score({Prompt("The")}, 0, &one).ok());
+}
+
 }  // namespace
 }  // namespace tlr
