@@ -155,7 +155,8 @@ TLR_API int tlr_detokenize(const tlr_device* device, const int32_t* ids, size_t 
  * (optional) on the same exchange; the app should abort the request, and must still answer the
  * exchange (the answer is then dropped). `cancel` may come after the app has answered (the two
  * crossed); only the first answer counts, later ones are ignored, so answering from the cancel
- * path is always safe. A reply that never comes, an error status or a
+ * path is always safe (an exchange is a handle, not memory the app could outlive: answering it
+ * twice, late, or after TLR gave up touches nothing). A reply that never comes, an error status or a
  * malformed answer makes that LLM call fail: its token is the SLM's own (source FALLBACK), with
  * tlr_token.llm_error saying why. */
 typedef struct tlr_http_exchange tlr_http_exchange;
@@ -363,9 +364,10 @@ TLR_API int tlr_generate_chat(tlr_device* device, const tlr_llm* llm, const tlr_
                               tlr_stats* stats);
 /* Saves the device's cached context of a conversation to `path` (atomically): the prompt
  * cache's context sharing the longest prefix with `messages` rendered (after tlr_generate_chat,
- * pass the conversation with its reply). The file holds the token ids, the SLM's KV cache and the
- * SLM's fingerprint. TLR_ERR_INVALID_ARGUMENT when no cached context belongs to the
- * conversation. */
+ * pass the conversation with its reply), as far as it agrees with the conversation: never the
+ * later tokens of another conversation that begins the same way (a shared system prompt). The file
+ * holds the token ids, the SLM's KV cache and the SLM's fingerprint. TLR_ERR_INVALID_ARGUMENT
+ * when no cached context belongs to the conversation. */
 TLR_API int tlr_conversation_save(tlr_device* device, const tlr_message* messages, size_t n_messages,
                                   const char* path);
 /* Puts a saved context into the device's prompt cache, e.g. in a new process: the next

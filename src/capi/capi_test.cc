@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <cmath>
 #include <iterator>
 #include <mutex>
 #include <string>
@@ -271,9 +272,40 @@ TEST_F(CapiTest, ConversationSavedAndRestoredGoesOnWithoutPrefill) {
     std::remove(bad.c_str());
   }
   EXPECT_EQ(tlr_conversation_load(b, (path + ".none").c_str()), TLR_ERR_LOAD);
+  {  // A device without a prompt cache has nowhere to put it: said, not dropped.
+    tlr_device_params dp;
+    tlr_device_params_init(&dp);
+    dp.slm_path = slm.c_str();
+    dp.router = router.c_str();
+    dp.kv_slots = 0;
+    tlr_device* none = nullptr;
+    ASSERT_EQ(tlr_device_open(&dp, &none), TLR_OK) << tlr_last_error();
+    EXPECT_EQ(tlr_conversation_load(none, path.c_str()), TLR_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(tlr_last_error()).find("kv_slots"), std::string::npos) << tlr_last_error();
+    tlr_device_free(none);
+  }
   // A conversation the prompt cache knows nothing of cannot be saved.
   tlr_message stranger = {"user", "something never asked"};
   EXPECT_EQ(tlr_conversation_save(other, &stranger, 1, path.c_str()), TLR_ERR_INVALID_ARGUMENT);
+  // One that begins as a cached one (the template's first tokens) gets only what it shares: not
+  // the other conversation's question and answer.
+  const std::string part = path + ".stranger";
+  ASSERT_EQ(tlr_conversation_save(a, &stranger, 1, part.c_str()), TLR_OK) << tlr_last_error();
+  {
+    std::ifstream f(part, std::ios::binary);
+    const std::string saved((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_LT(saved.size(), bytes.size() / 4) << "another conversation's context was saved as this one's";
+  }
+  tlr_device* c = open(slm, router);
+  ASSERT_EQ(tlr_conversation_load(c, part.c_str()), TLR_OK) << tlr_last_error();
+  tlr_stats c_st;
+  c_st.struct_size = sizeof c_st;
+  std::vector<Token> c_out;
+  ASSERT_EQ(tlr_generate_chat(c, llm_, conv.data(), conv.size(), &p, Collect, &c_out, &c_st), TLR_OK);
+  EXPECT_LT(c_st.prompt_reused, first_st.prompt_tokens / 2) << "the loaded file held the other conversation";
+  EXPECT_EQ(c_out, want);
+  tlr_device_free(c);
+  std::remove(part.c_str());
   // The device still works after all that.
   std::vector<Token> after;
   EXPECT_EQ(tlr_generate_chat(b, llm_, conv.data(), conv.size(), &p, Collect, &after, nullptr), TLR_OK);
@@ -555,6 +587,61 @@ TEST_F(CapiTest, UnreachableServerGivesFallbackTokens) {
   EXPECT_EQ(Ids(out), Ids(Generate(Params(TLR_MODE_SMALL_ONLY), nullptr)));
 }
 
+// tlr_device_cancel is seen within about 50 ms wherever the generation is: while the server is
+// checked (one that takes connections and never answers held it for the whole timeout) and
+// while a long prompt is read (seconds for thousands of tokens).
+TEST_F(CapiTest, CancelStopsTheServerCheckAndTheReadingOfALongPrompt) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);  // connections queue in the backlog, unanswered
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(listen(fd, 16), 0);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string url = "http://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  tlr_llm_params lp;
+  tlr_llm_params_init(&lp);
+  lp.server_url = url.c_str();
+  lp.timeout_s = 30;
+  lp.retries = 0;
+  tlr_llm* silent = nullptr;
+  ASSERT_EQ(tlr_llm_open(&lp, &silent), TLR_OK) << tlr_last_error();
+  // The long prompt: a few thousand tokens of the demo world's text.
+  std::string long_prompt;
+  while (long_prompt.size() < 30000) long_prompt += kPrompt;
+  struct Case {
+    const char* what;
+    const tlr_llm* llm;
+    std::string prompt;
+    int mode;
+  };
+  for (const Case& c : {Case{"server check", silent, kPrompt, TLR_MODE_JOINT},
+                        Case{"long prompt", nullptr, long_prompt, TLR_MODE_SMALL_ONLY}}) {
+    tlr_generate_params p = Params(c.mode, 8);
+    tlr_stats st;
+    st.struct_size = sizeof st;
+    std::vector<Token> out;
+    int rc = -1;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::thread gen([&] { rc = tlr_generate(device_, c.llm, c.prompt.c_str(), &p, Collect, &out, &st); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto cancelled_at = std::chrono::steady_clock::now();
+    EXPECT_EQ(tlr_device_cancel(device_), TLR_OK);
+    gen.join();
+    const double after = std::chrono::duration<double>(std::chrono::steady_clock::now() - cancelled_at).count();
+    const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(rc, TLR_OK) << c.what << ": " << tlr_last_error();
+    EXPECT_EQ(st.stop, TLR_STOP_CANCELLED) << c.what;
+    EXPECT_TRUE(out.empty()) << c.what << ": tokens after a cancel before the first";
+    EXPECT_LT(after, 5.0) << c.what << ": the cancel was seen " << after << " s late (" << total << " s in all)";
+  }
+  tlr_llm_free(silent);
+  close(fd);
+  // The device goes on as before.
+  EXPECT_FALSE(Generate(Params(TLR_MODE_SMALL_ONLY, 4), nullptr).empty());
+}
+
 TEST_F(CapiTest, Errors) {
   tlr_device* d = nullptr;
   tlr_device_params dp;
@@ -613,6 +700,35 @@ TEST_F(CapiTest, Errors) {
   lp.backend = "tlr";
   lp.timeout_s = -1;
   EXPECT_EQ(tlr_llm_open(&lp, &l), TLR_ERR_INVALID_ARGUMENT);
+  // Checked at the open, naming what is wrong (they failed at every generation, or worse: a key
+  // with a line break added a header of its own to every request).
+  for (const auto& [field, want] : std::vector<std::pair<std::string, std::string>>{
+           {"url:http://", "host is empty"},
+           {"url:http://127.0.0.1:99999", "port"},
+           {"url:http://[::1", "closing ']'"},
+           {"url:http://127.0.0.1:1/a b", "space"},
+           {"key:secret\r\nX-Injected: yes", "control character"},
+           {"tok:/nonexistent/tokenizer.json", "llm_tokenizer"}}) {
+    tlr_llm_params_init(&lp);
+    const std::string value = field.substr(4);
+    lp.server_url = field.rfind("url:", 0) == 0 ? value.c_str() : "http://127.0.0.1:1";
+    if (field.rfind("key:", 0) == 0) lp.api_key = value.c_str();
+    if (field.rfind("tok:", 0) == 0) lp.llm_tokenizer = value.c_str();
+    EXPECT_EQ(tlr_llm_open(&lp, &l), TLR_ERR_INVALID_ARGUMENT) << field;
+    EXPECT_NE(std::string(tlr_last_error()).find(want), std::string::npos) << field << ": " << tlr_last_error();
+  }
+  // Generation options that are the caller's mistake are argument errors, before any work.
+  for (float bad : {-1.0f, std::nanf(""), INFINITY}) {
+    tlr_generate_params gp = Params(TLR_MODE_JOINT, 4);
+    gp.price_ratio = bad;
+    EXPECT_EQ(tlr_generate(device_, llm_, kPrompt, &gp, nullptr, nullptr, nullptr), TLR_ERR_INVALID_ARGUMENT) << bad;
+    gp = Params(TLR_MODE_JOINT, 4);
+    gp.cost_budget = bad;
+    EXPECT_EQ(tlr_generate(device_, llm_, kPrompt, &gp, nullptr, nullptr, nullptr), TLR_ERR_INVALID_ARGUMENT) << bad;
+  }
+  tlr_device_info info;
+  info.struct_size = 0;
+  EXPECT_EQ(tlr_device_get_info(device_, &info), TLR_ERR_INVALID_ARGUMENT);
   tlr_llm_params_init(&lp);
   lp.model_path = missing.c_str();
   EXPECT_EQ(tlr_llm_open(&lp, &l), TLR_ERR_LOAD);

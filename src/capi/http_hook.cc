@@ -1,32 +1,30 @@
 // HookHttpStack and the answers an app gives it (tlr_http_complete, tlr_http_fail). See
-// http_hook.h. An exchange is shared by TLR (waiting) and the app (answering): whichever lets go
-// last frees it, so an answer after TLR stopped waiting is safe and dropped.
+// http_hook.h. The app holds an exchange by a handle: a number no other exchange of this process
+// gets, looked up in a registry. The first of the app's answer and TLR's giving up takes the
+// exchange out of the registry, so a later answer (a second one, one crossing `cancel`, one
+// after TLR stopped waiting) finds nothing and is dropped without touching freed memory.
 #include "capi/http_hook.h"
 
 #include <algorithm>
-#include <atomic>
 #include <condition_variable>
+#include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "device/llm/llm_backend.h"
 
-struct tlr_http_exchange {
+namespace {
+
+struct PendingExchange {
   std::mutex mu;
   std::condition_variable cv;
   bool answered = false;
   tlr::HttpResult result;
   uint64_t max_reply_bytes = 0;
-  std::atomic<int> refs{2};  // TLR's and the app's
-  std::atomic<bool> app_answered{false};  // a second answer (e.g. from the app's cancel path) is ignored
 
-  // True for the app's first answer only.
-  bool FirstAnswer() { return !app_answered.exchange(true); }
-
-  void Release() {
-    if (refs.fetch_sub(1) == 1) delete this;
-  }
   void Answer(tlr::HttpResult r) {
     {
       std::lock_guard<std::mutex> l(mu);
@@ -39,11 +37,44 @@ struct tlr_http_exchange {
   }
 };
 
+// Exchanges waiting for the app's answer, by handle.
+class Registry {
+ public:
+  tlr_http_exchange* Add(std::shared_ptr<PendingExchange> ex) {
+    std::lock_guard<std::mutex> l(mu_);
+    const uintptr_t id = next_++;
+    if (next_ == 0) next_ = 1;  // 2^32 exchanges on a 32-bit target: 0 stays NULL
+    live_[id] = std::move(ex);
+    return reinterpret_cast<tlr_http_exchange*>(id);
+  }
+  // The exchange, taken out: null when it was answered or given up already (or never was).
+  std::shared_ptr<PendingExchange> Take(tlr_http_exchange* handle) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = live_.find(reinterpret_cast<uintptr_t>(handle));
+    if (it == live_.end()) return nullptr;
+    std::shared_ptr<PendingExchange> ex = std::move(it->second);
+    live_.erase(it);
+    return ex;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<uintptr_t, std::shared_ptr<PendingExchange>> live_;
+  uintptr_t next_ = 1;
+};
+
+Registry& Exchanges() {
+  static Registry* r = new Registry();  // never destroyed: an app thread may answer during exit
+  return *r;
+}
+
+}  // namespace
+
 namespace tlr {
 
 HttpResult HookHttpStack::Exchange(const HttpExchange& x, Clock::time_point deadline, LlmCall* call,
                                    uint64_t max_reply_bytes) {
-  auto* ex = new tlr_http_exchange();
+  auto ex = std::make_shared<PendingExchange>();
   ex->max_reply_bytes = max_reply_bytes;
   std::vector<const char*> headers;
   for (const auto& [k, v] : x.headers) {
@@ -58,7 +89,8 @@ HttpResult HookHttpStack::Exchange(const HttpExchange& x, Clock::time_point dead
   req.body = x.body.data();
   req.body_len = x.body.size();
   req.timeout_s = std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count());
-  hook_.send(hook_.user_data, ex, &req);
+  tlr_http_exchange* handle = Exchanges().Add(ex);
+  hook_.send(hook_.user_data, handle, &req);
 
   HttpResult h;
   bool stopped = false;
@@ -84,18 +116,19 @@ HttpResult HookHttpStack::Exchange(const HttpExchange& x, Clock::time_point dead
     }
   }
   if (stopped) {
+    Exchanges().Take(handle);  // an answer from now on is dropped
     h.error = h.cancelled ? "cancelled" : "the app's HTTP stack gave no answer in time";
-    if (hook_.cancel) hook_.cancel(hook_.user_data, ex);
+    if (hook_.cancel) hook_.cancel(hook_.user_data, handle);
   }
-  ex->Release();
   return h;
 }
 
 }  // namespace tlr
 
-void tlr_http_complete(tlr_http_exchange* exchange, int status, const char* const* headers, const char* body,
+void tlr_http_complete(tlr_http_exchange* handle, int status, const char* const* headers, const char* body,
                        size_t body_len) {
-  if (!exchange || !exchange->FirstAnswer()) return;
+  std::shared_ptr<PendingExchange> exchange = Exchanges().Take(handle);
+  if (!exchange) return;  // answered already, given up, or not an exchange
   tlr::HttpResult r;
   if (status < 100 || status > 599) {
     r.error = "the app's HTTP stack answered with status " + std::to_string(status) + " (not 100..599)";
@@ -113,13 +146,12 @@ void tlr_http_complete(tlr_http_exchange* exchange, int status, const char* cons
     }
   }
   exchange->Answer(std::move(r));
-  exchange->Release();
 }
 
-void tlr_http_fail(tlr_http_exchange* exchange, const char* message) {
-  if (!exchange || !exchange->FirstAnswer()) return;
+void tlr_http_fail(tlr_http_exchange* handle, const char* message) {
+  std::shared_ptr<PendingExchange> exchange = Exchanges().Take(handle);
+  if (!exchange) return;
   tlr::HttpResult r;
   r.error = std::string("the app's HTTP stack failed: ") + (message && *message ? message : "no reason given");
   exchange->Answer(std::move(r));
-  exchange->Release();
 }

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -354,6 +355,9 @@ void tlr_device_free(tlr_device* device) { delete device; }
 int tlr_device_get_info(const tlr_device* device, tlr_device_info* info) {
   return Guard([&] {
     if (!device || !info) return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_device_get_info: NULL argument");
+    if (info->struct_size < sizeof(size_t)) {
+      return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_device_get_info: set info->struct_size = sizeof(tlr_device_info)");
+    }
     tlr_device_info i;
     std::memset(&i, 0, sizeof i);
     i.struct_size = sizeof i;
@@ -488,6 +492,17 @@ int tlr_llm_open(const tlr_llm_params* params, tlr_llm** out) {
         }
         r.http.stack = std::make_shared<tlr::HookHttpStack>(*p.http_hook);
       }
+      // What can be checked without the network is checked now, not at every generation.
+      if (tlr::Status v = tlr::HttpTransport::Validate(r.http); !v.ok()) {
+        return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_llm_open: " + v.message());
+      }
+      if (!config.llm_tokenizer.empty() && config.llm_tokenizer != "server") {
+        std::error_code ec;
+        if (!std::filesystem::is_regular_file(config.llm_tokenizer, ec)) {
+          return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_llm_open: llm_tokenizer '" + config.llm_tokenizer +
+                                                    "' is not a file (a GGUF or tokenizer.json), nor \"server\"");
+        }
+      }
     }
     *out = llm.release();
     return Ok();
@@ -584,7 +599,27 @@ int tlr_conversation_save(tlr_device* device, const tlr_message* messages, size_
     if (!c->slm.has_cache()) {
       return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_conversation_save: the prompt cache holds no context of this conversation");
     }
-    tlr::Status st = tlr::SaveSlmContext(path, *device->models.slm, c->slm);
+    // Only what this conversation shares with the context: a context of another conversation
+    // that begins the same way (the template's first tokens, a common system prompt) must not
+    // put that conversation's later messages into this one's file.
+    size_t common = 0;
+    const std::vector<int32_t>& held = c->slm.tokens;
+    const size_t valid = std::min(held.size(), static_cast<size_t>(c->slm.cache.size()));
+    while (common < valid && common < ids.size() && held[common] == ids[common]) ++common;
+    tlr::Status st = tlr::Status::Ok();
+    if (common == 0) {
+      device->contexts->Give(std::move(c));
+      return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_conversation_save: the prompt cache holds no context of this conversation");
+    }
+    if (common == held.size()) {
+      st = tlr::SaveSlmContext(path, *device->models.slm, c->slm);
+    } else {
+      tlr::SlmContext part;
+      part.n_ctx = c->slm.n_ctx;
+      part.tokens.assign(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(common));
+      part.cache = c->slm.cache.Fork(static_cast<int64_t>(common));
+      st = tlr::SaveSlmContext(path, *device->models.slm, part);
+    }
     device->contexts->Give(std::move(c));
     if (!st.ok()) return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_conversation_save: " + st.message());
     return Ok();
@@ -600,6 +635,10 @@ int tlr_conversation_load(tlr_device* device, const char* path) {
       const bool foreign = m.find("another model") != std::string::npos || m.find("another KV") != std::string::npos ||
                            m.find("KV shape") != std::string::npos;
       return Fail(foreign ? TLR_ERR_INCOMPATIBLE : TLR_ERR_LOAD, "tlr_conversation_load: " + m);
+    }
+    if (device->contexts->options().max_slots <= 0) {
+      return Fail(TLR_ERR_INVALID_ARGUMENT, "tlr_conversation_load: the device has no prompt cache to put it in "
+                                            "(tlr_device_params.kv_slots is 0)");
     }
     auto ctx = std::make_unique<tlr::DeviceContext>();
     ctx->slm = std::move(c).value();

@@ -12,6 +12,7 @@ using decoder_internal::Cancelled;
 using decoder_internal::Clock;
 using decoder_internal::Emitter;
 using decoder_internal::PadSlmPass;
+using decoder_internal::PrefillSlm;
 using decoder_internal::ReturnSlmCache;
 using decoder_internal::TakeSlmCache;
 
@@ -160,9 +161,14 @@ Expected<DecodeStats> CollabDecoder::GenerateBlocking(std::span<const int32_t> p
   Sampler sampler(opts.sampling, static_cast<int32_t>(V));
   {
     const auto t = Clock::now();
-    SequenceInput in{&cache, prompt.subspan(static_cast<size_t>(st.prompt_reused)), OutputRows::kLast, logits.data(),
-                     hidden.data()};
-    TLR_RETURN_IF_ERROR(slm_.Forward({&in, 1}, &ctx));
+    TLR_ASSIGN_OR_RETURN(const bool read, PrefillSlm(slm_, &cache, prompt.subspan(static_cast<size_t>(st.prompt_reused)),
+                                                     logits.data(), hidden.data(), &ctx, opts));
+    if (!read) {  // cancelled while reading the prompt: the context keeps what was read
+      st.slm_prefill_s = SecondsSince(t);
+      st.stop = "stopped";
+      ReturnSlmCache(context, std::move(cache), prompt, cache.size());
+      return out.Finish();
+    }
     PadSlmPass(t, opts.sim_slm_s);
     st.slm_prefill_s = SecondsSince(t);
   }

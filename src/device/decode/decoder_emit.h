@@ -101,6 +101,23 @@ inline Expected<int64_t> TakeSlmCache(const Model& slm, SlmContext* context, std
   return 0;
 }
 
+// Reads `feed` into `cache` (the logits and hidden state of its last token into the buffers) in
+// pieces of 512 tokens, the cancel flag checked between them: a prompt of thousands of tokens
+// takes seconds, and a cancel must be seen within one piece (the engine is batch-invariant: the
+// same bits as one pass). False when cancelled part way; the cache then holds the pieces read.
+inline Expected<bool> PrefillSlm(const Model& slm, KvCache* cache, std::span<const int32_t> feed, float* logits,
+                                 float* hidden, ForwardContext* ctx, const DecodeOptions& opts) {
+  constexpr size_t kPiece = 512;
+  while (!feed.empty()) {
+    if (Cancelled(opts)) return false;
+    const size_t n = std::min(feed.size(), kPiece);
+    SequenceInput in{cache, feed.first(n), OutputRows::kLast, logits, hidden};
+    TLR_RETURN_IF_ERROR(slm.Forward({&in, 1}, ctx));
+    feed = feed.subspan(n);
+  }
+  return true;
+}
+
 // Gives a generation's SLM cache back to the context: it holds tokens[0, valid).
 inline void ReturnSlmCache(SlmContext* context, KvCache&& cache, std::span<const int32_t> tokens, int64_t valid) {
   if (!context) return;

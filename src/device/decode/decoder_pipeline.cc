@@ -29,6 +29,7 @@ using decoder_internal::Cancelled;
 using decoder_internal::Clock;
 using decoder_internal::Emitter;
 using decoder_internal::PadSlmPass;
+using decoder_internal::PrefillSlm;
 using decoder_internal::ReturnSlmCache;
 using decoder_internal::TakeSlmCache;
 
@@ -109,9 +110,14 @@ Expected<DecodeStats> CollabDecoder::GeneratePipelined(std::span<const int32_t> 
     TLR_ASSIGN_OR_RETURN(st.prompt_reused, TakeSlmCache(slm_, context, prompt, n_ctx, &cache));
     auto m = new_model(std::move(cache));
     const auto t = Clock::now();
-    SequenceInput in{&m->cache, prompt.subspan(static_cast<size_t>(st.prompt_reused)), OutputRows::kLast,
-                     m->logits.data(), m->hidden.data()};
-    TLR_RETURN_IF_ERROR(slm_.Forward({&in, 1}, &ctx));
+    TLR_ASSIGN_OR_RETURN(const bool read, PrefillSlm(slm_, &m->cache, prompt.subspan(static_cast<size_t>(st.prompt_reused)),
+                                                     m->logits.data(), m->hidden.data(), &ctx, opts));
+    if (!read) {  // cancelled while reading the prompt: the context keeps what was read
+      st.slm_prefill_s = SecondsSince(t);
+      st.stop = "stopped";
+      ReturnSlmCache(context, std::move(m->cache), prompt, m->cache.size());
+      return out.Finish();
+    }
     PadSlmPass(t, opts.sim_slm_s);
     st.slm_prefill_s = m->slm_s = SecondsSince(t);
     state.lines()[0].payload = std::move(m);

@@ -62,6 +62,11 @@ HttpTransport::~HttpTransport() = default;
 
 Status HttpTransport::Validate(const HttpOptions& opts) {
   TLR_ASSIGN_OR_RETURN(const ServerUrl url, ParseServerUrl(opts.url));
+  for (char c : opts.api_key) {  // it goes into a header line: CR/LF would add headers of its own
+    if (static_cast<unsigned char>(c) < ' ' || c == 0x7f) {
+      return Status::Error("the API key contains a control character (a line break?): give the key alone");
+    }
+  }
   if (opts.max_reply_bytes == 0) return Status::Error("the reply size limit must be positive");
   if (opts.timeout_s <= 0 || opts.retries < 0 || opts.sim_rtt_s < 0 || opts.sim_jitter_s < 0 || opts.backoff_s < 0) {
     return Status::Error("timeouts, retries and simulated delays must not be negative");

@@ -62,6 +62,7 @@ void LlmCall::OnCancel(std::function<void()> f) {
 }
 
 bool LlmCall::cancelled() const {
+  if (flag_ && flag_->load()) return true;
   std::lock_guard<std::mutex> l(mu_);
   return cancelled_;
 }
@@ -87,8 +88,16 @@ void LlmCall::Complete(Expected<LlmReply> result) {
 
 bool LlmCall::SleepUnlessCancelled(double seconds) {
   std::unique_lock<std::mutex> l(mu_);
-  cv_.wait_for(l, Seconds(seconds), [&] { return cancelled_; });
-  return !cancelled_;
+  if (!flag_) {
+    cv_.wait_for(l, Seconds(seconds), [&] { return cancelled_; });
+    return !cancelled_;
+  }
+  // A watched flag is polled: every 50 ms.
+  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(Seconds(seconds));
+  while (!cancelled_ && !flag_->load() && Clock::now() < until) {
+    cv_.wait_until(l, std::min(until, Clock::now() + std::chrono::milliseconds(50)));
+  }
+  return !cancelled_ && !flag_->load();
 }
 
 // --- CallNotifier ----------------------------------------------------------------------------

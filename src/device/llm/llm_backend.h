@@ -10,6 +10,7 @@
 // repeated call never changes another call's answer.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -85,6 +86,8 @@ class LlmCall {
   // finishes (its reply is ignored) or stops at its next wait.
   void Cancel();
   bool cancelled() const;
+  // The call counts as cancelled also once *flag is true (polled; set before the call is used).
+  void WatchFlag(const std::atomic<bool>* flag) { flag_ = flag; }
   // For backends that hand the work to another call: `f` runs once when this call is cancelled
   // (at once when it already is), e.g. to cancel that other call.
   void OnCancel(std::function<void()> f);
@@ -100,6 +103,7 @@ class LlmCall {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false, cancelled_ = false;
+  const std::atomic<bool>* flag_ = nullptr;
   Expected<LlmReply> result_ = Status::Error("the call has not completed");
   std::function<void()> on_done_;
   std::function<void()> on_cancel_;

@@ -138,7 +138,10 @@ Status RemoteLlm::NotTheServer(Status why, bool* reachable) {
 
 Status RemoteLlm::GetForCheck(const std::string& path, const std::string& not_200, bool* reachable,
                               std::string* body) {
-  HttpResult h = http_.Request("GET", path, "");
+  LlmCall watch(nullptr);  // cancelled with Connect's flag
+  if (connect_cancel_) watch.WatchFlag(connect_cancel_);
+  HttpResult h = http_.Request("GET", path, "", connect_cancel_ ? &watch : nullptr);
+  if (h.cancelled) return Status::Error("cancelled");
   *reachable = h.sent;
   body->clear();
   if (!h.sent && first_check_error_.empty()) first_check_error_ = h.error;
@@ -196,7 +199,8 @@ RemoteStats RemoteLlm::stats() const {
   return s;
 }
 
-Expected<std::unique_ptr<RemoteLlm>> RemoteLlm::Connect(const RemoteOptions& given, const Tokenizer& vocab) {
+Expected<std::unique_ptr<RemoteLlm>> RemoteLlm::Connect(const RemoteOptions& given, const Tokenizer& vocab,
+                                                       const std::atomic<bool>* cancel) {
   TLR_RETURN_IF_ERROR(HttpTransport::Validate(given.http));
   if (given.max_in_flight < 1 || given.max_in_flight > 64) {
     return Status::Error("calls in flight must be in 1..64");
@@ -222,7 +226,11 @@ Expected<std::unique_ptr<RemoteLlm>> RemoteLlm::Connect(const RemoteOptions& giv
     r.reset(new OpenAiLlm(opts, vocab));
   }
   bool reachable = false;
-  TLR_RETURN_IF_ERROR(r->CheckServer(&reachable));
+  r->connect_cancel_ = cancel;
+  Status checked = r->CheckServer(&reachable);
+  r->connect_cancel_ = nullptr;
+  TLR_RETURN_IF_ERROR(checked);
+  if (cancel && cancel->load()) return Status::Error("cancelled");
   if (!reachable) {
     std::string why = opts.http.stack ? "" : DiagnoseConnection(url, probe_s);
     if (why.empty()) why = r->first_check_error_;

@@ -24,6 +24,7 @@
 // round trip (for evaluations).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -110,7 +111,10 @@ class RemoteLlm : public LlmBackend {
   // openai backend a path ending in /v1, the OpenAI clients' base URL, means the server's root).
   // An unreachable server is an error only with opts.require_reachable (else the device falls
   // back until it appears; see warning()); a wrong URL, scheme, key or vocabulary always is.
-  static Expected<std::unique_ptr<RemoteLlm>> Connect(const RemoteOptions& opts, const Tokenizer& vocab);
+  // `cancel` (may be null): set from another thread, it stops the checks (the error then says
+  // "cancelled"); read during Connect only.
+  static Expected<std::unique_ptr<RemoteLlm>> Connect(const RemoteOptions& opts, const Tokenizer& vocab,
+                                                       const std::atomic<bool>* cancel = nullptr);
   ~RemoteLlm() override;
 
   std::shared_ptr<LlmCall> Submit(LlmRequest request, std::function<void()> on_done) override;
@@ -169,6 +173,7 @@ class RemoteLlm : public LlmBackend {
   // opts.require_reachable; without it the server counts as not reachable now (*reachable false).
   Status NotTheServer(Status why, bool* reachable);
   std::string first_check_error_;  // the first failed check request's error (Connect's message)
+  const std::atomic<bool>* connect_cancel_ = nullptr;  // Connect's `cancel`, during Connect
 
  private:
   Expected<LlmReply> Run(const LlmRequest& req, LlmCall& call);

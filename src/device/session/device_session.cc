@@ -61,6 +61,11 @@ Status ValidateDecodeOptions(const DecodeOptions& d) {
                          std::to_string(kMaxGenerateTokens) + "]");
   }
   if (!(d.sim_slm_s >= 0) || d.sim_slm_s > 60) return Status::Error("the simulated SLM step must be in [0, 60] s");
+  // (The decoder checks these again; here they are the caller's argument errors, before any work.)
+  if (!(d.price_ratio >= 0 && d.price_ratio <= 1e6)) {
+    return Status::Error("the price ratio (an LLM output token in input tokens) must be in 0..1e6");
+  }
+  if (!(d.cost_budget >= 0 && d.cost_budget <= 1e12)) return Status::Error("the cost budget must be 0 (none) or positive");
   TLR_RETURN_IF_ERROR(d.sampling.Validate());
   return d.pipeline.Validate();
 }
@@ -122,8 +127,15 @@ Expected<DeviceRunResult> RunDeviceGeneration(const Model& main, Router* router,
     } else {
       const int64_t n_ctx = context ? std::max(need, context->slm.n_ctx) : need;
       const auto t0 = std::chrono::steady_clock::now();
-      auto s = LlmStack::Create(llm->config, llm->model.get(), n_ctx, main.tokenizer());
-      if (!s.ok()) return s.status();
+      auto s = LlmStack::Create(llm->config, llm->model.get(), n_ctx, main.tokenizer(), opts.cancel);
+      if (!s.ok()) {
+        if (opts.cancel && opts.cancel->load()) {  // cancelled while the server was checked
+          result.stats.prompt_tokens = static_cast<int64_t>(prompt.size());
+          result.stats.stop = "stopped";
+          return result;
+        }
+        return s.status();
+      }
       own = std::move(s).value();
       stack = own.get();
       result.setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

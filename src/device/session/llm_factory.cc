@@ -14,10 +14,14 @@ namespace {
 
 // `tlr serve`'s vocabulary (GET /tlr/v1/vocabulary, a vocabulary-only GGUF), checked against
 // the fingerprint its info reports.
-Expected<std::unique_ptr<Tokenizer>> FetchServerVocabulary(const HttpOptions& http) {
+Expected<std::unique_ptr<Tokenizer>> FetchServerVocabulary(const HttpOptions& http, const std::atomic<bool>* cancel) {
   HttpTransport t(http);
   const std::string where = "the LLM server " + http.url;
-  HttpResult info = t.Request("GET", "/tlr/v1/info", "");
+  LlmCall watch(nullptr);  // cancelled with the caller's flag
+  if (cancel) watch.WatchFlag(cancel);
+  LlmCall* call = cancel ? &watch : nullptr;
+  HttpResult info = t.Request("GET", "/tlr/v1/info", "", call);
+  if (info.cancelled) return Status::Error("cancelled");
   if (!info.sent) return Status::Error(where + " is unreachable: " + info.error);
   if (info.status != 200) return Status::Error(where + ": /tlr/v1/info answered " + std::to_string(info.status));
   auto parsed = remote::ParseInfoReply(info.body);
@@ -25,7 +29,8 @@ Expected<std::unique_ptr<Tokenizer>> FetchServerVocabulary(const HttpOptions& ht
   if (std::find(parsed->features.begin(), parsed->features.end(), "vocabulary") == parsed->features.end()) {
     return Status::Error(where + " does not serve its vocabulary (an older tlr serve?): give --llm-tokenizer FILE");
   }
-  HttpResult v = t.Request("GET", "/tlr/v1/vocabulary", "");
+  HttpResult v = t.Request("GET", "/tlr/v1/vocabulary", "", call);
+  if (v.cancelled) return Status::Error("cancelled");
   if (!v.sent) return Status::Error(where + " is unreachable: " + v.error);
   if (v.status != 200) return Status::Error(where + ": /tlr/v1/vocabulary answered " + std::to_string(v.status));
   auto f = GgufFile::FromBytes({reinterpret_cast<const uint8_t*>(v.body.data()), v.body.size()});
@@ -55,7 +60,7 @@ Expected<std::unique_ptr<Tokenizer>> LoadTokenizerFile(const std::string& path) 
 }
 
 Expected<std::unique_ptr<LlmStack>> LlmStack::Create(const LlmConfig& config, const Model* model, int64_t n_ctx,
-                                                   const Tokenizer& vocab) {
+                                                   const Tokenizer& vocab, const std::atomic<bool>* cancel) {
   if (!(config.sim_rtt_s >= 0) || !(config.sim_jitter_s >= 0)) {
     return Status::Error("simulated network delays must not be negative");
   }
@@ -68,13 +73,13 @@ Expected<std::unique_ptr<LlmStack>> LlmStack::Create(const LlmConfig& config, co
     // The server is checked against the LLM's tokenizer when one is given (the bridge then
     // speaks the SLM's ids to the decoder), else against the SLM's.
     if (config.llm_tokenizer == "server") {
-      TLR_ASSIGN_OR_RETURN(s->llm_vocab_, FetchServerVocabulary(r.http));
+      TLR_ASSIGN_OR_RETURN(s->llm_vocab_, FetchServerVocabulary(r.http, cancel));
     } else if (!config.llm_tokenizer.empty()) {
       TLR_ASSIGN_OR_RETURN(s->llm_vocab_, LoadTokenizerFile(config.llm_tokenizer));
       r.vocab_source = config.llm_tokenizer;
     }
     const Tokenizer& server_vocab = s->llm_vocab_ ? *s->llm_vocab_ : vocab;
-    TLR_ASSIGN_OR_RETURN(s->remote_, RemoteLlm::Connect(r, server_vocab));
+    TLR_ASSIGN_OR_RETURN(s->remote_, RemoteLlm::Connect(r, server_vocab, cancel));
     s->top_ = s->unbridged_ = s->remote_.get();
     if (VocabBridge::Needed(vocab, server_vocab)) {
       s->llm_vocab_used_ = &server_vocab;

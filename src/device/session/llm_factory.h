@@ -3,6 +3,7 @@
 // behind a server (the native `tlr serve` protocol or any OpenAI-compatible engine).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -35,9 +36,10 @@ Expected<std::unique_ptr<Tokenizer>> LoadTokenizerFile(const std::string& path);
 class LlmStack {
  public:
   // `model`, `n_ctx`: the in-process LLM and its KV cache (prompt + generated must fit); unused
-  // behind a server.
+  // behind a server. `cancel` (may be null): stops the server's checks (the error says
+  // "cancelled"); read during Create only.
   static Expected<std::unique_ptr<LlmStack>> Create(const LlmConfig& config, const Model* model, int64_t n_ctx,
-                                                    const Tokenizer& vocab);
+                                                    const Tokenizer& vocab, const std::atomic<bool>* cancel = nullptr);
   LlmBackend* backend() const { return top_; }
   RemoteLlm* remote() const { return remote_.get(); }  // null in process
   BridgedLlm* bridge() const { return bridged_.get(); }  // null when the vocabularies are equal
