@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -323,6 +324,184 @@ class BindingTest(unittest.TestCase):
             server.terminate()
             server.wait(timeout=30)
             log.close()
+
+    def run_script(self, body):
+        """Runs `body` in a fresh interpreter with tlr imported and a device `d` (SLM + router) and
+        an in-process LLM `l` open; a crash there (SIGSEGV) is a failure here, not the end of the
+        test run. Returns its stdout's lines."""
+        script = ("import sys, threading, time; sys.path.insert(0, %r); import tlr\n"
+                  "P = %r\n"
+                  "d = tlr.Device(%r, %r)\n"
+                  "l = tlr.Llm(model=%r)\n") % (os.path.dirname(os.path.abspath(__file__)), PROMPT, demo("slm.gguf"),
+                                                  demo("router.gguf"), demo("llm.gguf")) + body
+        p = subprocess.run([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=120)
+        self.assertEqual(p.returncode, 0, "exit status %d\nstdout:\n%s\nstderr:\n%s" % (p.returncode, p.stdout,
+                                                                                           p.stderr))
+        return p.stdout.split()
+
+    def test_device_closed_while_it_generates(self):
+        # close() (and the end of a with block) while a generate() iterator is open, while another
+        # thread is in run(), from inside on_token, and with an abandoned iterator whose helper
+        # thread waits on a full queue: freed under the running call, this was a SIGSEGV. Now the
+        # generation is cancelled, close() returns once it has, and the device is closed.
+        out = self.run_script(
+            "def closed(f):\n"
+            "    try:\n"
+            "        f()\n"
+            "    except ValueError as e:\n"
+            "        return str(e) == 'the device is closed'\n"
+            "    return False\n"
+            "def check(dev, name):\n"
+            "    calls = [lambda: dev.run(P, mode='small_only'), lambda: dev.generate(P, mode='small_only'),\n"
+            "             lambda: dev.tokenize('x'), lambda: dev.detokenize([1]), lambda: dev.info, dev.cancel,\n"
+            "             lambda: dev.save_conversation([{'role': 'user', 'content': 'x'}], 'x.ctx'),\n"
+            "             lambda: dev.load_conversation('x.ctx')]\n"
+            "    print(name, dev.closed and dev._handle is None and all(closed(f) for f in calls))\n"
+            "    dev.close()  # again: nothing\n"
+            # An open iterator (a slow SLM: 2000 tokens would take 10 s).
+            "it = d.generate(P, mode='small_only', max_tokens=2000, sim_slm_ms=5)\n"
+            "next(it)\n"
+            "t0 = time.time(); d.close(); took = time.time() - t0\n"
+            "rest = list(it)\n"
+            "print('iter', took < 5, len(rest) < 100, d.last_stats.stop)\n"
+            "check(d, 'iter-closed')\n"
+            # Another thread in run().
+            "d = tlr.Device(d_args[0], d_args[1])\n"
+            "first, res = threading.Event(), []\n"
+            "go = lambda: res.append(d.run(P, mode='small_only', max_tokens=2000, sim_slm_ms=5,\n"
+            "                              on_token=lambda t: first.set()))\n"
+            "th = threading.Thread(target=go)\n"
+            "th.start(); first.wait(30); d.close(); th.join()\n"
+            "print('thread', res[0].stop, res[0].generated < 1000)\n"
+            "check(d, 'thread-closed')\n"
+            # A with block left with the iterator open.
+            "with tlr.Device(d_args[0], d_args[1]) as d:\n"
+            "    it = d.generate(P, l, threshold=1.0, max_tokens=2000, sim_slm_ms=5)\n"
+            "    next(it)\n"
+            "print('with', len(list(it)) < 100)\n"
+            "check(d, 'with-closed')\n"
+            # From inside on_token: it cannot wait for the call it is in; the call frees the device.
+            "d = tlr.Device(d_args[0], d_args[1])\n"
+            "st = d.run(P, mode='small_only', max_tokens=2000, sim_slm_ms=5, on_token=lambda t: d.close())\n"
+            "print('callback', st.stop, st.generated < 3)\n"
+            "check(d, 'callback-closed')\n"
+            # An abandoned iterator (never resumed) whose helper thread waits on a full queue.
+            "d = tlr.Device(d_args[0], d_args[1])\n"
+            "it = d.generate(P, mode='small_only', max_tokens=2000)\n"
+            "next(it); time.sleep(0.3)\n"
+            "t0 = time.time(); d.close(); took = time.time() - t0\n"
+            "print('abandoned', took < 5, 0 < len(list(it)) <= 64)\n"
+            "check(d, 'abandoned-closed')\n"
+            # Llm.close() while a device generates with it: the generation goes on to its end and
+            # the LLM is freed after it.
+            "d = tlr.Device(d_args[0], d_args[1])\n"
+            "it = d.generate(P, l, threshold=1.0, max_tokens=40, sim_slm_ms=5)\n"
+            "next(it); l.close()\n"
+            "rest = list(it)\n"
+            "print('llm', d.last_stats.stop, d.last_stats.routed > 10, l.closed, l._handle is None)\n"
+            "try:\n"
+            "    d.run(P, l)\n"
+            "except ValueError as e:\n"
+            "    print('llm-closed', str(e) == 'the LLM is closed')\n"
+            .replace("d_args[0], d_args[1]", "%r, %r" % (demo("slm.gguf"), demo("router.gguf"))))
+        self.assertEqual(out, ["iter", "True", "True", "cancelled", "iter-closed", "True",
+                               "thread", "cancelled", "True", "thread-closed", "True",
+                               "with", "True", "with-closed", "True",
+                               "callback", "cancelled", "True", "callback-closed", "True",
+                               "abandoned", "True", "True", "abandoned-closed", "True",
+                               "llm", "eos", "True", "True", "True", "llm-closed", "True"])
+
+    def test_llm_argument_must_be_an_llm(self):
+        # A Device (or anything else) given as the LLM was read as a tlr_llm handle.
+        for wrong in (self.dev, "http://127.0.0.1:1", 1):
+            with self.assertRaises(TypeError) as e:
+                self.dev.run(PROMPT, wrong, max_tokens=4)
+            self.assertIn("tlr.Llm", str(e.exception))
+            with self.assertRaises(TypeError):  # at the call, not at the first token
+                self.dev.generate(PROMPT, wrong, max_tokens=4)
+        with self.assertRaises(TypeError):
+            self.dev.generate(PROMPT, self.llm, no_such_option=1)
+        with self.assertRaises(TypeError):
+            self.dev.run(PROMPT, self.llm, on_token=5)
+        self.assertEqual(self.dev.run(PROMPT, None, mode="small_only", max_tokens=3).generated, 3)
+
+    def test_text_with_a_nul_character(self):
+        # A C string ends at a NUL: "Hello\0..." was generated after "Hello" alone.
+        for prompt in ("Hello\0" + PROMPT, [{"role": "user", "content": "Hi\0 and the rest"}]):
+            with self.assertRaises(ValueError) as e:
+                self.dev.run(prompt, self.llm, max_tokens=4)
+            self.assertIn("NUL", str(e.exception))
+            with self.assertRaises(ValueError):
+                self.dev.generate(prompt, self.llm, max_tokens=4)
+        with self.assertRaises(ValueError):
+            self.dev.save_conversation([{"role": "user\0", "content": "x"}], os.devnull)
+        with self.assertRaises(ValueError):
+            self.dev.load_conversation("conv\0.ctx")
+        with self.assertRaises(ValueError):
+            tlr.Device(demo("slm.gguf") + "\0ignored", demo("router.gguf"))
+        with self.assertRaises(ValueError):
+            tlr.Llm(server="http://127.0.0.1:1", api_key="key\0rest")
+        # tokenize takes the text's length: it is passed whole.
+        ids = self.dev.tokenize("Hello\0world", add_special=False)
+        self.assertGreater(len(ids), len(self.dev.tokenize("Hello", add_special=False)))
+        self.assertEqual(self.dev.detokenize(ids), "Hello\0world")
+
+    def test_integers_out_of_their_c_range_and_bytes(self):
+        # ctypes wraps integers to the C type: 2**32 + 72 was token 72, max_tokens 2**32 + 3 was 3.
+        with self.assertRaises(OverflowError) as e:
+            self.dev.detokenize([2 ** 32 + 72])
+        self.assertIn("ids[0]", str(e.exception))
+        for option in ("max_tokens", "span", "top_k", "spec_depth", "lookahead", "seed"):
+            with self.assertRaises(OverflowError) as e:
+                self.dev.run(PROMPT, self.llm, **{option: 2 ** 64 + 3})
+            self.assertIn(option, str(e.exception))
+        with self.assertRaises(OverflowError):
+            self.dev.run(PROMPT, self.llm, seed=-1)  # uint64_t
+        with self.assertRaises(OverflowError):
+            self.dev.run([2 ** 32 + 72, 2 ** 32 + 101], self.llm, max_tokens=4)
+        with self.assertRaises(OverflowError):
+            tlr.Device(demo("slm.gguf"), demo("router.gguf"), threads=2 ** 32 + 1)
+        with self.assertRaises(OverflowError):
+            tlr.Llm(model=demo("llm.gguf"), threads=2 ** 32 + 1)
+        with self.assertRaises(TypeError):
+            self.dev.run(PROMPT, self.llm, max_tokens=4.5)
+        # Bytes are neither text nor token ids (they were taken as ids, one per byte).
+        with self.assertRaises(TypeError):
+            self.dev.run(b"Hi there", self.llm, max_tokens=4)
+        with self.assertRaises(TypeError):
+            self.dev.tokenize(b"Hi there")
+        with self.assertRaises(TypeError):
+            self.dev.detokenize(b"Hi there")
+        # What fits goes through as it is: C checks it (and says so) instead of seeing it wrapped.
+        with self.assertRaises(tlr.TlrError) as e:
+            self.dev.run(PROMPT, self.llm, max_tokens=2 ** 31 - 1)
+        self.assertIn("2147483647", str(e.exception))
+        self.assertEqual(self.dev.run(PROMPT, self.llm, max_tokens=3, seed=2 ** 64 - 1).generated, 3)
+
+    def test_http_callable_that_raises_keyboard_interrupt_or_system_exit(self):
+        # As from on_token: the generation stops and the exception is raised from run()/generate()
+        # (it was swallowed into FALLBACK tokens "HTTP stack failed: KeyboardInterrupt").
+        calls = []
+
+        def interrupted(method, url, headers, body, timeout_s):
+            calls.append(url)
+            raise KeyboardInterrupt()
+
+        def exits(method, url, headers, body, timeout_s):
+            calls.append(url)
+            raise SystemExit(3)
+
+        for hook, kind in ((interrupted, KeyboardInterrupt), (exits, SystemExit)):
+            with tlr.Llm(server="http://llm.example:8080", http=hook, timeout_s=2, retries=0) as llm:
+                t0 = time.monotonic()
+                with self.assertRaises(kind):
+                    self.dev.run(PROMPT, llm, max_tokens=200)
+                with self.assertRaises(kind):
+                    list(self.dev.generate(PROMPT, llm=llm, max_tokens=200))
+                self.assertLess(time.monotonic() - t0, 20)
+        self.assertTrue(calls)
+        self.assertEqual(self.dev.run(PROMPT, self.llm, max_tokens=3).generated, 3)  # the device is free again
 
     def test_interpreter_exit_during_generation(self):
         # A generator left suspended at exit, its generation still running on the helper thread

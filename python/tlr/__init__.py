@@ -15,21 +15,31 @@ source tree's build/lib (PYTHONPATH=python after `make`), or by the dynamic load
 
 Thread-safety follows the C API: one generation at a time per Device (a second one raises
 TlrError with code TLR_ERR_BUSY); Device.cancel(), tokenize() and detokenize() may be called
-from any thread; one Llm may serve several devices at once.
+from any thread; one Llm may serve several devices at once. close() may be called at any time,
+from any thread: Device.close() cancels the device's running generation (an open generate()
+iterator included) and frees the device once its calls have returned (from inside a callback it
+returns at once, and the last call frees it); Llm.close() frees the LLM once the generations
+using it have ended. A closed object's methods raise ValueError.
 """
 
 import atexit
+import contextlib
 import ctypes
 import dataclasses
-import os
+import inspect
 import queue
 import threading
+import time
 import weakref
 from typing import Callable, Iterator, List, Optional
 
 __all__ = ["Device", "Llm", "Token", "Stats", "TlrError", "api_version", "version", "pack_model"]
 
-API_VERSION_MAJOR = 1
+from ._native import (API_VERSION_MAJOR, _CALLBACK, _HTTP_CANCEL, _HTTP_SEND, _DeviceInfo,  # noqa: F401
+                      _DeviceParams, _GenerateParams, _HttpHook, _LlmParams, _Stats, _b,
+                      _ids, _int, _load, _messages, _no_nul, _path, _text)
+
+_c = ctypes
 
 # tlr_status
 OK = 0
@@ -55,102 +65,6 @@ class TlrError(Exception):
         super().__init__(message)
         self.code = code
         self.status = status
-
-
-# ---- the C structs (field for field as in tlr.h) ---------------------------------------------
-
-_c = ctypes
-
-
-class _DeviceParams(_c.Structure):
-    _fields_ = [("struct_size", _c.c_size_t), ("slm_path", _c.c_char_p), ("router", _c.c_char_p),
-                ("n_threads", _c.c_int), ("kv_type", _c.c_char_p), ("seed", _c.c_uint64),
-                ("kv_slots", _c.c_int), ("kv_budget_mb", _c.c_int64), ("n_ctx", _c.c_int64),
-                ("weight_cache", _c.c_char_p)]
-
-
-class _DeviceInfo(_c.Structure):
-    _fields_ = [("struct_size", _c.c_size_t), ("n_vocab", _c.c_int32), ("bos", _c.c_int32),
-                ("eos", _c.c_int32), ("n_embd", _c.c_int64), ("router_threshold", _c.c_float),
-                ("router_kind", _c.c_char * 16)]
-
-
-class _HttpRequest(_c.Structure):
-    _fields_ = [("method", _c.c_char_p), ("url", _c.c_char_p), ("headers", _c.POINTER(_c.c_char_p)),
-                ("body", _c.c_void_p), ("body_len", _c.c_size_t), ("timeout_s", _c.c_double)]
-
-
-_HTTP_SEND = _c.CFUNCTYPE(None, _c.c_void_p, _c.c_void_p, _c.POINTER(_HttpRequest))
-_HTTP_CANCEL = _c.CFUNCTYPE(None, _c.c_void_p, _c.c_void_p)
-
-
-class _HttpHook(_c.Structure):
-    _fields_ = [("struct_size", _c.c_size_t), ("send", _HTTP_SEND), ("cancel", _HTTP_CANCEL),
-                ("user_data", _c.c_void_p)]
-
-
-class _LlmParams(_c.Structure):
-    _fields_ = [("struct_size", _c.c_size_t), ("model_path", _c.c_char_p), ("server_url", _c.c_char_p),
-                ("backend", _c.c_char_p), ("api_key", _c.c_char_p), ("server_model", _c.c_char_p),
-                ("ca_file", _c.c_char_p), ("verify_tls", _c.c_int), ("timeout_s", _c.c_double),
-                ("retries", _c.c_int), ("retry_after_s", _c.c_double), ("connections", _c.c_int),
-                ("sim_rtt_ms", _c.c_double), ("sim_jitter_ms", _c.c_double), ("n_threads", _c.c_int),
-                ("kv_type", _c.c_char_p), ("weight_cache", _c.c_char_p), ("llm_tokenizer", _c.c_char_p),
-                ("http_hook", _c.POINTER(_HttpHook))]
-
-
-class _GenerateParams(_c.Structure):
-    _fields_ = [("struct_size", _c.c_size_t), ("mode", _c.c_int), ("threshold", _c.c_float),
-                ("span", _c.c_int), ("max_tokens", _c.c_int), ("chat", _c.c_int),
-                ("temperature", _c.c_float), ("top_k", _c.c_int), ("top_p", _c.c_float),
-                ("min_p", _c.c_float), ("repeat_penalty", _c.c_float), ("repeat_last_n", _c.c_int),
-                ("seed", _c.c_uint64), ("pipeline", _c.c_int), ("spec_depth", _c.c_int),
-                ("spec_branches", _c.c_int), ("lookahead", _c.c_int), ("sim_slm_ms", _c.c_double),
-                ("llm_budget", _c.c_double), ("policy", _c.c_int), ("price_ratio", _c.c_double),
-                ("cost_budget", _c.c_double)]
-
-
-class _Message(_c.Structure):
-    _fields_ = [("role", _c.c_char_p), ("content", _c.c_char_p)]
-
-
-def _messages(items):
-    """A C array of tlr_message from {"role", "content"} dicts, and the bytes it points to."""
-    items = list(items)
-    arr = (_Message * max(1, len(items)))()
-    keep = []
-    for i, m in enumerate(items):
-        role, content = (m.get("role"), m.get("content")) if isinstance(m, dict) else (None, None)
-        if not isinstance(role, str) or not isinstance(content, str):
-            raise ValueError("message %d needs a string 'role' and 'content'" % i)
-        keep += [role.encode(), content.encode()]
-        arr[i].role, arr[i].content = keep[-2], keep[-1]
-    return arr, keep
-
-
-class _Token(_c.Structure):
-    _fields_ = [("struct_size", _c.c_size_t), ("id", _c.c_int32), ("text", _c.c_void_p),
-                ("text_len", _c.c_size_t), ("source", _c.c_int), ("confidence", _c.c_float),
-                ("end", _c.c_int), ("slm_ms", _c.c_double), ("router_ms", _c.c_double),
-                ("llm_ms", _c.c_double), ("stall_ms", _c.c_double), ("at_ms", _c.c_double),
-                ("llm_error", _c.c_char_p)]
-
-
-class _Stats(_c.Structure):
-    _fields_ = [("struct_size", _c.c_size_t), ("prompt_tokens", _c.c_int64), ("generated", _c.c_int64),
-                ("routed", _c.c_int64), ("fallbacks", _c.c_int64), ("llm_calls", _c.c_int64),
-                ("stop", _c.c_int), ("threshold", _c.c_float), ("ttft_ms", _c.c_double),
-                ("tbt_ms", _c.c_double), ("total_ms", _c.c_double), ("slm_ms", _c.c_double),
-                ("router_ms", _c.c_double), ("llm_ms", _c.c_double), ("stall_ms", _c.c_double),
-                ("spec_resolved", _c.c_int64), ("spec_hits", _c.c_int64), ("spec_branch_hits", _c.c_int64),
-                ("lookahead_used", _c.c_int64), ("wasted_slm_steps", _c.c_int64),
-                ("cancelled_calls", _c.c_int64), ("http_requests", _c.c_int64), ("retries", _c.c_int64),
-                ("resyncs", _c.c_int64), ("failed_calls", _c.c_int64), ("llm_failure", _c.c_char * 256),
-                ("llm_prefilled", _c.c_int64), ("llm_generated", _c.c_int64), ("llm_forward_ms", _c.c_double),
-                ("prompt_reused", _c.c_int64)]
-
-
-_CALLBACK = _c.CFUNCTYPE(_c.c_int, _c.POINTER(_Token), _c.c_void_p)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,97 +131,10 @@ class Stats:
         return self.llm_generated / self.routed if self.routed else 0.0
 
 
-# ---- loading the library ----------------------------------------------------------------------
-
-_lib = None
-_lib_lock = threading.Lock()
-
-
-def _candidates() -> List[str]:
-    out = []
-    if os.environ.get("TLR_LIBRARY"):
-        out.append(os.environ["TLR_LIBRARY"])
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        from . import _install  # written by `make install`
-        out.append(os.path.normpath(os.path.join(here, _install.LIBRARY)))
-    except ImportError:
-        pass
-    # The source tree: python/tlr next to the build folder of `make` (build/lib).
-    built = os.path.normpath(os.path.join(here, "..", "..", "build", "lib", "libtlr.so.%d" % API_VERSION_MAJOR))
-    if os.path.exists(built):
-        out.append(built)
-    out.append("libtlr.so.%d" % API_VERSION_MAJOR)
-    return out
-
-
-def _declare(lib) -> None:
-    P = _c.POINTER
-    sig = {
-        "tlr_api_version": (_c.c_int, []),
-        "tlr_version": (_c.c_char_p, []),
-        "tlr_status_name": (_c.c_char_p, [_c.c_int]),
-        "tlr_last_error": (_c.c_char_p, []),
-        "tlr_device_params_init": (None, [P(_DeviceParams)]),
-        "tlr_device_open": (_c.c_int, [P(_DeviceParams), P(_c.c_void_p)]),
-        "tlr_device_free": (None, [_c.c_void_p]),
-        "tlr_device_get_info": (_c.c_int, [_c.c_void_p, P(_DeviceInfo)]),
-        "tlr_tokenize": (_c.c_int, [_c.c_void_p, _c.c_char_p, _c.c_size_t, _c.c_int, _c.c_int,
-                                    P(_c.c_int32), _c.c_size_t, P(_c.c_size_t)]),
-        "tlr_detokenize": (_c.c_int, [_c.c_void_p, P(_c.c_int32), _c.c_size_t, _c.c_int, _c.c_char_p,
-                                      _c.c_size_t, P(_c.c_size_t)]),
-        "tlr_llm_params_init": (None, [P(_LlmParams)]),
-        "tlr_llm_open": (_c.c_int, [P(_LlmParams), P(_c.c_void_p)]),
-        "tlr_llm_free": (None, [_c.c_void_p]),
-        "tlr_generate_params_init": (None, [P(_GenerateParams)]),
-        "tlr_generate": (_c.c_int, [_c.c_void_p, _c.c_void_p, _c.c_char_p, P(_GenerateParams), _CALLBACK,
-                                    _c.c_void_p, P(_Stats)]),
-        "tlr_generate_ids": (_c.c_int, [_c.c_void_p, _c.c_void_p, P(_c.c_int32), _c.c_size_t,
-                                        P(_GenerateParams), _CALLBACK, _c.c_void_p, P(_Stats)]),
-        "tlr_generate_chat": (_c.c_int, [_c.c_void_p, _c.c_void_p, P(_Message), _c.c_size_t,
-                                         P(_GenerateParams), _CALLBACK, _c.c_void_p, P(_Stats)]),
-        "tlr_device_cancel": (_c.c_int, [_c.c_void_p]),
-        "tlr_conversation_save": (_c.c_int, [_c.c_void_p, P(_Message), _c.c_size_t, _c.c_char_p]),
-        "tlr_conversation_load": (_c.c_int, [_c.c_void_p, _c.c_char_p]),
-        "tlr_http_complete": (None, [_c.c_void_p, _c.c_int, P(_c.c_char_p), _c.c_char_p, _c.c_size_t]),
-        "tlr_http_fail": (None, [_c.c_void_p, _c.c_char_p]),
-        "tlr_model_pack": (_c.c_int, [_c.c_char_p, _c.c_char_p]),
-    }
-    for name, (res, args) in sig.items():
-        f = getattr(lib, name)
-        f.restype = res
-        f.argtypes = args
-
-
-def _load():
-    global _lib
-    with _lib_lock:
-        if _lib is not None:
-            return _lib
-        errors = []
-        for path in _candidates():
-            try:
-                lib = _c.CDLL(path)
-            except OSError as e:
-                errors.append("%s: %s" % (path, e))
-                continue
-            _declare(lib)
-            major = lib.tlr_api_version() // 100
-            if major != API_VERSION_MAJOR:
-                raise ImportError("%s has TLR API %d, this binding needs %d.x" % (path, major, API_VERSION_MAJOR))
-            _lib = lib
-            return lib
-        raise ImportError("cannot load libtlr (set TLR_LIBRARY to its path): " + "; ".join(errors))
-
-
 def _check(code: int) -> None:
     if code != OK:
         lib = _load()
         raise TlrError(code, lib.tlr_status_name(code).decode(), lib.tlr_last_error().decode("utf-8", "replace"))
-
-
-def _b(s: Optional[str]) -> Optional[bytes]:
-    return None if s is None else os.fsencode(s) if isinstance(s, os.PathLike) else str(s).encode()
 
 
 def api_version() -> int:
@@ -322,22 +149,89 @@ def version() -> str:
 def pack_model(gguf_path, packed_path) -> None:
     """Writes the model at gguf_path as one packed file (tlr_model_pack): its weights in the
     kernels' layout, opened as any model, as fast as with a weight cache but one copy on disk."""
-    _check(_load().tlr_model_pack(_b(gguf_path), _b(packed_path)))
+    _check(_load().tlr_model_pack(_b("gguf_path", gguf_path, True), _b("packed_path", packed_path, True)))
 
 
 # ---- the objects ----------------------------------------------------------------------------------
 
+_tls = threading.local()  # .depth: TLR calls (callbacks and the http hook included) on this thread
+
+
+@contextlib.contextmanager
+def _inside_tlr():
+    _tls.depth = getattr(_tls, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _tls.depth -= 1
+
+
+def _in_tlr() -> bool:
+    """Whether this thread is inside a TLR call (e.g. in on_token or the http hook): a close() there
+    cannot wait for the running calls to return, since one of them is waiting for it."""
+    return getattr(_tls, "depth", 0) > 0
+
+
 class _Handle:
-    """Owns one C handle; close() (or the end of a with block, or garbage collection) frees it."""
+    """Owns one C handle; close() (or the end of a with block, or garbage collection) frees it, once
+    no call on it is running (the C API: free a handle only when no call on it is running)."""
     _free = ""  # the C function that frees the handle
+    _what = ""  # "device", "LLM": what the closed error names
 
     _handle = None
     _lib = None  # kept by the object: at interpreter exit module globals may already be gone
+    _cv = None  # guards _handle, _closed and _running; notified when a call ends
+    _closed = False
+    _running = 0  # calls using the handle now
+
+    def _adopt(self, lib, handle) -> None:
+        self._cv = threading.Condition()
+        self._lib, self._handle = lib, handle
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or not self._handle
+
+    def _check_open(self) -> None:
+        if self._closed or not self._handle:
+            raise ValueError("the %s is closed" % self._what)
+
+    @contextlib.contextmanager
+    def _use(self):
+        """The C handle, not freed (counted in _running) until the block ends; the last call to end
+        after close() frees it."""
+        cv = self._cv
+        if cv is None:
+            raise ValueError("the %s is closed" % self._what)
+        with cv:
+            self._check_open()
+            self._running += 1
+            handle = self._handle
+        try:
+            with _inside_tlr():
+                yield handle
+        finally:
+            with cv:
+                self._running -= 1
+                if self._closed and self._running == 0:
+                    self._release()
+                cv.notify_all()
+
+    def _release(self) -> None:  # under _cv, no call running
+        handle, self._handle = self._handle, None
+        if handle and self._lib is not None:
+            getattr(self._lib, self._free)(handle)
 
     def close(self) -> None:
-        if self._handle and self._lib is not None:
-            getattr(self._lib, self._free)(self._handle)
-            self._handle = None
+        """Frees the handle now, or, while calls on it are running, when the last one ends; the
+        object's methods raise ValueError from now on. Closing again does nothing."""
+        cv = self._cv
+        if cv is None:
+            return
+        with cv:
+            self._closed = True
+            if self._running == 0:
+                self._release()
 
     def __enter__(self):
         return self
@@ -349,14 +243,34 @@ class _Handle:
         self.close()
 
 
+class _Run:
+    """One generation in progress, as the LLM's http hook sees it: an exception that must not be
+    swallowed (KeyboardInterrupt, SystemExit) is handed to it and the generation cancelled."""
+    __slots__ = ("raised", "_cancel")
+
+    def __init__(self, raised: List[BaseException], cancel: Callable[[], object]):
+        self.raised, self._cancel = raised, cancel
+
+    def interrupt(self, e: BaseException) -> None:
+        self.raised.append(e)
+        self._cancel()
+
+
 class Llm(_Handle):
     """The large model: in this process (`model=` a GGUF path) or behind a server (`server=` URL).
 
     http: the app's own HTTP stack for the server's requests (instead of TLR's built-in client), a
     callable http(method, url, headers, body, timeout_s) -> (status, headers, body) with headers
-    dicts and bodies bytes; it runs on TLR's calling thread, and an exception it raises fails that
-    request (its tokens fall back to the SLM's, llm_error naming the exception)."""
+    dicts and bodies bytes; it runs on the generating thread or one of TLR's LLM call threads, and
+    an Exception it raises fails that request (its tokens fall back to the SLM's, llm_error naming
+    the exception). A BaseException that is not an Exception (KeyboardInterrupt, SystemExit) fails
+    the request too, cancels the generations using this Llm and is raised from their
+    run()/generate(), as from on_token.
+
+    close() while devices are generating with it lets those generations finish: the LLM is freed
+    when the last one ends."""
     _free = "tlr_llm_free"
+    _what = "LLM"
 
     def __init__(self, model: Optional[str] = None, server: Optional[str] = None, *, backend: str = "tlr",
                  api_key: Optional[str] = None, server_model: Optional[str] = None,
@@ -366,49 +280,84 @@ class Llm(_Handle):
                  weight_cache: str = "auto", llm_tokenizer: Optional[str] = None,
                  http: Optional[Callable] = None):
         lib = _load()
-        self._handle = None
+        self._runs: "set[_Run]" = set()  # generations using this LLM now, under _runs_lock
+        self._runs_lock = threading.Lock()
         p = _LlmParams()
         lib.tlr_llm_params_init(_c.byref(p))
-        keep = [_b(model), _b(server), _b(backend), _b(api_key), _b(server_model), _b(ca_file), _b(kv_type),
-                _b(weight_cache), _b(llm_tokenizer)]
+        keep = [_b("model", model, True), _b("server", server), _b("backend", backend), _b("api_key", api_key),
+                _b("server_model", server_model), _b("ca_file", ca_file, True), _b("kv_type", kv_type),
+                _b("weight_cache", weight_cache, True), _b("llm_tokenizer", llm_tokenizer, True)]
         (p.model_path, p.server_url, p.backend, p.api_key, p.server_model, p.ca_file, p.kv_type,
          p.weight_cache, p.llm_tokenizer) = keep
         p.verify_tls = 1 if verify_tls else 0
-        p.timeout_s, p.retries, p.retry_after_s = timeout_s, retries, retry_after_s
-        p.connections, p.sim_rtt_ms, p.sim_jitter_ms, p.n_threads = connections, sim_rtt_ms, sim_jitter_ms, threads
+        p.timeout_s, p.retries, p.retry_after_s = timeout_s, _int("retries", retries), retry_after_s
+        p.connections, p.sim_rtt_ms, p.sim_jitter_ms = _int("connections", connections), sim_rtt_ms, sim_jitter_ms
+        p.n_threads = _int("threads", threads)
         if http is not None:
             if not callable(http):
                 raise TypeError("http must be a callable (method, url, headers, body, timeout_s) -> "
                                 "(status, headers, body)")
-            self._hook = _HttpHook(_c.sizeof(_HttpHook), _HTTP_SEND(_http_sender(lib, http)),
+            self._hook = _HttpHook(_c.sizeof(_HttpHook), _HTTP_SEND(_http_sender(lib, http, self._runs,
+                                                                                  self._runs_lock)),
                                    _HTTP_CANCEL(), None)
             p.http_hook = _c.pointer(self._hook)
         h = _c.c_void_p()
         _check(lib.tlr_llm_open(_c.byref(p), _c.byref(h)))
-        self._lib, self._handle = lib, h
+        self._adopt(lib, h)
+
+    @contextlib.contextmanager
+    def _serving(self, run: _Run):
+        with self._runs_lock:
+            self._runs.add(run)
+        try:
+            yield
+        finally:
+            with self._runs_lock:  # the hook cancels runs under it: none after this returns
+                self._runs.discard(run)
 
 
-def _http_sender(lib, http: Callable):
+def _reason(e: BaseException) -> bytes:
+    try:
+        text = "%s: %s" % (type(e).__name__, e)
+    except Exception:  # noqa: BLE001 - a str() that raises
+        text = type(e).__name__
+    return text.replace("\0", "\\0").encode(errors="replace")
+
+
+def _http_sender(lib, http: Callable, runs: "set[_Run]", runs_lock: threading.Lock):
     """The C hook's send over a Python callable: answers each exchange before returning."""
     def send(_user, exchange, request):
-        r = request.contents
-        try:
-            headers = {}
-            i = 0
-            while r.headers[i] is not None:
-                headers[r.headers[i].decode()] = r.headers[i + 1].decode()
-                i += 2
-            body = _c.string_at(r.body, r.body_len) if r.body_len else b""
-            status, reply_headers, reply_body = http(r.method.decode(), r.url.decode(), headers, body, r.timeout_s)
-            if isinstance(reply_body, str):
-                reply_body = reply_body.encode()
-            flat = []
-            for k, v in (reply_headers or {}).items():
-                flat += [str(k).encode(), str(v).encode()]
-            arr = (_c.c_char_p * (len(flat) + 1))(*flat, None)
-            lib.tlr_http_complete(exchange, int(status), arr, bytes(reply_body), len(reply_body))
-        except BaseException as e:  # noqa: B902 - anything the app's stack raises fails this request
-            lib.tlr_http_fail(exchange, ("%s: %s" % (type(e).__name__, e)).encode(errors="replace"))
+        with _inside_tlr():
+            r = request.contents
+            try:
+                headers = {}
+                i = 0
+                while r.headers[i] is not None:
+                    headers[r.headers[i].decode()] = r.headers[i + 1].decode()
+                    i += 2
+                body = _c.string_at(r.body, r.body_len) if r.body_len else b""
+                status, reply_headers, reply_body = http(r.method.decode(), r.url.decode(), headers, body,
+                                                         r.timeout_s)
+                if isinstance(reply_body, str):
+                    reply_body = reply_body.encode()
+                elif reply_body is None or isinstance(reply_body, int):  # bytes(5) would be 5 NULs
+                    raise TypeError("the reply's body must be bytes or str, not %s" % type(reply_body).__name__)
+                reply_body = bytes(reply_body)
+                flat = []
+                for k, v in (reply_headers or {}).items():
+                    k, v = (x if isinstance(x, bytes) else str(x).encode() for x in (k, v))
+                    flat += [_no_nul("a reply header's name", k), _no_nul("reply header %r" % k, v)]
+                arr = (_c.c_char_p * (len(flat) + 1))(*flat, None)
+                lib.tlr_http_complete(exchange, _int("the reply's status", int(status)), arr, reply_body,
+                                      len(reply_body))
+            except Exception as e:  # noqa: BLE001 - anything the app's stack raises fails this request
+                lib.tlr_http_fail(exchange, _reason(e))
+            except BaseException as e:  # noqa: B902 - KeyboardInterrupt, SystemExit: as on_token, the
+                # generations using this LLM stop and raise it once their C call has returned
+                lib.tlr_http_fail(exchange, _reason(e))  # (an exchange is always answered)
+                with runs_lock:
+                    for run in runs:
+                        run.interrupt(e)
     return send
 
 
@@ -425,95 +374,159 @@ def _stop_generations_at_exit() -> None:
         dev._stop_for_exit()
 
 
+def _generate_params(lib, *, mode, threshold, span, max_tokens, chat, temperature, top_k, top_p, min_p,
+                     repeat_penalty, repeat_last_n, seed, pipeline, spec_depth, spec_branches, lookahead,
+                     sim_slm_ms, llm_budget, policy, price_ratio, cost_budget) -> _GenerateParams:
+    """run()'s keyword arguments as tlr_generate_params, the integers checked against their C types."""
+    if mode not in _MODES:
+        raise ValueError("mode must be one of %s" % ", ".join(_MODES))
+    if policy not in _POLICIES:
+        raise ValueError("policy must be one of %s" % ", ".join(_POLICIES))
+    p = _GenerateParams()
+    lib.tlr_generate_params_init(_c.byref(p))
+    p.mode = _MODES[mode]
+    p.threshold = -1.0 if threshold is None else float(threshold)
+    p.span, p.max_tokens, p.chat = _int("span", span), _int("max_tokens", max_tokens), int(chat)
+    p.temperature, p.top_k, p.top_p, p.min_p = temperature, _int("top_k", top_k), top_p, min_p
+    p.repeat_penalty, p.repeat_last_n = repeat_penalty, _int("repeat_last_n", repeat_last_n)
+    p.seed = _int("seed", seed, "uint64_t")
+    p.pipeline, p.spec_depth = int(pipeline), _int("spec_depth", spec_depth)
+    p.spec_branches, p.lookahead = _int("spec_branches", spec_branches), _int("lookahead", lookahead)
+    p.sim_slm_ms = sim_slm_ms
+    p.llm_budget = 0.0 if llm_budget is None else float(llm_budget)  # None: no limit ("auto")
+    p.policy, p.price_ratio, p.cost_budget = _POLICIES[policy], float(price_ratio), float(cost_budget)
+    return p
+
+
 class Device(_Handle):
     """The device side: an SLM and its router (a router GGUF or "maxprob"/"entropy"/"random").
     The prompt cache keeps up to kv_slots SLM contexts (kv_budget_mb MiB, n_ctx positions each):
     a prompt continuing an earlier one (a conversation) prefills only what is new. weight_cache:
     "auto" (beside the model, else the user's cache directory), a directory, or "off" (the
-    weight cache: docs/guide.md#the-weight-cache)."""
+    weight cache: docs/guide.md#the-weight-cache).
+
+    close() (or the end of a with block) cancels a running generation (also one an open
+    generate() iterator runs) and waits for the device's calls to return before freeing it;
+    called from inside one of them (on_token, an http hook) it returns at once and the last call
+    to end frees the device. Then every method raises ValueError("the device is closed")."""
     _free = "tlr_device_free"
+    _what = "device"
     _exiting = False
 
     def __init__(self, slm: str, router: str, *, threads: int = 1, kv_type: str = "f16", seed: int = 42,
                  kv_slots: int = 4, kv_budget_mb: int = 1024, n_ctx: int = 4096, weight_cache: str = "auto"):
         lib = _load()
-        self._handle = None
         p = _DeviceParams()
         lib.tlr_device_params_init(_c.byref(p))
-        keep = [_b(slm), _b(router), _b(kv_type), _b(weight_cache)]
+        keep = [_b("slm", slm, True), _b("router", router, True), _b("kv_type", kv_type),
+                _b("weight_cache", weight_cache, True)]
         p.slm_path, p.router, p.kv_type, p.weight_cache = keep
-        p.n_threads, p.seed = threads, seed
-        p.kv_slots, p.kv_budget_mb, p.n_ctx = kv_slots, kv_budget_mb, n_ctx
+        p.n_threads, p.seed = _int("threads", threads), _int("seed", seed, "uint64_t")
+        p.kv_slots = _int("kv_slots", kv_slots)
+        p.kv_budget_mb, p.n_ctx = _int("kv_budget_mb", kv_budget_mb, "int64_t"), _int("n_ctx", n_ctx, "int64_t")
         h = _c.c_void_p()
         _check(lib.tlr_device_open(_c.byref(p), _c.byref(h)))
-        self._lib, self._handle = lib, h
+        self._adopt(lib, h)
         self.last_stats: Optional[Stats] = None
-        self._running = 0  # calls into tlr_generate now, under _cv
-        self._cv = threading.Condition()
         _devices.add(self)
 
     def _stop_for_exit(self) -> None:
         self._exiting = True
-        if self._handle:
-            self._lib.tlr_device_cancel(self._handle)
-            with self._cv:
-                self._cv.wait_for(lambda: self._running == 0, timeout=10)
+        cv = self._cv
+        if cv is None:
+            return
+        deadline = time.monotonic() + 10
+        with cv:
+            while self._running and self._handle and time.monotonic() < deadline:
+                self._lib.tlr_device_cancel(self._handle)
+                cv.wait(0.05)
 
-    def _h(self):
-        if not self._handle:
-            raise ValueError("the device is closed")
-        return self._handle
+    def close(self) -> None:
+        """Cancels the running generation, if any, waits for the device's calls to return and
+        frees the device (see the class). Closing again does nothing."""
+        self._close(wait=not _in_tlr() and not self._exiting)
+
+    def _close(self, wait: bool) -> None:
+        cv = self._cv
+        if cv is None:
+            return
+        with cv:
+            self._closed = True
+            # Cancelled again every 50 ms: a generation that had not started in C yet when the
+            # first cancel came (cancel acts only on a running one) is stopped as it starts.
+            while self._running and self._handle:
+                self._lib.tlr_device_cancel(self._handle)
+                if not wait:
+                    break
+                cv.wait(0.05)
+            if self._running == 0:
+                self._release()
+
+    def __del__(self):
+        self._close(wait=False)  # a call running holds the object: none can be, but never hang
 
     @property
     def info(self) -> dict:
         i = _DeviceInfo()
         i.struct_size = _c.sizeof(i)
-        _check(_load().tlr_device_get_info(self._h(), _c.byref(i)))
+        with self._use() as h:
+            _check(self._lib.tlr_device_get_info(h, _c.byref(i)))
         return {"n_vocab": i.n_vocab, "bos": i.bos, "eos": i.eos, "n_embd": i.n_embd,
                 "router_threshold": i.router_threshold, "router_kind": i.router_kind.decode()}
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> List[int]:
+        """The token ids of `text` (a str; passed whole, NUL characters included)."""
+        if not isinstance(text, str):
+            raise TypeError("text must be a str, not %s" % type(text).__name__)
         data = text.encode()
         n = _c.c_size_t()
         cap = len(data) + 8
-        while True:
-            buf = (_c.c_int32 * cap)()
-            code = _load().tlr_tokenize(self._h(), data, len(data), int(add_special), int(parse_special), buf, cap,
-                                        _c.byref(n))
-            if code == ERR_BUFFER_TOO_SMALL:
-                cap = n.value
-                continue
-            _check(code)
-            return list(buf[:n.value])
+        with self._use() as h:
+            while True:
+                buf = (_c.c_int32 * cap)()
+                code = self._lib.tlr_tokenize(h, data, len(data), int(add_special), int(parse_special), buf, cap,
+                                              _c.byref(n))
+                if code == ERR_BUFFER_TOO_SMALL:
+                    cap = n.value
+                    continue
+                _check(code)
+                return list(buf[:n.value])
 
     def detokenize(self, ids: List[int], render_special: bool = False) -> str:
+        ids = _ids("ids", ids)
         arr = (_c.c_int32 * max(1, len(ids)))(*ids)
         n = _c.c_size_t()
         cap = 16 * len(ids) + 1
-        while True:
-            buf = _c.create_string_buffer(cap)
-            code = _load().tlr_detokenize(self._h(), arr, len(ids), int(render_special), buf, cap, _c.byref(n))
-            if code == ERR_BUFFER_TOO_SMALL:
-                cap = n.value + 1
-                continue
-            _check(code)
-            return buf.raw[:n.value].decode("utf-8", "replace")
+        with self._use() as h:
+            while True:
+                buf = _c.create_string_buffer(cap)
+                code = self._lib.tlr_detokenize(h, arr, len(ids), int(render_special), buf, cap, _c.byref(n))
+                if code == ERR_BUFFER_TOO_SMALL:
+                    cap = n.value + 1
+                    continue
+                _check(code)
+                return buf.raw[:n.value].decode("utf-8", "replace")
 
     def save_conversation(self, messages, path: str) -> None:
         """Saves the prompt cache's context of a conversation (a list of {"role", "content"}
         dicts, with the last reply) to `path`: load_conversation in another process resumes it
         without prefilling its history again."""
         msgs, keep = _messages(messages)
-        _check(_load().tlr_conversation_save(self._h(), msgs, len(keep) // 2, os.fsencode(path)))
+        c_path = _path("path", path)
+        with self._use() as h:
+            _check(self._lib.tlr_conversation_save(h, msgs, len(keep) // 2, c_path))
 
     def load_conversation(self, path: str) -> None:
         """Puts a saved conversation context into the prompt cache (another model's file, or a
         corrupt one, raises TlrError)."""
-        _check(_load().tlr_conversation_load(self._h(), os.fsencode(path)))
+        c_path = _path("path", path)
+        with self._use() as h:
+            _check(self._lib.tlr_conversation_load(h, c_path))
 
     def cancel(self) -> None:
         """Stops the generation running on this device (from any thread)."""
-        _check(_load().tlr_device_cancel(self._h()))
+        with self._use() as h:
+            _check(self._lib.tlr_device_cancel(h))
 
     def run(self, prompt, llm: Optional[Llm] = None, *, on_token: Optional[Callable[[Token], object]] = None,
             mode: str = "joint", threshold: Optional[float] = None, span: int = 1, max_tokens: int = 128,
@@ -527,32 +540,56 @@ class Device(_Handle):
         device's prompt cache reusing what earlier turns left), calling
         on_token(Token) for each token as it is confirmed (return True to stop). Blocks; returns
         the statistics. An exception raised by on_token stops the generation and is re-raised.
+        Text goes to C as a NUL-terminated string: a NUL character in it is a ValueError; bytes
+        are refused (TypeError: decode them first); integers must fit their C types (OverflowError).
+        llm: a tlr.Llm (None only for mode="small_only").
         chat: wrap a text prompt as a user message in the SLM's chat template (a conversation is
         always templated; token ids are taken as they are, so chat=True with either is an error).
         llm_budget: LLM tokens the pipeline may cost per routed token (None: no limit).
         policy: "threshold" or "cost" (a call's bar falls as its price rises: a cold first call needs
         far less confidence than a warm one); price_ratio: an LLM output token in input tokens;
-        cost_budget: most the LLM's calls may cost per generation in those units (0: no limit)."""
-        lib = _load()
-        if mode not in _MODES:
-            raise ValueError("mode must be one of %s" % ", ".join(_MODES))
-        if policy not in _POLICIES:
-            raise ValueError("policy must be one of %s" % ", ".join(_POLICIES))
-        p = _GenerateParams()
-        lib.tlr_generate_params_init(_c.byref(p))
-        p.mode = _MODES[mode]
-        p.threshold = -1.0 if threshold is None else float(threshold)
-        p.span, p.max_tokens, p.chat = span, max_tokens, int(chat)
-        p.temperature, p.top_k, p.top_p, p.min_p = temperature, top_k, top_p, min_p
-        p.repeat_penalty, p.repeat_last_n, p.seed = repeat_penalty, repeat_last_n, seed
-        p.pipeline, p.spec_depth, p.spec_branches = int(pipeline), spec_depth, spec_branches
-        p.lookahead, p.sim_slm_ms = lookahead, sim_slm_ms
-        p.llm_budget = 0.0 if llm_budget is None else float(llm_budget)  # None: no limit ("auto")
-        p.policy, p.price_ratio, p.cost_budget = _POLICIES[policy], float(price_ratio), float(cost_budget)
-        raised: List[BaseException] = []
+        cost_budget: most the LLM's calls may cost per generation in those units (0: no limit).
+        A close() of the device from another thread ends the generation (stop "cancelled")."""
+        args = locals()
+        call = self._prepare(prompt, llm, on_token, {k: args[k] for k in _RUN_OPTIONS})
+        return self._execute(call, llm, on_token)
+
+    def _prepare(self, prompt, llm, on_token, options: dict):
+        """Checks a generation's arguments; returns call(lib, device, llm, callback, stats) -> code."""
+        if llm is not None and not isinstance(llm, Llm):
+            raise TypeError("llm must be a tlr.Llm (or None for mode='small_only'), not %s" % type(llm).__name__)
+        if on_token is not None and not callable(on_token):
+            raise TypeError("on_token must be a callable (Token) -> bool, not %s" % type(on_token).__name__)
+        p = _generate_params(self._lib or _load(), **options)
+        if isinstance(prompt, str):
+            data = _text("the prompt", prompt)
+            return lambda lib, h, llm_h, cb, st: lib.tlr_generate(h, llm_h, data, _c.byref(p), cb, None, _c.byref(st))
+        # A list of {"role", "content"} dicts is a conversation (tlr_generate_chat); other
+        # sequences are token ids.
+        if prompt is None or isinstance(prompt, (bytes, bytearray, memoryview, dict)) or \
+                not hasattr(prompt, "__iter__"):
+            raise TypeError("prompt must be a str, a list of token ids or a list of {'role', 'content'} dicts, "
+                            "not %s" % type(prompt).__name__)
+        if options["chat"]:
+            raise ValueError("chat=True wraps a text prompt in the chat template; a conversation is always "
+                             "templated and token ids are taken as they are: leave chat out")
+        items = list(prompt)
+        if items and isinstance(items[0], dict):
+            messages, keep = _messages(items)
+            n = len(items)
+            return lambda lib, h, llm_h, cb, st: lib.tlr_generate_chat(h, llm_h, messages, n, _c.byref(p), cb, None,
+                                                                       _c.byref(st))
+        ids = _ids("prompt", items)
+        arr = (_c.c_int32 * max(1, len(ids)))(*ids)
+        return lambda lib, h, llm_h, cb, st: lib.tlr_generate_ids(h, llm_h, arr, len(ids), _c.byref(p), cb, None,
+                                                                  _c.byref(st))
+
+    def _execute(self, call, llm: Optional[Llm], on_token) -> Stats:
+        lib = self._lib
+        raised: List[BaseException] = []  # from on_token or the http hook; re-raised here
 
         def trampoline(tp, _user):
-            if raised:
+            if raised or self._closed:
                 return 1
             t = tp.contents
             try:
@@ -566,62 +603,57 @@ class Device(_Handle):
                 raised.append(e)
                 return 1
 
-        # A list of {"role", "content"} dicts is a conversation (tlr_generate_chat); other
-        # sequences are token ids.
-        messages, n_messages, ids, keep = None, 0, [], []
-        if chat and not isinstance(prompt, str):
-            raise ValueError("chat=True wraps a text prompt in the chat template; a conversation is always "
-                             "templated and token ids are taken as they are: leave chat out")
-        if not isinstance(prompt, str):
-            items = list(prompt)
-            if items and isinstance(items[0], dict):
-                messages, keep = _messages(items)
-                n_messages = len(items)
-            else:
-                ids = items
         cb = _CALLBACK(trampoline)
         st = _Stats()
         st.struct_size = _c.sizeof(st)
-        llm_h = llm._handle if llm is not None else None
-        if llm is not None and not llm_h:
-            raise ValueError("the LLM is closed")
-        with self._cv:
-            self._running += 1
-        try:
-            if isinstance(prompt, str):
-                code = lib.tlr_generate(self._h(), llm_h, prompt.encode(), _c.byref(p), cb, None, _c.byref(st))
-            elif messages is not None:
-                code = lib.tlr_generate_chat(self._h(), llm_h, messages, n_messages, _c.byref(p), cb, None,
-                                             _c.byref(st))
-            else:
-                arr = (_c.c_int32 * max(1, len(ids)))(*ids)
-                code = lib.tlr_generate_ids(self._h(), llm_h, arr, len(ids), _c.byref(p), cb, None, _c.byref(st))
-        finally:
-            with self._cv:
-                self._running -= 1
-                self._cv.notify_all()
+        error = None
+        with self._use() as h:
+            run = _Run(raised, lambda: lib.tlr_device_cancel(h))
+            with llm._use() if llm is not None else contextlib.nullcontext() as llm_h, \
+                    llm._serving(run) if llm is not None else contextlib.nullcontext():
+                code = call(lib, h, llm_h, cb, st)
+                if code != OK:  # the message is the calling thread's until its next TLR call
+                    error = TlrError(code, lib.tlr_status_name(code).decode(),
+                                     lib.tlr_last_error().decode("utf-8", "replace"))
+            closed = self._closed
         if raised:
             raise raised[0]
-        _check(code)
+        if error is not None:
+            raise error
+        stop = _STOPS[st.stop]
+        if closed and stop in ("callback", "cancelled"):
+            stop = "cancelled"  # by close()
         stats = Stats(**{f.name: getattr(st, f.name) for f in dataclasses.fields(Stats)
                          if f.name not in ("stop", "llm_failure")},
-                      stop=_STOPS[st.stop], llm_failure=st.llm_failure.decode("utf-8", "replace"))
+                      stop=stop, llm_failure=st.llm_failure.decode("utf-8", "replace"))
         self.last_stats = stats
         return stats
 
     def generate(self, prompt, llm: Optional[Llm] = None, **kwargs) -> Iterator[Token]:
         """Yields the tokens as they come (the generation runs on a helper thread). Stopping the
         iteration early (break, close()) cancels the generation. Statistics: self.last_stats.
-        Keyword arguments as for run(), including on_token."""
+        Keyword arguments as for run(), including on_token; they are checked here (a wrong one
+        raises at once, not at the first token). Closing the device ends the iteration after the
+        tokens it had already yielded or queued."""
+        bound = _RUN_SIGNATURE.bind(self, prompt, llm, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        call = self._prepare(prompt, llm, a["on_token"], {k: a[k] for k in _RUN_OPTIONS})
+        self._check_open()
+        return self._tokens(call, llm, a["on_token"])
+
+    def _tokens(self, call, llm: Optional[Llm], user_cb) -> Iterator[Token]:
         events: "queue.Queue" = queue.Queue(maxsize=64)
         done = object()
-        user_cb = kwargs.pop("on_token", None)
         stop = threading.Event()
+
+        def gone() -> bool:  # nobody will take the queue's next token
+            return stop.is_set() or self._exiting or self._closed
 
         def on_token(tok: Token):
             if user_cb is not None and user_cb(tok):
                 return True
-            while not stop.is_set() and not self._exiting:
+            while not gone():
                 try:
                     events.put(tok, timeout=0.05)
                     return False
@@ -633,7 +665,7 @@ class Device(_Handle):
 
         def work():
             try:
-                self.run(prompt, llm, on_token=on_token, **kwargs)
+                self._execute(call, llm, on_token)
             except BaseException as e:
                 result.append(e)
             finally:
@@ -642,14 +674,22 @@ class Device(_Handle):
                         events.put(done, timeout=0.05)
                         break
                     except queue.Full:
-                        if stop.is_set() or self._exiting:
+                        if gone():
                             break
 
         th = threading.Thread(target=work, name="tlr-generate", daemon=True)
         th.start()
         try:
             while True:
-                item = events.get()
+                try:
+                    item = events.get(timeout=0.1)
+                except queue.Empty:
+                    if th.is_alive():
+                        continue
+                    try:  # the helper ended without `done` (the device was closed, the queue full)
+                        item = events.get_nowait()
+                    except queue.Empty:
+                        break
                 if item is done:
                     break
                 yield item
@@ -658,3 +698,9 @@ class Device(_Handle):
             th.join()
         if result:
             raise result[0]
+
+
+_RUN_SIGNATURE = inspect.signature(Device.run)
+# run()'s options that become tlr_generate_params (all its keyword-only parameters but on_token)
+_RUN_OPTIONS = tuple(n for n, p in _RUN_SIGNATURE.parameters.items()
+                     if p.kind is inspect.Parameter.KEYWORD_ONLY and n != "on_token")
