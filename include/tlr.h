@@ -152,7 +152,7 @@ TLR_API int tlr_detokenize(const tlr_device* device, const int32_t* ids, size_t 
  * with exactly one tlr_http_complete or tlr_http_fail on the exchange (or answers inside `send`).
  * Everything the request points to is valid only during `send`: copy what you keep. When TLR
  * stops waiting (the call's deadline passed, the generation was cancelled) it calls `cancel`
- * (optional) on the same exchange; the app should abort the request, and must still answer the
+ * (optional) on the same exchange; the app should abort the request, and may still answer the
  * exchange (the answer is then dropped). `cancel` may come after the app has answered (the two
  * crossed); only the first answer counts, later ones are ignored, so answering from the cancel
  * path is always safe (an exchange is a handle, not memory the app could outlive: answering it
@@ -373,10 +373,11 @@ TLR_API int tlr_conversation_save(tlr_device* device, const tlr_message* message
 /* Puts a saved context into the device's prompt cache, e.g. in a new process: the next
  * tlr_generate_chat of that conversation prefills only its new messages. A file saved with
  * another model or KV type, or a corrupt one, is TLR_ERR_INCOMPATIBLE / TLR_ERR_LOAD with a clear
- * message. */
+ * message; a device without a prompt cache (kv_slots 0) is TLR_ERR_INVALID_ARGUMENT. */
 TLR_API int tlr_conversation_load(tlr_device* device, const char* path);
 /* Stops the generation running on `device` (from any thread): tlr_generate returns within
- * ~50 ms with TLR_STOP_CANCELLED. No effect when the device is not generating. */
+ * ~50 ms with TLR_STOP_CANCELLED (while the prompt is read, after the piece being read: about
+ * 0.1 s, 64 tokens at least). No effect when the device is not generating. */
 TLR_API int tlr_device_cancel(tlr_device* device);
 
 #ifdef __cplusplus

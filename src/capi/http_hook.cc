@@ -1,6 +1,6 @@
 // HookHttpStack and the answers an app gives it (tlr_http_complete, tlr_http_fail). See
-// http_hook.h. The app holds an exchange by a handle: a number no other exchange of this process
-// gets, looked up in a registry. The first of the app's answer and TLR's giving up takes the
+// http_hook.h. The app holds an exchange by a handle: a number looked up in a registry, never
+// one a pending exchange holds (on a 32-bit target the numbers wrap after 2^32 exchanges). The first of the app's answer and TLR's giving up takes the
 // exchange out of the registry, so a later answer (a second one, one crossing `cancel`, one
 // after TLR stopped waiting) finds nothing and is dropped without touching freed memory.
 #include "capi/http_hook.h"
@@ -42,8 +42,8 @@ class Registry {
  public:
   tlr_http_exchange* Add(std::shared_ptr<PendingExchange> ex) {
     std::lock_guard<std::mutex> l(mu_);
+    while (next_ == 0 || live_.count(next_)) ++next_;  // 0 stays NULL; a wrapped counter skips live ones
     const uintptr_t id = next_++;
-    if (next_ == 0) next_ = 1;  // 2^32 exchanges on a 32-bit target: 0 stays NULL
     live_[id] = std::move(ex);
     return reinterpret_cast<tlr_http_exchange*>(id);
   }

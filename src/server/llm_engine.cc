@@ -328,6 +328,9 @@ EngineResult LlmEngine::Score(const std::vector<std::vector<int32_t>>& seqs, int
       if (t < 0 || t >= V) return Fail(EngineCode::kBadRequest, which + ": token id " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(V - 1) + ")");
     }
   }
+  const auto deadline = control.timeout_s > 0
+                            ? Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(control.timeout_s))
+                            : Clock::time_point::max();
   // One temporary cache per sequence, each counted in the KV budget while the call runs.
   std::vector<std::shared_ptr<EngineSession>> temps;
   std::vector<std::unique_lock<std::mutex>> locks(seqs.size());
@@ -345,17 +348,10 @@ EngineResult LlmEngine::Score(const std::vector<std::vector<int32_t>>& seqs, int
     call.n = 0;
     call.prompt_scores = &(*out)[i];
     call.prompt_top = top_logprobs;
-    call.deadline_s = control.timeout_s;
-    call.client_gone = control.client_gone;
-    // A call that will be refused must not evict sessions' caches to make room (as in Run).
-    if (const AdmissionVerdict v = scheduler_->Check(call); !v.admit) {
-      release();
-      EngineResult r = Fail(v.never ? EngineCode::kBadRequest : EngineCode::kBusy,
-                            (v.never ? "the call cannot be answered in its time: " : "the server is overloaded: ") + v.why);
-      r.retry_after_s = v.retry_after_s;
-      if (metrics_) metrics_->Add("tlr_calls_refused_total", 1, {{"class", static_cast<int64_t>(seqs[i].size()) <= AdmissionPolicy{}.warm_tokens ? "warm" : "cold"}});
-      return r;
-    }
+    // No deadline for admission: scoring is batch work for a labelling client, not a device's
+    // conversation (the cold share and the pacer would refuse what its timeout allows, and a
+    // refusal ends a labelling run); its timeout only drops it once passed, as a client gone.
+    call.client_gone = [gone = control.client_gone, deadline] { return (gone && gone()) || Clock::now() >= deadline; };
     std::string why;
     if (!store_->MakeRoom(s, static_cast<int64_t>(seqs[i].size()), &why)) {
       release();
@@ -384,6 +380,10 @@ EngineResult LlmEngine::Score(const std::vector<std::vector<int32_t>>& seqs, int
     r.reply.prefilled += o.reply.prefilled;
     r.reply.queue_s = std::max(r.reply.queue_s, o.reply.queue_s);
     r.reply.compute_s = std::max(r.reply.compute_s, o.reply.compute_s);
+  }
+  if (!r.ok() && Clock::now() >= deadline) {
+    r = Fail(EngineCode::kOverloaded, "scoring ran past its timeout of " + std::to_string(control.timeout_s) +
+                                          " s and was dropped: send fewer or shorter sequences, or give more time");
   }
   locks.clear();
   release();

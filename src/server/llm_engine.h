@@ -188,8 +188,8 @@ class LlmEngine {
 
   // Teacher-forced scoring of several sequences (router labels): each in a cache of its own,
   // sharing forward passes; out[i] has one PromptPosition per token of seqs[i].
-  // `control`: its timeout and client_gone bound every sequence (owner, first_token_only and
-  // on_decided are not used).
+  // `control`: its client_gone, and its timeout once passed (0: none), drop the sequences between
+  // passes; admission does not see the timeout (owner, first_token_only, on_decided unused).
   EngineResult Score(const std::vector<std::vector<int32_t>>& seqs, int top_logprobs,
                      std::vector<std::vector<PromptPosition>>* out, const CallControl& control = {});
 

@@ -595,6 +595,16 @@ TEST_F(EngineTest, ScoringStopsWhenItsClientHasGone) {
   EXPECT_FALSE(r.ok());
   EXPECT_LT(engine.prefill_tokens(), 4 * 256) << "every sequence was scored for a client that had gone";
   EXPECT_EQ(engine.session_count(), 0);
+  // So does one whose timeout (the client's X-TLR-Timeout-Ms) has passed: not refused up front
+  // as a conversation would be, dropped once the time is over.
+  const int64_t before = engine.prefill_tokens();
+  CallControl timed;
+  timed.timeout_s = 0.1;
+  r = engine.Score(seqs, 0, &got, timed);
+  EXPECT_EQ(r.code, EngineCode::kOverloaded) << r.message;
+  EXPECT_NE(r.message.find("ran past its timeout"), std::string::npos) << r.message;
+  EXPECT_GT(engine.prefill_tokens(), before) << "refused before it ran";
+  EXPECT_LT(engine.prefill_tokens() - before, 4 * 256);
   // The engine serves the next call as before.
   std::vector<std::vector<PromptPosition>> one;
   ASSERT_TRUE(engine.Score({Prompt("The")}, 0, &one).ok());

@@ -314,13 +314,13 @@ void LlmServer::Routes() {
                 if (!body) return;
                 auto parsed = server::ParseScoreRequest(*body, engine_->limits(), model.config().n_vocab);
                 if (!parsed.ok()) return SendError(res, 400, "invalid_request", parsed.status().message());
-                // Bounded like any call: by the client's timeout (router train's X-TLR-Timeout-Ms,
-                // from --llm-timeout) and dropped when the client leaves (it could hold 64 x --ctx
-                // tokens of work the server would do for nobody).
-                auto timeout = RequestTimeout(req, opts_.default_timeout_s);
+                // Dropped when the client leaves or the time it said it waits has passed (router
+                // train's X-TLR-Timeout-Ms, from --llm-timeout): it could hold 64 x --ctx tokens of
+                // work the server would do for nobody. Without such a header, no deadline.
+                auto timeout = RequestTimeout(req, 0);
                 if (!timeout.ok()) return SendError(res, 400, "invalid_request", timeout.status().message());
                 CallControl control;
-                control.timeout_s = std::max(1e-3, *timeout - (front_ ? HttpFront::CurrentRequestAge() : 0.0));
+                if (*timeout > 0) control.timeout_s = std::max(1e-3, *timeout - (front_ ? HttpFront::CurrentRequestAge() : 0.0));
                 if (front_) control.client_gone = [] { return HttpFront::CurrentClientGone(); };
                 std::vector<std::vector<PromptPosition>> scores;
                 EngineResult r = engine_->Score(parsed->sequences, parsed->top_logprobs, &scores, control);

@@ -102,18 +102,24 @@ inline Expected<int64_t> TakeSlmCache(const Model& slm, SlmContext* context, std
 }
 
 // Reads `feed` into `cache` (the logits and hidden state of its last token into the buffers) in
-// pieces of 512 tokens, the cancel flag checked between them: a prompt of thousands of tokens
-// takes seconds, and a cancel must be seen within one piece (the engine is batch-invariant: the
-// same bits as one pass). False when cancelled part way; the cache then holds the pieces read.
+// pieces, the cancel flag checked between them: a prompt of thousands of tokens takes seconds, and
+// a cancel must be seen within a piece. Pieces are sized to take about 0.1 s at the pace of the
+// last one, 64..512 tokens (the engine is batch-invariant: the same bits as one pass). False
+// when cancelled part way; the cache then holds the pieces read.
 inline Expected<bool> PrefillSlm(const Model& slm, KvCache* cache, std::span<const int32_t> feed, float* logits,
                                  float* hidden, ForwardContext* ctx, const DecodeOptions& opts) {
-  constexpr size_t kPiece = 512;
+  constexpr size_t kMin = 64, kMax = 512;
+  constexpr double kPieceS = 0.1;
+  size_t piece = kMin;
   while (!feed.empty()) {
     if (Cancelled(opts)) return false;
-    const size_t n = std::min(feed.size(), kPiece);
+    const size_t n = std::min(feed.size(), piece);
+    const auto t = Clock::now();
     SequenceInput in{cache, feed.first(n), OutputRows::kLast, logits, hidden};
     TLR_RETURN_IF_ERROR(slm.Forward({&in, 1}, ctx));
     feed = feed.subspan(n);
+    const double rate = static_cast<double>(n) / std::max(1e-6, SecondsSince(t));
+    piece = static_cast<size_t>(std::clamp(rate * kPieceS, static_cast<double>(kMin), static_cast<double>(kMax)));
   }
   return true;
 }

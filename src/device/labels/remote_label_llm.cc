@@ -2,6 +2,7 @@
 #include "device/labels/remote_label_llm.h"
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -18,6 +19,7 @@ namespace {
 
 constexpr size_t kScoreSequencesPerRequest = 16;  // tlr serve takes up to 64
 constexpr size_t kScoreTokensPerRequest = 4096;
+constexpr int kRefusalRetries = 8;  // refusals with a Retry-After waited out per request
 
 }  // namespace
 
@@ -84,6 +86,14 @@ std::string RemoteLabelLlm::name() const {
 
 Expected<std::string> RemoteLabelLlm::Post(const std::string& path, const std::string& body) {
   HttpResult h = http_.PostWithRetries(path, body);
+  // A server that says when to come back (429, 503 with Retry-After: busy, its KV budget full
+  // with other clients' work) is waited out a few times: one refusal must not end a labelling
+  // run of hours.
+  for (int waited = 0; waited < kRefusalRetries && h.sent && (h.status == 429 || h.status == 503) && h.retry_after_s >= 0;
+       ++waited) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::clamp(h.retry_after_s, 0.05, 30.0)));
+    h = http_.PostWithRetries(path, body);
+  }
   if (!h.sent) {
     return Status::Error("the LLM server at " + opts_.http.url + " did not answer " + path + " (" + h.error +
                          (h.timed_out ? "; raise --llm-timeout for long sequences" : "") + ")");

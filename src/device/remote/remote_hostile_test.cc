@@ -380,6 +380,21 @@ TEST_F(RemoteHostileTest, LabelRepliesOfEveryBadShapeAreErrors) {
     EXPECT_NE(r.status().message().find(want), std::string::npos) << body << " -> " << r.status().message();
     EXPECT_NE(r.status().message().find(server_.url()), std::string::npos) << r.status().message();
   }
+  // A refusal that says when to come back is waited out (one would end a labelling run of hours).
+  std::atomic<int> refusals{0};
+  server_.SetSpecial("/tlr/v1/score", [&](httplib::Response& res) {
+    if (refusals++ < 2) {
+      res.status = 503;
+      res.set_header("Retry-After", "1");
+      res.set_header("retry-after-ms", "50");
+      res.set_content(R"({"error":{"code":"overloaded","message":"the KV budget is full"}})", "application/json");
+      return;
+    }
+    res.set_content(R"({"results":[{"argmax":[1,2,3]}]})", "application/json");
+  });
+  auto waited = (*native)->Predict(seqs);
+  ASSERT_TRUE(waited.ok()) << waited.status().message();
+  EXPECT_EQ(refusals.load(), 3);
   server_.Set("/tlr/v1/score", {500, R"({"error":{"message":"boom"}})"});
   auto failed = (*native)->Predict(seqs);
   ASSERT_FALSE(failed.ok());

@@ -238,7 +238,10 @@ Expected<std::unique_ptr<RemoteLlm>> RemoteLlm::Connect(const RemoteOptions& giv
     r->warning_ = "the LLM server at " + opts.http.url + " is not reachable now (" + why +
                   "); answering with the SLM (FALLBACK) until it is";
   } else {
-    r->Prepare();
+    LlmCall watch(nullptr);  // cancelled with Connect's flag
+    if (cancel) watch.WatchFlag(cancel);
+    r->Prepare(cancel ? &watch : nullptr);
+    if (cancel && cancel->load()) return Status::Error("cancelled");
   }
   r->StartWorkers();
   return r;

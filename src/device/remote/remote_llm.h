@@ -144,8 +144,9 @@ class RemoteLlm : public LlmBackend {
   // Checks the server at connect time; sets *reachable.
   virtual Status CheckServer(bool* reachable) = 0;
   // Once the server answered at connect time: work that saves the first call a round trip
-  // (the native protocol opens its session). Failures are left for the first call.
-  virtual void Prepare() {}
+  // (the native protocol opens its session). Failures are left for the first call. `call`
+  // (may be null) cancels it.
+  virtual void Prepare(LlmCall* /*call*/) {}
   // One call, blocking, on a worker thread. On failure sets *err: its kind, and whether it is
   // an outage (the server unreachable or failing: later calls then fail fast for a while).
   virtual Expected<LlmReply> Execute(const LlmRequest& req, LlmCall& call, CallError* err) = 0;

@@ -21,7 +21,7 @@ class TlrServerLlm : public RemoteLlm {
 
  protected:
   Status CheckServer(bool* reachable) override;
-  void Prepare() override;
+  void Prepare(LlmCall* call) override;
   Expected<LlmReply> Execute(const LlmRequest& req, LlmCall& call, CallError* err) override;
 
  public:
@@ -33,7 +33,8 @@ class TlrServerLlm : public RemoteLlm {
   std::atomic<bool> spells_prefix_{false};
   // Creates a session unless one exists with a generation other than `stale` (the one a 404
   // came from); returns the session id and its generation.
-  Status EnsureSession(uint64_t stale, std::string* id, uint64_t* generation, CallError* err);
+  // `call` (may be null): its cancellation stops the session's creation.
+  Status EnsureSession(uint64_t stale, std::string* id, uint64_t* generation, CallError* err, LlmCall* call = nullptr);
 
   std::mutex session_mu_;     // held while a session is created
   mutable std::mutex mu_;     // everything below

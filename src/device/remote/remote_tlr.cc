@@ -64,14 +64,15 @@ Status TlrServerLlm::CheckServer(bool* reachable) {
   return Status::Ok();
 }
 
-void TlrServerLlm::Prepare() {
+void TlrServerLlm::Prepare(LlmCall* call) {
   std::string id;
   uint64_t generation = 0;
   CallError err;
-  (void)EnsureSession(0, &id, &generation, &err);  // a failure is retried by the first call
+  (void)EnsureSession(0, &id, &generation, &err, call);  // a failure is retried by the first call
 }
 
-Status TlrServerLlm::EnsureSession(uint64_t stale, std::string* id, uint64_t* generation, CallError* err) {
+Status TlrServerLlm::EnsureSession(uint64_t stale, std::string* id, uint64_t* generation, CallError* err,
+                                   LlmCall* call) {
   std::lock_guard<std::mutex> create(session_mu_);
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -81,7 +82,7 @@ Status TlrServerLlm::EnsureSession(uint64_t stale, std::string* id, uint64_t* ge
       return Status::Ok();
     }
   }
-  HttpResult h = http_.PostWithRetries("/tlr/v1/sessions", "{}");
+  HttpResult h = http_.PostWithRetries("/tlr/v1/sessions", "{}", call);
   if (!h.sent) return NoReply(h, err);
   if (h.status != 201) return ErrorStatus(h, "creating a session failed", err);
   auto reply = remote::ParseSessionReply(h.body);
@@ -108,7 +109,7 @@ Expected<LlmReply> TlrServerLlm::Execute(const LlmRequest& req, LlmCall& call, C
   const std::vector<int32_t>& context = req.context;
   std::string session;
   uint64_t generation = 0;
-  TLR_RETURN_IF_ERROR(EnsureSession(0, &session, &generation, err));
+  TLR_RETURN_IF_ERROR(EnsureSession(0, &session, &generation, err, &call));
   HttpTransport::Clock::time_point deadline = http_.Deadline();  // of the call, all rounds included
   const std::string request_base = [&] {
     std::lock_guard<std::mutex> l(mu_);
@@ -184,7 +185,7 @@ Expected<LlmReply> TlrServerLlm::Execute(const LlmRequest& req, LlmCall& call, C
     if (h.status == 404) {  // the session is gone (expired, server restarted)
       CountStat(&RemoteStats::resyncs);
       l.unlock();
-      TLR_RETURN_IF_ERROR(EnsureSession(generation, &session, &generation, err));
+      TLR_RETURN_IF_ERROR(EnsureSession(generation, &session, &generation, err, &call));
       continue;
     }
     if (h.status != 200) return ErrorStatus(h, "LLM server error", err);
