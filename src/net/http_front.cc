@@ -37,6 +37,10 @@ constexpr size_t kMaxChunkLine = 1024;
 constexpr double kDrainSeconds = 1.0;          // a refused connection's input is discarded this long
 constexpr uint64_t kDrainBytes = 64ull << 20;  // or up to this much, then it is closed
 constexpr size_t kReadChunk = 64 << 10;
+// A reply's bytes the client has not taken yet wait in memory up to this much; the worker then
+// returns to the pool and the poller sends the rest. Past it (a stream or a large file to a client
+// that does not read) the worker waits for the client, up to the write timeout.
+constexpr size_t kMaxPendingReply = 1 << 20;
 constexpr int kReadsPerEvent = 4;
 
 Clock::time_point After(double s) {
@@ -104,7 +108,8 @@ RequestScan ScanRequest(std::string_view buf, const FrontLimits& lim, ScanState*
     out.length = length;
     return out;
   };
-  const std::string too_large = "the request body exceeds the server's limit of " + KiB(lim.max_body_bytes) + " (--max-body)";
+  const std::string too_large = "the request body exceeds the server's limit of " + KiB(lim.max_body_bytes) +
+                                (lim.max_body_flag.empty() ? "" : " (" + lim.max_body_flag + ")");
   // 1. The header, line by line.
   while (st->header_len == 0) {
     const size_t nl = buf.find('\n', st->line_start);
@@ -245,20 +250,27 @@ struct HttpFront::Conn {
   uint64_t drained = 0;
   Clock::time_point deadline;
   Clock::time_point complete_at;  // when the request at buf's front was complete (queued for a worker)
+  std::string out;               // reply bytes not sent yet (from out_pos)
+  size_t out_pos = 0;
+  bool flushing = false;         // with the poller to send `out`; no request is read meanwhile
+  bool close_after_flush = false;
+  size_t pending() const { return out.size() - out_pos; }
   std::string remote_ip, local_ip;
   int remote_port = 0, local_port = 0;
 };
 
-// The bytes of one request for httplib to parse; replies go straight to the socket.
+// The bytes of one request for httplib to parse; replies go to the socket as far as it takes them
+// without waiting, the rest to c->out (sent by the poller once the handler is done).
 class HttpFront::ConnStream : public httplib::Stream {
  public:
   ConnStream(Conn* c, double write_timeout_s) : c_(c), write_timeout_s_(write_timeout_s) {}
   bool is_readable() const override { return pos_ < c_->request_len; }
   bool is_writable() const override {
-    pollfd p{c_->fd, POLLOUT, 0};
-    if (::poll(&p, 1, static_cast<int>(write_timeout_s_ * 1e3)) <= 0 || (p.revents & (POLLERR | POLLHUP))) return false;
     char b;  // the peer closing shows as end of file
-    return ::recv(c_->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) != 0;
+    if (::recv(c_->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0) return false;
+    if (c_->pending() < kMaxPendingReply) return true;
+    pollfd p{c_->fd, POLLOUT, 0};
+    return ::poll(&p, 1, static_cast<int>(write_timeout_s_ * 1e3)) > 0 && !(p.revents & (POLLERR | POLLHUP));
   }
   ssize_t read(char* ptr, size_t size) override {
     const size_t n = std::min(size, c_->request_len - pos_);
@@ -267,21 +279,17 @@ class HttpFront::ConnStream : public httplib::Stream {
     return static_cast<ssize_t>(n);
   }
   ssize_t write(const char* ptr, size_t size) override {
+    if (failed_) return -1;
+    c_->out.append(ptr, size);
+    if (!SendPending(c_)) failed_ = true;
+    // Past the limit the client must read some before more is taken.
     const Clock::time_point deadline = After(write_timeout_s_);
-    size_t sent = 0;
-    while (sent < size && !failed_) {
-      const ssize_t n = ::send(c_->fd, ptr + sent, size - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n > 0) {
-        sent += static_cast<size_t>(n);
-        continue;
+    while (!failed_ && c_->pending() > kMaxPendingReply) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      pollfd p{c_->fd, POLLOUT, 0};
+      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0 || (p.revents & (POLLERR | POLLHUP)) || !SendPending(c_)) {
+        failed_ = true;
       }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-        pollfd p{c_->fd, POLLOUT, 0};
-        if (left > 0 && ::poll(&p, 1, static_cast<int>(left)) > 0 && !(p.revents & (POLLERR | POLLHUP))) continue;
-      }
-      failed_ = true;
     }
     return failed_ ? -1 : static_cast<ssize_t>(size);
   }
@@ -303,6 +311,27 @@ class HttpFront::ConnStream : public httplib::Stream {
   size_t pos_ = 0;
   bool failed_ = false;
 };
+
+bool HttpFront::SendPending(Conn* c) {
+  while (c->pending() > 0) {
+    const ssize_t n = ::send(c->fd, c->out.data() + c->out_pos, c->pending(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      c->out_pos += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    return false;
+  }
+  if (c->pending() == 0) {
+    c->out.clear();
+    c->out_pos = 0;
+  } else if (c->out_pos > (64u << 10) && c->out_pos > c->out.size() / 2) {
+    c->out.erase(0, c->out_pos);
+    c->out_pos = 0;
+  }
+  return true;
+}
 
 namespace {
 
@@ -497,12 +526,12 @@ void HttpFront::PollerLoop() {
       in.swap(incoming_);
     }
     for (ConnPtr& c : in) {
-      if (!c->draining && !c->buf.empty() && CheckRequest(c.get())) {
+      if (!c->flushing && !c->draining && !c->buf.empty() && CheckRequest(c.get())) {
         Dispatch(std::move(c));
         continue;
       }
       epoll_event ev{};
-      ev.events = EPOLLIN | EPOLLRDHUP;
+      ev.events = c->flushing ? EPOLLOUT : EPOLLIN | EPOLLRDHUP;
       ev.data.fd = c->fd;
       if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
         Destroy(std::move(c));
@@ -521,6 +550,26 @@ void HttpFront::PollerLoop() {
       auto it = parked.find(fd);
       if (it == parked.end()) continue;
       Conn* c = it->second.get();
+      if (c->flushing) {
+        if ((events[i].events & (EPOLLERR | EPOLLHUP)) || !SendPending(c)) {
+          Destroy(unpark(fd));
+        } else if (c->pending() == 0) {  // all sent: on to the next request, as a worker would
+          ConnPtr done = unpark(fd);
+          done->flushing = false;
+          if (done->close_after_flush) {
+            Destroy(std::move(done));
+            continue;
+          }
+          done->deadline = After(done->in_request ? limits_.request_timeout_s : limits_.idle_timeout_s);
+          {
+            std::lock_guard<std::mutex> l(mu_);
+            incoming_.push_back(std::move(done));  // registered for reading (or dispatched) next round
+          }
+          const uint64_t one = 1;
+          (void)!::write(wake_fd_, &one, sizeof one);
+        }
+        continue;
+      }
       if (!ReadAvailable(c)) {
         Destroy(unpark(fd));
       } else if (!c->draining && CheckRequest(c)) {
@@ -536,7 +585,7 @@ void HttpFront::PollerLoop() {
     }
     for (int fd : expired) {
       Conn* c = parked[fd].get();
-      if (c->in_request && !c->draining) {
+      if (c->in_request && !c->draining && !c->flushing) {
         Refuse(c, 408, "request_timeout",
                "the request did not arrive within " + std::to_string(static_cast<int>(limits_.request_timeout_s)) +
                    " s (--request-timeout)");
@@ -594,7 +643,14 @@ void HttpFront::Serve(ConnPtr c) {
     c->scan = {};
     c->in_request = !c->buf.empty();
     c->continue_sent = false;
-    if (!ok || connection_closed || strm.failed() || closing_) return Destroy(std::move(c));
+    if (!ok || strm.failed() || closing_) return Destroy(std::move(c));
+    if (c->pending() > 0) {  // the client has not taken the whole reply yet: the poller sends the rest
+      c->flushing = true;
+      c->close_after_flush = connection_closed;
+      c->deadline = After(limits_.write_timeout_s);
+      return ToPoller(std::move(c));
+    }
+    if (connection_closed) return Destroy(std::move(c));
     c->deadline = After(c->in_request ? limits_.request_timeout_s : limits_.idle_timeout_s);
     // A pipelined request that is already complete is served right away.
     if (!c->in_request || !CheckRequest(c.get())) return ToPoller(std::move(c));

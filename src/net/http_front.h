@@ -8,7 +8,10 @@
 //     reading what arrives without blocking; a connection costs a socket and its buffered bytes,
 //     never a thread;
 //   - a request goes to a fixed pool of worker threads only once its header and whole body are in
-//     memory, so a worker is busy only while a handler runs (or streams its reply);
+//     memory, so a worker is busy only while a handler runs (or streams its reply); a reply the
+//     client does not read yet waits in memory (up to 1 MiB; past it the worker waits for the
+//     client, up to write_timeout_s) and the poller sends it, reading that connection's next
+//     request only once it is sent: clients that do not read hold no worker;
 //   - every request must arrive within request_timeout_s of its first byte (408 otherwise), an idle
 //     keep-alive connection is closed after idle_timeout_s, headers are capped (431) and so is the
 //     body, chunked or not (413, decided while reading: nothing past the limit is kept);
@@ -58,6 +61,7 @@ struct FrontLimits {
   double write_timeout_s = 30;      // a reply that cannot be sent for this long ends the connection
   uint64_t max_header_bytes = 64 << 10;  // request line + headers (431)
   uint64_t max_body_bytes = 4 << 20;     // decoded body, Content-Length or chunked (413)
+  std::string max_body_flag = "--max-body";  // the option setting it, named in the 413 ("": none)
 };
 
 // Where a request stands in a connection's buffer (ScanRequest). A complete request is handed to
@@ -139,6 +143,8 @@ class HttpFront : public httplib::Server {
   void Refuse(Conn* c, int status, const std::string& code, const std::string& message);
   void Destroy(ConnPtr c);
   void CountRefusal(const char* reason);
+  // Sends what the socket takes now of c->out without waiting; false on an error (reset, closed).
+  static bool SendPending(Conn* c);
 
   FrontLimits limits_;
   Metrics* metrics_;

@@ -219,6 +219,52 @@ TEST_F(ConnTest, SlowlorisSocketsDoNotStarveHealthOrDevices) {
   ExpectDeviceWorks();
 }
 
+// Clients that pipeline requests and never read the replies: each reply waits in memory (or the
+// worker for the client, past 1 MiB) and the connection's next request is read only once it is
+// sent, so they hold no worker (a worker blocked writing for the 30 s write timeout, and as many
+// such clients as workers stopped everyone else).
+TEST_F(ConnTest, ClientsThatDoNotReadTheirRepliesDoNotStarveOthers) {
+  ServerOptions so;
+  so.http_threads = 4;
+  Start(so);
+  const std::string many = [] {
+    std::string r;
+    for (int i = 0; i < 1000; ++i) r += "GET /tlr/v1/vocabulary HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    return r;
+  }();
+  Fds deaf;
+  for (int i = 0; i < 8; ++i) {  // twice the workers
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    const int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port_));
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    deaf.fds.push_back(fd);
+    ASSERT_EQ(::send(fd, many.data(), many.size(), MSG_NOSIGNAL), static_cast<ssize_t>(many.size()));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the replies fill the sockets
+  ExpectHealthy();
+  ExpectDeviceWorks();
+  // A deaf client that starts reading gets every reply, in order.
+  const int fd = deaf.fds[0];
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string got;
+  char buf[65536];
+  int replies = 0;
+  for (ssize_t n; replies < 1000 && (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) {
+    got.append(buf, static_cast<size_t>(n));
+    for (size_t at; (at = got.find("HTTP/1.1 200")) != std::string::npos;) {
+      ++replies;
+      got.erase(0, at + 12);
+    }
+  }
+  EXPECT_EQ(replies, 1000);
+}
+
 TEST_F(ConnTest, IdleKeepAliveConnectionsDoNotStarveANewClient) {
   Start();
   Fds idle;

@@ -91,6 +91,7 @@ Status DeviceServer::Start() {
   lim.max_connections = 256;
   lim.workers = 16;
   lim.max_body_bytes = 1 << 20;
+  lim.max_body_flag = "";  // fixed here: tlr ui has no --max-body
   auto front = std::make_unique<HttpFront>(lim);
   front_ = front.get();
   http_ = std::move(front);

@@ -179,6 +179,11 @@ void DeviceServer::RoutesOpenAi() {
       auto result = run([] { return HttpFront::CurrentClientGone(); },
                         [&](const TokenEvent& ev, const std::string&) { tokens.push_back(TokenEventJson(ev, false)); }, &text);
       leave();
+      if (!result.ok() && HttpFront::CurrentClientGone()) {
+        // Not the server's failure: the client closed its connection, or shut its sending side
+        // (which reads the same), while the request waited.
+        return SendError(res, 503, "client_gone", result.status().message() + " (its connection was closed)");
+      }
       if (!result.ok()) return SendError(res, 500, "server_error", result.status().message());
       text.Finish();
       const DecodeStats& st = result->stats;
@@ -208,6 +213,7 @@ void DeviceServer::RoutesOpenAi() {
         pending = json::array();
       }, &text);
       if (result.ok()) {
+        if (chat && !started) job->Push(SseData(out.RoleChunk()));  // max_tokens 0: no token came
         text.Finish();
         job->Push(SseData(chunk(text.TakeReady(true), pending, finish_reason(result->stats, text))));
         if (include_usage) {

@@ -271,6 +271,12 @@ TEST_F(UiOpenAiTest, TwoClientsStreamingAtOnceGetWhatTheyGetAlone) {
   EXPECT_EQ(b2.tokens, a2.tokens);
   EXPECT_EQ(b2.content, a2.content);
   EXPECT_TRUE(b1.done && b2.done);
+  // max_tokens 0 streamed: the assistant's role still comes first, then the finish and [DONE].
+  Reply none;
+  StreamInBackground(ui->port(), Chat(kTurn1, 0), &none).join();
+  ASSERT_EQ(none.status, 200) << none.body;
+  EXPECT_NE(none.body.find(R"("role":"assistant")"), std::string::npos) << none.body;
+  EXPECT_TRUE(ParseStream(none.body).done) << none.body;
 }
 
 TEST_F(UiOpenAiTest, QueueIsBoundedAndAClientThatLeavesFreesItsPlace) {
