@@ -69,7 +69,9 @@ Status ParseCommon(const json& j, bool chat, const SamplerParams& defaults, Open
   f.Int("n", 1, 1, &n);
   if (!f.ok()) return Status::Error("only n = 1 is supported");
   TLR_RETURN_IF_ERROR(server::GetSampling(j, &p->sampling));
+  std::string model;  // one model is served whatever the name (as llama.cpp's server); a name is a string
   f.Bool("stream", &p->stream).Bool("return_tokens_as_token_ids", &p->ids_as_tokens).Bool("echo", &echo);
+  f.String("model", &model);
   TLR_RETURN_IF_ERROR(f.status());
   if (echo) return Status::Error("'echo' is not supported");
   p->max_tokens = static_cast<int>(max_tokens);

@@ -110,7 +110,8 @@ TEST_F(ChatRequestTest, FieldsThatWouldChangeTheAnswerAreRefusedUnlessNoOps) {
   for (bool chat : {true, false}) {
     for (const J& ok : {J{{"frequency_penalty", 0}, {"presence_penalty", 0.0}, {"logit_bias", J::object()}},
                         J{{"logit_bias", nullptr}, {"tools", J::array()}, {"tool_choice", "none"}},
-                        J{{"response_format", {{"type", "text"}}}, {"tool_choice", "auto"}, {"user", "u"}}}) {
+                        J{{"response_format", {{"type", "text"}}}, {"tool_choice", "auto"}, {"user", "u"}},
+                        J{{"model", "any-name"}}, J{{"model", nullptr}}}) {
       auto p = parse(ok, chat);
       EXPECT_TRUE(p.ok()) << ok.dump() << ": " << p.status().message();
     }
@@ -122,7 +123,8 @@ TEST_F(ChatRequestTest, FieldsThatWouldChangeTheAnswerAreRefusedUnlessNoOps) {
              {{{"response_format", {{"type", "json_object"}}}}, "'response_format' is not supported"},
              {{{"tools", J::array({{{"type", "function"}}})}}, "'tools' is not supported"},
              {{{"tool_choice", "required"}}, "'tool_choice' is not supported"},
-             {{{"functions", J::array({J::object()})}}, "'functions' is not supported"}}) {
+             {{{"functions", J::array({J::object()})}}, "'functions' is not supported"},
+             {{{"model", {{"name", "x"}}}}, "'model' must be a string"}}) {
       auto p = parse(bad, chat);
       ASSERT_FALSE(p.ok()) << bad.dump();
       EXPECT_NE(p.status().message().find(want), std::string::npos) << p.status().message();
