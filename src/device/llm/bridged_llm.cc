@@ -11,7 +11,6 @@ Expected<BridgedReply> SlmReplyOf(const VocabBridge& bridge, const BridgedContex
 BridgedLlm::BridgedLlm(LlmBackend* inner, const Tokenizer& slm_vocab, const Tokenizer& llm_vocab)
     : inner_(inner),
       slm_vocab_(slm_vocab),
-      llm_vocab_(llm_vocab),
       bridge_(std::make_shared<VocabBridge>(slm_vocab, llm_vocab)) {}
 
 void BridgedLlm::Reset() {

@@ -37,7 +37,6 @@ class BridgedLlm : public LlmBackend {
  private:
   LlmBackend* inner_;
   const Tokenizer& slm_vocab_;
-  const Tokenizer& llm_vocab_;
   mutable std::mutex mu_;  // bridge_'s incremental state (ToLlm)
   // Shared with the completions of calls in flight, which may run after this object is gone
   // (an inner backend destroyed later finishes them); they only read the tokenizers (ToSlm).
