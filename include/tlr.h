@@ -224,7 +224,11 @@ TLR_API void tlr_llm_params_init(tlr_llm_params* params);
 /* In process: loads the model. Server: checks the parameters; connecting happens at each
  * generation (an unreachable server is not an error: its tokens become FALLBACK tokens). */
 TLR_API int tlr_llm_open(const tlr_llm_params* params, tlr_llm** out);
-TLR_API void tlr_llm_free(tlr_llm* llm); /* NULL is fine */
+/* NULL is fine. Not while a generation uses it. With an http_hook: the hook is never called after
+ * this returns (a call into it under way is waited for; a device's prompt cache may keep this
+ * LLM's backend, which then no longer uses the hook), so the hook's user_data may go then. Not from
+ * inside the hook. */
+TLR_API void tlr_llm_free(tlr_llm* llm);
 
 /* ---- generation ------------------------------------------------------------------------ */
 

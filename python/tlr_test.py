@@ -188,7 +188,8 @@ class BindingTest(unittest.TestCase):
         for i, _ in enumerate(self.dev.generate(PROMPT, llm=self.llm, max_tokens=200)):
             if i == 2:
                 break
-        self.assertIn(self.dev.last_stats.stop, ("callback", "eos"))  # eos: it had finished before the break
+        # cancelled: the break cancels it; callback: it reached its next token first; eos: it had finished
+        self.assertIn(self.dev.last_stats.stop, ("cancelled", "callback", "eos"))
         self.assertEqual(self.dev.run(PROMPT, self.llm, max_tokens=5).generated, 5)  # the device is free again
 
     def test_callback_that_raises(self):
@@ -320,6 +321,30 @@ class BindingTest(unittest.TestCase):
             self.assertEqual(runs[0], runs[1])
             self.assertIn("LLM", {s for _, s in runs[1][0]})
             self.assertIn(("POST", "/tlr/v1/next"), seen)
+            # Leaving a generate() loop while the generation waits for an LLM call that does not
+            # come (the hook holds /tlr/v1/next) cancels that generation: the loop ends now, not
+            # when the call's 30 s are over.
+            release = threading.Event()
+
+            def held(method, target, headers, body, timeout_s):
+                if urllib.parse.urlsplit(target).path == "/tlr/v1/next":
+                    release.wait(timeout_s)
+                    raise OSError("held by the test")
+                return carry(method, target, headers, body, timeout_s)
+
+            with tlr.Llm(server=url, http=held, timeout_s=30) as llm:
+                t0 = time.monotonic()
+                seen_sources = []
+                for tok in self.dev.generate(PROMPT, llm=llm, max_tokens=40, threshold=0.95, pipeline=False):
+                    seen_sources.append(tok.source)
+                    if len(seen_sources) == 4:  # the SLM's four; the fifth is routed (above): held
+                        break
+                left = time.monotonic() - t0
+                release.set()
+            self.assertEqual(seen_sources, [s for _, s in runs[0][0][:4]])
+            self.assertEqual(runs[0][0][4][1], "LLM")
+            self.assertLess(left, 10, "the abandoned generation ran on until its LLM call's timeout")
+            self.assertEqual(self.dev.last_stats.stop, "cancelled")
         finally:
             server.terminate()
             server.wait(timeout=30)

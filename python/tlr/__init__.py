@@ -428,6 +428,10 @@ class Device(_Handle):
         _check(lib.tlr_device_open(_c.byref(p), _c.byref(h)))
         self._adopt(lib, h)
         self.last_stats: Optional[Stats] = None
+        # The generation inside tlr_generate now, by the token its _execute was given: an abandoned
+        # generate() iterator cancels its own generation only (never one another thread started).
+        self._gen_lock = threading.Lock()
+        self._gen_owner: Optional[object] = None
         _devices.add(self)
 
     def _stop_for_exit(self) -> None:
@@ -584,7 +588,14 @@ class Device(_Handle):
         return lambda lib, h, llm_h, cb, st: lib.tlr_generate_ids(h, llm_h, arr, len(ids), _c.byref(p), cb, None,
                                                                   _c.byref(st))
 
-    def _execute(self, call, llm: Optional[Llm], on_token) -> Stats:
+    def _cancel_own(self, owner: object) -> None:
+        """Cancels the generation `owner` runs, if it is still inside the C call (its handle is
+        alive then: _execute holds it)."""
+        with self._gen_lock:
+            if self._gen_owner is owner:
+                self._lib.tlr_device_cancel(self._handle)
+
+    def _execute(self, call, llm: Optional[Llm], on_token, owner: Optional[object] = None) -> Stats:
         lib = self._lib
         raised: List[BaseException] = []  # from on_token or the http hook; re-raised here
 
@@ -611,7 +622,16 @@ class Device(_Handle):
             run = _Run(raised, lambda: lib.tlr_device_cancel(h))
             with llm._use() if llm is not None else contextlib.nullcontext() as llm_h, \
                     llm._serving(run) if llm is not None else contextlib.nullcontext():
-                code = call(lib, h, llm_h, cb, st)
+                if owner is not None:
+                    with self._gen_lock:
+                        self._gen_owner = owner
+                try:
+                    code = call(lib, h, llm_h, cb, st)
+                finally:
+                    if owner is not None:
+                        with self._gen_lock:
+                            if self._gen_owner is owner:
+                                self._gen_owner = None
                 if code != OK:  # the message is the calling thread's until its next TLR call
                     error = TlrError(code, lib.tlr_status_name(code).decode(),
                                      lib.tlr_last_error().decode("utf-8", "replace"))
@@ -662,10 +682,11 @@ class Device(_Handle):
             return True
 
         result: List[object] = []
+        owner = object()
 
         def work():
             try:
-                self._execute(call, llm, on_token)
+                self._execute(call, llm, on_token, owner)
             except BaseException as e:
                 result.append(e)
             finally:
@@ -695,6 +716,10 @@ class Device(_Handle):
                 yield item
         finally:
             stop.set()
+            # Stopped early (break, close()): the generation may be waiting for an LLM call,
+            # where no token comes to see `stop`; cancel it (it alone) so that this returns now.
+            if th.is_alive():
+                self._cancel_own(owner)
             th.join()
         if result:
             raise result[0]

@@ -72,6 +72,29 @@ Registry& Exchanges() {
 
 namespace tlr {
 
+bool HookGuard::Enter() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!alive_) return false;
+  ++inside_;
+  return true;
+}
+
+void HookGuard::Leave() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (--inside_ == 0) cv_.notify_all();
+}
+
+bool HookGuard::alive() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return alive_;
+}
+
+void HookGuard::Close() {
+  std::unique_lock<std::mutex> l(mu_);
+  alive_ = false;
+  cv_.wait(l, [this] { return inside_ == 0; });
+}
+
 HttpResult HookHttpStack::Exchange(const HttpExchange& x, Clock::time_point deadline, LlmCall* call,
                                    uint64_t max_reply_bytes) {
   auto ex = std::make_shared<PendingExchange>();
@@ -89,17 +112,27 @@ HttpResult HookHttpStack::Exchange(const HttpExchange& x, Clock::time_point dead
   req.body = x.body.data();
   req.body_len = x.body.size();
   req.timeout_s = std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count());
+  HttpResult h;
+  if (!guard_->Enter()) {
+    h.error = "the LLM was freed (tlr_llm_free): its HTTP hook is not called any more";
+    return h;
+  }
   tlr_http_exchange* handle = Exchanges().Add(ex);
   hook_.send(hook_.user_data, handle, &req);
+  guard_->Leave();
 
-  HttpResult h;
   bool stopped = false;
+  bool freed = false;
   {
     std::unique_lock<std::mutex> l(ex->mu);
-    // In slices of 50 ms, so that a cancelled call is seen in time.
+    // In slices of 50 ms, so that a cancelled call (or a freed LLM) is seen in time.
     while (!ex->answered) {
       if (call && call->cancelled()) {
         h.cancelled = true;
+        break;
+      }
+      if (!guard_->alive()) {
+        freed = true;
         break;
       }
       const auto now = Clock::now();
@@ -117,8 +150,13 @@ HttpResult HookHttpStack::Exchange(const HttpExchange& x, Clock::time_point dead
   }
   if (stopped) {
     Exchanges().Take(handle);  // an answer from now on is dropped
-    h.error = h.cancelled ? "cancelled" : "the app's HTTP stack gave no answer in time";
-    if (hook_.cancel) hook_.cancel(hook_.user_data, handle);
+    h.error = h.cancelled ? "cancelled"
+              : freed     ? "the LLM was freed (tlr_llm_free) while its HTTP hook had the request"
+                          : "the app's HTTP stack gave no answer in time";
+    if (hook_.cancel && guard_->Enter()) {
+      hook_.cancel(hook_.user_data, handle);
+      guard_->Leave();
+    }
   }
   return h;
 }

@@ -266,6 +266,19 @@ int main(int argc, char** argv) {
   CHECK(s.sent >= b.llm_calls && b.llm_calls > 0, "hook sent %d requests for %lld calls", s.sent, (long long)b.llm_calls);
   printf("built-in and hook: %lld routed, LLM prefilled %lld, generated %lld, %d requests through the hook\n",
          (long long)a.routed, (long long)a.llm_prefilled, (long long)a.llm_generated, s.sent);
+  { /* The hooked LLM is freed (run() frees it): the device's prompt cache still holds its backend,
+       which the next generation replaces (its session's DELETE); the hook must not hear of it. */
+    pthread_mutex_lock(&s.mu);
+    const int sent_before = s.sent;
+    pthread_mutex_unlock(&s.mu);
+    trace again;
+    tlr_stats c;
+    CHECK(run(dev, argv[1], NULL, 10, &again, &c) == 0, "built-in run after the hooked one");
+    pthread_mutex_lock(&s.mu);
+    const int after = s.sent;
+    pthread_mutex_unlock(&s.mu);
+    CHECK(after == sent_before, "the hook was called %d times after its LLM was freed", after - sent_before);
+  }
 
   const char* expect[] = {NULL,          "airplane mode", "no complete reply within the 0.3 s timeout",
                           "captive portal", "status 999",   "first answer"};

@@ -40,6 +40,7 @@ struct tlr_device {
 
 struct tlr_llm {
   tlr::LlmTarget target;
+  std::shared_ptr<tlr::HookGuard> hook_guard;  // with an http_hook: closed at tlr_llm_free
 };
 
 namespace {
@@ -490,7 +491,8 @@ int tlr_llm_open(const tlr_llm_params* params, tlr_llm** out) {
           return Fail(TLR_ERR_INVALID_ARGUMENT,
                       "tlr_llm_open: http_hook needs struct_size = sizeof(tlr_http_hook) and a send function");
         }
-        r.http.stack = std::make_shared<tlr::HookHttpStack>(*p.http_hook);
+        llm->hook_guard = std::make_shared<tlr::HookGuard>();
+        r.http.stack = std::make_shared<tlr::HookHttpStack>(*p.http_hook, llm->hook_guard);
       }
       // What can be checked without the network is checked now, not at every generation.
       if (tlr::Status v = tlr::HttpTransport::Validate(r.http); !v.ok()) {
@@ -509,7 +511,13 @@ int tlr_llm_open(const tlr_llm_params* params, tlr_llm** out) {
   });
 }
 
-void tlr_llm_free(tlr_llm* llm) { delete llm; }
+void tlr_llm_free(tlr_llm* llm) {
+  if (!llm) return;
+  // A device's prompt cache may keep this LLM's backend (and calls of it in flight) for a while:
+  // its hook is not called again once this returns (calls into it under way are waited for).
+  if (llm->hook_guard) llm->hook_guard->Close();
+  delete llm;
+}
 
 void tlr_generate_params_init(tlr_generate_params* p) {
   if (!p) return;

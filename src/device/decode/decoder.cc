@@ -18,10 +18,16 @@ using decoder_internal::TakeSlmCache;
 
 namespace {
 
-// Waits for a call, watching the cancel flag (a cancelled wait cancels the call).
+// Waits for a call, watching the cancel flag: a cancelled wait cancels the call and returns at
+// once (a call held by an app's HTTP hook may end only when the hook returns; its reply is not
+// used, as for a call the pipeline cancels).
 const Expected<LlmReply>& WaitFor(LlmCall& call, const DecodeOptions& opts) {
+  static const Expected<LlmReply> kCancelled = Status::Error("cancelled");
   while (!call.WaitFor(0.05)) {
-    if (Cancelled(opts)) call.Cancel();
+    if (Cancelled(opts)) {
+      call.Cancel();
+      return kCancelled;
+    }
   }
   return call.Wait();
 }
@@ -193,6 +199,10 @@ Expected<DecodeStats> CollabDecoder::GenerateBlocking(std::span<const int32_t> p
     if (joint && account.Routes(opts.policy, opts.threshold, opts.price_ratio, opts.cost_budget, first.confidence, at, n)) {
       account.Call(opts.price_ratio, at, n);
       auto reply = call_llm(n, &first.llm_s);
+      if (!reply.ok() && Cancelled(opts)) {  // cancelled while the call ran: no token for it
+        st.stop = "stopped";
+        break;
+      }
       first.stall_s = first.llm_s;
       first.spec = SpecOutcome::kBlocking;
       if (reply.ok() && !reply->tokens.empty()) {
