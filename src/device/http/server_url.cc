@@ -43,7 +43,7 @@ Expected<ServerUrl> ParseServerUrl(const std::string& url) {
   const size_t slash = rest.find('/');
   std::string authority = rest.substr(0, slash);
   std::string path = slash == std::string::npos ? "" : rest.substr(slash);
-  if (authority.find('@') != std::string::npos) return bad("credentials in the URL are not supported (use --server-key)");
+  if (authority.find('@') != std::string::npos) return bad("credentials in the URL are not supported (give the key as --server-key; C API: api_key)");
   std::string port;
   if (!authority.empty() && authority.front() == '[') {
     const size_t close = authority.find(']');

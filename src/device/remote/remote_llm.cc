@@ -147,12 +147,12 @@ Status RemoteLlm::GetForCheck(const std::string& path, const std::string& not_20
   if (!h.sent && first_check_error_.empty()) first_check_error_ = h.error;
   if (!h.sent && h.tls_failure) {
     return Status::Error("TLS with " + opts_.http.url + " failed (" + h.error +
-                         "): the certificate is not trusted or not for this host; give its CA with --ca-file");
+                         "): the certificate is not trusted or not for this host; give its CA (--ca-file; C API: ca_file)");
   }
   if (!h.sent) return Status::Ok();
   if (h.status == 401 || h.status == 403) {
     return Status::Error("the server at " + opts_.http.url + " refused the API key (" + ErrorMessage(h.body) +
-                         "): give the key it accepts with --server-key or $TLR_SERVER_KEY");
+                         "): give the key it accepts (--server-key or $TLR_SERVER_KEY; C API: api_key)");
   }
   if (h.status != 200) {
     return NotTheServer(Status::Error("the server at " + opts_.http.url + " answered " + std::to_string(h.status) +
