@@ -551,9 +551,15 @@ void HttpFront::PollerLoop() {
       if (it == parked.end()) continue;
       Conn* c = it->second.get();
       if (c->flushing) {
+        const size_t before = c->pending();
         if ((events[i].events & (EPOLLERR | EPOLLHUP)) || !SendPending(c)) {
           Destroy(unpark(fd));
-        } else if (c->pending() == 0) {  // all sent: on to the next request, as a worker would
+          continue;
+        }
+        // A slow reader that takes some keeps its time: only a reply that cannot be sent for the
+        // write timeout ends the connection.
+        if (c->pending() < before) c->deadline = After(limits_.write_timeout_s);
+        if (c->pending() == 0) {  // all sent: on to the next request, as a worker would
           ConnPtr done = unpark(fd);
           done->flushing = false;
           if (done->close_after_flush) {
