@@ -553,17 +553,27 @@ TEST_F(CapiTest, ThreadEndingInsideTheCallbackReleasesTheDevice) {
   EXPECT_EQ(st.stop, TLR_STOP_EOS);
 }
 
-// A loopback port nobody listens on.
-int ClosedPort() {
+// A TCP socket bound to a free loopback port (*port), listening when asked, or -1.
+int LoopbackSocket(bool listening, int* port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
   socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || (listening && listen(fd, 16) != 0) ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+// A loopback port nobody listens on.
+int ClosedPort() {
+  int port = 0;
+  close(LoopbackSocket(false, &port));
+  return port;
 }
 
 TEST_F(CapiTest, UnreachableServerGivesFallbackTokens) {
@@ -591,15 +601,10 @@ TEST_F(CapiTest, UnreachableServerGivesFallbackTokens) {
 // checked (one that takes connections and never answers held it for the whole timeout) and
 // while a long prompt is read (seconds for thousands of tokens).
 TEST_F(CapiTest, CancelStopsTheServerCheckAndTheReadingOfALongPrompt) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);  // connections queue in the backlog, unanswered
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(listen(fd, 16), 0);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  const std::string url = "http://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  int port = 0;
+  const int fd = LoopbackSocket(true, &port);  // connections queue in the backlog, unanswered
+  ASSERT_GE(fd, 0);
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
   tlr_llm_params lp;
   tlr_llm_params_init(&lp);
   lp.server_url = url.c_str();

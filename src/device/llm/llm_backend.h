@@ -75,7 +75,9 @@ struct LlmWork {
 class LlmCall {
  public:
   using Clock = std::chrono::steady_clock;
-  explicit LlmCall(std::function<void()> on_done) : on_done_(std::move(on_done)), submitted_(Clock::now()) {}
+  // `flag` (may be null): the call counts as cancelled also once *flag is true (polled).
+  explicit LlmCall(std::function<void()> on_done, const std::atomic<bool>* flag = nullptr)
+      : on_done_(std::move(on_done)), flag_(flag), submitted_(Clock::now()) {}
 
   bool done() const;
   // Blocks until done; then the reply or the error (a cancelled call ends with an error).
@@ -86,8 +88,6 @@ class LlmCall {
   // finishes (its reply is ignored) or stops at its next wait.
   void Cancel();
   bool cancelled() const;
-  // The call counts as cancelled also once *flag is true (polled; set before the call is used).
-  void WatchFlag(const std::atomic<bool>* flag) { flag_ = flag; }
   // For backends that hand the work to another call: `f` runs once when this call is cancelled
   // (at once when it already is), e.g. to cancel that other call.
   void OnCancel(std::function<void()> f);
@@ -103,10 +103,10 @@ class LlmCall {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false, cancelled_ = false;
-  const std::atomic<bool>* flag_ = nullptr;
   Expected<LlmReply> result_ = Status::Error("the call has not completed");
   std::function<void()> on_done_;
   std::function<void()> on_cancel_;
+  const std::atomic<bool>* flag_ = nullptr;
   Clock::time_point submitted_, completed_;
 };
 

@@ -138,8 +138,7 @@ Status RemoteLlm::NotTheServer(Status why, bool* reachable) {
 
 Status RemoteLlm::GetForCheck(const std::string& path, const std::string& not_200, bool* reachable,
                               std::string* body) {
-  LlmCall watch(nullptr);  // cancelled with Connect's flag
-  if (connect_cancel_) watch.WatchFlag(connect_cancel_);
+  LlmCall watch(nullptr, connect_cancel_);  // cancelled with Connect's flag
   HttpResult h = http_.Request("GET", path, "", connect_cancel_ ? &watch : nullptr);
   if (h.cancelled) return Status::Error("cancelled");
   *reachable = h.sent;
@@ -238,8 +237,7 @@ Expected<std::unique_ptr<RemoteLlm>> RemoteLlm::Connect(const RemoteOptions& giv
     r->warning_ = "the LLM server at " + opts.http.url + " is not reachable now (" + why +
                   "); answering with the SLM (FALLBACK) until it is";
   } else {
-    LlmCall watch(nullptr);  // cancelled with Connect's flag
-    if (cancel) watch.WatchFlag(cancel);
+    LlmCall watch(nullptr, cancel);  // cancelled with Connect's flag
     r->Prepare(cancel ? &watch : nullptr);
     if (cancel && cancel->load()) return Status::Error("cancelled");
   }

@@ -17,8 +17,7 @@ namespace {
 Expected<std::unique_ptr<Tokenizer>> FetchServerVocabulary(const HttpOptions& http, const std::atomic<bool>* cancel) {
   HttpTransport t(http);
   const std::string where = "the LLM server " + http.url;
-  LlmCall watch(nullptr);  // cancelled with the caller's flag
-  if (cancel) watch.WatchFlag(cancel);
+  LlmCall watch(nullptr, cancel);  // cancelled with the caller's flag
   LlmCall* call = cancel ? &watch : nullptr;
   HttpResult info = t.Request("GET", "/tlr/v1/info", "", call);
   if (info.cancelled) return Status::Error("cancelled");
