@@ -24,6 +24,17 @@ EngineResult Fail(EngineCode code, std::string message) {
   return r;
 }
 
+// A failed call's result, as the scheduler reports it (its retry time included).
+EngineResult FailOf(const BatchOutcome& out) {
+  EngineResult r = Fail(out.refused                         ? EngineCode::kBusy
+                        : out.overload                      ? EngineCode::kOverloaded
+                        : out.bad_request || out.too_long ? EngineCode::kBadRequest
+                                                            : EngineCode::kInternal,
+                        out.error);
+  r.retry_after_s = out.retry_after_s;
+  return r;
+}
+
 }  // namespace
 
 int HttpStatusOf(EngineCode code) {
@@ -369,14 +380,7 @@ EngineResult LlmEngine::Score(const std::vector<std::vector<int32_t>>& seqs, int
   PublishGauges();
   EngineResult r;
   for (BatchOutcome& o : outs) {
-    if (!o.error.empty() && r.ok()) {
-      r = Fail(o.refused                      ? EngineCode::kBusy
-               : o.overload                   ? EngineCode::kOverloaded
-               : o.bad_request || o.too_long ? EngineCode::kBadRequest
-                                              : EngineCode::kInternal,
-               o.error);
-      r.retry_after_s = o.retry_after_s;
-    }
+    if (!o.error.empty() && r.ok()) r = FailOf(o);
     r.reply.prefilled += o.reply.prefilled;
     r.reply.queue_s = std::max(r.reply.queue_s, o.reply.queue_s);
     r.reply.compute_s = std::max(r.reply.compute_s, o.reply.compute_s);
@@ -449,11 +453,7 @@ EngineResult LlmEngine::Run(EngineSession* s, int64_t keep, std::vector<int32_t>
     // Only a failed forward pass may leave the cache written past the session's tokens: forget
     // it then (the device resyncs). A call dropped between passes leaves them in agreement.
     if (out.failed_pass) SessionStore::EvictCache(s);
-    EngineResult r = Fail(out.refused ? EngineCode::kBusy
-                          : out.overload ? EngineCode::kOverloaded
-                          : out.bad_request || out.too_long ? EngineCode::kBadRequest : EngineCode::kInternal,
-                          out.error);
-    r.retry_after_s = out.retry_after_s;
+    EngineResult r = FailOf(out);
     if (out.partial) r.error_code = "prefill_partial";
     return r;
   }
