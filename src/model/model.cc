@@ -344,7 +344,7 @@ void Model::Repack(const std::string& path, const std::string& cache,
   std::string cache_path, why;
   Expected<WeightCacheKey> key = Status::Error("no cache");
   if (use_cache) {
-    key = WeightCache::KeyFor(path, fingerprint_, kRepackLayoutVersion, ActiveSimdTarget());
+    key = WeightCache::KeyFor(path, fingerprint_, kRepackLayoutVersion, ActiveSimdTarget(), file_.shard_paths());
     cache_path = WeightCache::PathFor(path, fingerprint_, cache == "auto" ? "" : cache);
     if (key.ok()) {
       const auto t0 = std::chrono::steady_clock::now();

@@ -93,7 +93,7 @@ class Model {
   const GgufFile& file() const { return file_; }
   // Bytes of weights read per generated token (all matrices + the embedding row).
   uint64_t weight_bytes_per_token() const;
-  uint64_t total_weight_bytes() const { return file_.file_size() - file_.data_offset(); }
+  uint64_t total_weight_bytes() const { return file_.data_bytes(); }
   // Identifies this model: a hash of the architecture, hyperparameters, the tokenizer's
   // fingerprint, every tensor's name, type and shape, and samples of its bytes (the first and
   // last 256 of each tensor, so loading stays fast). Routers record the SLM's fingerprint.

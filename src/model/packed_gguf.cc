@@ -200,11 +200,11 @@ Status WritePackedGguf(const std::string& in, const std::string& out,
   }
   // Two tensors over the same bytes (a tied LM head written as a second tensor, say) cannot be
   // packed: the panels would change what the other one reads.
-  std::map<uint64_t, const GgufTensorInfo*> by_offset;
-  for (const GgufTensorInfo& t : f.tensors()) by_offset[t.offset] = &t;
+  std::map<std::pair<uint32_t, uint64_t>, const GgufTensorInfo*> by_offset;  // (shard, offset)
+  for (const GgufTensorInfo& t : f.tensors()) by_offset[{t.shard, t.offset}] = &t;
   const GgufTensorInfo* prev = nullptr;
-  for (const auto& [off, t] : by_offset) {
-    if (prev && prev->offset + prev->n_bytes > off) {
+  for (const auto& [at, t] : by_offset) {
+    if (prev && prev->shard == t->shard && prev->offset + prev->n_bytes > at.second) {
       return Status::Error("'" + in + "': tensors '" + prev->name + "' and '" + t->name +
                            "' share their bytes; a file with overlapping tensors cannot be packed");
     }
@@ -249,6 +249,7 @@ Status WritePackedGguf(const std::string& in, const std::string& out,
   std::vector<std::pair<std::string, GgufValue>> kv;
   bool had_alignment = false;
   for (const auto& [key, value] : f.metadata()) {
+    if (key.starts_with("split.")) continue;  // a split model packs into one file
     if (key == k::kArchitecture) {
       kv.emplace_back(key, GgufValue::Str(kPackedArch));
     } else if (key == k::kAlignment) {

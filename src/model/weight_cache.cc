@@ -142,12 +142,14 @@ std::string WeightCache::PathFor(const std::string& model_path, uint64_t fingerp
 }
 
 Expected<WeightCacheKey> WeightCache::KeyFor(const std::string& model_path, uint64_t fingerprint, uint32_t layout_version,
-                                             const std::string& simd_target) {
-  struct stat st;
-  if (stat(model_path.c_str(), &st) != 0) return Status::Error("cannot stat '" + model_path + "'");
+                                             const std::string& simd_target, const std::vector<std::string>& shards) {
   WeightCacheKey k;
-  k.source_size = static_cast<uint64_t>(st.st_size);
-  k.source_mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  for (const std::string& p : shards.empty() ? std::vector<std::string>{model_path} : shards) {
+    struct stat st;
+    if (stat(p.c_str(), &st) != 0) return Status::Error("cannot stat '" + p + "'");
+    k.source_size += static_cast<uint64_t>(st.st_size);
+    k.source_mtime_ns = std::max(k.source_mtime_ns, static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec);
+  }
   k.fingerprint = fingerprint;
   k.layout_version = layout_version;
   k.simd_target = simd_target;

@@ -50,9 +50,11 @@ class WeightCache {
   // The cache file for a model: beside it when its directory is writable, else in the user's
   // cache directory. `dir` (may be empty) overrides both.
   static std::string PathFor(const std::string& model_path, uint64_t fingerprint, const std::string& dir = "");
-  // The key of a model file (its size and modification time) plus the given parts.
+  // The key of a model file (its size and modification time) plus the given parts. A split
+  // model's key covers every shard (`shards`, the first included): their sizes summed, the
+  // latest modification time.
   static Expected<WeightCacheKey> KeyFor(const std::string& model_path, uint64_t fingerprint, uint32_t layout_version,
-                                         const std::string& simd_target);
+                                         const std::string& simd_target, const std::vector<std::string>& shards = {});
 
   // Writes a cache (atomically).
   static Status Write(const std::string& path, const WeightCacheKey& key, const std::vector<WeightCacheMatrix>& matrices);

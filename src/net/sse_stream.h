@@ -50,34 +50,41 @@ class SseStream {
   }
 
   // Makes `res` send the stream's events. With heartbeat_s > 0, a comment line goes out after
-  // that long without an event, so a closed connection is noticed while the worker waits.
-  static void Serve(httplib::Response& res, std::shared_ptr<SseStream> s, double heartbeat_s = 0) {
+  // that long without an event, so a closed connection is noticed while the worker waits. An
+  // HTTP/1.1 client gets them chunked; an HTTP/1.0 one (which knows no chunks: curl --http1.0, a
+  // proxy speaking 1.0 upstream) as they are, the end of the stream closing the connection.
+  static void Serve(const httplib::Request& req, httplib::Response& res, std::shared_ptr<SseStream> s,
+                    double heartbeat_s = 0) {
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [s, heartbeat_s](size_t, httplib::DataSink& sink) {
-          std::unique_lock<std::mutex> l(s->mu_);
-          auto ready = [&] { return !s->chunks_.empty() || s->finished_; };
-          if (heartbeat_s > 0) {
-            if (!s->cv_.wait_for(l, std::chrono::duration<double>(heartbeat_s), ready)) {
-              l.unlock();
-              static constexpr std::string_view kPing = ": ping\n\n";
-              return s->Write(sink, kPing);
-            }
-          } else {
-            s->cv_.wait(l, ready);
-          }
-          while (!s->chunks_.empty()) {
-            std::string c = std::move(s->chunks_.front());
-            s->chunks_.pop_front();
-            l.unlock();
-            if (!s->Write(sink, c)) return false;
-            l.lock();
-          }
-          if (s->finished_) sink.done();
-          return true;
-        },
-        [s](bool) { s->cancelled = true; });
+    auto provide = [s, heartbeat_s](size_t, httplib::DataSink& sink) {
+      std::unique_lock<std::mutex> l(s->mu_);
+      auto ready = [&] { return !s->chunks_.empty() || s->finished_; };
+      if (heartbeat_s > 0) {
+        if (!s->cv_.wait_for(l, std::chrono::duration<double>(heartbeat_s), ready)) {
+          l.unlock();
+          static constexpr std::string_view kPing = ": ping\n\n";
+          return s->Write(sink, kPing);
+        }
+      } else {
+        s->cv_.wait(l, ready);
+      }
+      while (!s->chunks_.empty()) {
+        std::string c = std::move(s->chunks_.front());
+        s->chunks_.pop_front();
+        l.unlock();
+        if (!s->Write(sink, c)) return false;
+        l.lock();
+      }
+      if (s->finished_) sink.done();
+      return true;
+    };
+    auto release = [s](bool) { s->cancelled = true; };
+    if (req.version == "HTTP/1.0") {
+      res.set_header("Connection", "close");
+      res.set_content_provider("text/event-stream", std::move(provide), std::move(release));
+    } else {
+      res.set_chunked_content_provider("text/event-stream", std::move(provide), std::move(release));
+    }
   }
 
  private:

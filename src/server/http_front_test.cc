@@ -265,6 +265,35 @@ TEST_F(ConnTest, ClientsThatDoNotReadTheirRepliesDoNotStarveOthers) {
   EXPECT_EQ(replies, 1000);
 }
 
+// An HTTP/1.0 client knows no chunked encoding: its event stream comes as it is and ends with
+// the connection (also when it asked to keep the connection); an HTTP/1.1 client gets chunks.
+TEST_F(ConnTest, StreamsToHttp10ClientsAreNotChunked) {
+  Start();
+  const std::string body = R"({"prompt":"Question: where","max_tokens":3,"stream":true})";
+  for (const std::string extra : {"", "Connection: keep-alive\r\n"}) {
+    const int fd = Connect(port_);
+    ASSERT_GE(fd, 0);
+    std::string req = Post("/v1/completions", body, extra);
+    req.replace(req.find("HTTP/1.1"), 8, "HTTP/1.0");
+    ASSERT_TRUE(SendAll(fd, req));
+    std::string r;
+    char b[4096];
+    ssize_t n;
+    while ((n = ::recv(fd, b, sizeof b, 0)) > 0) r.append(b, static_cast<size_t>(n));
+    ::close(fd);
+    EXPECT_EQ(n, 0) << "the connection did not end with the stream (" << extra << ")";
+    EXPECT_EQ(StatusOf(r), 200) << r;
+    const size_t end = r.find("\r\n\r\n");
+    ASSERT_NE(end, std::string::npos) << r;
+    EXPECT_EQ(r.substr(0, end).find("Transfer-Encoding"), std::string::npos) << r;
+    const std::string events = r.substr(end + 4);
+    EXPECT_EQ(events.rfind("data: {", 0), 0u) << events;
+    EXPECT_TRUE(events.ends_with("data: [DONE]\n\n")) << events;
+  }
+  const std::string r11 = Exchange(port_, Post("/v1/completions", body));
+  EXPECT_NE(r11.substr(0, r11.find("\r\n\r\n")).find("Transfer-Encoding: chunked"), std::string::npos) << r11;
+}
+
 TEST_F(ConnTest, IdleKeepAliveConnectionsDoNotStarveANewClient) {
   Start();
   Fds idle;

@@ -323,7 +323,7 @@ void LlmServer::RoutesOpenAi() {
         return SendEngineError(res, r, r.code == EngineCode::kBadRequest ? "invalid_request_error" : "");
       }
     }
-    SseStream::Serve(res, st, 1.0);
+    SseStream::Serve(req, res, st, 1.0);
   };
   http_->Post("/v1/completions", [handle](const httplib::Request& req, httplib::Response& res) { handle(false, req, res); });
   http_->Post("/v1/chat/completions", [handle](const httplib::Request& req, httplib::Response& res) { handle(true, req, res); });

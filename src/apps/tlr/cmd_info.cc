@@ -58,7 +58,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(GgufInfoOwn, path, json, no_tensors, max_item
 Command AddInfoCommand(CLI::App& root) {
   auto [app, opts, p] = NewCommand<GgufInfoOwn>(
       &root, "info", "Print a GGUF file's metadata and tensor table (checks the whole file's structure)");
-  app->add_option("file", opts->path, "GGUF file (version 2 or 3)")->required();
+  app->add_option("file", opts->path, "GGUF file (version 2 or 3; the first shard of a split model brings the others)")->required();
   Example(app->add_flag("--json", opts->json, "Machine-readable JSON on stdout"), "");
   Example(app->add_flag("--no-tensors", opts->no_tensors, "Omit the tensor table"), "");
   Example(app->add_option("--max-items", opts->max_items,
@@ -80,6 +80,7 @@ Command AddInfoCommand(CLI::App& root) {
               j["file_size"] = g.file_size();
               j["alignment"] = g.alignment();
               j["data_offset"] = g.data_offset();
+              if (!g.shard_paths().empty()) j["shards"] = g.shard_paths();
               json md = json::array();
               for (const auto& [k, v] : g.metadata()) {
                 md.push_back({{"key", k}, {"type", GgufTypeName(v.type())},
@@ -92,6 +93,7 @@ Command AddInfoCommand(CLI::App& root) {
                   ts.push_back({{"name", t.name}, {"type", GgmlTraits(t.type).name},
                                 {"dims", t.dims}, {"n_elements", t.n_elements},
                                 {"n_bytes", t.n_bytes}, {"offset", t.file_offset}});
+                  if (!g.shard_paths().empty()) ts.back()["shard"] = t.shard + 1;
                 }
                 j["tensors"] = ts;
               }
@@ -103,6 +105,11 @@ Command AddInfoCommand(CLI::App& root) {
                         static_cast<unsigned long long>(g.file_size()),
                         static_cast<unsigned long long>(g.alignment()),
                         static_cast<unsigned long long>(g.data_offset()));
+            if (!g.shard_paths().empty()) {
+              std::printf("split model: %zu shards (the metadata is the first's; offsets are in each tensor's shard)\n",
+                          g.shard_paths().size());
+              for (size_t i = 0; i < g.shard_paths().size(); ++i) std::printf("  %zu: %s\n", i + 1, g.shard_paths()[i].c_str());
+            }
             std::printf("metadata: %zu keys\n", g.metadata().size());
             for (const auto& [k, v] : g.metadata()) {
               std::printf("  %-40s %-16s = %s\n", k.c_str(), TypeLabel(v).c_str(),
@@ -114,14 +121,16 @@ Command AddInfoCommand(CLI::App& root) {
               std::printf("tensors: %zu, %llu bytes of data\n", g.tensors().size(),
                           static_cast<unsigned long long>(total));
               if (!g.tensors().empty()) {
-                std::printf("  %-40s %-6s %-26s %12s %12s\n", "name", "type", "shape", "bytes",
-                            "offset");
+                std::printf("  %-40s %-6s %-26s %12s %12s%s\n", "name", "type", "shape", "bytes",
+                            "offset", g.shard_paths().empty() ? "" : " shard");
               }
               for (const auto& t : g.tensors()) {
-                std::printf("  %-40s %-6s %-26s %12llu %12llu\n", t.name.c_str(),
+                std::printf("  %-40s %-6s %-26s %12llu %12llu", t.name.c_str(),
                             std::string(GgmlTraits(t.type).name).c_str(), t.ShapeString().c_str(),
                             static_cast<unsigned long long>(t.n_bytes),
                             static_cast<unsigned long long>(t.file_offset));
+                if (!g.shard_paths().empty()) std::printf(" %5u", t.shard + 1);
+                std::printf("\n");
               }
             }
             return 0;

@@ -393,7 +393,7 @@ void DeviceServer::Routes() {
       std::lock_guard<std::mutex> l(jobs_mu_);
       live_.erase(std::find(live_.begin(), live_.end(), job.get()));
     });
-    SseStream::Serve(res, job, /*heartbeat_s=*/1.0);
+    SseStream::Serve(req, res, job, /*heartbeat_s=*/1.0);
   });
 }
 

@@ -227,7 +227,7 @@ void DeviceServer::RoutesOpenAi() {
       job->Finish();
       leave();
     });
-    SseStream::Serve(res, job, /*heartbeat_s=*/1.0);
+    SseStream::Serve(req, res, job, /*heartbeat_s=*/1.0);
   };
   http_->Post("/v1/completions", [handle](const httplib::Request& req, httplib::Response& res) { handle(false, req, res); });
   http_->Post("/v1/chat/completions", [handle](const httplib::Request& req, httplib::Response& res) { handle(true, req, res); });

@@ -13,6 +13,12 @@ inline constexpr const char* kName = "general.name";
 inline constexpr const char* kAlignment = "general.alignment";
 inline constexpr const char* kFileType = "general.file_type";
 
+// Split models (llama.cpp's gguf-split): the shard's index from 0, the number of shards, and
+// the tensors in all of them. Files are named PREFIX-%05d-of-%05d.gguf, counting from 1.
+inline constexpr const char* kSplitNo = "split.no";
+inline constexpr const char* kSplitCount = "split.count";
+inline constexpr const char* kSplitTensorsCount = "split.tensors.count";
+
 // Per-architecture hyperparameters: ArchKey("qwen2", kBlockCount) = "qwen2.block_count".
 inline constexpr const char* kContextLength = "context_length";
 inline constexpr const char* kEmbeddingLength = "embedding_length";

@@ -6,8 +6,10 @@
 // where string = u64 length + bytes, and array = u32 elem_type + u64 count + elements.
 #include "model/gguf/gguf_reader.h"
 
+#include <cstdio>
 #include <cstring>
 
+#include "model/gguf/gguf_keys.h"
 #include "util/utf8.h"
 
 namespace tlr {
@@ -307,6 +309,7 @@ Status GgufParser::Parse(GgufFile* f) {
   if (n_tensors == 0) data = pos_;  // no data section: nothing to align
   if (data > bytes_.size()) return Fail("data section starts past the end of the file", pos_);
   f->data_offset_ = data;
+  f->data_bytes_ = bytes_.size() - data;
   for (auto& t : f->tensors_) {
     uint64_t start, end;
     if (__builtin_add_overflow(data, t.offset, &start) ||
@@ -331,16 +334,110 @@ Expected<GgufFile> ParseInto(GgufFile f, std::span<const uint8_t> bytes, const G
 }
 }  // namespace
 
-Expected<GgufFile> GgufFile::Open(const std::string& path, const GgufLimits& limits, bool huge) {
+namespace {
+Expected<GgufFile> OpenOne(const std::string& path, const GgufLimits& limits, bool huge,
+                           std::shared_ptr<MappedFile>* map) {
   auto m = MappedFile::Open(path, huge);
   if (!m.ok()) return m.status();
   GgufFile f;
-  f.map_ = std::make_shared<MappedFile>(std::move(m).value());
-  f.bytes_ = f.map_->bytes();
-  auto bytes = f.bytes_;
+  *map = std::make_shared<MappedFile>(std::move(m).value());
+  auto bytes = (*map)->bytes();
   auto r = ParseInto(std::move(f), bytes, limits);
   if (!r.ok()) return r.status().WithPrefix("gguf '" + path + "'");
   return r;
+}
+
+// "-00002-of-00005.gguf": the end of shard `no` (from 0) of `count`'s file name.
+std::string ShardSuffix(uint64_t no, uint64_t count) {
+  char b[64];
+  std::snprintf(b, sizeof b, "-%05llu-of-%05llu.gguf", static_cast<unsigned long long>(no + 1),
+                static_cast<unsigned long long>(count));
+  return b;
+}
+
+bool EndsWith(const std::string& s, const std::string& end) {
+  return s.size() > end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
+}
+}  // namespace
+
+Expected<GgufFile> GgufFile::Open(const std::string& path, const GgufLimits& limits, bool huge) {
+  std::shared_ptr<MappedFile> map;
+  auto r = OpenOne(path, limits, huge, &map);
+  if (!r.ok()) return r.status();
+  r->map_ = std::move(map);
+  r->bytes_ = r->map_->bytes();
+  if (r->Find(gguf_keys::kSplitCount)) TLR_RETURN_IF_ERROR(r->OpenShards(path, limits, huge));
+  return r;
+}
+
+// The first shard is parsed; this checks its split keys and opens the others beside it.
+Status GgufFile::OpenShards(const std::string& path, const GgufLimits& limits, bool huge) {
+  namespace k = gguf_keys;
+  const std::string what = "gguf '" + path + "'";
+  auto count = GetUint(k::kSplitCount);
+  if (!count.ok()) return count.status().WithPrefix(what);
+  if (*count > 65535) return Status::Error(what + ": split.count " + std::to_string(*count) + " is over 65535");
+  uint64_t no = 0;
+  if (Find(k::kSplitNo)) {
+    auto n = GetUint(k::kSplitNo);
+    if (!n.ok()) return n.status().WithPrefix(what);
+    no = *n;
+  }
+  if (*count <= 1 && no == 0) return Status::Ok();  // one file in all
+  if (no >= *count) {
+    return Status::Error(what + ": split.no " + std::to_string(no) + " is not below split.count " + std::to_string(*count));
+  }
+  if (no != 0) {
+    const std::string end = ShardSuffix(no, *count);
+    std::string first = EndsWith(path, end) ? "'" + path.substr(0, path.size() - end.size()) + ShardSuffix(0, *count) + "'"
+                                            : "the first shard (split.no 0)";
+    return Status::Error(what + " is shard " + std::to_string(no + 1) + " of " + std::to_string(*count) +
+                         " of a split model: open its first shard, " + first + ", which brings the others");
+  }
+  const std::string end = ShardSuffix(0, *count);
+  if (!EndsWith(path, end)) {
+    return Status::Error(what + " is the first of " + std::to_string(*count) +
+                         " shards of a split model, but its name does not end in '" + end +
+                         "', so the others cannot be found (keep the names gguf-split gave them)");
+  }
+  const std::string prefix = path.substr(0, path.size() - end.size());
+  shard_paths_ = {path};
+  for (uint64_t i = 1; i < *count; ++i) {
+    const std::string shard_path = prefix + ShardSuffix(i, *count);
+    const std::string shard_what = "shard " + std::to_string(i + 1) + " of " + std::to_string(*count) + ", '" + shard_path + "'";
+    std::shared_ptr<MappedFile> map;
+    auto s = OpenOne(shard_path, limits, huge, &map);
+    if (!s.ok()) return s.status().WithPrefix(what + " is split: " + shard_what);
+    auto s_no = s->GetUint(k::kSplitNo);
+    auto s_count = s->GetUint(k::kSplitCount);
+    if (!s_no.ok() || !s_count.ok() || *s_no != i || *s_count != *count) {
+      return Status::Error(what + " is split: " + shard_what + " is not that shard (its split.no/split.count say " +
+                           (s_no.ok() ? std::to_string(*s_no + 1) : std::string("?")) + " of " +
+                           (s_count.ok() ? std::to_string(*s_count) : std::string("?")) + ")");
+    }
+    for (GgufTensorInfo& t : s->tensors_) {
+      if (tensor_index_.count(t.name)) {
+        return Status::Error(what + " is split: tensor '" + t.name + "' is in " + shard_what + " and in shard " +
+                             std::to_string(tensors_[tensor_index_[t.name]].shard + 1));
+      }
+      if (tensors_.size() >= limits.max_tensors) return Status::Error(what + " is split: more than " + std::to_string(limits.max_tensors) + " tensors");
+      t.shard = static_cast<uint32_t>(i);
+      tensor_index_.emplace(t.name, tensors_.size());
+      tensors_.push_back(std::move(t));
+    }
+    data_bytes_ += s->data_bytes_;
+    shard_maps_.push_back(std::move(map));
+    shard_paths_.push_back(shard_path);
+  }
+  if (Find(k::kSplitTensorsCount)) {
+    auto n = GetUint(k::kSplitTensorsCount);
+    if (!n.ok()) return n.status().WithPrefix(what);
+    if (*n != tensors_.size()) {
+      return Status::Error(what + " is split: its shards hold " + std::to_string(tensors_.size()) +
+                           " tensors, split.tensors.count says " + std::to_string(*n));
+    }
+  }
+  return Status::Ok();
 }
 
 Expected<GgufFile> GgufFile::FromBytes(std::span<const uint8_t> bytes, const GgufLimits& limits) {

@@ -6,9 +6,15 @@
 // inside the file; duplicate keys and tensor names rejected. Any problem is returned as an
 // error naming the field and its byte offset; it never reads out of bounds.
 //
-// Ownership: GgufFile owns its bytes (a mapping or a buffer); tensor data pointers stay valid
-// while it lives (moving it keeps them valid). Read-only after construction: safe to share
-// between threads.
+// Split models (llama.cpp's gguf-split: NAME-00001-of-00005.gguf ... NAME-00005-of-00005.gguf,
+// as the large models on Hugging Face are published): opening the first shard opens the others
+// beside it and joins their tensor tables; the metadata is the first shard's. Each shard is
+// parsed with the same checks; a missing or foreign shard, a tensor in two shards or a count
+// that differs from split.tensors.count is an error naming the file.
+//
+// Ownership: GgufFile owns its bytes (a mapping or a buffer, one per shard); tensor data
+// pointers stay valid while it lives (moving it keeps them valid). Read-only after
+// construction: safe to share between threads.
 #pragma once
 
 #include <cstdint>
@@ -50,7 +56,8 @@ struct GgufTensorInfo {
   uint64_t n_elements = 0;
   uint64_t n_bytes = 0;
   uint64_t offset = 0;          // relative to the start of the data section
-  uint64_t file_offset = 0;     // absolute offset in the file
+  uint64_t file_offset = 0;     // absolute offset in the file (its shard's, when split)
+  uint32_t shard = 0;           // which file of a split model holds it (0: the first)
   const uint8_t* data = nullptr;  // n_bytes bytes, owned by the GgufFile
   std::string ShapeString() const;  // "[896, 151936]"
 };
@@ -61,7 +68,8 @@ class GgufFile {
   GgufFile(GgufFile&&) noexcept = default;
   GgufFile& operator=(GgufFile&&) noexcept = default;
 
-  // Maps and parses a file. `source_name` in errors is the path. `huge`: see MappedFile::Open.
+  // Maps and parses a file, and the other shards of a split model when it is the first one.
+  // The path is named in errors. `huge`: see MappedFile::Open.
   static Expected<GgufFile> Open(const std::string& path, const GgufLimits& limits = {}, bool huge = false);
   // Parses bytes held in memory (copied into the object). For tests, fuzzing and streams.
   static Expected<GgufFile> FromBytes(std::span<const uint8_t> bytes,
@@ -70,7 +78,11 @@ class GgufFile {
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
   uint64_t data_offset() const { return data_offset_; }
-  uint64_t file_size() const { return bytes_.size(); }
+  uint64_t file_size() const { return bytes_.size(); }  // the first shard's, when split
+  // The tensor data's bytes in every shard (from each data section to its file's end).
+  uint64_t data_bytes() const { return data_bytes_; }
+  // Every shard's path, the first included, for a split model; empty otherwise.
+  const std::vector<std::string>& shard_paths() const { return shard_paths_; }
 
   // Metadata in file order.
   const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return kv_; }
@@ -80,6 +92,7 @@ class GgufFile {
   // See MappedFile::ReleaseResident (a no-op for a file parsed from memory).
   void ReleaseResident() const {
     if (map_) map_->ReleaseResident();
+    for (const auto& m : shard_maps_) m->ReleaseResident();
   }
   // The same for the header, metadata and tensor table only (the bytes before the data).
   void ReleaseHeader() const {
@@ -97,11 +110,15 @@ class GgufFile {
 
  private:
   friend class GgufParser;
+  Status OpenShards(const std::string& path, const GgufLimits& limits, bool huge);
   uint32_t version_ = 0;
   uint64_t alignment_ = kGgufDefaultAlignment;
   uint64_t data_offset_ = 0;
   std::span<const uint8_t> bytes_;
+  uint64_t data_bytes_ = 0;
   std::shared_ptr<MappedFile> map_;               // owner when opened from a path
+  std::vector<std::shared_ptr<MappedFile>> shard_maps_;  // a split model's other shards
+  std::vector<std::string> shard_paths_;
   std::shared_ptr<std::vector<uint8_t>> buffer_;  // owner when parsed from memory
   std::vector<std::pair<std::string, GgufValue>> kv_;
   std::unordered_map<std::string, size_t> kv_index_;
