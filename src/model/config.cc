@@ -1,8 +1,10 @@
 // ModelConfig from GGUF metadata (model layer).
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <numbers>
 
 #include "model/gguf/gguf_keys.h"
 #include "model/gguf/gguf_reader.h"
@@ -159,9 +161,42 @@ Expected<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
     if (!(*b > 1.0)) return Status::Error(k::ArchKey(a, k::kRopeFreqBase) + " must be > 1");
     c.rope_base = static_cast<float>(*b);
   }
-  if (auto type = f.GetString(k::ArchKey(a, "rope.scaling.type")); type.ok() && *type == "linear") {
-    auto factor = f.GetFloat(k::ArchKey(a, "rope.scaling.factor"));
-    if (factor.ok() && *factor > 0) c.rope_scale = static_cast<float>(1.0 / *factor);
+  // RoPE scaling as llama.cpp reads it: a factor without a type is linear, type "none" scales
+  // nothing; yarn also scales the attention by mscale^2 (below).
+  std::string scaling = "linear";
+  if (f.Find(k::ArchKey(a, "rope.scaling.type"))) {
+    auto type = f.GetString(k::ArchKey(a, "rope.scaling.type"));
+    if (!type.ok()) return type.status();
+    scaling = *type;
+  }
+  double factor = 0;
+  for (const char* key : {"rope.scaling.factor", "rope.scale_linear"}) {
+    if (factor != 0 || !f.Find(k::ArchKey(a, key))) continue;
+    auto v = f.GetFloat(k::ArchKey(a, key));
+    if (!v.ok()) return v.status();
+    if (!(*v >= 0 && *v < 1e6)) return Status::Error(k::ArchKey(a, key) + " = " + std::to_string(*v) + " is not a scaling factor");
+    factor = *v;
+  }
+  float yarn_mscale = 1.0f;
+  if (scaling != "none" && scaling != "linear" && scaling != "yarn") {
+    return Status::Error(k::ArchKey(a, "rope.scaling.type") + " '" + scaling +
+                         "' is not supported (linear, yarn and none are)");
+  }
+  if (scaling != "none" && factor > 0) c.rope_scale = static_cast<float>(1.0 / factor);
+  if (scaling == "yarn") {
+    c.rope_yarn = true;
+    c.yarn_orig_ctx = c.n_ctx_train;
+    if (f.Find(k::ArchKey(a, "rope.scaling.original_context_length"))) {
+      TLR_RETURN_IF_ERROR(get("rope.scaling.original_context_length", 1, 1 << 24, &c.yarn_orig_ctx));
+    }
+    double attn_factor = 1.0;
+    if (f.Find(k::ArchKey(a, "rope.scaling.attn_factor"))) {
+      auto v = f.GetFloat(k::ArchKey(a, "rope.scaling.attn_factor"));
+      if (!v.ok()) return v.status();
+      if (!(*v > 0 && *v < 100)) return Status::Error(k::ArchKey(a, "rope.scaling.attn_factor") + " must be positive");
+      attn_factor = *v;
+    }
+    yarn_mscale = static_cast<float>(attn_factor * (1.0 + 0.1 * std::log(1.0 / c.rope_scale)));
   }
   c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   if (f.Find(k::ArchKey(a, "attention.scale"))) {
@@ -174,6 +209,8 @@ Expected<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
     // llama.cpp decides it, by the layer count).
     c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_heads));
   }
+  // YaRN scales both q's and k's rotations by mscale: the scores by its square.
+  c.attn_scale *= yarn_mscale * yarn_mscale;
   if (c.arch == Arch::kGemma3) TLR_RETURN_IF_ERROR(ReadGemma3(f, &c));
   // The vocabulary size is the embedding matrix's row count (checked against the tokenizer
   // and tensors by the model loader).
@@ -181,6 +218,21 @@ Expected<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
     c.n_vocab = emb->dims[1];
   }
   return c;
+}
+
+float ModelConfig::RopeFrequencyScale(int64_t i) const {
+  if (!rope_yarn) return rope_scale;
+  // The rotation count at which dimension pair d turns `rotations` times over the original
+  // context, then the ramp from extrapolated (below low) to interpolated (above high).
+  const double dims = static_cast<double>(head_dim);
+  auto corr = [&](double rotations) {
+    return dims * std::log(static_cast<double>(yarn_orig_ctx) / (rotations * 2 * std::numbers::pi)) / (2 * std::log(static_cast<double>(rope_base)));
+  };
+  const double low = std::max(0.0, std::floor(corr(yarn_beta_fast)));
+  const double high = std::min(dims - 1, std::ceil(corr(yarn_beta_slow)));
+  const double y = (static_cast<double>(i) - low) / std::max(0.001, high - low);
+  const double extrapolate = 1.0 - std::clamp(y, 0.0, 1.0);  // 1: the original frequency
+  return static_cast<float>(rope_scale * (1.0 - extrapolate) + extrapolate);
 }
 
 std::string ModelConfig::Summary() const {

@@ -33,7 +33,17 @@ struct ModelConfig {
   int64_t n_ctx_train = 0;
   float rms_eps = 1e-6f;
   float rope_base = 10000.0f;
-  float rope_scale = 1.0f;    // linear position scaling (rope.scaling.factor with type linear)
+  float rope_scale = 1.0f;    // 1 / rope.scaling.factor (type linear or yarn), else 1
+  // YaRN (rope.scaling.type yarn: Qwen2.5/Qwen3 files made for 128K contexts): each rotation's
+  // frequency is between the interpolated (x rope_scale) and the original one, by a ramp over
+  // the dimensions between the corrections for beta_fast and beta_slow rotations in the original
+  // context; the attention scores are scaled by mscale^2 (in attn_scale). As llama.cpp and
+  // Hugging Face compute it.
+  bool rope_yarn = false;
+  int64_t yarn_orig_ctx = 0;  // rope.scaling.original_context_length, else context_length
+  float yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f;
+  // The factor (0..1) by which the frequency of rotation i (of head_dim / 2) is scaled.
+  float RopeFrequencyScale(int64_t i) const;
   RopeStyle rope_style = RopeStyle::kNeox;
   bool attn_bias = false;     // qwen2: Q, K, V biases
   bool qk_norm = false;       // qwen3, gemma3: per-head RMS norm of Q and K before RoPE

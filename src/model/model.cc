@@ -236,10 +236,16 @@ Status Model::Bind() {
   for (int64_t i = 0; i < half; ++i) {
     inv_freq_[i] = static_cast<float>(std::pow(static_cast<double>(c.rope_base),
                                                -2.0 * static_cast<double>(i) / c.head_dim)) *
-                   c.rope_scale;
+                   c.RopeFrequencyScale(i);
     if (*factors) inv_freq_[i] /= (*factors)[i];
   }
   if (*factors) notes_.push_back("rope frequencies scaled by rope_freqs.weight");
+  if (c.rope_yarn) {
+    char b[160];
+    std::snprintf(b, sizeof b, "rope scaled by YaRN: factor %g over an original context of %lld", 1.0 / c.rope_scale,
+                  static_cast<long long>(c.yarn_orig_ctx));
+    notes_.push_back(b);
+  }
   // Sliding-window layers (gemma3) rotate with their own base and no scaling.
   inv_freq_local_.clear();
   if (!c.local_layer.empty()) {

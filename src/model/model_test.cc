@@ -9,10 +9,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
 #include "model/gguf/gguf_writer.h"
+#include "model/load_check.h"
 #include "model/random_model.h"
 #include "model/sampler.h"
 #include "ops/thread_pool.h"
@@ -478,6 +480,72 @@ TEST(ModelLoad, BadModelsGiveClearErrors) {
   ExpectLoadError(Edited(base, "notok", [](GgufWriter& w, const GgufFile&) {
                  w.Set("tokenizer.ggml.model", GgufValue::Str("bert"));
                }), "not supported");
+}
+
+// YaRN (rope.scaling.type yarn: Qwen2.5/Qwen3 files made for 128K contexts) computed as Hugging
+// Face's _compute_yarn_parameters does: the same model given those frequencies as
+// rope_freqs.weight factors and that attention scale as attention.scale has the same logits; the
+// model without scaling does not. An unknown scaling type is refused.
+TEST(ModelRope, YarnScalesFrequenciesAndAttentionAsHuggingFaceDoes) {
+  const std::string base = MakeTiny("qwen2", "f32");
+  auto plain = Model::Load(base);
+  ASSERT_TRUE(plain.ok());
+  const ModelConfig& c = (*plain)->config();
+  const double d = static_cast<double>(c.head_dim), theta = c.rope_base, factor = 4, orig = 4096;
+  auto corr = [&](double rotations) { return d * std::log(orig / (rotations * 2 * M_PI)) / (2 * std::log(theta)); };
+  double low = std::max(std::floor(corr(32)), 0.0), high = std::min(std::ceil(corr(1)), d - 1);
+  if (low == high) high += 0.001;
+  std::vector<float> freq_factors;
+  for (int64_t i = 0; i < c.head_dim / 2; ++i) {
+    const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+    const double extrapolation = 1 - ramp;
+    const double inv_extrapolated = std::pow(theta, -2.0 * static_cast<double>(i) / d);
+    const double inv_interpolated = inv_extrapolated / factor;
+    const double inv = inv_interpolated * (1 - extrapolation) + inv_extrapolated * extrapolation;
+    freq_factors.push_back(static_cast<float>(inv_extrapolated / inv));
+  }
+  ASSERT_GT(high, low);
+  ASSERT_LT(low, d / 2);  // the ramp falls inside the tiny model's dimensions
+  const double attention_factor = 0.1 * std::log(factor) + 1.0;
+  const std::string yarn = Edited(base, "yarn", [](GgufWriter& w, const GgufFile&) {
+    w.Set("qwen2.rope.scaling.type", GgufValue::Str("yarn"));
+    w.Set("qwen2.rope.scaling.factor", GgufValue::F32(4));
+    w.Set("qwen2.rope.scaling.original_context_length", GgufValue::U32(4096));
+  });
+  const std::string as_factors = Edited(base, "yarn-as-factors", [&](GgufWriter& w, const GgufFile&) {
+    ASSERT_TRUE(w.AddTensorF32("rope_freqs.weight", {c.head_dim / 2}, freq_factors).ok());
+    w.Set("qwen2.attention.scale", GgufValue::F32(static_cast<float>(attention_factor * attention_factor / std::sqrt(d))));
+  });
+  auto a = Model::Load(yarn);
+  auto b = Model::Load(as_factors);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status().message() << b.status().message();
+  std::string notes;
+  for (const auto& n : (*a)->load_notes()) notes += n + "\n";
+  EXPECT_NE(notes.find("rope scaled by YaRN: factor 4 over an original context of 4096"), std::string::npos) << notes;
+  const std::vector<float> la = PromptLogits(**a), lb = PromptLogits(**b), lp = PromptLogits(**plain);
+  ASSERT_EQ(la.size(), lb.size());
+  double max_logit = 0, diff_b = 0, diff_plain = 0;
+  for (size_t i = 0; i < la.size(); ++i) {
+    max_logit = std::max(max_logit, std::fabs(static_cast<double>(lb[i])));
+    diff_b = std::max(diff_b, std::fabs(static_cast<double>(la[i]) - lb[i]));
+    diff_plain = std::max(diff_plain, std::fabs(static_cast<double>(la[i]) - lp[i]));
+  }
+  EXPECT_LT(diff_b, 1e-4 * max_logit);
+  EXPECT_GT(diff_plain, 1e-2 * max_logit);
+  ExpectLoadError(Edited(base, "longrope", [](GgufWriter& w, const GgufFile&) {
+                    w.Set("qwen2.rope.scaling.type", GgufValue::Str("longrope"));
+                  }), "qwen2.rope.scaling.type 'longrope' is not supported (linear, yarn and none are)");
+  // A factor without a type is linear scaling, as llama.cpp reads it; type none scales nothing.
+  auto linear = Model::Load(Edited(base, "factor-only", [](GgufWriter& w, const GgufFile&) {
+    w.Set("qwen2.rope.scaling.factor", GgufValue::F32(4));
+  }));
+  auto none = Model::Load(Edited(base, "none", [](GgufWriter& w, const GgufFile&) {
+    w.Set("qwen2.rope.scaling.type", GgufValue::Str("none"));
+    w.Set("qwen2.rope.scaling.factor", GgufValue::F32(4));
+  }));
+  ASSERT_TRUE(linear.ok() && none.ok());
+  EXPECT_FLOAT_EQ((*linear)->config().rope_scale, 0.25f);
+  EXPECT_EQ(PromptLogits(**none), lp);
 }
 
 // qwen3 and gemma3 files with a missing norm tensor, wrong head dimensions or a layer

@@ -10,6 +10,7 @@
 
 #include <array>
 #include <string>
+#include <utility>
 
 namespace tlr {
 namespace {
@@ -46,6 +47,19 @@ std::optional<GgmlTypeTraits> FindGgmlType(uint32_t raw_id) {
     if (static_cast<uint32_t>(t.type) == raw_id) return t;
   }
   return std::nullopt;
+}
+
+std::string_view UnreadGgmlTypeName(uint32_t raw_id) {
+  // ggml's enum ggml_type: the ids between and after those in kTypes.
+  static constexpr std::pair<uint32_t, std::string_view> kUnread[] = {
+      {16, "iq2_xxs"}, {17, "iq2_xs"}, {18, "iq3_xxs"}, {19, "iq1_s"}, {21, "iq3_s"},
+      {22, "iq2_s"}, {29, "iq1_m"}, {31, "q4_0_4_4"}, {32, "q4_0_4_8"}, {33, "q4_0_8_8"},
+      {34, "tq1_0"}, {35, "tq2_0"}, {36, "iq4_nl_4_4"}, {37, "iq4_nl_4_8"}, {38, "iq4_nl_8_8"},
+      {39, "mxfp4"}, {40, "nvfp4"}, {41, "q1_0"}, {42, "q2_0"}};
+  for (const auto& [id, name] : kUnread) {
+    if (id == raw_id) return name;
+  }
+  return {};
 }
 
 const GgmlTypeTraits& GgmlTraits(GgmlType type) {

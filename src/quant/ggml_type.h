@@ -51,6 +51,9 @@ struct GgmlTypeTraits {
 
 // Traits for a raw type id read from a file; nullopt for ids TLR does not know.
 std::optional<GgmlTypeTraits> FindGgmlType(uint32_t raw_id);
+// The name of a ggml type id TLR does not read (iq3_s, iq2_xxs, tq1_0, mxfp4, ...), for errors;
+// empty for ids ggml does not define either.
+std::string_view UnreadGgmlTypeName(uint32_t raw_id);
 // Traits for a known type (always succeeds).
 const GgmlTypeTraits& GgmlTraits(GgmlType type);
 // Every type in the table, in id order.

@@ -285,7 +285,15 @@ Status GgufParser::Parse(GgufFile* f) {
     uint32_t raw_type;
     TLR_RETURN_IF_ERROR(Read(tn + " type", &raw_type));
     auto traits = FindGgmlType(raw_type);
-    if (!traits) return Fail(tn + ": unknown tensor type id " + std::to_string(raw_type), type_at);
+    if (!traits) {
+      if (const std::string_view unread = UnreadGgmlTypeName(raw_type); !unread.empty()) {
+        return Fail(tn + ": type " + std::string(unread) + " (ggml type " + std::to_string(raw_type) +
+                        ") is not one TLR reads: a file of the same model in another quantization loads "
+                        "(Q4_K_M, Q5_K_M, Q6_K, Q8_0, IQ4_XS, IQ4_NL, F16, BF16)",
+                    type_at);
+      }
+      return Fail(tn + ": unknown tensor type id " + std::to_string(raw_type), type_at);
+    }
     t.type = traits->type;
     auto bytes = GgmlTensorBytes(t.type, static_cast<uint64_t>(t.dims[0]), n_el);
     if (!bytes.ok()) return Fail(tn + ": " + bytes.status().message(), type_at);

@@ -145,6 +145,8 @@ TEST(GgufReader, RejectsBadMetadata) {
 
 TEST(GgufReader, RejectsBadTensors) {
   ExpectError(OneTensor(4, 77), "unknown tensor type id 77");
+  // A ggml type TLR does not read (bartowski's IQ3_M files hold iq3_s) is named as such.
+  ExpectError(OneTensor(256, 21), "type iq3_s (ggml type 21) is not one TLR reads: a file of the same model in another quantization loads");
   ExpectError(OneTensor(0), "dimension 0 = 0");
   ExpectError(OneTensor(-5), "dimension 0 = -5");
   ExpectError(OneTensor(8), "runs past the end");              // 32 bytes needed, 16 there

@@ -81,6 +81,27 @@ Expected<Tokenizer> Tokenizer::FromVocab(Vocab vocab, const TokenizerOptions& op
     t.strips_ = t.strips_ || (at < v.lstrip.size() && v.lstrip[at]) || (at < v.rstrip.size() && v.rstrip[at]);
   }
 
+  // Ends of generation: the ids the file names, then the texts llama.cpp's vocabulary loader
+  // ends generation at (and the FIM tokens it finds by text, when the file names no EOM or FIM id).
+  for (int32_t id : {v.eos_id, v.eot_id}) {
+    if (id >= 0) t.eog_.push_back(id);
+  }
+  t.eog_.insert(t.eog_.end(), v.more_eog_ids.begin(), v.more_eog_ids.end());
+  static const char* const kEndTexts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
+                                          "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>",
+                                          "<|end_of_text|>", "<end_of_utterance>"};
+  for (const char* text : kEndTexts) {
+    if (const int32_t id = t.Find(text); id >= 0) t.eog_.push_back(id);
+  }
+  if (v.more_eog_ids.empty()) {
+    for (const char* text : {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
+                             "<REPO>", "<reponame>", "<|file_sep|>"}) {
+      if (const int32_t id = t.Find(text); id >= 0) t.eog_.push_back(id);
+    }
+  }
+  std::sort(t.eog_.begin(), t.eog_.end());
+  t.eog_.erase(std::unique(t.eog_.begin(), t.eog_.end()), t.eog_.end());
+
   uint64_t h = kFnvOffset;
   h = Fnv1a(h, v.model == VocabModel::kBpe ? "bpe" : "spm");
   h = Fnv1a(h, v.pre);
@@ -113,7 +134,7 @@ int32_t Tokenizer::Find(std::string_view text) const {
 }
 
 bool Tokenizer::IsEndOfGeneration(int32_t id) const {
-  return id >= 0 && (id == vocab_.eos_id || id == vocab_.eot_id);
+  return std::binary_search(eog_.begin(), eog_.end(), id);
 }
 
 std::vector<Tokenizer::Fragment> Tokenizer::PartitionSpecial(std::string_view text,

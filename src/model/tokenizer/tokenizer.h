@@ -76,8 +76,12 @@ class Tokenizer {
   const std::string& TokenText(int32_t id) const { return vocab_.tokens[id]; }
   int32_t bos() const { return vocab_.bos_id; }
   int32_t eos() const { return vocab_.eos_id; }
-  // End of generation: EOS, EOT, or another control token the vocabulary marks as such.
+  // End of generation, as llama.cpp decides it: EOS, EOT and the other ids the file names (EOM,
+  // FIM pad/repo/separator), and the tokens whose text ends a turn or a text in some family
+  // (<end_of_turn>, <|im_end|>, <|eot_id|>, <|eom_id|>, <|endoftext|>, ...): a Gemma 3 file from
+  // llama.cpp's converter names only <eos>, and its turns end at <end_of_turn>.
   bool IsEndOfGeneration(int32_t id) const;
+  const std::vector<int32_t>& EndOfGenerationIds() const { return eog_; }  // sorted
   // 64-bit fingerprint of the vocabulary (model kind, pre-tokenizer, tokens, types, merges):
   // equal fingerprints mean identical tokenization.
   uint64_t Fingerprint() const { return fingerprint_; }
@@ -107,6 +111,7 @@ class Tokenizer {
   // (left id << 32 | right id) -> (rank, merged id), for byte-level BPE.
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;
   std::vector<int32_t> special_;  // tokens matched in text, longest first
+  std::vector<int32_t> eog_;      // ends of generation, sorted
   std::unique_ptr<RegexSplitter> splitter_;
   int32_t byte_token_[256];       // SentencePiece <0xXX> ids (-1 if absent)
   uint64_t fingerprint_ = 0;

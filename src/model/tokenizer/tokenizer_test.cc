@@ -7,8 +7,11 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 
+#include "model/gguf/gguf_keys.h"
 #include "model/gguf/gguf_reader.h"
+#include "model/gguf/gguf_writer.h"
 #include "util/utf8.h"
 
 namespace tlr {
@@ -161,6 +164,94 @@ TEST(Tokenizer, BpeMergesLowestRankFirstLeftmostOnTies) {
   EXPECT_EQ(t->Encode("abc"), (std::vector<int32_t>{'a', 257}));
   // User-defined added tokens split out even without parse_special.
   EXPECT_EQ(t->Encode("aa<|sep|>aa"), (std::vector<int32_t>{256, 259, 256}));
+}
+
+// TinyVocab with control tokens appended; returns the vocabulary, `ids` gets their ids.
+Vocab WithControls(const std::vector<std::string>& texts, std::vector<int32_t>* ids) {
+  Vocab v = TinyVocab();
+  for (const std::string& t : texts) {
+    ids->push_back(v.size());
+    v.tokens.push_back(t);
+    v.types.push_back(TokenType::kControl);
+    v.lstrip.push_back(0);
+    v.rstrip.push_back(0);
+  }
+  return v;
+}
+
+// The vocabulary through a GGUF's metadata: `edit` changes what VocabToGguf wrote, `drop` a key
+// is left out.
+Expected<Tokenizer> ThroughGguf(const Vocab& v, const std::function<void(GgufWriter&)>& edit, const std::string& drop = "") {
+  GgufWriter w;
+  VocabToGguf(v, &w);
+  edit(w);
+  auto bytes = w.ToBytes();
+  if (!bytes.ok()) return bytes.status();
+  auto f = GgufFile::FromBytes(*bytes);
+  if (!f.ok()) return f.status();
+  GgufWriter kept;
+  for (const auto& [key, value] : f->metadata()) {
+    if (key != drop) kept.Set(key, value);
+  }
+  bytes = kept.ToBytes();
+  if (!bytes.ok()) return bytes.status();
+  f = GgufFile::FromBytes(*bytes);
+  if (!f.ok()) return f.status();
+  return Tokenizer::FromGguf(*f);
+}
+
+// Generation ends where llama.cpp's would: a Gemma 3 file names <eos> only, but its turns end at
+// <end_of_turn>; Llama 3.1 names <|eom_id|> as EOM; Qwen's FIM tokens end a fill.
+TEST(Tokenizer, EndOfGenerationAsLlamaCppDecidesIt) {
+  std::vector<int32_t> id;
+  Vocab v = WithControls({"<eos>", "<end_of_turn>", "<start_of_turn>", "<|fim_pad|>", "<|eom_id|>", "<tool>"}, &id);
+  v.eos_id = id[0];
+  auto t = Tokenizer::FromVocab(v);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_TRUE(t->IsEndOfGeneration(id[0]));
+  EXPECT_TRUE(t->IsEndOfGeneration(id[1]));   // by its text
+  EXPECT_FALSE(t->IsEndOfGeneration(id[2]));
+  EXPECT_TRUE(t->IsEndOfGeneration(id[3]));   // FIM pad by its text: the file names no FIM id
+  EXPECT_TRUE(t->IsEndOfGeneration(id[4]));
+  EXPECT_FALSE(t->IsEndOfGeneration(id[5]));
+  EXPECT_FALSE(t->IsEndOfGeneration('a'));
+  EXPECT_FALSE(t->IsEndOfGeneration(-1));
+  // The ids a file names: EOM and a FIM separator on tokens of any text.
+  t = ThroughGguf(v, [&](GgufWriter& w) {
+    w.Set(gguf_keys::kTokEom, GgufValue(static_cast<uint32_t>(id[5])));
+    w.Set(gguf_keys::kTokFimSep, GgufValue(static_cast<uint32_t>(id[2])));
+  });
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_TRUE(t->IsEndOfGeneration(id[5]));
+  EXPECT_TRUE(t->IsEndOfGeneration(id[2]));
+  EXPECT_TRUE(t->IsEndOfGeneration(id[1]));
+  EXPECT_FALSE(t->IsEndOfGeneration(id[3]));  // the file names its FIM ids: none found by text
+  // An id outside the vocabulary is an error naming the key.
+  t = ThroughGguf(v, [&](GgufWriter& w) { w.Set(gguf_keys::kTokEom, GgufValue(static_cast<uint32_t>(v.size()))); });
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("tokenizer.ggml.eom_token_id"), std::string::npos) << t.status().message();
+}
+
+// A Llama 3 file without tokenizer.ggml.add_bos_token (converted from Meta's tokenizer_config.json,
+// which has none) still starts with BOS, as in llama.cpp; the key, when there, decides.
+TEST(Tokenizer, Llama3PreTokenizerMeansBosUnlessTheFileSaysOtherwise) {
+  std::vector<int32_t> id;
+  Vocab v = WithControls({"<|begin_of_text|>", "<|end_of_text|>"}, &id);
+  v.bos_id = id[0];
+  v.eos_id = id[1];
+  for (const char* pre : {"llama-bpe", "llama3", "llama-v3", "falcon3", "gpt-2"}) {
+    v.pre = pre;
+    auto t = ThroughGguf(v, [](GgufWriter&) {}, gguf_keys::kTokAddBos);
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    const bool llama3 = std::string(pre) != "gpt-2";
+    EXPECT_EQ(t->vocab().add_bos, llama3) << pre;
+    EXPECT_EQ(t->vocab().ignore_merges, llama3) << pre;
+    EXPECT_EQ(t->Encode("aa", /*add_special=*/true).front() == id[0], llama3) << pre;
+    v.add_bos = false;
+    t = ThroughGguf(v, [](GgufWriter&) {});
+    ASSERT_TRUE(t.ok());
+    EXPECT_FALSE(t->vocab().add_bos) << pre;
+  }
 }
 
 TEST(Tokenizer, LoadErrorsAreClear) {

@@ -134,7 +134,17 @@ Expected<Vocab> VocabFromGguf(const GgufFile& f) {
     if (!id.ok()) return id.status();
     *dst = *id;
   }
-  auto add_bos = OptionalBool(f, gguf_keys::kTokAddBos, v.model == VocabModel::kSpm);
+  for (const char* key : {gguf_keys::kTokEom, gguf_keys::kTokFimPad, gguf_keys::kTokFimRep, gguf_keys::kTokFimSep}) {
+    auto id = OptionalId(f, key, n);
+    if (!id.ok()) return id.status();
+    if (*id >= 0) v.more_eog_ids.push_back(*id);
+  }
+  // Llama 3's pre-tokenizer names mean a BOS at the start and whole pre-tokens kept whether or
+  // not the file says add_bos_token (files converted from Meta's tokenizer_config.json lack it),
+  // as llama.cpp reads them (llama_vocab::impl::load).
+  const bool llama3 = v.model == VocabModel::kBpe &&
+                      (v.pre == "llama-bpe" || v.pre == "llama3" || v.pre == "llama-v3" || v.pre == "falcon3");
+  auto add_bos = OptionalBool(f, gguf_keys::kTokAddBos, v.model == VocabModel::kSpm || llama3);
   auto add_eos = OptionalBool(f, gguf_keys::kTokAddEos, false);
   auto add_space = OptionalBool(f, gguf_keys::kTokAddSpacePrefix, v.add_space_prefix);
   if (!add_bos.ok()) return add_bos.status();
@@ -143,9 +153,7 @@ Expected<Vocab> VocabFromGguf(const GgufFile& f) {
   v.add_bos = *add_bos && v.bos_id >= 0;
   v.add_eos = *add_eos && v.eos_id >= 0;
   v.add_space_prefix = *add_space;
-  if (v.model == VocabModel::kBpe && (v.pre == "llama-bpe" || v.pre == "llama3")) {
-    v.ignore_merges = true;  // as llama.cpp does for Llama 3
-  }
+  if (llama3) v.ignore_merges = true;
   v.lstrip.assign(n, 0);
   v.rstrip.assign(n, 0);
   TLR_RETURN_IF_ERROR(v.Validate());
