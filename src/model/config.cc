@@ -177,7 +177,7 @@ Expected<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
     if (!(*v >= 0 && *v < 1e6)) return Status::Error(k::ArchKey(a, key) + " = " + std::to_string(*v) + " is not a scaling factor");
     factor = *v;
   }
-  float yarn_mscale = 1.0f;
+  float yarn_mscale = 1.0f, yarn_attn_factor = 1.0f;
   if (scaling != "none" && scaling != "linear" && scaling != "yarn") {
     return Status::Error(k::ArchKey(a, "rope.scaling.type") + " '" + scaling +
                          "' is not supported (linear, yarn and none are)");
@@ -196,7 +196,9 @@ Expected<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
       if (!(*v > 0 && *v < 100)) return Status::Error(k::ArchKey(a, "rope.scaling.attn_factor") + " must be positive");
       attn_factor = *v;
     }
-    yarn_mscale = static_cast<float>(attn_factor * (1.0 + 0.1 * std::log(1.0 / c.rope_scale)));
+    // Hugging Face's get_mscale: no boost for a factor of 1 or less.
+    yarn_attn_factor = static_cast<float>(attn_factor);
+    yarn_mscale = static_cast<float>(attn_factor * (factor > 1 ? 1.0 + 0.1 * std::log(factor) : 1.0));
   }
   c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   if (f.Find(k::ArchKey(a, "attention.scale"))) {
@@ -209,7 +211,10 @@ Expected<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
     // llama.cpp decides it, by the layer count).
     c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_heads));
   }
-  // YaRN scales both q's and k's rotations by mscale: the scores by its square.
+  // YaRN scales both q's and k's rotations by mscale: the scores by its square. Sliding-window
+  // layers (gemma3) rotate unscaled: their rotations keep only attn_factor (as in llama.cpp,
+  // where their frequency scale is 1).
+  c.attn_scale_local = c.attn_scale * yarn_attn_factor * yarn_attn_factor;
   c.attn_scale *= yarn_mscale * yarn_mscale;
   if (c.arch == Arch::kGemma3) TLR_RETURN_IF_ERROR(ReadGemma3(f, &c));
   // The vocabulary size is the embedding matrix's row count (checked against the tokenizer

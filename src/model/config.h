@@ -53,6 +53,7 @@ struct ModelConfig {
   bool post_norms = false;
   bool gelu_ffn = false;
   float embd_scale = 1.0f;
+  float attn_scale_local = 0.0f;  // the same for sliding-window layers (no YaRN boost there)
   float attn_scale = 0.0f;    // attention score scale: 1/sqrt(head_dim) unless the file says
   float final_softcap = 0.0f; // > 0: logits = cap * tanh(logits / cap)
   // Sliding-window (local) layers, gemma3: a local layer's query at position p attends to

@@ -585,12 +585,12 @@ Status Model::Forward(std::span<SequenceInput> seqs, ForwardContext* ctx) const 
     }
   });
 
-  const float scale = c.attn_scale;
   const int64_t group = c.n_heads / c.n_kv_heads;
   const bool neox = c.rope_style == RopeStyle::kNeox;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const Layer& L = layers_[l];
     const bool local = c.IsLocal(l);
+    const float scale = local ? c.attn_scale_local : c.attn_scale;
     const float* layer_cs = local ? rope_cs_local : rope_cs;
     // Attention: norm, projections, biases, RoPE.
     pool->ParallelFor(n, 0, [&](int64_t b, int64_t e, int) {

@@ -546,6 +546,24 @@ TEST(ModelRope, YarnScalesFrequenciesAndAttentionAsHuggingFaceDoes) {
   ASSERT_TRUE(linear.ok() && none.ok());
   EXPECT_FLOAT_EQ((*linear)->config().rope_scale, 0.25f);
   EXPECT_EQ(PromptLogits(**none), lp);
+  // No boost for a factor of 1 or less (Hugging Face's get_mscale); Gemma 3's sliding-window
+  // layers rotate unscaled and get no boost either (llama.cpp's frequency scale 1 there).
+  auto shrink = Model::Load(Edited(base, "yarn-below-1", [](GgufWriter& w, const GgufFile&) {
+    w.Set("qwen2.rope.scaling.type", GgufValue::Str("yarn"));
+    w.Set("qwen2.rope.scaling.factor", GgufValue::F32(0.5f));
+  }));
+  ASSERT_TRUE(shrink.ok());
+  EXPECT_FLOAT_EQ((*shrink)->config().attn_scale, c.attn_scale);
+  const std::string gemma = MakeTiny("gemma3", "f32");
+  auto g = Model::Load(gemma);
+  auto gy = Model::Load(Edited(gemma, "gemma3-yarn", [](GgufWriter& w, const GgufFile&) {
+    w.Set("gemma3.rope.scaling.type", GgufValue::Str("yarn"));
+    w.Set("gemma3.rope.scaling.factor", GgufValue::F32(4));
+  }));
+  ASSERT_TRUE(g.ok() && gy.ok()) << gy.status().message();
+  ASSERT_FALSE((*gy)->config().local_layer.empty());
+  EXPECT_FLOAT_EQ((*gy)->config().attn_scale_local, (*g)->config().attn_scale);
+  EXPECT_FLOAT_EQ((*gy)->config().attn_scale, static_cast<float>((*g)->config().attn_scale * attention_factor * attention_factor));
 }
 
 // qwen3 and gemma3 files with a missing norm tensor, wrong head dimensions or a layer

@@ -319,6 +319,14 @@ Status WriteRandomModel(const RandomModelOptions& opts, const std::string& path,
   w.Set(ak(gguf_keys::kHeadCountKv), GgufValue::U32(static_cast<uint32_t>(KVH)));
   w.Set(ak(gguf_keys::kRmsEps), GgufValue::F32(static_cast<float>(p->rms_eps)));
   w.Set(ak(gguf_keys::kRopeFreqBase), GgufValue::F32(static_cast<float>(p->rope_base)));
+  if (opts.yarn_factor > 0) {
+    if (!(opts.yarn_factor >= 1 && opts.yarn_factor <= 1024) || opts.yarn_orig_ctx < 1 || opts.yarn_orig_ctx > (1 << 24)) {
+      return Status::Error("YaRN needs a factor in 1..1024 and an original context in 1..2^24");
+    }
+    w.Set(ak("rope.scaling.type"), GgufValue::Str("yarn"));
+    w.Set(ak("rope.scaling.factor"), GgufValue::F32(static_cast<float>(opts.yarn_factor)));
+    w.Set(ak("rope.scaling.original_context_length"), GgufValue::U32(static_cast<uint32_t>(opts.yarn_orig_ctx)));
+  }
   if (arch == "llama") {
     w.Set(ak(gguf_keys::kRopeDimensionCount), GgufValue::U32(static_cast<uint32_t>(hd)));
     w.Set(ak(gguf_keys::kVocabSize), GgufValue::U32(static_cast<uint32_t>(n_vocab)));

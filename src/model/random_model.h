@@ -26,6 +26,10 @@ struct RandomModelOptions {
   std::string tokenizer_path;   // tokenizer.json or a GGUF with tokenizer metadata; empty:
                                 // a small built-in byte-level BPE vocabulary
   uint64_t seed = 1;
+  // > 0: the file asks for YaRN RoPE scaling by this factor over `yarn_orig_ctx` positions (as
+  // llama.cpp's converter writes a Qwen2.5/Qwen3 config with rope_scaling type yarn).
+  double yarn_factor = 0;
+  int64_t yarn_orig_ctx = 0;
 };
 
 std::vector<std::string> RandomModelPresets();

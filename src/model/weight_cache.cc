@@ -144,12 +144,18 @@ std::string WeightCache::PathFor(const std::string& model_path, uint64_t fingerp
 Expected<WeightCacheKey> WeightCache::KeyFor(const std::string& model_path, uint64_t fingerprint, uint32_t layout_version,
                                              const std::string& simd_target, const std::vector<std::string>& shards) {
   WeightCacheKey k;
+  uint64_t shards_hash = kFnvOffset;
   for (const std::string& p : shards.empty() ? std::vector<std::string>{model_path} : shards) {
     struct stat st;
     if (stat(p.c_str(), &st) != 0) return Status::Error("cannot stat '" + p + "'");
-    k.source_size += static_cast<uint64_t>(st.st_size);
-    k.source_mtime_ns = std::max(k.source_mtime_ns, static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec);
+    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    k.source_size += size;
+    k.source_mtime_ns = mtime;
+    shards_hash = Fnv1a(Fnv1a(shards_hash, &size, sizeof size), &mtime, sizeof mtime);
   }
+  // A split model: every shard's size and time, in one number where one file's time goes.
+  if (shards.size() > 1) k.source_mtime_ns = static_cast<int64_t>(shards_hash);
   k.fingerprint = fingerprint;
   k.layout_version = layout_version;
   k.simd_target = simd_target;

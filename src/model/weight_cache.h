@@ -51,8 +51,8 @@ class WeightCache {
   // cache directory. `dir` (may be empty) overrides both.
   static std::string PathFor(const std::string& model_path, uint64_t fingerprint, const std::string& dir = "");
   // The key of a model file (its size and modification time) plus the given parts. A split
-  // model's key covers every shard (`shards`, the first included): their sizes summed, the
-  // latest modification time.
+  // model's key covers every shard (`shards`, the first included): their sizes summed, and a
+  // hash of each one's size and modification time in place of the time.
   static Expected<WeightCacheKey> KeyFor(const std::string& model_path, uint64_t fingerprint, uint32_t layout_version,
                                          const std::string& simd_target, const std::vector<std::string>& shards = {});
 

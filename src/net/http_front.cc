@@ -620,6 +620,7 @@ void HttpFront::WorkerLoop() {
 namespace {
 thread_local int t_client_fd = -1;  // the socket of the request this worker thread handles
 thread_local std::chrono::steady_clock::time_point t_complete_at;  // when that request was complete
+thread_local bool t_close_after_reply = false;  // CloseAfterReply() during that request
 }  // namespace
 
 double HttpFront::CurrentRequestAge() {
@@ -636,13 +637,20 @@ bool HttpFront::CurrentClientGone() {
   return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;  // reset or another error
 }
 
+void HttpFront::CloseAfterReply() { t_close_after_reply = true; }
+
 void HttpFront::Serve(ConnPtr c) {
   for (;;) {
     ConnStream strm(c.get(), limits_.write_timeout_s);
     bool connection_closed = false;
     t_client_fd = c->fd;
     t_complete_at = c->complete_at;
+    t_close_after_reply = false;
     const bool ok = process_request(strm, closing_.load(), connection_closed, nullptr);
+    // httplib keeps an HTTP/1.0 connection whose client sent "Connection: Keep-Alive", even
+    // after a reply that only the connection's end delimits.
+    connection_closed = connection_closed || t_close_after_reply;
+    t_close_after_reply = false;
     t_client_fd = -1;
     c->buf.erase(0, c->request_len);
     c->request_len = 0;

@@ -120,6 +120,9 @@ class HttpFront : public httplib::Server {
   // Seconds since the request this worker thread handles was complete (it may have waited for a
   // free worker): time its client has already spent waiting. 0 on any other thread.
   static double CurrentRequestAge();
+  // For a handler on a worker thread: the connection closes once this reply is sent (a reply
+  // without a length, which only the end of the connection delimits). No effect elsewhere.
+  static void CloseAfterReply();
 
  private:
   struct Conn;

@@ -16,6 +16,8 @@
 #include <string_view>
 #include <thread>
 
+#include "net/http_front.h"
+
 namespace tlr {
 
 class SseStream {
@@ -81,6 +83,7 @@ class SseStream {
     auto release = [s](bool) { s->cancelled = true; };
     if (req.version == "HTTP/1.0") {
       res.set_header("Connection", "close");
+      HttpFront::CloseAfterReply();
       res.set_content_provider("text/event-stream", std::move(provide), std::move(release));
     } else {
       res.set_chunked_content_provider("text/event-stream", std::move(provide), std::move(release));

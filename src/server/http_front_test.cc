@@ -270,7 +270,7 @@ TEST_F(ConnTest, ClientsThatDoNotReadTheirRepliesDoNotStarveOthers) {
 TEST_F(ConnTest, StreamsToHttp10ClientsAreNotChunked) {
   Start();
   const std::string body = R"({"prompt":"Question: where","max_tokens":3,"stream":true})";
-  for (const std::string extra : {"", "Connection: keep-alive\r\n"}) {
+  for (const std::string extra : {"", "Connection: keep-alive\r\n", "Connection: Keep-Alive\r\n"}) {
     const int fd = Connect(port_);
     ASSERT_GE(fd, 0);
     std::string req = Post("/v1/completions", body, extra);

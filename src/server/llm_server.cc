@@ -170,6 +170,9 @@ void LlmServer::Stop() {
   if (http_) http_->stop();
   if (thread_.joinable()) thread_.join();
   if (front_) front_->Close();
+  // Their connections are closed: each generation sees its client gone at its next token.
+  std::unique_lock<std::mutex> l(streams_mu_);
+  streams_cv_.wait(l, [this] { return live_streams_ == 0; });
 }
 
 void LlmServer::Routes() {

@@ -8,10 +8,11 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -74,7 +75,8 @@ class LlmServer {
   // The bound port (after Start).
   int port() const { return port_; }
   bool tls() const { return !opts_.tls_cert.empty(); }
-  // Stops accepting and waits for the serving thread.
+  // Stops accepting, closes the connections and waits for the serving thread and for the
+  // generations of streamed replies (which may outlive their connection by a token).
   void Stop();
 
  private:
@@ -100,6 +102,11 @@ class LlmServer {
   std::atomic<uint64_t> next_id_{1};
   std::once_flag vocabulary_once_;
   std::string vocabulary_gguf_;  // GET /tlr/v1/vocabulary
+  // Streamed OpenAI replies whose generation thread has not ended: it uses this server (engine,
+  // metrics) and may still run when the connection it answered is gone.
+  std::mutex streams_mu_;
+  std::condition_variable streams_cv_;
+  int live_streams_ = 0;
 };
 
 }  // namespace tlr

@@ -260,7 +260,19 @@ void LlmServer::RoutesOpenAi() {
       start->admitted = admitted;
       start->cv.notify_all();
     };
+    {
+      std::lock_guard<std::mutex> l(streams_mu_);
+      ++live_streams_;
+    }
     st->worker = std::thread([this, st, p, out, token_logprob, &tok, usage, chat, t0, control, start, early] {
+      struct Ended {  // Stop() waits for this generation, whichever way it ends
+        LlmServer* server;
+        ~Ended() {
+          std::lock_guard<std::mutex> l(server->streams_mu_);
+          --server->live_streams_;
+          server->streams_cv_.notify_all();
+        }
+      } ended{this};
       CompletionText text(tok, p.stop);
       if (chat) st->Push(Sse(out.RoleChunk()));
       int64_t n_tokens = 0;

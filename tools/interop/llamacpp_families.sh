@@ -7,7 +7,8 @@
 # Usage: tools/interop/llamacpp_families.sh [PRESETS...]   (from the repository root)
 #   default presets: qwen3-0.6b qwen3-1.7b gemma3-270m gemma3-1b
 #   LONG=1: a prompt of ~770 tokens (past Gemma 3's 512-token sliding window), the last 64
-#   positions compared. TYPES="f16 q8_0" by default.
+#   positions compared. TYPES="f16 q8_0" by default. YARN=4:4096: the files ask for YaRN RoPE
+#   scaling (factor 4 over 4096 positions, as Qwen2.5/Qwen3 files made for 128K contexts do).
 set -euo pipefail
 tlr=${TLR:-build/bin/tlr}
 work=build/interop
@@ -37,14 +38,15 @@ for preset in "${presets[@]}"; do
   family=${preset%%-*}
   tokjson="$npm_tok/tokenizer-$family/models/tokenizer.json"
   for type in ${TYPES:-f16 q8_0}; do
-    file="$work/$preset-$type.gguf"
-    [ -s "$file" ] || "$tlr" make-random --preset "$preset" --type "$type" --tokenizer "$tokjson" --seed 5 -o "$file" >/dev/null
-    "$tlr" run -m "$file" -p "$prompt" -n "$n" --temp 0 -t 2 --ctx "$ctx" --logits-out "$work/tlr-$preset-$type" >/dev/null 2>&1
-    ids=$($py -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))["prompt_ids"])))' "$work/tlr-$preset-$type.json")
+    file="$work/$preset-$type${YARN:+-yarn}.gguf"
+    [ -s "$file" ] || "$tlr" make-random --preset "$preset" --type "$type" --tokenizer "$tokjson" --seed 5 ${YARN:+--yarn "$YARN"} -o "$file" >/dev/null
+    name=$preset-$type${YARN:+-yarn}
+    "$tlr" run -m "$file" -p "$prompt" -n "$n" --temp 0 -t 2 --ctx "$ctx" --logits-out "$work/tlr-$name" >/dev/null 2>&1
+    ids=$($py -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))["prompt_ids"])))' "$work/tlr-$name.json")
     from=0
     if [ -n "$tag" ]; then from=$(( $(tr -cd , <<<"$ids" | wc -c) + 1 - 64 )); fi
-    node "$work/llamacpp_logits.mjs" "$PWD/$file" "$ids" "$n" "$work/lc-$preset-$type" "$from"
-    row=$($py - "$work/tlr-$preset-$type" "$work/lc-$preset-$type" "$preset" "$type$tag" <<'PY'
+    node "$work/llamacpp_logits.mjs" "$PWD/$file" "$ids" "$n" "$work/lc-$name" "$from"
+    row=$($py - "$work/tlr-$name" "$work/lc-$name" "$preset" "$type$tag${YARN:+ yarn $YARN}" <<'PY'
 import json, sys
 import numpy as np
 tlr, lc, preset, type_ = sys.argv[1:]

@@ -107,6 +107,11 @@ check bench_json 0 "\"tg_roofline_pct\"" -- "$tlr" bench -m "$tmp/tiny.gguf" --p
 check bench_interleaved 0 "each step against a read pass right after it: [0-9]+% \\(range" -- "$tlr" bench -m "$tmp/tiny.gguf" --pp 8 --tg 4 -r 2 -t 1 --router citer --depth 100
 check_same bench_router "router .* us/token \(citer"
 check_same bench_depth "tg at 100 .*% of [0-9.]+ tok/s at the start, range"
+check make_random_yarn 0 "wrote" -- "$tlr" make-random --preset tiny --type f16 --yarn 4:64 -o "$tmp/yarn.gguf"
+check run_yarn 0 "rope scaled by YaRN: factor 4 over an original context of 64" -- "$tlr" run -m "$tmp/yarn.gguf" -p "the answer" -n 2 -v
+check bad_yarn 2 "YaRN needs a factor in 1..1024" -- "$tlr" make-random --preset tiny --yarn 0.5:64 -o "$tmp/x.gguf"
+check bad_yarn_nan 2 "YaRN needs a factor in 1..1024" -- "$tlr" make-random --preset tiny --yarn nan:64 -o "$tmp/x.gguf"
+check bad_yarn_form 2 "wants FACTOR:ORIGINAL_CONTEXT, e.g. 4:4096, not '4'" -- "$tlr" make-random --preset tiny --yarn 4 -o "$tmp/x.gguf"
 check bad_preset 1 "unknown preset 'nope'" -- "$tlr" make-random --preset nope -o "$tmp/x.gguf"
 check bad_arch_preset 1 "is a qwen2 model, not llama" -- "$tlr" make-random --preset qwen2.5-0.5b --arch llama -o "$tmp/x.gguf"
 check bad_type 1 "unknown type 'q7_k' \(known: .*iq4_xs" -- "$tlr" make-random --type q7_k -o "$tmp/x.gguf"

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <vector>
 
 #include "apps/tlr/commands.h"
 #include "apps/tlr/options.h"
@@ -16,9 +17,11 @@
 namespace tlr::cli {
 namespace {
 
-// The default output: model.gguf -> model.packed.gguf; model.packed.gguf -> model.gguf.
-std::string DefaultOut(const std::string& in, bool unpack) {
+// The default output: model.gguf -> model.packed.gguf; model.packed.gguf -> model.gguf; a split
+// model's first shard model-00001-of-00005.gguf -> model.packed.gguf.
+std::string DefaultOut(const std::string& in, bool unpack, bool split) {
   std::string stem = in;
+  if (split && stem.rfind("-00001-of-") != std::string::npos) stem.resize(stem.rfind("-00001-of-"));
   if (stem.size() > 5 && stem.compare(stem.size() - 5, 5, ".gguf") == 0) stem.resize(stem.size() - 5);
   if (!unpack) return stem + ".packed.gguf";
   if (stem.size() > 7 && stem.compare(stem.size() - 7, 7, ".packed") == 0) return stem.substr(0, stem.size() - 7) + ".gguf";
@@ -28,6 +31,13 @@ std::string DefaultOut(const std::string& in, bool unpack) {
 double MiB(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0 ? static_cast<double>(st.st_size) / 1048576.0 : 0.0;
+}
+
+// The files a model is read from: every shard of a split model, else the one file.
+std::vector<std::string> SourceFiles(const std::string& in) {
+  auto f = GgufFile::Open(in);  // mapped: only the headers are read
+  if (f.ok() && !f->shard_paths().empty()) return f->shard_paths();
+  return {in};
 }
 
 }  // namespace
@@ -60,16 +70,23 @@ Command AddConvertCommand(CLI::App& root) {
       "Example: tlr convert qwen2.5-0.5b-instruct-q8_0.gguf -o app/assets/slm.gguf");
   AddOptions(app, kCmdConvert, p.get(), "@demo/slm.gguf");
   return MakeCommand(app, p, opts, [opts = opts](const std::string& cmd) -> int {
-            if (opts->out.empty()) opts->out = DefaultOut(opts->in, opts->unpack);
+            const std::vector<std::string> sources = SourceFiles(opts->in);
+            double in_mib = 0;
+            for (const std::string& f : sources) in_mib += MiB(f);
+            if (opts->out.empty()) opts->out = DefaultOut(opts->in, opts->unpack, sources.size() > 1);
             std::error_code ec;
             if (std::filesystem::exists(opts->out, ec)) {
-              if (std::filesystem::equivalent(opts->in, opts->out, ec)) {
-                return ReportError(cmd, "the output '" + opts->out + "' is the input itself: name another file with -o");
+              for (const std::string& f : sources) {
+                if (std::filesystem::equivalent(f, opts->out, ec)) {
+                  return ReportError(cmd, "the output '" + opts->out + "' is " +
+                                              (sources.size() > 1 ? "a shard of the input" : "the input itself") +
+                                              ": name another file with -o");
+                }
               }
               if (!opts->force) return ReportError(cmd, "'" + opts->out + "' exists (--force replaces it)");
             }
             Progress progress;
-            const bool show = isatty(STDERR_FILENO) || MiB(opts->in) >= 256;  // a small file: no 10 lines of it
+            const bool show = isatty(STDERR_FILENO) || in_mib >= 256;  // a small file: no 10 lines of it
             auto report = [&](size_t done, size_t total) {
               if (show) progress.Update("writing", static_cast<int64_t>(done), static_cast<int64_t>(total));
             };
@@ -86,7 +103,7 @@ Command AddConvertCommand(CLI::App& root) {
               std::filesystem::remove(opts->out, ec);
               return ReportError(cmd, "the file written does not load (removed): " + m.status().message());
             }
-            std::printf("wrote %s (%.1f MiB, from %.1f MiB) in %.1f s\n", opts->out.c_str(), MiB(opts->out), MiB(opts->in),
+            std::printf("wrote %s (%.1f MiB, from %.1f MiB) in %.1f s\n", opts->out.c_str(), MiB(opts->out), in_mib,
                         progress.Elapsed());
             if (opts->unpack) {
               std::printf("a plain GGUF (model fingerprint %s): any GGUF reader loads it\n", (*m)->fingerprint_hex().c_str());

@@ -7,6 +7,7 @@
 #include "apps/tlr/commands.h"
 #include "apps/tlr/options.h"
 #include "device/remote/remote_llm.h"
+#include "model/gguf/gguf_keys.h"
 #include "model/gguf/gguf_reader.h"
 
 namespace tlr::cli {
@@ -71,7 +72,17 @@ Command AddInfoCommand(CLI::App& root) {
   AddOptions(app, kCmdInfo, p.get(), "@demo/slm.gguf");
   return MakeCommand(app, p, opts, [opts = opts](const std::string& cmd) -> int {
             auto f = GgufFile::Open(opts->path);
-            if (!f.ok()) return ReportError(cmd, f.status().message());
+            std::string shard_note;
+            if (!f.ok()) {
+              // A later shard of a split model is shown alone (its model opens from the first).
+              auto one = GgufFile::OpenOneFile(opts->path);
+              auto no = one.ok() ? one->GetUint(gguf_keys::kSplitNo) : Expected<uint64_t>(Status::Error(""));
+              auto count = one.ok() ? one->GetUint(gguf_keys::kSplitCount) : Expected<uint64_t>(Status::Error(""));
+              if (!no.ok() || !count.ok() || *no == 0) return ReportError(cmd, f.status().message());
+              shard_note = "shard " + std::to_string(*no + 1) + " of " + std::to_string(*count) +
+                           " of a split model, this file alone (the model opens from its first shard)";
+              f = std::move(one);
+            }
             const GgufFile& g = *f;
             if (opts->json) {
               json j;
@@ -80,6 +91,7 @@ Command AddInfoCommand(CLI::App& root) {
               j["file_size"] = g.file_size();
               j["alignment"] = g.alignment();
               j["data_offset"] = g.data_offset();
+              if (!shard_note.empty()) j["note"] = shard_note;
               if (!g.shard_paths().empty()) j["shards"] = g.shard_paths();
               json md = json::array();
               for (const auto& [k, v] : g.metadata()) {
@@ -105,6 +117,7 @@ Command AddInfoCommand(CLI::App& root) {
                         static_cast<unsigned long long>(g.file_size()),
                         static_cast<unsigned long long>(g.alignment()),
                         static_cast<unsigned long long>(g.data_offset()));
+            if (!shard_note.empty()) std::printf("%s\n", shard_note.c_str());
             if (!g.shard_paths().empty()) {
               std::printf("split model: %zu shards (the metadata is the first's; offsets are in each tensor's shard)\n",
                           g.shard_paths().size());

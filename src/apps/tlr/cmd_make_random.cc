@@ -34,6 +34,27 @@ Command AddMakeRandomCommand(CLI::App& root) {
                   "Vocabulary from a tokenizer.json or a GGUF file (default: a small built-in "
                   "byte-level BPE vocabulary, padded to the preset's size)"), "@demo/slm.gguf");
   Example(app->add_option("--seed", opts->seed, "Random seed (same seed, same file)")->default_val(1), "3");
+  // FACTOR:ORIGINAL_CONTEXT, one word (a scaled Qwen config's rope_scaling factor and
+  // original_max_position_embeddings).
+  auto yarn = std::make_shared<std::pair<double, int64_t>>(0, 0);
+  Example(app->add_option_function<std::string>(
+                  "--yarn",
+                  [yarn](const std::string& v) {
+                    double f = 0;
+                    long long ctx = 0;
+                    char end = 0;
+                    if (std::sscanf(v.c_str(), "%lf:%lld%c", &f, &ctx, &end) != 2) {
+                      throw CLI::ValidationError("--yarn", "wants FACTOR:ORIGINAL_CONTEXT, e.g. 4:4096, not '" + v + "'");
+                    }
+                    if (!(f >= 1 && f <= 1024) || ctx < 1 || ctx > (1 << 24)) {
+                      throw CLI::ValidationError("--yarn", "YaRN needs a factor in 1..1024 and an original context in "
+                                                           "1..16777216, not '" + v + "'");
+                    }
+                    *yarn = {f, static_cast<int64_t>(ctx)};
+                  },
+                  "FACTOR:ORIGINAL_CONTEXT: the file asks for YaRN RoPE scaling (rope.scaling.type yarn), as a "
+                  "Qwen2.5/Qwen3 file made for 128K contexts does"),
+          "4:4096");
   Example(app->add_option("-o,--out", *out, "Output GGUF path")->required(), "n.gguf");
   app->footer(
       "File types:\n" + type_lines +
@@ -44,12 +65,15 @@ Command AddMakeRandomCommand(CLI::App& root) {
       "llama-quantize does (more bits for some attn_v / ffn_down layers and the LM head).\n"
       "Example: tlr make-random --preset qwen2.5-0.5b --type q4_k_m -o /tmp/qwen-0.5b-q4km.gguf");
   AddOptions(app, kCmdMakeRandom, p.get(), "-o m.gguf");
-  auto own = [opts, out] {
+  auto own = [opts, out, yarn] {
     return nlohmann::json{
         {"preset", opts->preset}, {"arch", opts->arch}, {"type", opts->type}, {"pure", opts->pure},
-        {"tokenizer", opts->tokenizer_path}, {"seed", opts->seed}, {"out", *out}};
+        {"tokenizer", opts->tokenizer_path}, {"seed", opts->seed}, {"yarn", {yarn->first, yarn->second}},
+        {"out", *out}};
   };
-  return MakeCommand(app, p, own, [opts, out](const std::string& cmd) -> int {
+  return MakeCommand(app, p, own, [opts, out, yarn](const std::string& cmd) -> int {
+            opts->yarn_factor = yarn->first;
+            opts->yarn_orig_ctx = yarn->second;
             const bool tty = isatty(2);
             Status s = WriteRandomModel(*opts, *out, [&](size_t done, size_t total) {
               if (tty) std::fprintf(stderr, "\rwriting tensors: %zu/%zu", done, total);

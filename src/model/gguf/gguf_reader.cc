@@ -369,12 +369,18 @@ bool EndsWith(const std::string& s, const std::string& end) {
 }  // namespace
 
 Expected<GgufFile> GgufFile::Open(const std::string& path, const GgufLimits& limits, bool huge) {
+  auto r = OpenOneFile(path, limits, huge);
+  if (!r.ok()) return r.status();
+  if (r->Find(gguf_keys::kSplitCount)) TLR_RETURN_IF_ERROR(r->OpenShards(path, limits, huge));
+  return r;
+}
+
+Expected<GgufFile> GgufFile::OpenOneFile(const std::string& path, const GgufLimits& limits, bool huge) {
   std::shared_ptr<MappedFile> map;
   auto r = OpenOne(path, limits, huge, &map);
   if (!r.ok()) return r.status();
   r->map_ = std::move(map);
   r->bytes_ = r->map_->bytes();
-  if (r->Find(gguf_keys::kSplitCount)) TLR_RETURN_IF_ERROR(r->OpenShards(path, limits, huge));
   return r;
 }
 

@@ -71,6 +71,8 @@ class GgufFile {
   // Maps and parses a file, and the other shards of a split model when it is the first one.
   // The path is named in errors. `huge`: see MappedFile::Open.
   static Expected<GgufFile> Open(const std::string& path, const GgufLimits& limits = {}, bool huge = false);
+  // This file alone, even when it is a shard of a split model (for inspecting one shard).
+  static Expected<GgufFile> OpenOneFile(const std::string& path, const GgufLimits& limits = {}, bool huge = false);
   // Parses bytes held in memory (copied into the object). For tests, fuzzing and streams.
   static Expected<GgufFile> FromBytes(std::span<const uint8_t> bytes,
                                       const GgufLimits& limits = {});

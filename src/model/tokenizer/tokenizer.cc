@@ -81,23 +81,32 @@ Expected<Tokenizer> Tokenizer::FromVocab(Vocab vocab, const TokenizerOptions& op
     t.strips_ = t.strips_ || (at < v.lstrip.size() && v.lstrip[at]) || (at < v.rstrip.size() && v.rstrip[at]);
   }
 
-  // Ends of generation: the ids the file names, then the texts llama.cpp's vocabulary loader
-  // ends generation at (and the FIM tokens it finds by text, when the file names no EOM or FIM id).
-  for (int32_t id : {v.eos_id, v.eot_id}) {
+  // Ends of generation as llama.cpp's vocabulary loader finds them: the ids the file names
+  // (each FIM kind by its texts when the file names none), then the texts that end a turn.
+  for (int32_t id : {v.eos_id, v.eot_id, v.eom_id}) {
     if (id >= 0) t.eog_.push_back(id);
   }
-  t.eog_.insert(t.eog_.end(), v.more_eog_ids.begin(), v.more_eog_ids.end());
+  const std::pair<int32_t, std::vector<const char*>> fims[] = {
+      {v.fim_pad_id, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>"}},
+      {v.fim_rep_id, {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}},
+      {v.fim_sep_id, {"<|file_sep|>"}}};
+  for (const auto& [id, texts] : fims) {
+    if (id >= 0) {
+      t.eog_.push_back(id);
+      continue;
+    }
+    for (const char* text : texts) {
+      if (const int32_t found = t.Find(text); found >= 0) {
+        t.eog_.push_back(found);
+        break;
+      }
+    }
+  }
   static const char* const kEndTexts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
                                           "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>",
                                           "<|end_of_text|>", "<end_of_utterance>"};
   for (const char* text : kEndTexts) {
     if (const int32_t id = t.Find(text); id >= 0) t.eog_.push_back(id);
-  }
-  if (v.more_eog_ids.empty()) {
-    for (const char* text : {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
-                             "<REPO>", "<reponame>", "<|file_sep|>"}) {
-      if (const int32_t id = t.Find(text); id >= 0) t.eog_.push_back(id);
-    }
   }
   std::sort(t.eog_.begin(), t.eog_.end());
   t.eog_.erase(std::unique(t.eog_.begin(), t.eog_.end()), t.eog_.end());

@@ -216,16 +216,20 @@ TEST(Tokenizer, EndOfGenerationAsLlamaCppDecidesIt) {
   EXPECT_FALSE(t->IsEndOfGeneration(id[5]));
   EXPECT_FALSE(t->IsEndOfGeneration('a'));
   EXPECT_FALSE(t->IsEndOfGeneration(-1));
-  // The ids a file names: EOM and a FIM separator on tokens of any text.
+  // The ids a file names: EOM and a FIM pad on tokens of any text.
   t = ThroughGguf(v, [&](GgufWriter& w) {
     w.Set(gguf_keys::kTokEom, GgufValue(static_cast<uint32_t>(id[5])));
-    w.Set(gguf_keys::kTokFimSep, GgufValue(static_cast<uint32_t>(id[2])));
+    w.Set(gguf_keys::kTokFimPad, GgufValue(static_cast<uint32_t>(id[2])));
   });
   ASSERT_TRUE(t.ok()) << t.status().message();
   EXPECT_TRUE(t->IsEndOfGeneration(id[5]));
   EXPECT_TRUE(t->IsEndOfGeneration(id[2]));
   EXPECT_TRUE(t->IsEndOfGeneration(id[1]));
-  EXPECT_FALSE(t->IsEndOfGeneration(id[3]));  // the file names its FIM ids: none found by text
+  EXPECT_FALSE(t->IsEndOfGeneration(id[3]));  // the file names its FIM pad: not found by text
+  // The vocabulary as the server sends it (VocabToGguf) ends generation at the same tokens.
+  auto again = ThroughGguf(t->vocab(), [](GgufWriter&) {});
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again->EndOfGenerationIds(), t->EndOfGenerationIds());
   // An id outside the vocabulary is an error naming the key.
   t = ThroughGguf(v, [&](GgufWriter& w) { w.Set(gguf_keys::kTokEom, GgufValue(static_cast<uint32_t>(v.size()))); });
   ASSERT_FALSE(t.ok());

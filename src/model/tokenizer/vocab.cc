@@ -23,7 +23,7 @@ Status Vocab::Validate() const {
     return Status::Error("token score count differs from token count");
   }
   if (lstrip.size() != n || rstrip.size() != n) return Status::Error("strip flags size mismatch");
-  for (int32_t id : {bos_id, eos_id, eot_id, unk_id, pad_id}) {
+  for (int32_t id : {bos_id, eos_id, eot_id, unk_id, pad_id, eom_id, fim_pad_id, fim_rep_id, fim_sep_id}) {
     if (id < -1 || id >= static_cast<int32_t>(n)) {
       return Status::Error("special token id " + std::to_string(id) + " is outside the vocabulary");
     }
@@ -128,16 +128,13 @@ Expected<Vocab> VocabFromGguf(const GgufFile& f) {
   const std::pair<const char*, int32_t*> ids[] = {
       {gguf_keys::kTokBos, &v.bos_id}, {gguf_keys::kTokEos, &v.eos_id},
       {gguf_keys::kTokEot, &v.eot_id}, {gguf_keys::kTokUnk, &v.unk_id},
-      {gguf_keys::kTokPad, &v.pad_id}};
+      {gguf_keys::kTokPad, &v.pad_id}, {gguf_keys::kTokEom, &v.eom_id},
+      {gguf_keys::kTokFimPad, &v.fim_pad_id}, {gguf_keys::kTokFimRep, &v.fim_rep_id},
+      {gguf_keys::kTokFimSep, &v.fim_sep_id}};
   for (const auto& [key, dst] : ids) {
     auto id = OptionalId(f, key, n);
     if (!id.ok()) return id.status();
     *dst = *id;
-  }
-  for (const char* key : {gguf_keys::kTokEom, gguf_keys::kTokFimPad, gguf_keys::kTokFimRep, gguf_keys::kTokFimSep}) {
-    auto id = OptionalId(f, key, n);
-    if (!id.ok()) return id.status();
-    if (*id >= 0) v.more_eog_ids.push_back(*id);
   }
   // Llama 3's pre-tokenizer names mean a BOS at the start and whole pre-tokens kept whether or
   // not the file says add_bos_token (files converted from Meta's tokenizer_config.json lack it),
@@ -177,7 +174,9 @@ void VocabToGguf(const Vocab& v, GgufWriter* w) {
   const std::pair<const char*, int32_t> ids[] = {
       {gguf_keys::kTokBos, v.bos_id}, {gguf_keys::kTokEos, v.eos_id},
       {gguf_keys::kTokEot, v.eot_id}, {gguf_keys::kTokUnk, v.unk_id},
-      {gguf_keys::kTokPad, v.pad_id}};
+      {gguf_keys::kTokPad, v.pad_id}, {gguf_keys::kTokEom, v.eom_id},
+      {gguf_keys::kTokFimPad, v.fim_pad_id}, {gguf_keys::kTokFimRep, v.fim_rep_id},
+      {gguf_keys::kTokFimSep, v.fim_sep_id}};
   for (const auto& [key, id] : ids) {
     if (id >= 0) w->Set(key, GgufValue::U32(static_cast<uint32_t>(id)));
   }

@@ -47,9 +47,9 @@ struct Vocab {
   std::vector<uint8_t> lstrip, rstrip;  // per id: added token eats whitespace on that side
 
   int32_t bos_id = -1, eos_id = -1, eot_id = -1, unk_id = -1, pad_id = -1;
-  // More ends of generation the file names (EOM, the FIM pad/repo/file-separator tokens): read,
-  // not written back.
-  std::vector<int32_t> more_eog_ids;
+  // More ends of generation (Tokenizer::IsEndOfGeneration): Llama 3.1's end of a tool call's
+  // message, and the FIM pad, repository and file-separator tokens (found by text when absent).
+  int32_t eom_id = -1, fim_pad_id = -1, fim_rep_id = -1, fim_sep_id = -1;
   bool add_bos = false, add_eos = false;
 
   int32_t size() const { return static_cast<int32_t>(tokens.size()); }
