@@ -192,7 +192,7 @@ typedef struct tlr_llm tlr_llm;
 
 typedef struct tlr_llm_params {
   size_t struct_size;       /* set by tlr_llm_params_init */
-  const char* model_path;   /* in process: the large model GGUF; or */
+  const char* model_path;   /* in process: the large model GGUF (a split one: its first shard); or */
   const char* server_url;   /* behind a server: http[s]://host:port (exactly one of the two) */
   const char* backend;      /* server protocol: "tlr" (`tlr serve`, default) or "openai" */
   const char* api_key;      /* Bearer token for the server (NULL: none) */
