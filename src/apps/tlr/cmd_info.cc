@@ -76,8 +76,9 @@ Command AddInfoCommand(CLI::App& root) {
             if (!f.ok()) {
               // A later shard of a split model is shown alone (its model opens from the first).
               auto one = GgufFile::OpenOneFile(opts->path);
-              auto no = one.ok() ? one->GetUint(gguf_keys::kSplitNo) : Expected<uint64_t>(Status::Error(""));
-              auto count = one.ok() ? one->GetUint(gguf_keys::kSplitCount) : Expected<uint64_t>(Status::Error(""));
+              if (!one.ok()) return ReportError(cmd, f.status().message());
+              auto no = one->GetUint(gguf_keys::kSplitNo);
+              auto count = one->GetUint(gguf_keys::kSplitCount);
               if (!no.ok() || !count.ok() || *no == 0) return ReportError(cmd, f.status().message());
               shard_note = "shard " + std::to_string(*no + 1) + " of " + std::to_string(*count) +
                            " of a split model, this file alone (the model opens from its first shard)";

@@ -36,10 +36,9 @@ Command AddMakeRandomCommand(CLI::App& root) {
   Example(app->add_option("--seed", opts->seed, "Random seed (same seed, same file)")->default_val(1), "3");
   // FACTOR:ORIGINAL_CONTEXT, one word (a scaled Qwen config's rope_scaling factor and
   // original_max_position_embeddings).
-  auto yarn = std::make_shared<std::pair<double, int64_t>>(0, 0);
   Example(app->add_option_function<std::string>(
                   "--yarn",
-                  [yarn](const std::string& v) {
+                  [opts](const std::string& v) {
                     double f = 0;
                     long long ctx = 0;
                     char end = 0;
@@ -50,7 +49,8 @@ Command AddMakeRandomCommand(CLI::App& root) {
                       throw CLI::ValidationError("--yarn", "YaRN needs a factor in 1..1024 and an original context in "
                                                            "1..16777216, not '" + v + "'");
                     }
-                    *yarn = {f, static_cast<int64_t>(ctx)};
+                    opts->yarn_factor = f;
+                    opts->yarn_orig_ctx = static_cast<int64_t>(ctx);
                   },
                   "FACTOR:ORIGINAL_CONTEXT: the file asks for YaRN RoPE scaling (rope.scaling.type yarn), as a "
                   "Qwen2.5/Qwen3 file made for 128K contexts does"),
@@ -65,15 +65,13 @@ Command AddMakeRandomCommand(CLI::App& root) {
       "llama-quantize does (more bits for some attn_v / ffn_down layers and the LM head).\n"
       "Example: tlr make-random --preset qwen2.5-0.5b --type q4_k_m -o /tmp/qwen-0.5b-q4km.gguf");
   AddOptions(app, kCmdMakeRandom, p.get(), "-o m.gguf");
-  auto own = [opts, out, yarn] {
+  auto own = [opts, out] {
     return nlohmann::json{
         {"preset", opts->preset}, {"arch", opts->arch}, {"type", opts->type}, {"pure", opts->pure},
-        {"tokenizer", opts->tokenizer_path}, {"seed", opts->seed}, {"yarn", {yarn->first, yarn->second}},
+        {"tokenizer", opts->tokenizer_path}, {"seed", opts->seed}, {"yarn", {opts->yarn_factor, opts->yarn_orig_ctx}},
         {"out", *out}};
   };
-  return MakeCommand(app, p, own, [opts, out, yarn](const std::string& cmd) -> int {
-            opts->yarn_factor = yarn->first;
-            opts->yarn_orig_ctx = yarn->second;
+  return MakeCommand(app, p, own, [opts, out](const std::string& cmd) -> int {
             const bool tty = isatty(2);
             Status s = WriteRandomModel(*opts, *out, [&](size_t done, size_t total) {
               if (tty) std::fprintf(stderr, "\rwriting tensors: %zu/%zu", done, total);

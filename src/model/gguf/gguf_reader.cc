@@ -362,10 +362,6 @@ std::string ShardSuffix(uint64_t no, uint64_t count) {
                 static_cast<unsigned long long>(count));
   return b;
 }
-
-bool EndsWith(const std::string& s, const std::string& end) {
-  return s.size() > end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
-}
 }  // namespace
 
 Expected<GgufFile> GgufFile::Open(const std::string& path, const GgufLimits& limits, bool huge) {
@@ -403,13 +399,13 @@ Status GgufFile::OpenShards(const std::string& path, const GgufLimits& limits, b
   }
   if (no != 0) {
     const std::string end = ShardSuffix(no, *count);
-    std::string first = EndsWith(path, end) ? "'" + path.substr(0, path.size() - end.size()) + ShardSuffix(0, *count) + "'"
+    std::string first = path.ends_with(end) ? "'" + path.substr(0, path.size() - end.size()) + ShardSuffix(0, *count) + "'"
                                             : "the first shard (split.no 0)";
     return Status::Error(what + " is shard " + std::to_string(no + 1) + " of " + std::to_string(*count) +
                          " of a split model: open its first shard, " + first + ", which brings the others");
   }
   const std::string end = ShardSuffix(0, *count);
-  if (!EndsWith(path, end)) {
+  if (!path.ends_with(end)) {
     return Status::Error(what + " is the first of " + std::to_string(*count) +
                          " shards of a split model, but its name does not end in '" + end +
                          "', so the others cannot be found (keep the names gguf-split gave them)");
