@@ -87,19 +87,7 @@ Command AddBenchCommand(CLI::App& root) {
             auto say = [&](const char* what) {
               if (tty) std::fprintf(stderr, "\r%-60s", what);
             };
-            say("measuring memory bandwidth...");
-            const BandwidthResult bw = MeasureReadBandwidth(&pool);
-            say("measuring peak FMA throughput...");
-            const double peak = MeasurePeakGflops(&pool);
-            say("measuring peak int8 dot throughput...");
-            const double peak_int8 = MeasurePeakInt8Gops(&pool);
-            // Prompt tokens: a fixed pseudo-random sequence over the vocabulary.
-            std::vector<int32_t> prompt(std::max<int64_t>(o->pp, o->depth));
-            uint64_t st = 12345;
-            for (auto& t : prompt) {
-              st = st * 6364136223846793005ull + 1442695040888963407ull;
-              t = static_cast<int32_t>((st >> 33) % static_cast<uint64_t>(model.tokenizer().n_vocab()));
-            }
+            // The router first: a wrong one is an error before the measurements (seconds).
             std::unique_ptr<Router> router;
             if (router_type->count() > 0 && o->router != "citer" && o->router != "colm") {
               return ReportError(cmd, "--router-type is for an untrained --router citer or colm (a router file keeps "
@@ -120,6 +108,19 @@ Command AddBenchCommand(CLI::App& root) {
               if (!r.ok()) return ReportError(cmd, r.status().message());
               router = std::make_unique<Router>(std::move(r).value());
               TLR_CLI_CHECK(cmd, router->CheckCompatible(model));
+            }
+            say("measuring memory bandwidth...");
+            const BandwidthResult bw = MeasureReadBandwidth(&pool);
+            say("measuring peak FMA throughput...");
+            const double peak = MeasurePeakGflops(&pool);
+            say("measuring peak int8 dot throughput...");
+            const double peak_int8 = MeasurePeakInt8Gops(&pool);
+            // Prompt tokens: a fixed pseudo-random sequence over the vocabulary.
+            std::vector<int32_t> prompt(std::max<int64_t>(o->pp, o->depth));
+            uint64_t st = 12345;
+            for (auto& t : prompt) {
+              st = st * 6364136223846793005ull + 1442695040888963407ull;
+              t = static_cast<int32_t>((st >> 33) % static_cast<uint64_t>(model.tokenizer().n_vocab()));
             }
             std::vector<float> hidden(model.config().n_embd);
             std::vector<double> router_us;
