@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 
+#include <strings.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -346,12 +347,14 @@ void Model::Repack(const std::string& path, const std::string& cache,
   for (auto& [name, w] : todo) need[name] = w->row_bytes * static_cast<uint64_t>(w->n_rows);
 
   // A cache made before: the weights come straight from its mapping.
-  const bool use_cache = cache != "off";
+  // "off" and "auto" in any case ($TLR_WEIGHT_CACHE=OFF must not make a folder named OFF).
+  auto is = [&](const char* word) { return strcasecmp(cache.c_str(), word) == 0; };
+  const bool use_cache = !is("off");
   std::string cache_path, why;
   Expected<WeightCacheKey> key = Status::Error("no cache");
   if (use_cache) {
     key = WeightCache::KeyFor(path, fingerprint_, kRepackLayoutVersion, ActiveSimdTarget(), file_.shard_paths());
-    cache_path = WeightCache::PathFor(path, fingerprint_, cache == "auto" ? "" : cache);
+    cache_path = WeightCache::PathFor(path, fingerprint_, is("auto") ? "" : cache);
     if (key.ok()) {
       const auto t0 = std::chrono::steady_clock::now();
       auto c = WeightCache::Open(cache_path, *key, need);

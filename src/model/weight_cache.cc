@@ -129,8 +129,16 @@ uint64_t WeightChecksum(std::span<const uint8_t> bytes) {
 
 std::string WeightCache::PathFor(const std::string& model_path, uint64_t fingerprint, const std::string& dir) {
   namespace fs = std::filesystem;
-  char hex[17];
-  const std::string name = fs::path(model_path).filename().string() + "." + std::string(HexU64(fingerprint, hex)) + ".tlrw";
+  char hex[17], where[17];
+  // In a folder shared by several models, each copy of a model has its own cache (the file's
+  // place is in the name): two copies would otherwise rebuild each other's at every load.
+  std::error_code ec;
+  fs::path place = fs::absolute(model_path, ec);
+  if (!ec) place = place.lexically_normal();
+  const std::string place_s = place.string();
+  const std::string name = fs::path(model_path).filename().string() + "." + std::string(HexU64(fingerprint, hex)) + "." +
+                           std::string(HexU64(Fnv1a(kFnvOffset, place_s.data(), place_s.size()), where)).substr(0, 8) +
+                           ".tlrw";
   if (!dir.empty()) return (fs::path(dir) / name).string();
   const fs::path beside = fs::path(model_path).parent_path();
   if (access((beside.empty() ? fs::path(".") : beside).c_str(), W_OK) == 0) return model_path + ".tlrw";

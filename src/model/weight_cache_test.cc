@@ -105,6 +105,37 @@ TEST_F(WeightCacheTest, UnwritableCacheLeavesTheLoadAsBefore) {
   EXPECT_NE(LoadNotes(**m).find("weight cache not kept"), std::string::npos) << LoadNotes(**m);
 }
 
+// Two copies of one model sharing a cache folder each keep their own cache (before, each load
+// of one rebuilt the other's: "the model file changed"); "OFF" is off in any case.
+TEST_F(WeightCacheTest, CopiesInASharedFolderKeepTheirOwnAndOffIsOffInAnyCase) {
+  fs::create_directories(dir_.File("copy"));
+  const std::string copy = dir_.File("copy/llm.gguf");
+  fs::copy_file(model_, copy);
+  fs::last_write_time(copy, fs::last_write_time(model_) + std::chrono::seconds(5));
+  Model::Options o;
+  o.weight_cache = dir_.File("shared");
+  for (int round = 0; round < 2; ++round) {
+    for (const std::string& path : {model_, copy}) {
+      auto m = Model::Load(path, o);
+      ASSERT_TRUE(m.ok()) << m.status().message();
+      EXPECT_EQ(PromptLogits(**m), want_);
+      const std::string notes = LoadNotes(**m);
+      EXPECT_NE(notes.find(round == 0 ? "wrote the weight cache" : "from the weight cache"), std::string::npos)
+          << path << ": " << notes;
+    }
+  }
+  int caches = 0;
+  for (const auto& e : fs::directory_iterator(dir_.File("shared"))) caches += e.path().extension() == ".tlrw";
+  EXPECT_EQ(caches, 2);
+
+  Model::Options upper;
+  upper.weight_cache = "OFF";
+  auto m = Model::Load(copy, upper);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(LoadNotes(**m).find("weight cache"), std::string::npos) << LoadNotes(**m);  // neither read nor written
+  EXPECT_FALSE(fs::exists("OFF"));
+}
+
 // Large matrices on 2 MiB boundaries in order, small ones in the gaps (largest first) or after
 // the last, every one on a page, none overlapping, and no more file than the pages they need
 // plus what the boundaries force.

@@ -20,7 +20,9 @@ Expected<CalibrationResult> CalibrateThreshold(const Model& slm, Router* router,
   }
   if (opts.grid.empty()) return Status::Error("no thresholds to try");
   CalibrationResult out;
-  const int most = static_cast<int>(opts.grid.size()) + opts.bisect_steps;
+  // Past the grid's ends, when the target lies beyond them: toward 0 and toward 1.
+  const std::vector<float> below = {0.02f, 0.01f, 0.003f, 0.001f}, above = {0.98f, 0.99f, 0.997f, 0.999f};
+  const int most = static_cast<int>(opts.grid.size() + below.size()) + opts.bisect_steps;
   int passes = 0;
   auto measure = [&](const std::vector<float>& ts) -> Status {
     EvalOptions e = opts.eval;
@@ -50,6 +52,21 @@ Expected<CalibrationResult> CalibrateThreshold(const Model& slm, Router* router,
   std::vector<float> grid = opts.grid;
   std::sort(grid.begin(), grid.end());
   TLR_RETURN_IF_ERROR(measure(grid));
+  for (size_t nb = 0, na = 0;;) {  // one threshold at a time until the target is bracketed
+    size_t h = 0;
+    while (h < out.curve.size() && gap(out.curve[h]) < 0) ++h;
+    if (h == 0 && opts.target_routed_pct && std::fabs(gap(out.curve.front())) <= opts.tolerance_pct) break;
+    float next = -1;
+    if (h == 0) {
+      while (nb < below.size() && below[nb] >= out.curve.front().threshold) ++nb;
+      if (nb < below.size()) next = below[nb++];
+    } else if (h == out.curve.size()) {
+      while (na < above.size() && above[na] <= out.curve.back().threshold) ++na;
+      if (na < above.size()) next = above[na++];
+    }
+    if (next < 0) break;
+    TLR_RETURN_IF_ERROR(measure({next}));
+  }
   // The bracket: the first threshold at or above the target and the one before it.
   for (int step = 0; step < opts.bisect_steps; ++step) {
     size_t h = 0;

@@ -1,7 +1,9 @@
 // Evaluation runs and their tables (see eval.h).
 #include "tools/eval.h"
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "model/chat_template.h"
@@ -120,7 +122,9 @@ std::string ModeLabel(const EvalRow& r) {
   if (r.policy == RoutePolicy::kCost) {
     std::snprintf(b, sizeof b, "cost @ %.3f", *r.threshold);
   } else {
+    // Two decimals, more where a threshold has them (0.995 must not read 1.00).
     std::snprintf(b, sizeof b, "joint @ %.2f", *r.threshold);
+    if (std::fabs(std::strtod(b + 8, nullptr) - *r.threshold) > 1e-6) std::snprintf(b, sizeof b, "joint @ %.4g", *r.threshold);
   }
   return b;
 }

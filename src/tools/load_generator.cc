@@ -16,6 +16,8 @@
 #include <sstream>
 #include <thread>
 
+#include <unistd.h>
+
 #include "device/remote/remote_llm.h"
 #include "model/gguf/gguf_reader.h"
 
@@ -155,9 +157,10 @@ struct DeviceResult {
   std::vector<float> latency_ms;  // of each successful call
   std::vector<float> refused_ms;  // of each refused call
   bool lookahead = false;         // this device asked for lookahead
-  int64_t calls = 0, errors = 0, refused = 0, partial = 0, timed_out = 0, failed = 0, conversations = 0, steady_calls = 0;
+  int64_t calls = 0, errors = 0, refused = 0, quota_refused = 0, partial = 0, timed_out = 0, failed = 0, conversations = 0,
+          steady_calls = 0;
   double waited_s = 0;
-  std::string first_error, first_timeout, first_failure;
+  std::string first_error, first_quota, first_timeout, first_failure;
   RemoteStats stats;
 };
 
@@ -211,6 +214,9 @@ void RunDevice(RemoteLlm* llm, const LoadOptions& o, int32_t n_vocab, uint64_t s
     const std::string& why = reply.status().message();
     if (d.failures[static_cast<int>(CallFailure::kPartial)] > 0) {
       ++r->partial;
+    } else if (d.failures[static_cast<int>(CallFailure::kRefused)] > 0 && why.find("--session-quota") != std::string::npos) {
+      ++r->quota_refused;  // the client's session count, not the server's load
+      if (r->first_quota.empty()) r->first_quota = why;
     } else if (d.failures[static_cast<int>(CallFailure::kRefused)] > 0) {
       ++r->refused;
       r->refused_ms.push_back(static_cast<float>(ms));
@@ -239,12 +245,17 @@ void RunDevice(RemoteLlm* llm, const LoadOptions& o, int32_t n_vocab, uint64_t s
 Expected<LoadRun> RunLoad(const LoadOptions& o, const Tokenizer& vocab, int sessions, uint64_t seed) {
   LoadRun run;
   run.sessions = sessions;
+  if (o.server_pid > 0 && ::access(("/proc/" + std::to_string(o.server_pid) + "/status").c_str(), R_OK) != 0) {
+    return Status::Error("--server-pid " + std::to_string(o.server_pid) + ": no such process on this machine (its "
+                         "memory is read from /proc)");
+  }
   RemoteOptions ro;
   ro.http.url = o.server;
   ro.http.api_key = o.api_key;
   ro.http.timeout_s = o.timeout_s;
   ro.http.sim_rtt_s = o.sim_rtt_ms / 1e3;
   ro.max_in_flight = 1;  // a simulated device makes one call at a time
+  ro.require_reachable = true;  // an unreachable server is an error that says why
   TLR_ASSIGN_OR_RETURN(ro.protocol, ParseRemoteProtocol(o.backend));
   std::vector<std::unique_ptr<RemoteLlm>> devices;
   for (int d = 0; d < sessions; ++d) {
@@ -255,7 +266,7 @@ Expected<LoadRun> RunLoad(const LoadOptions& o, const Tokenizer& vocab, int sess
       if (m.find("vocabulary") == std::string::npos) return llm.status();
       return Status::Error(m + " (pass the server's model file as --vocab)");
     }
-    if (!(*llm)->warning().empty()) return Status::Error("the server at " + o.server + " is not reachable");
+    if (!(*llm)->warning().empty()) return Status::Error((*llm)->warning());
     devices.push_back(std::move(llm).value());
   }
   const int pid = o.server_pid;
@@ -345,6 +356,8 @@ Expected<LoadRun> RunLoad(const LoadOptions& o, const Tokenizer& vocab, int sess
     run.steady_calls += r.steady_calls;
     run.errors += r.errors;
     run.refused += r.refused;
+    run.quota_refused += r.quota_refused;
+    if (run.quota_sample.empty()) run.quota_sample = r.first_quota;
     run.partial += r.partial;
     run.timed_out += r.timed_out;
     run.failed += r.failed;
@@ -392,6 +405,11 @@ std::string FormatLoadRun(const LoadRun& r, const LoadOptions& o) {
                 "out Retry-After %.1f s in all)",
           static_cast<long long>(r.refused), Percentile(r.refused_ms, 50), Percentile(r.refused_ms, 99), r.waited_s);
   if (!r.refusal_sample.empty()) Appendf(&out, "\n  e.g. %s", r.refusal_sample.c_str());
+  if (r.quota_refused > 0) {
+    Appendf(&out, "\nquota refused    %lld  (429 session_quota: sessions per client at the server's --session-quota; "
+                  "not overload)\n  e.g. %s",
+            static_cast<long long>(r.quota_refused), r.quota_sample.c_str());
+  }
   Appendf(&out, "\npartial          %lld  (a context's prefill longer than the timeout, taken in part: the next call goes on)",
           static_cast<long long>(r.partial));
   Appendf(&out, "\ntimed out        %lld  (no answer within the device's %.1f s timeout)\n", static_cast<long long>(r.timed_out),
@@ -450,6 +468,7 @@ json LoadRunJson(const LoadRun& r) {
             {"steady_calls", r.steady_calls},
             {"errors", r.errors},
             {"refused", r.refused},
+            {"quota_refused", r.quota_refused},
             {"partial", r.partial},
             {"timed_out", r.timed_out},
             {"failed", r.failed},

@@ -85,15 +85,17 @@ struct LoadRun {
   std::string error;  // the run could not start (e.g. the server took no connections); all else 0
   double wall_s = 0;
   // calls: answered; errors: failed calls of every kind, which are refused (429/503: the server
-  // shed them at once), timed_out (no answer within the device's timeout) and failed (the rest).
-  int64_t calls = 0, errors = 0, refused = 0, partial = 0, timed_out = 0, failed = 0;
+  // shed them at once), quota_refused (429 session_quota: the client holds as many sessions as
+  // the server's --session-quota allows; not overload), timed_out (no answer within the device's
+  // timeout) and failed (the rest).
+  int64_t calls = 0, errors = 0, refused = 0, quota_refused = 0, partial = 0, timed_out = 0, failed = 0;
   int64_t conversations = 0, resyncs = 0, retries = 0, http_requests = 0, tokens_sent = 0;
   double waited_s = 0;       // devices' time spent waiting out Retry-After (summed)
   std::vector<float> refused_ms;  // sorted: how long a refusal took to arrive
   double ramp_s = 0;         // the ramp-up used
   int64_t steady_calls = 0;  // successful calls that ended after it
   std::vector<std::string> error_samples;  // of timeouts and failures
-  std::string refusal_sample;
+  std::string refusal_sample, quota_sample;
   std::vector<float> latency_ms;  // sorted
   std::vector<float> latency_plain_ms;  // sorted: of devices that ask no lookahead
   bool have_metrics = false;

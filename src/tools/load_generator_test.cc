@@ -164,6 +164,27 @@ TEST_F(LoadGeneratorServerTest, RefusedCallsAreCountedOnceAndWaitedOut) {
   EXPECT_NE(FormatLoadRun(*r, o).find("new conversations paced"), std::string::npos);
 }
 
+TEST_F(LoadGeneratorServerTest, SessionQuotaRefusalsAreCountedApartFromOverload) {
+  ServerOptions so;
+  so.port = 0;
+  so.session_quota = 1;  // one session per client: all devices here are one client (127.0.0.1)
+  LlmServer quota_server(engine_.get(), &metrics_, so);
+  ASSERT_TRUE(quota_server.Start().ok());
+  LoadOptions o;
+  o.server = "http://127.0.0.1:" + std::to_string(quota_server.port());
+  o.duration_s = 0.5;
+  o.prompt_tokens = 8;
+  o.gen_tokens = 2;
+  o.max_context = 24;
+  auto r = RunLoad(o, llm_->tokenizer(), 3, 5);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_GT(r->calls, 0);
+  EXPECT_GT(r->quota_refused, 0);
+  EXPECT_EQ(r->refused, 0);  // not overload
+  EXPECT_NE(FormatLoadRun(*r, o).find("quota refused"), std::string::npos);
+  EXPECT_EQ(LoadRunJson(*r)["quota_refused"].get<int64_t>(), r->quota_refused);
+}
+
 TEST_F(LoadGeneratorServerTest, UnreachableServerIsAnError) {
   LoadOptions o;
   o.server = "http://127.0.0.1:1";
@@ -171,7 +192,15 @@ TEST_F(LoadGeneratorServerTest, UnreachableServerIsAnError) {
   o.timeout_s = 1;
   auto r = RunLoad(o, llm_->tokenizer(), 1, 1);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("not reachable"), std::string::npos) << r.status().message();
+  // It says why: nothing listens on that port.
+  EXPECT_NE(r.status().message().find("cannot reach the LLM server at http://127.0.0.1:1: connection refused"),
+            std::string::npos) << r.status().message();
+  o.server = "http://127.0.0.1:" + std::to_string(server_->port());
+  o.server_pid = 1 << 29;  // no such process
+  r = RunLoad(o, llm_->tokenizer(), 1, 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--server-pid 536870912: no such process"), std::string::npos)
+      << r.status().message();
 }
 
 }  // namespace

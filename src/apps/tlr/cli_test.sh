@@ -77,7 +77,7 @@ check missing 1 "cannot open" -- "$tlr" info "$tmp/nope.gguf"
 check directory 1 "not a regular file" -- "$tlr" info "$tmp"
 printf 'GGUF\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00' >"$tmp/bare.gguf"
 check bare_info 0 "metadata: 0 keys" -- "$tlr" info "$tmp/bare.gguf"
-check no_tokenizer 1 "tokenizer.ggml.model' is missing" -- "$tlr" tokenize -m "$tmp/bare.gguf" x
+check no_tokenizer 1 "this GGUF file has no tokenizer \\(no tokenizer.ggml.model\\)" -- "$tlr" tokenize -m "$tmp/bare.gguf" x
 check bad_id 1 "outside the vocabulary" -- "$tlr" tokenize -m "$gpt2" --decode 99999999
 check not_id 1 "'abc' is not a token id" -- "$tlr" tokenize -m "$gpt2" --decode abc
 check bad_pre 1 "unknown pre-tokenizer 'zzz'" -- "$tlr" tokenize -m "$gpt2" --pre zzz x
@@ -428,6 +428,31 @@ check tokenize_nothing 1 "give the text to tokenize" -- "$tlr" tokenize -m "$dem
 printf '{"messages": [\n{"role": "user", content: 1}]}' > "$tmp/bad_messages.json"
 check messages_json_where 1 "is not JSON \\(parse error at line 2, column 18" -- "$tlr" generate --messages "$tmp/bad_messages.json"
 check ui_data_no_examples 1 "--data does nothing with --examples 0" -- "$tlr" ui --examples 0 --data "$tmp/in3.jsonl" --port 0
+check ui_no_page_results 1 "--results does nothing with --no-page" -- "$tlr" ui --no-page --results "$tmp/none.json" --port 0
+# An unset $URL: not the LLM in this process without a word.
+check server_empty 1 "--server: the URL is empty" -- "$tlr" generate -p hi --server ""
+check server_model_tlr 1 "--server-model is for --backend openai" -- "$tlr" generate -p hi --server http://127.0.0.1:9 --server-model m
+check top_k_negative 2 "--top-k: Value -5 not in range" -- "$tlr" generate -p hi --top-k -5
+check seed_overflow 2 "--seed: not a whole number from 0 to 18446744073709551615" -- "$tlr" run -p hi --seed 99999999999999999999
+check host_url 1 "--host takes an address such as 127.0.0.1 or ::1, not a URL or host:port" -- "$tlr" serve --host http://127.0.0.1 --port 0
+check host_port 1 "not a URL or host:port \('127.0.0.1:8080'\)" -- "$tlr" ui --host 127.0.0.1:8080 --port 0
+check cors_path 1 "--cors-origin 'https://a.example/app' is not an origin" -- "$tlr" serve --cors-origin https://a.example/app --port 0
+check small_only_missing_llm 1 "--llm /nonexistent.gguf: no such file \\(--mode small_only does not read it" -- \
+  "$tlr" generate --mode small_only --llm /nonexistent.gguf -p hi
+check prompt_empty 1 "the prompt \(-p\) is empty" -- "$tlr" generate -p ""
+: > "$tmp/empty.txt"
+check prompt_file_empty 1 "the prompt file .*empty.txt is empty" -- "$tlr" generate -f "$tmp/empty.txt"
+check messages_chat 1 "--chat does nothing with --messages" -- "$tlr" generate --messages "$tmp/bad_messages.json" --chat
+check demo_router_other_slm 1 "the bundled demo router \(used when no --router is given\) was trained for the demo SLM, not tiny.gguf: give --router maxprob" -- \
+  "$tlr" generate --slm "$tmp/tiny.gguf" --mode small_only -p hi
+check tokenize_router 1 "this is a router file, not a model or a vocabulary" -- "$tlr" tokenize -m "$demo_dir/router.gguf" hi
+check tokenize_gguf_as_json 1 "is a GGUF file: give it with -m" -- "$tlr" tokenize --tokenizer "$demo_dir/slm.gguf" hi
+check calibrate_builtin 1 "--router maxprob is a built-in router, which has no file" -- \
+  "$tlr" router calibrate --router maxprob --target-routed 5 -o "$tmp/never.gguf"
+check import_tolerance_alone 1 "--tolerance does nothing without --check" -- \
+  "$tlr" router import --slm "$demo_dir/slm.gguf" --from "$tmp/none.safetensors" -o "$tmp/never.gguf" --tolerance 0.5
+check pure_not_mix 1 "--pure does nothing with type f16" -- "$tlr" make-random --type f16 --pure -o "$tmp/never.gguf"
+check past_trained_context 0 "may reach 522 tokens, past the 512 the model \\(slm.gguf\\) was trained on" -- "$tlr" run -m "$demo_dir/slm.gguf" -p "the" -n 520 -c 600
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

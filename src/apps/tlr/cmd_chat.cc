@@ -3,8 +3,11 @@
 // change the routing, see statistics, save and load the conversation. The conversation keeps
 // its SLM cache and its LLM session (DeviceContext), so each turn prefills only what is new.
 // Works when stdin is not a terminal (one message per line), so it can be scripted and tested.
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -39,7 +42,23 @@ constexpr const char* kHelp =
     "/load FILE     load a saved conversation (the SLM's cache too, when FILE.ctx fits this SLM)\n"
     "/clear         start a new conversation\n"
     "/help          this list\n"
-    "/quit          leave (also Ctrl-D)\n";
+    "/quit          leave (also Ctrl-D)\n"
+    "Ctrl-C         stop the reply being written (at the prompt: leave)\n";
+
+// Ctrl-C on a terminal: the first stops the reply being written (the decoder's cancel flag) or,
+// at the prompt, ends the read (no SA_RESTART) and so the chat; a second one while the first is
+// being handled ends the process as usual.
+std::atomic<bool> interrupted{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+extern "C" void OnInterrupt(int) {
+  if (interrupted.load()) {
+    std::signal(SIGINT, SIG_DFL);
+    std::raise(SIGINT);
+    return;
+  }
+  interrupted.store(true);
+}
 
 // Totals over the conversation.
 struct Totals {
@@ -76,6 +95,14 @@ Command AddChatCommand(CLI::App& root) {
             ThreadPool pool(p->threads);
             const bool tty_in = isatty(STDIN_FILENO), color = !p->no_color && isatty(STDOUT_FILENO);
             int failed_turns = 0;
+            if (tty_in) {
+              struct sigaction sa {};
+              sa.sa_handler = chat_cmd::OnInterrupt;
+              sigemptyset(&sa.sa_mask);
+              sa.sa_flags = 0;  // no SA_RESTART: Ctrl-C at the prompt ends the read
+              sigaction(SIGINT, &sa, nullptr);
+              d.cancel = &chat_cmd::interrupted;
+            }
             auto context = std::make_unique<DeviceContext>();
             context->slm.n_ctx = p->ctx;
             std::vector<ChatMessage> messages;
@@ -93,7 +120,7 @@ Command AddChatCommand(CLI::App& root) {
             for (;;) {
               if (tty_in) std::cout << (color ? std::string(chat_cmd::kDim) + "> " + chat_cmd::kOff : "> ") << std::flush;
               if (!std::getline(std::cin, line)) break;
-              if (line.empty()) continue;
+              if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // nothing said
               if (line[0] == '/') {
                 std::istringstream in(line);
                 std::string c, arg;
@@ -211,6 +238,9 @@ Command AddChatCommand(CLI::App& root) {
                 return true;
               }, [&](const std::string& w) { note("warning: " + w); }, nullptr, context.get());
               std::cout << "\n" << std::flush;
+              if (chat_cmd::interrupted.exchange(false)) {
+                note("[stopped: the reply so far stays in the conversation]");
+              }
               if (!run.ok()) {
                 messages.pop_back();
                 note("error: " + run.status().message());

@@ -100,7 +100,7 @@ Command AddGenerateCommand(CLI::App& root) {
       "  tlr generate --slm qwen2.5-0.5b.gguf --llm qwen2.5-7b.gguf --router r.gguf --chat -p \"...\"\n"
       "  tlr generate --threshold 0.9 --trace trace.jsonl -p \"Question: ...\"\n"
       "  tlr generate --server http://gpu-box:8080 --server-key \"$KEY\" -f q.txt   # LLM on `tlr serve`");
-  return MakeCommand(app, p, o, [o = o, p = p](const std::string& cmd) -> int {
+  return MakeCommand(app, p, o, [o = o, p = p, prompt_opt](const std::string& cmd) -> int {
             auto text = PromptText(o->prompt, o->prompt_file);
             if (!text.ok()) return ReportError(cmd, text.status().message());
             std::string prompt = std::move(text).value();
@@ -111,6 +111,10 @@ Command AddGenerateCommand(CLI::App& root) {
             std::optional<std::vector<ChatMessage>> messages;
             if (!o->messages_file.empty()) {
               if (!prompt.empty()) return ReportError(cmd, "give either --messages or a prompt (-p, -f), not both");
+              if (p->chat) {
+                return ReportError(cmd, "--chat does nothing with --messages (a conversation is always rendered with "
+                                        "the chat template)");
+              }
               auto text = ReadTextArg(o->messages_file);
               if (!text.ok()) return ReportError(cmd, text.status().message());
               const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
@@ -122,6 +126,8 @@ Command AddGenerateCommand(CLI::App& root) {
               if (!parsed.ok()) return ReportError(cmd, "--messages: " + parsed.status().message());
               messages = std::move(parsed).value();
             } else if (prompt.empty()) {
+              if (!o->prompt_file.empty()) return ReportError(cmd, "the prompt file " + o->prompt_file + " is empty");
+              if (prompt_opt->count() > 0) return ReportError(cmd, "the prompt (-p) is empty");
               return ReportError(cmd, "give a prompt with -p or -f, or a conversation with --messages");
             }
             const DecodeMode mode = p->decode.mode;
@@ -139,6 +145,8 @@ Command AddGenerateCommand(CLI::App& root) {
                                           std::to_string(p->decode.max_tokens) + " exceed the context of " +
                                           std::to_string(p->ctx) + " tokens (raise --ctx)");
             }
+            WarnPastTrainedContext(static_cast<int64_t>(ids->size()) + p->decode.max_tokens,
+                                   main_model.config().n_ctx_train, pair->slm ? p->slm : p->llm);
             ThreadPool pool(p->threads);
             const DecodeOptions& d = pair->decode;
             const bool color = !p->no_color && isatty(STDOUT_FILENO);

@@ -162,9 +162,10 @@ Command AddLoadtestCommand(CLI::App& root) {
                         {"seed", o->seed},
                         {"runs", json::array()}};
             for (const LoadRun& r : runs) out["runs"].push_back(LoadRunJson(r));
-            int64_t refused = 0, failed = 0;
+            int64_t refused = 0, quota_refused = 0, failed = 0;
             for (const LoadRun& r : runs) {
               refused += r.refused;
+              quota_refused += r.quota_refused;
               failed += r.timed_out + r.failed + (r.error.empty() ? 0 : r.sessions);
             }
             if (plan.size() > 1 && !o->sweep.empty()) {
@@ -193,9 +194,13 @@ Command AddLoadtestCommand(CLI::App& root) {
                           o->sessions, ratio, runs[1].calls_per_s(), runs[0].calls_per_s());
               out["speedup_vs_single"] = ratio;
             }
-            std::printf("%s; %lld refused (shed by the server)\n",
+            std::printf("%s; %lld refused (shed by the server)%s\n",
                         failed == 0 ? "no call timed out or failed" : (std::to_string(failed) + " calls timed out or failed").c_str(),
-                        static_cast<long long>(refused));
+                        static_cast<long long>(refused),
+                        quota_refused > 0 ? ("; " + std::to_string(quota_refused) +
+                                             " refused by the server's --session-quota (more devices than one client may "
+                                             "hold sessions for: give each an --accept-key of its own, or raise the quota)").c_str()
+                                          : "");
             if (!o->json_path.empty()) {
               std::ofstream f(o->json_path);
               f << out.dump(2) << "\n";

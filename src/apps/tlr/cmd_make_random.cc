@@ -7,6 +7,7 @@
 #include "apps/tlr/commands.h"
 #include "apps/tlr/options.h"
 #include "model/random_model.h"
+#include "quant/quant_mix.h"
 
 namespace tlr::cli {
 
@@ -72,6 +73,10 @@ Command AddMakeRandomCommand(CLI::App& root) {
         {"out", *out}};
   };
   return MakeCommand(app, p, own, [opts, out](const std::string& cmd) -> int {
+            if (const FileType* ft = FindFileType(opts->type); ft && opts->pure && !ft->mix) {
+              return ReportError(cmd, "--pure does nothing with type " + opts->type + " (not a mix: its matrices "
+                                      "have one type already; --pure is for the mixes such as q4_k_m)");
+            }
             const bool tty = isatty(2);
             Status s = WriteRandomModel(*opts, *out, [&](size_t done, size_t total) {
               if (tty) std::fprintf(stderr, "\rwriting tensors: %zu/%zu", done, total);

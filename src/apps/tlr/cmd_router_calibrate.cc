@@ -46,8 +46,9 @@ Command AddRouterCalibrate(CLI::App* router_app) {
   AddOptions(app, kCmdRouterCalibrate, p.get());
   app->footer(
       "The threshold is the router's confidence below which a token goes to the LLM; calibration\n"
-      "runs the questions jointly at thresholds it chooses (a coarse grid, then bisection) and\n"
-      "prints the accuracy / routed-share curve. The chosen threshold becomes the file's\n"
+      "runs the questions jointly at thresholds it chooses (a grid from 0.05 to 0.95, down to\n"
+      "0.001 or up to 0.999 when the target lies beyond it, then bisection) and prints the\n"
+      "accuracy / routed-share curve. The chosen threshold becomes the file's\n"
       "recommended one. Example:\n"
       "  tlr router calibrate --router router.gguf --slm slm.gguf --server http://gpu-box:8080 \\\n"
       "      --data dev.jsonl --target-routed 7 -o router-7pct.gguf");

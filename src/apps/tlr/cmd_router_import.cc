@@ -69,6 +69,9 @@ Command AddRouterImport(CLI::App* router_app) {
   app->footer("Example (tools/train/router_torch.py trains one on `tlr router train --dump-features DIR`):\n"
               "  tlr router import --slm slm.gguf --from router.safetensors -o router.gguf --check scores.safetensors");
   return MakeCommand(app, p, o, [o = o, p = p, app = app](const std::string& cmd) -> int {
+    if (o->check.empty() && app->get_option("--tolerance")->count() > 0) {
+      return ReportError(cmd, "--tolerance does nothing without --check (it bounds the check's differences)");
+    }
     auto slm = Model::Load(p->slm);
     if (!slm.ok()) return ReportError(cmd, "SLM: " + slm.status().message());
     auto st = ReadSafeTensors(o->from);
@@ -88,6 +91,9 @@ Command AddRouterImport(CLI::App* router_app) {
     Expected<std::vector<DenseLayer>> layers = std::vector<DenseLayer>{};
     if (!r2r) layers = RouterLayersFromStateDict(*st, io, &kind);
     if (!layers.ok()) return ReportError(cmd, o->from + ": " + layers.status().message());
+    if (kind == RouterKind::kColm && app->get_option("--bn-eps")->count() > 0) {
+      return ReportError(cmd, "--bn-eps is for citer networks (a Co-LLM router has no BatchNorm)");
+    }
     RouterInfo info;
     info.kind = kind;
     info.slm_fingerprint = (*slm)->fingerprint_hex();

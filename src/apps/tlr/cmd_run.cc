@@ -83,6 +83,8 @@ Command AddRunCommand(CLI::App& root) {
                                           std::to_string(p->decode.max_tokens) + " new tokens exceed the context of " +
                                           std::to_string(p->ctx) + " (raise --ctx)");
             }
+            WarnPastTrainedContext(static_cast<int64_t>(ids.size()) + p->decode.max_tokens, model.config().n_ctx_train,
+                                   p->model);
             auto cache = model.NewCache(p->ctx);
             if (!cache.ok()) return ReportError(cmd, cache.status().message());
             ThreadPool pool(p->threads);

@@ -126,6 +126,18 @@ Command AddServeCommand(CLI::App& root) {
             so.port = p->port;
             so.api_keys = p->accept_keys;
             so.public_bind = p->public_bind;
+            // An origin is scheme://host[:port], as browsers send it: a trailing slash (pasted from the
+            // address bar) is dropped; a path could never match and is an error.
+            for (std::string& origin : o->cors_origins) {
+              if (origin == "*") continue;
+              if (origin.size() > 1 && origin.back() == '/') origin.pop_back();
+              const size_t scheme = origin.find("://");
+              if ((origin.rfind("http://", 0) != 0 && origin.rfind("https://", 0) != 0) ||
+                  origin.find('/', scheme + 3) != std::string::npos || origin.size() == scheme + 3) {
+                return ReportError(cmd, "--cors-origin '" + origin + "' is not an origin: give scheme://host[:port] "
+                                        "as browsers send it (e.g. https://app.example), or * for any");
+              }
+            }
             so.cors_origins = o->cors_origins;
             so.tls_cert = o->tls_cert;
             so.tls_key = o->tls_key;
@@ -188,10 +200,12 @@ Command AddServeCommand(CLI::App& root) {
             std::printf("tlr serve: %s (%s, %lld-token sessions, KV budget %llu MiB, %d threads)\n", so.model_name.c_str(),
                         (*model)->config().arch_name.c_str(), static_cast<long long>(lim.max_context),
                         static_cast<unsigned long long>(lim.kv_budget_bytes >> 20), p->threads);
-            std::printf("listening on %s://%s:%d\n", server.tls() ? "https" : "http", so.host.c_str(), server.port());
+            // An IPv6 address goes in brackets in a URL (http://[::1]:8080).
+            const std::string url_host = so.host.find(':') != std::string::npos ? "[" + so.host + "]" : so.host;
+            std::printf("listening on %s://%s:%d\n", server.tls() ? "https" : "http", url_host.c_str(), server.port());
             if (!o->web.empty()) {
               std::printf("web UI with the SLM in the browser tab: %s://%s:%d/\n", server.tls() ? "https" : "http",
-                          so.host.c_str(), server.port());
+                          url_host.c_str(), server.port());
             }
             return ServeUntilStopSignal(cmd, [&] { server.Stop(); });
           });

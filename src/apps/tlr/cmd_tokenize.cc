@@ -94,13 +94,20 @@ Command AddTokenizeCommand(CLI::App& root) {
             std::unique_ptr<Tokenizer> tok;
             if (!opts->model.empty()) {
               auto f = GgufFile::Open(opts->model);
-              if (!f.ok()) return ReportError(cmd, f.status().message());
+              if (!f.ok()) {
+                const bool json = opts->model.size() >= 5 && opts->model.compare(opts->model.size() - 5, 5, ".json") == 0;
+                return ReportError(cmd, f.status().message() + (json ? " (a tokenizer.json goes to --tokenizer)" : ""));
+              }
               auto t = Tokenizer::FromGguf(*f, topts);
               if (!t.ok()) return ReportError(cmd, "'" + opts->model + "': " + t.status().message());
               tok = std::make_unique<Tokenizer>(std::move(t).value());
             } else {
               auto t = Tokenizer::FromHfJsonFile(opts->tokenizer, topts);
-              if (!t.ok()) return ReportError(cmd, t.status().message());
+              if (!t.ok()) {
+                const bool gguf = GgufFile::Open(opts->tokenizer).ok();
+                return ReportError(cmd, t.status().message() + (gguf ? " (" + opts->tokenizer + " is a GGUF file: give it "
+                                                                       "with -m)" : ""));
+              }
               tok = std::make_unique<Tokenizer>(std::move(t).value());
             }
             if (opts->decode) {

@@ -85,6 +85,14 @@ Command AddUiCommand(CLI::App& root) {
                                           "run generations here and use your LLM server; serve the API alone with "
                                           "--no-page --accept-key KEY, or give --public to allow it");
             }
+            if (o->no_page) {
+              for (const char* f : {"--results", "--examples", "--data"}) {
+                const CLI::Option* given = app->get_option_no_throw(f);
+                if (given && given->count() > 0) {
+                  return ReportError(cmd, std::string(f) + " does nothing with --no-page (it is for the page)");
+                }
+              }
+            }
             const bool remote = p->remote();
             const bool default_data = p->data == DemoFile("test.jsonl");
             nlohmann::json results;

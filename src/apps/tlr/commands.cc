@@ -223,6 +223,14 @@ bool ParseBytes(const std::string& s, uint64_t* out) {
   return *out > 0;
 }
 
+void WarnPastTrainedContext(int64_t tokens, int64_t trained, const std::string& model_path) {
+  if (trained <= 0 || tokens <= trained) return;
+  std::fprintf(stderr, "warning: the prompt and the new tokens may reach %lld tokens, past the %lld the model (%s) was "
+                       "trained on: what it writes past that is unreliable (a shorter prompt or -n)\n",
+               static_cast<long long>(tokens), static_cast<long long>(trained),
+               std::filesystem::path(model_path).filename().string().c_str());
+}
+
 void InstallStopSignals() {
   std::signal(SIGINT, OnStopSignal);
   std::signal(SIGTERM, OnStopSignal);

@@ -70,7 +70,11 @@ std::string JsonErrorIn(const std::string& text);
 // A size flag: "512M", "4G", "1048576" -> bytes (K, M, G binary). False when malformed or <= 0.
 bool ParseBytes(const std::string& s, uint64_t* out);
 
-// Seconds elapsed on the steady clock since t0.
+// A warning on stderr when a generation may reach past the context the model was trained on
+// (`tokens`: the prompt and the most new tokens; `trained`: its context_length), as llama.cpp
+// warns: the output past it is unreliable.
+void WarnPastTrainedContext(int64_t tokens, int64_t trained, const std::string& model_path);
+
 
 // For the commands that serve until stopped (serve, ui): SIGINT and SIGTERM ask to stop and
 // SIGPIPE is ignored (a client that hangs up must not end the server). Install before saying

@@ -3,9 +3,12 @@
 // variable, old spellings and an example value for the options test.
 #include "apps/tlr/options.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <thread>
 #include <type_traits>
@@ -205,15 +208,27 @@ std::vector<OptionDef> MakeSharedOptions() {
 
   const std::string smp = "Sampling";
   add(Opt(kSamplingCmds, "--temp", TLR_FIELD(sampling.temperature), "Temperature (0 = greedy)"), smp).Ex("0.7");
-  add(Opt(kSamplingCmds, "--top-k", TLR_FIELD(sampling.top_k), "Top-k (0 = off)"), smp).Ex("5");
+  add(Opt(kSamplingCmds, "--top-k", TLR_FIELD(sampling.top_k), "Top-k (0 = off)"), smp)
+      .Check(CLI::Range(0, std::numeric_limits<int>::max())).Ex("5");
   add(Opt(kSamplingCmds, "--top-p", TLR_FIELD(sampling.top_p), "Top-p / nucleus (1 = off)"), smp).Ex("0.9");
   add(Opt(kSamplingCmds, "--min-p", TLR_FIELD(sampling.min_p), "Min-p (0 = off)"), smp).Ex("0.05");
   add(Opt(kSamplingCmds, "--repeat-penalty", TLR_FIELD(sampling.repeat_penalty), "Repetition penalty (1 = off)"), smp)
       .Ex("1.1");
   add(Opt(kSamplingCmds, "--repeat-last-n", TLR_FIELD(sampling.repeat_last_n), "Tokens the penalty looks back"), smp)
       .Ex("32");
+  // (CLI11 would take a number past 64 bits as the largest one, without a word.)
+  const CLI::Validator fits_u64(
+      [](std::string& v) -> std::string {
+        if (!v.empty() && v[0] == '-') return "";  // a negative number: refused as such later
+        errno = 0;
+        char* end = nullptr;
+        std::strtoull(v.c_str(), &end, 10);
+        const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+        return digits && errno != ERANGE && *end == '\0' ? "" : "not a whole number from 0 to 18446744073709551615";
+      },
+      "UINT64");
   add(Opt(kSamplingCmds, "--seed", TLR_FIELD(sampling.seed), "Sampling seed (and the random router's)"), smp)
-      .For(kCmdRun, "Sampling seed").Ex("7");
+      .For(kCmdRun, "Sampling seed").Check(fits_u64).Ex("7");
 
   const std::string srv = "LLM server (--server)";
   add(Opt(kServerCmds | kCmdLoadtest, "--server", TLR_FIELD(server.url),
@@ -240,7 +255,8 @@ std::vector<OptionDef> MakeSharedOptions() {
       .Env("TLR_SERVER_KEY").OldEnv(kServerCmds | kCmdLoadtest, "TLR_API_KEY")
       .Old(kServerCmds | kCmdLoadtest, "--api-key").NoDefault().Ex("k1").ExampleWithServer(kServerCmds);
   add(Opt(kServerCmds, "--server-model", TLR_FIELD(server.model),
-          "openai backend: model name (default: the server's first)"), srv).Ex("m").NeedsServer(kServerCmds);
+          "openai backend: model name (default: the server's first)"), srv).Ex("m", "--backend openai")
+      .NeedsServer(kServerCmds);
   add(Opt(kServerCmds | kCmdLoadtest, "--llm-timeout", TLR_FIELD(server.timeout_s),
           "Deadline of one LLM call, in seconds (connect, send and receive, retries included); past it the SLM's own "
           "token is used (FALLBACK). The server is told it and refuses at once (429) what it cannot answer in time; "
@@ -254,7 +270,8 @@ std::vector<OptionDef> MakeSharedOptions() {
       .Old(kCmdLoadtest, "--timeout").Check(CLI::Range(0.001, 3600.0)).Ex("3.5").NeedsServer(kServerCmds);
   add(Opt(kServerCmds, "--llm-retries", TLR_FIELD(server.retries), "Further attempts after a failed server call"), srv)
       .Check(CLI::Range(0, 100)).Ex("5").NeedsServer(kServerCmds);
-  add(Opt(kServerCmds & ~kCmdRouterTrain, "--llm-retry-after", TLR_FIELD(server.retry_after_s),
+  // (Not for training or calibration: a failed call ends those.)
+  add(Opt(kServerCmds & ~(kCmdRouterTrain | kCmdRouterCalibrate), "--llm-retry-after", TLR_FIELD(server.retry_after_s),
           "After the server failed: seconds of SLM-only answering before trying it again"), srv)
       .Check(CLI::Range(0.0, 3600.0)).Ex("4").NeedsServer(kServerCmds);
   add(Opt(kServerCmds, "--ca-file", TLR_FIELD(server.ca_file), "https: CA certificates to verify the server with"), srv)
@@ -263,7 +280,8 @@ std::vector<OptionDef> MakeSharedOptions() {
           "https: do not verify the server's certificate (testing only)"), srv)
       .Ex("", "--server https://[::1]:9").NeedsServer(kServerCmds);
   add(Opt(kServerCmds | kCmdLoadtest, "--sim-rtt", TLR_FIELD(server.sim_rtt_ms),
-          "Simulated network round trip per LLM call, in ms (the paper assumed 170)"), srv)
+          "Simulated network round trip per LLM call, in ms (the paper assumed 170); it adds to each call's time but "
+          "not to what --llm-timeout counts (the deadline is the server's and the real network's)"), srv)
       .For(kCmdLoadtest, "Simulated network round trip per HTTP request, in ms (in the latency)")
       .Check(CLI::Range(0.0, 600000.0)).Ex("170");
   add(Opt(kServerCmds, "--sim-jitter", TLR_FIELD(server.sim_jitter_ms), "Uniform +- jitter on --sim-rtt, in ms"), srv)
@@ -464,6 +482,11 @@ Status Resolve(CLI::App* app, Params* p) {
   }
   const CLI::Option* llm = app->get_option_no_throw("--llm");
   if (llm && llm->count() > 0 && p->remote()) return Status::Error("give either --llm or --server, not both");
+  // An empty --server (an unset $URL) would otherwise mean the LLM in this process, without a word.
+  if (const CLI::Option* s = app->get_option_no_throw("--server"); s && s->count() > 0 && p->server.url.empty()) {
+    return Status::Error("--server: the URL is empty (an unset variable?); leave --server out to run the LLM in this "
+                         "process");
+  }
   // The demo pair's files where none were given.
   auto demo = [](std::string* path, const char* name) {
     if (path->empty()) *path = DemoFile(name);
@@ -493,6 +516,10 @@ Status Resolve(CLI::App* app, Params* p) {
     const bool from_env = (env_key && p->server.key == env_key) || (old_env_key && p->server.key == old_env_key);
     if (!p->remote() && ((key && key->count() > 0 && !from_env) || (old_key && old_key->count() > 0))) {
       return Status::Error("--server-key needs --server (the LLM runs in this process: there is no server to send it to)");
+    }
+    if (const CLI::Option* m = app->get_option_no_throw("--server-model");
+        m && m->count() > 0 && p->remote() && p->server.backend != "openai") {
+      return Status::Error("--server-model is for --backend openai (a tlr serve server has one model)");
     }
     if (p->remote() && p->server.url.rfind("https://", 0) != 0) {
       for (const char* f : {"--ca-file", "--no-verify-tls"}) {
@@ -546,9 +573,25 @@ Status Resolve(CLI::App* app, Params* p) {
                             "--spec-branches", "--lookahead", "--llm-budget"}) {
         if (given(f)) return Status::Error(std::string(f) + " does nothing with --mode " + p->mode + " (" + why + ")");
       }
+      // A file this mode does not read is still checked: a wrong path would show only later.
+      const bool small = d.mode == DecodeMode::kSmallOnly;
+      const char* unused = small ? "--llm" : "--router";
+      const std::string& path = small ? p->llm : p->router;
+      const bool builtin = !small && (path == "maxprob" || path == "entropy" || path == "random");
+      std::error_code ec;
+      if (given(unused) && !builtin && !std::filesystem::exists(path, ec)) {
+        return Status::Error(std::string(unused) + " " + path + ": no such file (--mode " + p->mode +
+                             " does not read it, but the path is wrong)");
+      }
     }
   }
   if (cmd & kListenCmds) {
+    // An address, not a URL or host:port ([::1] as in a URL is taken as ::1).
+    if (p->host.size() > 2 && p->host.front() == '[' && p->host.back() == ']') p->host = p->host.substr(1, p->host.size() - 2);
+    if (p->host.find('/') != std::string::npos || std::count(p->host.begin(), p->host.end(), ':') == 1) {
+      return Status::Error("--host takes an address such as 127.0.0.1 or ::1, not a URL or host:port ('" + p->host +
+                           "'); the port goes to --port");
+    }
     if (!ParseBytes(p->kv_budget, &p->kv_budget_bytes)) {
       return Status::Error("--kv-budget: not a size: '" + p->kv_budget + "' (e.g. 1G)");
     }

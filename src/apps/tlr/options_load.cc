@@ -1,5 +1,6 @@
 // The options layer's load step and its JSON view of the parameters (apps layer). See options.h.
 #include <cstdio>
+#include <filesystem>
 
 #include "apps/tlr/options.h"
 
@@ -54,10 +55,23 @@ Expected<Pair> LoadPair(const Params& p, PairNeeds needs) {
   }
   if (needs.router) {
     if (p.router.empty()) return Status::Error("router: give a router file or a built-in kind (maxprob, entropy, random)");
+    if (needs.router_file && (p.router == "maxprob" || p.router == "entropy" || p.router == "random")) {
+      return Status::Error("--router " + p.router + " is a built-in router, which has no file to write a threshold "
+                           "into: give a trained router file (for a built-in one, compare thresholds with `tlr eval "
+                           "--thresholds`)");
+    }
     auto r = needs.router_file ? Router::Load(p.router) : Router::LoadOrBuiltin(p.router, p.sampling.seed);
     if (!r.ok()) return r.status();
     out.router = std::make_unique<Router>(std::move(r).value());
-    if (out.slm) TLR_RETURN_IF_ERROR(out.router->CheckCompatible(*out.slm));
+    if (out.slm) {
+      const Status fits = out.router->CheckCompatible(*out.slm);
+      if (!fits.ok() && p.router == DemoFile("router.gguf")) {
+        return Status::Error("the bundled demo router (used when no --router is given) was trained for the demo SLM, "
+                             "not " + std::filesystem::path(p.slm).filename().string() + ": give --router maxprob (or entropy) for a built-in one, or "
+                             "train one for this SLM with `tlr router train` (" + fits.message() + ")");
+      }
+      TLR_RETURN_IF_ERROR(fits);
+    }
   }
   if (needs.llm && !p.remote()) {
     TLR_ASSIGN_OR_RETURN(std::unique_ptr<Model> llm, LoadModelAs("LLM", p.llm, opts));

@@ -162,7 +162,7 @@ HttpResult HttpTransport::Request(const std::string& method, const std::string& 
     h.retry_after_s = ParseRetryAfter(h.Header("retry-after-ms"), h.Header("retry-after"));
   } else if (h.timed_out) {
     char secs[32];
-    std::snprintf(secs, sizeof secs, "%g", std::round(opts_.timeout_s * 10) / 10);
+    std::snprintf(secs, sizeof secs, "%.3g", opts_.timeout_s);
     h.error = std::string("no complete reply within the ") + secs + " s timeout";
   }
   Pause(call, d / 2);  // the answer's way back (cut short for a cancelled call: nobody reads it)

@@ -34,7 +34,7 @@ namespace {
 
 std::string Seconds(double s) {
   char b[32];
-  std::snprintf(b, sizeof b, s < 10 ? "%.1f" : "%.0f", s);
+  std::snprintf(b, sizeof b, s < 0.1 ? "%.2g" : s < 10 ? "%.1f" : "%.0f", s);
   return b;
 }
 

@@ -2,6 +2,7 @@
 // statistics (see remote_llm.h). The protocols are remote_tlr.cc and remote_openai.cc.
 #include "device/remote/remote_llm.h"
 
+#include <cstdio>
 #include <random>
 
 #include "device/remote/remote_protocols.h"
@@ -232,7 +233,15 @@ Expected<std::unique_ptr<RemoteLlm>> RemoteLlm::Connect(const RemoteOptions& giv
   if (cancel && cancel->load()) return Status::Error("cancelled");
   if (!reachable) {
     std::string why = opts.http.stack ? "" : DiagnoseConnection(url, probe_s);
-    if (why.empty()) why = r->first_check_error_;
+    if (why.empty()) {
+      why = r->first_check_error_;
+      if (!opts.http.stack) {  // the probe above got an HTTP answer in time
+        char secs[32];
+        std::snprintf(secs, sizeof secs, "%g", opts.http.timeout_s);
+        why += "; a test request there does get an answer: is the timeout of " + std::string(secs) +
+               " s (--llm-timeout) too short for this server?";
+      }
+    }
     if (opts.require_reachable) return Status::Error(kCannotReach + opts.http.url + ": " + why);
     r->warning_ = "the LLM server at " + opts.http.url + " is not reachable now (" + why +
                   "); answering with the SLM (FALLBACK) until it is";

@@ -57,6 +57,14 @@ Expected<bool> OptionalBool(const GgufFile& f, const char* key, bool dflt) {
 Expected<Vocab> VocabFromGguf(const GgufFile& f) {
   Vocab v;
   auto model = f.GetString(gguf_keys::kTokModel);
+  if (!model.ok() && !f.Find(gguf_keys::kTokModel)) {  // a file without a vocabulary: which kind it is
+    auto arch = f.GetString("general.architecture");
+    if (arch.ok() && *arch == "tlr-router") {
+      return Status::Error("this is a router file, not a model or a vocabulary (a router goes to --router)");
+    }
+    return Status::Error("this GGUF file has no tokenizer (no tokenizer.ggml.model): give a model file or a "
+                         "vocabulary-only GGUF");
+  }
   if (!model.ok()) return model.status();
   if (*model == "gpt2") {
     v.model = VocabModel::kBpe;
