@@ -149,8 +149,11 @@ TLR_API int tlr_detokenize(const tlr_device* device, const int32_t* ids, size_t 
  * (ca_file and verify_tls do not apply; an https server_url works in a build without TLS).
  *
  * `send` starts the request and may return at once: the app answers later, from any thread,
- * with exactly one tlr_http_complete or tlr_http_fail on the exchange (or answers inside `send`).
- * Everything the request points to is valid only during `send`: copy what you keep. When TLR
+ * with exactly one tlr_http_complete or tlr_http_fail on the exchange (or answers inside `send`;
+ * TLR cannot watch the deadline or a cancel while `send` blocks, and an answer that comes past
+ * the deadline, or for a generation cancelled meanwhile, is not used: answer from another thread
+ * to keep cancel prompt). Everything the request points to is valid only during `send`: copy
+ * what you keep. When TLR
  * stops waiting (the call's deadline passed, the generation was cancelled) it calls `cancel`
  * (optional) on the same exchange; the app should abort the request, and may still answer the
  * exchange (the answer is then dropped). `cancel` may come after the app has answered (the two
@@ -222,7 +225,9 @@ typedef struct tlr_llm_params {
 
 TLR_API void tlr_llm_params_init(tlr_llm_params* params);
 /* In process: loads the model. Server: checks the parameters; connecting happens at each
- * generation (an unreachable server is not an error: its tokens become FALLBACK tokens). */
+ * generation (an unreachable server is not an error: its tokens become FALLBACK tokens; in
+ * TLR_MODE_LARGE_ONLY, which has no SLM token to fall back on, a failed LLM call ends the
+ * generation with TLR_ERR_GENERATE). */
 TLR_API int tlr_llm_open(const tlr_llm_params* params, tlr_llm** out);
 /* NULL is fine. Not while a generation uses it. With an http_hook: the hook is never called after
  * this returns (a call into it under way is waited for; a device's prompt cache may keep this
@@ -235,7 +240,7 @@ TLR_API void tlr_llm_free(tlr_llm* llm);
 typedef enum tlr_mode {
   TLR_MODE_JOINT = 0,      /* route uncertain tokens to the LLM */
   TLR_MODE_SMALL_ONLY = 1, /* the SLM alone (the router still scores, for the confidences) */
-  TLR_MODE_LARGE_ONLY = 2  /* the LLM alone */
+  TLR_MODE_LARGE_ONLY = 2  /* the LLM alone (a failed LLM call: TLR_ERR_GENERATE, no FALLBACK) */
 } tlr_mode;
 
 typedef enum tlr_policy {
@@ -371,7 +376,8 @@ TLR_API int tlr_generate_chat(tlr_device* device, const tlr_llm* llm, const tlr_
  * pass the conversation with its reply), as far as it agrees with the conversation: never the
  * later tokens of another conversation that begins the same way (a shared system prompt). The file
  * holds the token ids, the SLM's KV cache and the SLM's fingerprint. TLR_ERR_INVALID_ARGUMENT
- * when no cached context belongs to the conversation. */
+ * when no cached context shares a first token with the conversation; one that shares only the
+ * chat template's opening (`<|im_start|>user` ...) saves just that, a file of little use. */
 TLR_API int tlr_conversation_save(tlr_device* device, const tlr_message* messages, size_t n_messages,
                                   const char* path);
 /* Puts a saved context into the device's prompt cache, e.g. in a new process: the next

@@ -734,6 +734,15 @@ TEST_F(CapiTest, Errors) {
   tlr_device_info info;
   info.struct_size = 0;
   EXPECT_EQ(tlr_device_get_info(device_, &info), TLR_ERR_INVALID_ARGUMENT);
+  // A struct_size set by hand that cuts a field in two (here slm_path's pointer) is refused,
+  // never read (it crashed on the cut pointer).
+  tlr_device_params cut;
+  tlr_device_params_init(&cut);
+  cut.struct_size = 12;
+  tlr_device* cut_device = nullptr;
+  EXPECT_EQ(tlr_device_open(&cut, &cut_device), TLR_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tlr_last_error()).find("struct_size"), std::string::npos) << tlr_last_error();
+  EXPECT_EQ(cut_device, nullptr);
   tlr_llm_params_init(&lp);
   lp.model_path = missing.c_str();
   EXPECT_EQ(tlr_llm_open(&lp, &l), TLR_ERR_LOAD);

@@ -6,6 +6,7 @@
 #include "capi/http_hook.h"
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -22,6 +23,7 @@ struct PendingExchange {
   std::mutex mu;
   std::condition_variable cv;
   bool answered = false;
+  std::chrono::steady_clock::time_point answered_at;
   tlr::HttpResult result;
   uint64_t max_reply_bytes = 0;
 
@@ -30,6 +32,7 @@ struct PendingExchange {
       std::lock_guard<std::mutex> l(mu);
       if (!answered) {
         answered = true;
+        answered_at = std::chrono::steady_clock::now();
         result = std::move(r);
       }
     }
@@ -121,7 +124,7 @@ HttpResult HookHttpStack::Exchange(const HttpExchange& x, Clock::time_point dead
   hook_.send(hook_.user_data, handle, &req);
   guard_->Leave();
 
-  bool stopped = false;
+  bool stopped = false, answered_late = false;
   bool freed = false;
   {
     std::unique_lock<std::mutex> l(ex->mu);
@@ -142,18 +145,25 @@ HttpResult HookHttpStack::Exchange(const HttpExchange& x, Clock::time_point dead
       }
       ex->cv.wait_until(l, std::min(deadline, now + std::chrono::milliseconds(50)));
     }
-    if (ex->answered) {
+    // An answer given inside `send` came before the loop could watch the call: one past the
+    // deadline, or for a call cancelled meanwhile, counts as none (the deadline and cancel hold
+    // even for an app whose `send` blocks).
+    if (ex->answered && !h.cancelled && call && call->cancelled()) h.cancelled = true;
+    if (ex->answered && !h.cancelled && ex->answered_at > deadline) h.timed_out = true;
+    if (ex->answered && !h.cancelled && !h.timed_out) {
       h = std::move(ex->result);
     } else {
       stopped = true;
+      answered_late = ex->answered;
     }
   }
   if (stopped) {
     Exchanges().Take(handle);  // an answer from now on is dropped
     h.error = h.cancelled ? "cancelled"
               : freed     ? "the LLM was freed (tlr_llm_free) while its HTTP hook had the request"
+              : answered_late ? "the app's HTTP stack answered past the deadline"
                           : "the app's HTTP stack gave no answer in time";
-    if (hook_.cancel && guard_->Enter()) {
+    if (hook_.cancel && !answered_late && guard_->Enter()) {  // (an answered exchange is the app's no more)
       hook_.cancel(hook_.user_data, handle);
       guard_->Leave();
     }

@@ -2,7 +2,7 @@
  * http_hook_test.py against a real `tlr serve`): a hook that carries the requests over its own
  * sockets, answering from another thread, must give the tokens and the LLM work of the built-in
  * client; hooks that fail, hang past the deadline, or answer garbage must give FALLBACK tokens
- * with a clear llm_error, never a crash.
+ * with a clear llm_error, never a crash; an answer given inside send past the deadline is not used.
  *
  *   http_hook_test SERVER_URL DEMO_DIR [--sync]   (prints "tokens: id/source ..." of the routed run;
  *   --sync: the hook answers inside send, starting no thread)
@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tlr.h"
@@ -115,7 +116,8 @@ static void* carry(void* arg) {
 
 typedef struct {
   int kind; /* 0 forward, 1 fail, 2 hang until cancelled, 3 garbage body, 4 bad status,
-               5 fail twice, and once more after the run (later answers are ignored) */
+               5 fail twice, and once more after the run (later answers are ignored),
+               6 answer inside send past the deadline (not used: a timeout, as a late answer) */
   int sync; /* answer inside send (where threads cannot be started: qemu-user here) */
   int sent, cancels;
   pthread_mutex_t mu;
@@ -138,6 +140,10 @@ static void hook_send(void* user, tlr_http_exchange* x, const tlr_http_request* 
     tlr_http_complete(x, 200, NULL, "<html>captive portal</html>", 27);
   } else if (s->kind == 4) {
     tlr_http_complete(x, 999, NULL, NULL, 0);
+  } else if (s->kind == 6) {
+    const struct timespec late = {0, 450 * 1000 * 1000}; /* the run's timeout is 0.3 s */
+    nanosleep(&late, NULL);
+    tlr_http_complete(x, 200, NULL, "{}", 2);
   } else if (s->kind == 5) {
     tlr_http_fail(x, "first answer");
     tlr_http_complete(x, 200, NULL, "{}", 2);
@@ -281,8 +287,9 @@ int main(int argc, char** argv) {
   }
 
   const char* expect[] = {NULL,          "airplane mode", "no complete reply within the 0.3 s timeout",
-                          "captive portal", "status 999",   "first answer"};
-  for (int kind = 1; kind <= 5; ++kind) {
+                          "captive portal", "status 999",   "first answer",
+                          "no complete reply within the 0.3 s timeout"};
+  for (int kind = 1; kind <= 6; ++kind) {
     s.kind = kind;
     trace tr;
     tlr_stats st;

@@ -78,7 +78,9 @@ template <typename T>
 bool ReadParams(const T* given, void (*init)(T*), T* out) {
   init(out);
   if (!given) return true;
-  if (given->struct_size < sizeof(size_t)) return false;
+  // Every version of a struct is a whole number of its alignment (8); a size between would cut
+  // a pointer or a double in two (a caller that set struct_size by hand).
+  if (given->struct_size < sizeof(size_t) || given->struct_size % alignof(T) != 0) return false;
   std::memcpy(out, given, std::min(sizeof(T), given->struct_size));
   out->struct_size = sizeof(T);
   return true;
@@ -86,7 +88,8 @@ bool ReadParams(const T* given, void (*init)(T*), T* out) {
 #define TLR_READ_PARAMS(type, given, out)                                                        \
   type out;                                                                                      \
   if (!ReadParams(given, type##_init, &out)) {                                                   \
-    return Fail(TLR_ERR_INVALID_ARGUMENT, #type ".struct_size is not set: call " #type "_init"); \
+    return Fail(TLR_ERR_INVALID_ARGUMENT, #type ".struct_size is not set or not a size of the struct: call " \
+                                          #type "_init");                                          \
   }
 
 std::string Str(const char* s) { return s ? s : ""; }

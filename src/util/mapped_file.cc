@@ -87,7 +87,9 @@ Expected<MappedFile> MappedFile::Open(const std::string& path, bool huge) {
       return f;
     }
   }
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO (a named pipe given as a model path) would otherwise wait for a
+  // writer forever; it is refused below as not a regular file (for one, the flag changes nothing).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return Status::Error("cannot open '" + path + "': " + ErrnoText());
   struct stat st;
   if (fstat(fd, &st) != 0) {

@@ -4,6 +4,7 @@
 #include "util/mapped_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <fstream>
@@ -38,6 +39,16 @@ TEST(MemoryFile, ShadowsNothingElse) {
   ASSERT_TRUE(f.ok());
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(f->bytes().data()), f->size()), "on disk");
   RemoveMemoryFile(dir.File("other.bin"));
+}
+
+// A named pipe given as a model path is refused at once (opening one waits for a writer).
+TEST(MappedFileOpen, RefusesAFifoWithoutWaiting) {
+  TempDir dir;
+  const std::string path = dir.File("model.gguf");
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  auto f = MappedFile::Open(path);
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("is not a regular file"), std::string::npos) << f.status().message();
 }
 
 }  // namespace

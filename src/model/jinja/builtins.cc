@@ -246,6 +246,7 @@ Value Slice(const Value& obj, const Value& start, const Value& stop, const Value
       text += obj.AsString().substr(starts[i], end - starts[i]);
     }
   }
+  if (obj.IsList()) SpendItems(items.size(), line);
   return obj.IsList() ? Value::List(std::move(items)) : Value(std::move(text));
 }
 
@@ -272,6 +273,12 @@ void CheckStringSize(size_t bytes, int line) {
 void SpendBytes(size_t bytes, int line) {
   g_bytes_left -= static_cast<int64_t>(bytes);
   if (g_bytes_left < 0) Fail("the template built more than 64 MiB of strings", line);
+}
+void SpendItems(size_t items, int line) {
+  g_items_left -= static_cast<int64_t>(items);
+  if (g_items_left < 0) {
+    Fail("the template iterated over or built more than " + std::to_string(kMaxIteratedItems) + " list items", line);
+  }
 }
 void CheckListSize(size_t items, int line) {
   if (items > kMaxListItems) Fail("a list longer than " + std::to_string(kMaxListItems) + " items", line);

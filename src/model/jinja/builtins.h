@@ -38,6 +38,10 @@ void CheckStringSize(size_t bytes, int line);
 inline constexpr int64_t kMaxBuiltBytes = int64_t{64} << 20;
 void SpendBytes(size_t bytes, int line);
 void CheckListSize(size_t items, int line);
+// Every list a template builds (+, *, slicing) spends its items from the iteration budget
+// too: a loop that grows a list by `a = a + [x]` copies it whole each time (quadratic), and
+// would otherwise stay under every other bound for minutes.
+void SpendItems(size_t items, int line);
 bool Contains(const Value& container, const Value& item, int line);
 
 Value CallFilter(const std::string& name, const Value& input, const CallArgs& args, int line);

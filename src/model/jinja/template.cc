@@ -76,6 +76,7 @@ Value Arith(const std::string& op, const Value& a, const Value& b, int line) {
   }
   if (op == "+" && a.IsList() && b.IsList()) {
     CheckListSize(a.AsList().size() + b.AsList().size(), line);
+    SpendItems(a.AsList().size() + b.AsList().size(), line);
     std::vector<Value> out = a.AsList();
     out.insert(out.end(), b.AsList().begin(), b.AsList().end());
     return Value::List(std::move(out));
@@ -90,6 +91,7 @@ Value Arith(const std::string& op, const Value& a, const Value& b, int line) {
       for (int64_t i = 0; i < n; ++i) out += a.AsString();
       return Value(std::move(out));
     }
+    SpendItems(unit * static_cast<size_t>(n), line);
     std::vector<Value> out;
     for (int64_t i = 0; i < n; ++i) out.insert(out.end(), a.AsList().begin(), a.AsList().end());
     return Value::List(std::move(out));
