@@ -4,6 +4,7 @@ Run by ctest under /usr/bin/python3 and the python3 on PATH:
     TLR_LIBRARY=build/lib/libtlr.so.1 TLR_DEMO_DIR=models/demo python3 python/tlr_test.py
 """
 
+import inspect
 import json
 import os
 import socket
@@ -32,6 +33,24 @@ def closed_port():
         return s.getsockname()[1]
 
 
+def carry(method, target, headers, body, timeout_s):
+    """An http callable over http.client: carries a request to the real server."""
+    import http.client
+    import urllib.parse
+    u = urllib.parse.urlsplit(target)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout_s)
+    conn.request(method, u.path + ("?" + u.query if u.query else ""), body=body, headers=headers)
+    r = conn.getresponse()
+    data = r.read()
+    conn.close()
+    return r.status, dict(r.getheaders()), data
+
+
+CARRY_SOURCE = inspect.getsource(carry)  # for the scripts run_script runs
+
+needs_server = unittest.skipUnless(os.environ.get("TLR_BIN"), "TLR_BIN (the tlr binary, to start a server) not set")
+
+
 class BindingTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -42,6 +61,26 @@ class BindingTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.llm.close()
         cls.dev.close()
+
+    def start_server(self):
+        """Starts `tlr serve` with the demo LLM on a free loopback port for this test; its URL."""
+        import re
+        log = tempfile.NamedTemporaryFile("w+", suffix=".log")
+        server = subprocess.Popen([os.environ["TLR_BIN"], "serve", "-m", demo("llm.gguf"), "--port", "0"],
+                                  stdout=log, stderr=subprocess.STDOUT)
+
+        def stop():
+            server.terminate()
+            server.wait(timeout=30)
+            log.close()
+        self.addCleanup(stop)
+        for _ in range(600):
+            with open(log.name) as f:
+                m = re.search(r"^listening on (\S+)", f.read(), re.M)
+            if m:
+                return m.group(1)
+            threading.Event().wait(0.05)
+        self.fail("tlr serve did not start")
 
     def test_version(self):
         self.assertEqual(tlr.api_version() // 100, tlr.API_VERSION_MAJOR)
@@ -281,74 +320,168 @@ class BindingTest(unittest.TestCase):
         with self.assertRaises(TypeError):
             tlr.Llm(server="http://llm.example:8080", http="not a callable")
 
-    @unittest.skipUnless(os.environ.get("TLR_BIN"), "TLR_BIN (the tlr binary, to start a server) not set")
+    @needs_server
     def test_http_callable_carries_the_calls_to_a_real_server(self):
-        import http.client
-        import re
         import urllib.parse
-        log = tempfile.NamedTemporaryFile("w+", suffix=".log")
-        server = subprocess.Popen([os.environ["TLR_BIN"], "serve", "-m", demo("llm.gguf"), "--port", "0"],
-                                  stdout=log, stderr=subprocess.STDOUT)
-        try:
-            url = None
-            for _ in range(600):
-                with open(log.name) as f:
-                    m = re.search(r"^listening on (\S+)", f.read(), re.M)
-                if m:
-                    url = m.group(1)
+        url = self.start_server()
+        seen = []
+
+        def carrying(method, target, headers, body, timeout_s):
+            reply = carry(method, target, headers, body, timeout_s)
+            seen.append((method, urllib.parse.urlsplit(target).path))
+            return reply
+
+        runs = []
+        for hook in (None, carrying):
+            with tlr.Llm(server=url, http=hook, timeout_s=10) as llm:
+                toks = [(t.id, t.source) for t in self.dev.generate(PROMPT, llm=llm, max_tokens=40,
+                                                                   threshold=0.95, pipeline=False)]
+                st = self.dev.last_stats
+                runs.append((toks, st.llm_prefilled, st.llm_generated, st.fallbacks))
+        self.assertEqual(runs[0], runs[1])
+        self.assertIn("LLM", {s for _, s in runs[1][0]})
+        self.assertIn(("POST", "/tlr/v1/next"), seen)
+        # Leaving a generate() loop while the generation waits for an LLM call that does not
+        # come (the hook holds /tlr/v1/next) cancels that generation: the loop ends now, not
+        # when the call's 30 s are over.
+        release = threading.Event()
+
+        def held(method, target, headers, body, timeout_s):
+            if urllib.parse.urlsplit(target).path == "/tlr/v1/next":
+                release.wait(timeout_s)
+                raise OSError("held by the test")
+            return carry(method, target, headers, body, timeout_s)
+
+        with tlr.Llm(server=url, http=held, timeout_s=30) as llm:
+            t0 = time.monotonic()
+            seen_sources = []
+            for tok in self.dev.generate(PROMPT, llm=llm, max_tokens=40, threshold=0.95, pipeline=False):
+                seen_sources.append(tok.source)
+                if len(seen_sources) == 4:  # the SLM's four; the fifth is routed (above): held
                     break
-                threading.Event().wait(0.05)
-            self.assertIsNotNone(url, "tlr serve did not start")
-            seen = []
+            left = time.monotonic() - t0
+            release.set()
+        self.assertEqual(seen_sources, [s for _, s in runs[0][0][:4]])
+        self.assertEqual(runs[0][0][4][1], "LLM")
+        self.assertLess(left, 10, "the abandoned generation ran on until its LLM call's timeout")
+        self.assertEqual(self.dev.last_stats.stop, "cancelled")
 
-            def carry(method, target, headers, body, timeout_s):
-                u = urllib.parse.urlsplit(target)
-                conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout_s)
-                conn.request(method, u.path + ("?" + u.query if u.query else ""), body=body, headers=headers)
-                r = conn.getresponse()
-                data = r.read()
-                conn.close()
-                seen.append((method, u.path))
-                return r.status, dict(r.getheaders()), data
+    def test_slow_http_callable_keeps_the_deadline_and_cancel(self):
+        # The callable ran inside the hook's send on TLR's thread, which could then neither keep
+        # the call's deadline nor a cancel while it blocked: with timeout_s 0.5 and a callable
+        # blocking 4 s, two tokens took 8 s, and cancel() returned when the callable did. It runs
+        # on a thread of its own now: each call gives up at its deadline (FALLBACK tokens), and a
+        # cancel ends the generation at once.
+        release = threading.Event()
+        self.addCleanup(release.set)  # the callables' threads end with the test
+        entered = threading.Event()
+        threads = []
 
-            runs = []
-            for hook in (None, carry):
-                with tlr.Llm(server=url, http=hook, timeout_s=10) as llm:
-                    toks = [(t.id, t.source) for t in self.dev.generate(PROMPT, llm=llm, max_tokens=40,
-                                                                       threshold=0.95, pipeline=False)]
-                    st = self.dev.last_stats
-                    runs.append((toks, st.llm_prefilled, st.llm_generated, st.fallbacks))
-            self.assertEqual(runs[0], runs[1])
-            self.assertIn("LLM", {s for _, s in runs[1][0]})
-            self.assertIn(("POST", "/tlr/v1/next"), seen)
-            # Leaving a generate() loop while the generation waits for an LLM call that does not
-            # come (the hook holds /tlr/v1/next) cancels that generation: the loop ends now, not
-            # when the call's 30 s are over.
-            release = threading.Event()
+        def blocking(method, url, headers, body, timeout_s):
+            threads.append(threading.current_thread())
+            entered.set()
+            release.wait(4)
+            raise OSError("too slow")
 
-            def held(method, target, headers, body, timeout_s):
-                if urllib.parse.urlsplit(target).path == "/tlr/v1/next":
-                    release.wait(timeout_s)
-                    raise OSError("held by the test")
-                return carry(method, target, headers, body, timeout_s)
+        with tlr.Llm(server="http://llm.example:8080", http=blocking, timeout_s=0.5, retries=0) as llm:
+            t0 = time.monotonic()
+            toks = list(self.dev.generate(PROMPT, llm=llm, threshold=1.0, max_tokens=2, pipeline=False))
+            took = time.monotonic() - t0
+        self.assertEqual([t.source for t in toks], ["FALLBACK", "FALLBACK"])
+        self.assertIn("timeout", toks[0].llm_error)
+        self.assertLess(took, 2.5, "the generation waited for the blocking callable")
+        self.assertTrue(threads and all(th.name == "tlr-http" and th.daemon for th in threads))
 
-            with tlr.Llm(server=url, http=held, timeout_s=30) as llm:
-                t0 = time.monotonic()
-                seen_sources = []
-                for tok in self.dev.generate(PROMPT, llm=llm, max_tokens=40, threshold=0.95, pipeline=False):
-                    seen_sources.append(tok.source)
-                    if len(seen_sources) == 4:  # the SLM's four; the fifth is routed (above): held
-                        break
-                left = time.monotonic() - t0
-                release.set()
-            self.assertEqual(seen_sources, [s for _, s in runs[0][0][:4]])
-            self.assertEqual(runs[0][0][4][1], "LLM")
-            self.assertLess(left, 10, "the abandoned generation ran on until its LLM call's timeout")
-            self.assertEqual(self.dev.last_stats.stop, "cancelled")
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
-            log.close()
+        entered.clear()
+        with tlr.Llm(server="http://llm.example:8080", http=blocking, timeout_s=30, retries=0) as llm:
+            result = []
+            th = threading.Thread(target=lambda: result.append(self.dev.run(PROMPT, llm, threshold=1.0,
+                                                                            max_tokens=2)))
+            th.start()
+            self.assertTrue(entered.wait(10))
+            t0 = time.monotonic()
+            self.dev.cancel()
+            th.join(10)
+            took = time.monotonic() - t0
+        self.assertLess(took, 1.0, "cancel() waited for the blocking callable")
+        self.assertEqual(result[0].stop, "cancelled")
+
+    @needs_server
+    def test_http_callable_that_closes_its_llm_or_the_device(self):
+        # Device.close() frees the device's server session with a DELETE through the Llm's http
+        # callable. A callable that closed its Llm there hung for good: tlr_llm_free waited for
+        # the hook call it was made from. The callable runs on its own thread now: the LLM is
+        # freed at once and the device's close() returns. A callable that closes the device being
+        # freed returns at once (it waited for the DELETE it was answering: the call's timeout);
+        # one that closes its Llm during a generation lets the generation end first.
+        url = self.start_server()
+        out = self.run_script(
+            "import faulthandler; faulthandler.dump_traceback_later(20, exit=True)\n" + CARRY_SOURCE + (
+            "held, done = {}, threading.Event()\n"
+            "def closes_llm(method, url, headers, body, timeout_s):\n"
+            "    if method == 'DELETE':\n"
+            "        t0 = time.monotonic(); held['llm'].close(); held['took'] = time.monotonic() - t0\n"
+            "        done.set()\n"
+            "    return carry(method, url, headers, body, timeout_s)\n"
+            "held['llm'] = tlr.Llm(server=URL, http=closes_llm)\n"
+            "print('routed', d.run(P, held['llm'], threshold=1.0, max_tokens=3).routed > 0)\n"
+            "t0 = time.monotonic(); d.close(); took = time.monotonic() - t0\n"
+            "print('delete-closes-llm', done.wait(10), held['took'] < 1, took < 2, held['llm']._handle is None)\n"
+            "def closes_device(method, url, headers, body, timeout_s):\n"
+            "    if method == 'DELETE':\n"
+            "        t0 = time.monotonic(); held['dev'].close(); held['took'] = time.monotonic() - t0\n"
+            "        done.set()\n"
+            "    return carry(method, url, headers, body, timeout_s)\n"
+            "done.clear()\n"
+            "held['dev'] = tlr.Device(SLM, ROUTER)\n"
+            "llm = tlr.Llm(server=URL, http=closes_device, timeout_s=2)\n"
+            "print('routed', held['dev'].run(P, llm, threshold=1.0, max_tokens=3).routed > 0)\n"
+            "held['dev'].close()\n"
+            "print('delete-closes-device', done.wait(10), held['took'] < 0.5, held['dev']._handle is None)\n"
+            "def closes_mid(method, url, headers, body, timeout_s):\n"
+            "    if url.endswith('/tlr/v1/next'):\n"
+            "        held['mid'].close()\n"
+            "    return carry(method, url, headers, body, timeout_s)\n"
+            "held['mid'] = tlr.Llm(server=URL, http=closes_mid)\n"
+            "d = tlr.Device(SLM, ROUTER)\n"
+            "st = d.run(P, held['mid'], threshold=1.0, max_tokens=3)\n"
+            "print('mid', st.stop, st.generated, held['mid'].closed, held['mid']._handle is None)\n"
+            "d.close()\n"
+            .replace("URL", repr(url)).replace("SLM, ROUTER", "%r, %r" % (demo("slm.gguf"), demo("router.gguf")))))
+        self.assertEqual(out, ["routed", "True", "delete-closes-llm", "True", "True", "True", "True",
+                               "routed", "True", "delete-closes-device", "True", "True", "True",
+                               "mid", "max_tokens", "3", "True", "True"])
+
+    @needs_server
+    def test_http_callable_at_interpreter_exit(self):
+        # A device left open frees its server session (a DELETE through the http callable) when
+        # the interpreter's finalization collects it; no thread can run the callable then (Python
+        # 3.11: start() waited forever for it). The request fails instead and the process exits.
+        url = self.start_server()
+        out = self.run_script(
+            "import faulthandler; faulthandler.dump_traceback_later(10, exit=True)\n" + CARRY_SOURCE + (
+            "dev = tlr.Device(%r, %r)\n"
+            "dev.llm = tlr.Llm(server=%r, http=carry)  # freed after the device: it carries its DELETE\n"
+            "print('routed', dev.run(P, dev.llm, threshold=1.0, max_tokens=3).routed > 0)\n"
+            % (demo("slm.gguf"), demo("router.gguf"), url)))
+        self.assertEqual(out, ["routed", "True"])
+
+    def test_flags_are_truth_values(self):
+        # The flags went to C through int(): ctypes wrapped 2**32 to 0, so a true value read as off.
+        hello = "<|im_end|> hello"
+        for on in (True, 2 ** 32, 2 ** 64, -1, "yes"):
+            self.assertEqual(self.dev.tokenize(hello, add_special=on, parse_special=on),
+                             self.dev.tokenize(hello, add_special=True, parse_special=True), repr(on))
+            self.assertEqual(self.dev.detokenize([self.dev.info["eos"]], render_special=on), "<|endoftext|>")
+            st = self.dev.run(PROMPT, mode="small_only", chat=on, max_tokens=1)
+            self.assertEqual(st.prompt_tokens, self.dev.run(PROMPT, mode="small_only", chat=True,
+                                                            max_tokens=1).prompt_tokens, repr(on))
+            self.assertGreater(self.dev.run(PROMPT, self.llm, pipeline=on, max_tokens=30).spec_resolved, 0)
+        self.assertNotEqual(self.dev.tokenize(hello, parse_special=0), self.dev.tokenize(hello, parse_special=1))
+        self.assertEqual(self.dev.detokenize([self.dev.info["eos"]], render_special=0), "")
+        self.assertNotEqual(self.dev.run(PROMPT, mode="small_only", chat=0, max_tokens=1).prompt_tokens,
+                            st.prompt_tokens)
+        self.assertEqual(self.dev.run(PROMPT, self.llm, pipeline=0, max_tokens=30).spec_resolved, 0)
 
     def run_script(self, body):
         """Runs `body` in a fresh interpreter with tlr imported and a device `d` (SLM + router) and

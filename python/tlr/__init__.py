@@ -28,6 +28,7 @@ import ctypes
 import dataclasses
 import inspect
 import queue
+import sys
 import threading
 import time
 import weakref
@@ -37,7 +38,7 @@ __all__ = ["Device", "Llm", "Token", "Stats", "TlrError", "api_version", "versio
 
 from ._native import (API_VERSION_MAJOR, _CALLBACK, _HTTP_CANCEL, _HTTP_SEND, _DeviceInfo,  # noqa: F401
                       _DeviceParams, _GenerateParams, _HttpHook, _LlmParams, _Stats, _b,
-                      _ids, _int, _load, _messages, _no_nul, _path, _text)
+                      _flag, _ids, _int, _load, _messages, _no_nul, _path, _text)
 
 _c = ctypes
 
@@ -167,8 +168,9 @@ def _inside_tlr():
 
 
 def _in_tlr() -> bool:
-    """Whether this thread is inside a TLR call (e.g. in on_token or the http hook): a close() there
-    cannot wait for the running calls to return, since one of them is waiting for it."""
+    """Whether this thread is inside a TLR call (e.g. in on_token; not in an http callable, which
+    runs on a thread of its own): a close() there cannot wait for the running calls to return,
+    since one of them is waiting for it."""
     return getattr(_tls, "depth", 0) > 0
 
 
@@ -226,7 +228,7 @@ class _Handle:
         """Frees the handle now, or, while calls on it are running, when the last one ends; the
         object's methods raise ValueError from now on. Closing again does nothing."""
         cv = self._cv
-        if cv is None:
+        if cv is None or (self._closed and not self._handle):  # closed, the handle freed or being freed
             return
         with cv:
             self._closed = True
@@ -261,11 +263,14 @@ class Llm(_Handle):
 
     http: the app's own HTTP stack for the server's requests (instead of TLR's built-in client), a
     callable http(method, url, headers, body, timeout_s) -> (status, headers, body) with headers
-    dicts and bodies bytes; it runs on the generating thread or one of TLR's LLM call threads, and
-    an Exception it raises fails that request (its tokens fall back to the SLM's, llm_error naming
-    the exception). A BaseException that is not an Exception (KeyboardInterrupt, SystemExit) fails
-    the request too, cancels the generations using this Llm and is raised from their
-    run()/generate(), as from on_token.
+    dicts and bodies bytes. Each request runs it on a daemon thread of its own ("tlr-http"), never on
+    TLR's threads, and is answered when it returns: a callable that blocks holds up neither the
+    call's deadline (timeout_s: past it the token falls back to the SLM's, the late answer is
+    dropped) nor Device.cancel() or close(); it may close this Llm or a device (as from any other
+    thread). An Exception it raises fails that request (its tokens fall back to the SLM's,
+    llm_error naming the exception). A BaseException that is not an Exception (KeyboardInterrupt, SystemExit) fails
+    the request too, cancels the generations that were using this Llm when the request was sent
+    (and still are) and is raised from their run()/generate(), as from on_token.
 
     close() while devices are generating with it lets those generations finish: the LLM is freed
     when the last one ends."""
@@ -289,7 +294,7 @@ class Llm(_Handle):
                 _b("weight_cache", weight_cache, True), _b("llm_tokenizer", llm_tokenizer, True)]
         (p.model_path, p.server_url, p.backend, p.api_key, p.server_model, p.ca_file, p.kv_type,
          p.weight_cache, p.llm_tokenizer) = keep
-        p.verify_tls = 1 if verify_tls else 0
+        p.verify_tls = _flag(verify_tls)
         p.timeout_s, p.retries, p.retry_after_s = timeout_s, _int("retries", retries), retry_after_s
         p.connections, p.sim_rtt_ms, p.sim_jitter_ms = _int("connections", connections), sim_rtt_ms, sim_jitter_ms
         p.n_threads = _int("threads", threads)
@@ -325,39 +330,64 @@ def _reason(e: BaseException) -> bytes:
 
 
 def _http_sender(lib, http: Callable, runs: "set[_Run]", runs_lock: threading.Lock):
-    """The C hook's send over a Python callable: answers each exchange before returning."""
+    """The C hook's send over a Python callable. send copies the request and returns at once; the
+    callable runs on a daemon thread of its own ("tlr-http", one per exchange), which answers the
+    exchange when the callable returns. TLR meanwhile keeps the call's deadline and cancellation
+    (tlr.h: an answer after TLR gave up is dropped, an exchange being a handle, not memory), and no
+    Python code of the app runs inside the hook, where tlr_llm_free would wait for it: Llm.close()
+    (or Device.close(), whose free sends a DELETE through the hook) from the callable is safe.
+    While the interpreter exits (a device freed by its finalization: the DELETE of its session)
+    no thread can start (one started then never runs, and start() waits for it forever): the
+    request fails at once instead (the server expires the session)."""
+    is_finalizing = sys.is_finalizing  # kept here: module globals may be gone at exit
+
+    def fail(exchange, e: BaseException, sent_for: "set[_Run]") -> None:
+        lib.tlr_http_fail(exchange, _reason(e))  # an exchange is always answered
+        if not isinstance(e, Exception):
+            # KeyboardInterrupt, SystemExit: as from on_token, the generations that were using this
+            # LLM when the request was sent, and still are, stop and raise it once their C call has
+            # returned (not one that started later: the answer may come after its own ended)
+            with runs_lock:
+                for run in runs & sent_for:
+                    run.interrupt(e)
+
+    def answer(exchange, method: str, url: str, headers: dict, body: bytes, timeout_s: float,
+               sent_for: "set[_Run]") -> None:
+        try:
+            status, reply_headers, reply_body = http(method, url, headers, body, timeout_s)
+            if isinstance(reply_body, str):
+                reply_body = reply_body.encode()
+            elif reply_body is None or isinstance(reply_body, int):  # bytes(5) would be 5 NULs
+                raise TypeError("the reply's body must be bytes or str, not %s" % type(reply_body).__name__)
+            reply_body = bytes(reply_body)
+            flat = []
+            for k, v in (reply_headers or {}).items():
+                k, v = (x if isinstance(x, bytes) else str(x).encode() for x in (k, v))
+                flat += [_no_nul("a reply header's name", k), _no_nul("reply header %r" % k, v)]
+            arr = (_c.c_char_p * (len(flat) + 1))(*flat, None)
+            lib.tlr_http_complete(exchange, _int("the reply's status", int(status)), arr, reply_body,
+                                  len(reply_body))
+        except BaseException as e:  # noqa: B902 - anything the app's stack raises fails this request
+            fail(exchange, e, sent_for)
+
     def send(_user, exchange, request):
         with _inside_tlr():
-            r = request.contents
+            with runs_lock:
+                sent_for = set(runs)
             try:
+                r = request.contents  # valid only during send: copied here
                 headers = {}
                 i = 0
                 while r.headers[i] is not None:
                     headers[r.headers[i].decode()] = r.headers[i + 1].decode()
                     i += 2
                 body = _c.string_at(r.body, r.body_len) if r.body_len else b""
-                status, reply_headers, reply_body = http(r.method.decode(), r.url.decode(), headers, body,
-                                                         r.timeout_s)
-                if isinstance(reply_body, str):
-                    reply_body = reply_body.encode()
-                elif reply_body is None or isinstance(reply_body, int):  # bytes(5) would be 5 NULs
-                    raise TypeError("the reply's body must be bytes or str, not %s" % type(reply_body).__name__)
-                reply_body = bytes(reply_body)
-                flat = []
-                for k, v in (reply_headers or {}).items():
-                    k, v = (x if isinstance(x, bytes) else str(x).encode() for x in (k, v))
-                    flat += [_no_nul("a reply header's name", k), _no_nul("reply header %r" % k, v)]
-                arr = (_c.c_char_p * (len(flat) + 1))(*flat, None)
-                lib.tlr_http_complete(exchange, _int("the reply's status", int(status)), arr, reply_body,
-                                      len(reply_body))
-            except Exception as e:  # noqa: BLE001 - anything the app's stack raises fails this request
-                lib.tlr_http_fail(exchange, _reason(e))
-            except BaseException as e:  # noqa: B902 - KeyboardInterrupt, SystemExit: as on_token, the
-                # generations using this LLM stop and raise it once their C call has returned
-                lib.tlr_http_fail(exchange, _reason(e))  # (an exchange is always answered)
-                with runs_lock:
-                    for run in runs:
-                        run.interrupt(e)
+                args = (exchange, r.method.decode(), r.url.decode(), headers, body, r.timeout_s, sent_for)
+                if is_finalizing():
+                    raise RuntimeError("the interpreter is exiting: the http callable is not called")
+                threading.Thread(target=answer, args=args, name="tlr-http", daemon=True).start()
+            except BaseException as e:  # noqa: B902 - e.g. no thread could be started: the request fails
+                fail(exchange, e, sent_for)
     return send
 
 
@@ -377,7 +407,8 @@ def _stop_generations_at_exit() -> None:
 def _generate_params(lib, *, mode, threshold, span, max_tokens, chat, temperature, top_k, top_p, min_p,
                      repeat_penalty, repeat_last_n, seed, pipeline, spec_depth, spec_branches, lookahead,
                      sim_slm_ms, llm_budget, policy, price_ratio, cost_budget) -> _GenerateParams:
-    """run()'s keyword arguments as tlr_generate_params, the integers checked against their C types."""
+    """run()'s keyword arguments as tlr_generate_params, the integers checked against their C types
+    and the flags (chat, pipeline) taken as truth values."""
     if mode not in _MODES:
         raise ValueError("mode must be one of %s" % ", ".join(_MODES))
     if policy not in _POLICIES:
@@ -386,11 +417,11 @@ def _generate_params(lib, *, mode, threshold, span, max_tokens, chat, temperatur
     lib.tlr_generate_params_init(_c.byref(p))
     p.mode = _MODES[mode]
     p.threshold = -1.0 if threshold is None else float(threshold)
-    p.span, p.max_tokens, p.chat = _int("span", span), _int("max_tokens", max_tokens), int(chat)
+    p.span, p.max_tokens, p.chat = _int("span", span), _int("max_tokens", max_tokens), _flag(chat)
     p.temperature, p.top_k, p.top_p, p.min_p = temperature, _int("top_k", top_k), top_p, min_p
     p.repeat_penalty, p.repeat_last_n = repeat_penalty, _int("repeat_last_n", repeat_last_n)
     p.seed = _int("seed", seed, "uint64_t")
-    p.pipeline, p.spec_depth = int(pipeline), _int("spec_depth", spec_depth)
+    p.pipeline, p.spec_depth = _flag(pipeline), _int("spec_depth", spec_depth)
     p.spec_branches, p.lookahead = _int("spec_branches", spec_branches), _int("lookahead", lookahead)
     p.sim_slm_ms = sim_slm_ms
     p.llm_budget = 0.0 if llm_budget is None else float(llm_budget)  # None: no limit ("auto")
@@ -407,8 +438,10 @@ class Device(_Handle):
 
     close() (or the end of a with block) cancels a running generation (also one an open
     generate() iterator runs) and waits for the device's calls to return before freeing it;
-    called from inside one of them (on_token, an http hook) it returns at once and the last call
-    to end frees the device. Then every method raises ValueError("the device is closed")."""
+    called from inside one of them (on_token) it returns at once and the last call to end frees
+    the device. An Llm's http callable runs on a thread of its own: close() from it waits as from
+    any other thread (and returns at once when the device is being freed already). Then every
+    method raises ValueError("the device is closed")."""
     _free = "tlr_device_free"
     _what = "device"
     _exiting = False
@@ -452,7 +485,9 @@ class Device(_Handle):
 
     def _close(self, wait: bool) -> None:
         cv = self._cv
-        if cv is None:
+        # Closed and freed, or being freed: nothing to wait for (the free may be waiting for the
+        # DELETE it sent through an http callable, which may be the caller: it cannot take _cv now).
+        if cv is None or (self._closed and not self._handle):
             return
         with cv:
             self._closed = True
@@ -479,7 +514,9 @@ class Device(_Handle):
                 "router_threshold": i.router_threshold, "router_kind": i.router_kind.decode()}
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> List[int]:
-        """The token ids of `text` (a str; passed whole, NUL characters included)."""
+        """The token ids of `text` (a str; passed whole, NUL characters included). add_special:
+        BOS/EOS as the vocabulary says; parse_special: control tokens written in the text become
+        their ids (flags: any value, taken as its truth value)."""
         if not isinstance(text, str):
             raise TypeError("text must be a str, not %s" % type(text).__name__)
         data = text.encode()
@@ -488,8 +525,8 @@ class Device(_Handle):
         with self._use() as h:
             while True:
                 buf = (_c.c_int32 * cap)()
-                code = self._lib.tlr_tokenize(h, data, len(data), int(add_special), int(parse_special), buf, cap,
-                                              _c.byref(n))
+                code = self._lib.tlr_tokenize(h, data, len(data), _flag(add_special), _flag(parse_special), buf,
+                                              cap, _c.byref(n))
                 if code == ERR_BUFFER_TOO_SMALL:
                     cap = n.value
                     continue
@@ -497,6 +534,8 @@ class Device(_Handle):
                 return list(buf[:n.value])
 
     def detokenize(self, ids: List[int], render_special: bool = False) -> str:
+        """The text of token ids (each must fit an int32: OverflowError). render_special: control
+        tokens as their text (a flag: any value, taken as its truth value)."""
         ids = _ids("ids", ids)
         arr = (_c.c_int32 * max(1, len(ids)))(*ids)
         n = _c.c_size_t()
@@ -504,7 +543,7 @@ class Device(_Handle):
         with self._use() as h:
             while True:
                 buf = _c.create_string_buffer(cap)
-                code = self._lib.tlr_detokenize(h, arr, len(ids), int(render_special), buf, cap, _c.byref(n))
+                code = self._lib.tlr_detokenize(h, arr, len(ids), _flag(render_special), buf, cap, _c.byref(n))
                 if code == ERR_BUFFER_TOO_SMALL:
                     cap = n.value + 1
                     continue
@@ -545,7 +584,8 @@ class Device(_Handle):
         on_token(Token) for each token as it is confirmed (return True to stop). Blocks; returns
         the statistics. An exception raised by on_token stops the generation and is re-raised.
         Text goes to C as a NUL-terminated string: a NUL character in it is a ValueError; bytes
-        are refused (TypeError: decode them first); integers must fit their C types (OverflowError).
+        are refused (TypeError: decode them first); integers must fit their C types (OverflowError);
+        the flags (chat, pipeline) are truth values: any value, read as bool() reads it.
         llm: a tlr.Llm (None only for mode="small_only").
         chat: wrap a text prompt as a user message in the SLM's chat template (a conversation is
         always templated; token ids are taken as they are, so chat=True with either is an error).

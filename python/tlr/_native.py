@@ -106,6 +106,12 @@ def _int(name: str, value, ctype: str = "int") -> int:
     return v
 
 
+def _flag(value) -> int:
+    """A flag (chat, pipeline, add_special, ...) as the C int 1 or 0, after its truth value as
+    bool() reads it: int(value) would go to C as it is, and ctypes wraps it (2**32 became 0, off)."""
+    return 1 if value else 0
+
+
 def _ids(name: str, ids) -> list:
     """A sequence of token ids (int32), checked."""
     if isinstance(ids, (str, bytes, bytearray, memoryview)) or ids is None or isinstance(ids, dict):
