@@ -434,6 +434,8 @@ check server_empty 1 "--server: the URL is empty" -- "$tlr" generate -p hi --ser
 check server_model_tlr 1 "--server-model is for --backend openai" -- "$tlr" generate -p hi --server http://127.0.0.1:9 --server-model m
 check top_k_negative 2 "--top-k: Value -5 not in range" -- "$tlr" generate -p hi --top-k -5
 check seed_overflow 2 "--seed: not a whole number from 0 to 18446744073709551615" -- "$tlr" run -p hi --seed 99999999999999999999
+check max_items_overflow 2 "--max-items: not a whole number" -- "$tlr" info --max-items 99999999999999999999999 "$gpt2"
+check train_seed_overflow 2 "--seed: not a whole number" -- "$tlr" router train --seed 18446744073709551616 -o "$tmp/never.gguf"
 check host_url 1 "--host takes an address such as 127.0.0.1 or ::1, not a URL or host:port" -- "$tlr" serve --host http://127.0.0.1 --port 0
 check host_port 1 "not a URL or host:port \('127.0.0.1:8080'\)" -- "$tlr" ui --host 127.0.0.1:8080 --port 0
 check cors_path 1 "--cors-origin 'https://a.example/app' is not an origin" -- "$tlr" serve --cors-origin https://a.example/app --port 0

@@ -64,7 +64,7 @@ Command AddInfoCommand(CLI::App& root) {
   Example(app->add_flag("--no-tensors", opts->no_tensors, "Omit the tensor table"), "");
   Example(app->add_option("--max-items", opts->max_items,
                   "Array elements to show per metadata array (0 = all)")
-      ->default_val(8), "3");
+      ->default_val(8)->check(WholeNumberU64()), "3");
   app->footer(
       "Exit status: 0 when the file is a well-formed GGUF file, 1 with an error naming the\n"
       "field and byte offset otherwise.\n"

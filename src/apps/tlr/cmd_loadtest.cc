@@ -78,7 +78,7 @@ Command AddLoadtestCommand(CLI::App& root) {
                   "finish within --llm-timeout (0: all at once)")
       ->default_val(10)->check(CLI::Range(0.0, 86400.0)), "1");
   Example(app->add_option("--json", o->json_path, "Also write every number to this JSON file"), "j.json");
-  Example(app->add_option("--seed", o->seed, "Seed of the random tokens")->default_val(1), "3");
+  Example(app->add_option("--seed", o->seed, "Seed of the random tokens")->default_val(1)->check(WholeNumberU64()), "3");
   app->footer(
       "Example (demo LLM):\n"
       "  tlr serve --port 8080 -t 2 &\n"

@@ -34,7 +34,7 @@ Command AddMakeRandomCommand(CLI::App& root) {
   Example(app->add_option("--tokenizer", opts->tokenizer_path,
                   "Vocabulary from a tokenizer.json or a GGUF file (default: a small built-in "
                   "byte-level BPE vocabulary, padded to the preset's size)"), "@demo/slm.gguf");
-  Example(app->add_option("--seed", opts->seed, "Random seed (same seed, same file)")->default_val(1), "3");
+  Example(app->add_option("--seed", opts->seed, "Random seed (same seed, same file)")->default_val(1)->check(WholeNumberU64()), "3");
   // FACTOR:ORIGINAL_CONTEXT, one word (a scaled Qwen config's rope_scaling factor and
   // original_max_position_embeddings).
   Example(app->add_option_function<std::string>(

@@ -189,7 +189,7 @@ Command AddRouterTrain(CLI::App* router_app) {
               ->capture_default_str()->check(CLI::IsMember({"f32", "f16", "q8_0"})),
           "f32");
   Example(train->add_option("--seed", o->seed, "Seed (initialisation, shuffling, validation split)")
-              ->capture_default_str(),
+              ->capture_default_str()->check(WholeNumberU64()),
           "5");
   Example(train->add_option("--work-dir", o->work_dir,
                             "Keep the LLM's answers here as they arrive: a run stopped for any reason continues where "

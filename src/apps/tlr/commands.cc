@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -221,6 +222,20 @@ bool ParseBytes(const std::string& s, uint64_t* out) {
   if (v * mul >= 9.2e18) return false;  // past what a byte count holds (was cast to garbage)
   *out = static_cast<uint64_t>(v * mul);
   return *out > 0;
+}
+
+const CLI::Validator& WholeNumberU64() {
+  static const CLI::Validator v(
+      [](std::string& text) -> std::string {
+        if (!text.empty() && text[0] == '-') return "";
+        errno = 0;
+        char* end = nullptr;
+        std::strtoull(text.c_str(), &end, 10);
+        const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+        return digits && errno != ERANGE && *end == '\0' ? "" : "not a whole number from 0 to 18446744073709551615";
+      },
+      "UINT64");
+  return v;
 }
 
 void WarnPastTrainedContext(int64_t tokens, int64_t trained, const std::string& model_path) {

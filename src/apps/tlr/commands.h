@@ -67,6 +67,11 @@ Expected<std::string> PromptText(const std::string& text, const std::string& fil
 // Why `text` is not JSON, with where ("parse error at line 3, column 7: ..."), for messages.
 std::string JsonErrorIn(const std::string& text);
 
+// A check for an unsigned 64-bit option (a seed, a count): CLI11 takes a number past 64 bits
+// as the largest one without a word; this refuses it. A negative number passes, to be refused
+// where the option's own check or type says so.
+const CLI::Validator& WholeNumberU64();
+
 // A size flag: "512M", "4G", "1048576" -> bytes (K, M, G binary). False when malformed or <= 0.
 bool ParseBytes(const std::string& s, uint64_t* out);
 

@@ -4,7 +4,6 @@
 #include "apps/tlr/options.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -216,19 +215,8 @@ std::vector<OptionDef> MakeSharedOptions() {
       .Ex("1.1");
   add(Opt(kSamplingCmds, "--repeat-last-n", TLR_FIELD(sampling.repeat_last_n), "Tokens the penalty looks back"), smp)
       .Ex("32");
-  // (CLI11 would take a number past 64 bits as the largest one, without a word.)
-  const CLI::Validator fits_u64(
-      [](std::string& v) -> std::string {
-        if (!v.empty() && v[0] == '-') return "";  // a negative number: refused as such later
-        errno = 0;
-        char* end = nullptr;
-        std::strtoull(v.c_str(), &end, 10);
-        const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
-        return digits && errno != ERANGE && *end == '\0' ? "" : "not a whole number from 0 to 18446744073709551615";
-      },
-      "UINT64");
   add(Opt(kSamplingCmds, "--seed", TLR_FIELD(sampling.seed), "Sampling seed (and the random router's)"), smp)
-      .For(kCmdRun, "Sampling seed").Check(fits_u64).Ex("7");
+      .For(kCmdRun, "Sampling seed").Check(WholeNumberU64()).Ex("7");
 
   const std::string srv = "LLM server (--server)";
   add(Opt(kServerCmds | kCmdLoadtest, "--server", TLR_FIELD(server.url),
