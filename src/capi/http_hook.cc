@@ -161,7 +161,6 @@ HttpResult HookHttpStack::Exchange(const HttpExchange& x, Clock::time_point dead
     Exchanges().Take(handle);  // an answer from now on is dropped
     h.error = h.cancelled ? "cancelled"
               : freed     ? "the LLM was freed (tlr_llm_free) while its HTTP hook had the request"
-              : answered_late ? "the app's HTTP stack answered past the deadline"
                           : "the app's HTTP stack gave no answer in time";
     if (hook_.cancel && !answered_late && guard_->Enter()) {  // (an answered exchange is the app's no more)
       hook_.cancel(hook_.user_data, handle);

@@ -565,7 +565,7 @@ Status Resolve(CLI::App* app, Params* p) {
       const bool small = d.mode == DecodeMode::kSmallOnly;
       const char* unused = small ? "--llm" : "--router";
       const std::string& path = small ? p->llm : p->router;
-      const bool builtin = !small && (path == "maxprob" || path == "entropy" || path == "random");
+      const bool builtin = !small && IsBuiltinRouterName(path);
       std::error_code ec;
       if (given(unused) && !builtin && !std::filesystem::exists(path, ec)) {
         return Status::Error(std::string(unused) + " " + path + ": no such file (--mode " + p->mode +
@@ -605,6 +605,11 @@ Status Resolve(CLI::App* app, Params* p) {
     }
   }
   return Status::Ok();
+}
+
+bool IsBuiltinRouterName(const std::string& router) {
+  const auto kind = ParseRouterKind(router);
+  return kind.ok() && !RouterIsLearned(*kind);
 }
 
 std::string DemoFile(const std::string& name) {

@@ -136,6 +136,8 @@ Status Resolve(CLI::App* app, Params* p);
 // $TLR_DEMO_DIR if set, else models/demo found from the binary's location (build/bin/tlr in a
 // build tree) or the source tree it was built from.
 std::string DemoFile(const std::string& name);
+// Whether a --router value names a built-in router (maxprob, entropy, random), not a file.
+bool IsBuiltinRouterName(const std::string& router);
 
 // Model::Load options for the parameters (KV type, weight cache from $TLR_WEIGHT_CACHE,
 // progress lines on stderr).

@@ -55,7 +55,7 @@ Expected<Pair> LoadPair(const Params& p, PairNeeds needs) {
   }
   if (needs.router) {
     if (p.router.empty()) return Status::Error("router: give a router file or a built-in kind (maxprob, entropy, random)");
-    if (needs.router_file && (p.router == "maxprob" || p.router == "entropy" || p.router == "random")) {
+    if (needs.router_file && IsBuiltinRouterName(p.router)) {
       return Status::Error("--router " + p.router + " is a built-in router, which has no file to write a threshold "
                            "into: give a trained router file (for a built-in one, compare thresholds with `tlr eval "
                            "--thresholds`)");
