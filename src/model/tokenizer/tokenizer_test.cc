@@ -278,5 +278,64 @@ TEST(Tokenizer, LoadErrorsAreClear) {
   EXPECT_NE(shape.status().message().find("bad id"), std::string::npos);
 }
 
+// tokenizer.json's vocab and merges are streamed into vectors, not parsed as a document
+// (hf_json_reader.h): every shape of them still reads as one or is refused, naming what.
+TEST(Tokenizer, TokenizerJsonVocabAndMergesOfEveryShape) {
+  auto load = [](const std::string& vocab, const std::string& merges, const std::string& extra = "") {
+    return VocabFromHfJson(R"({"model": {"type": "BPE", "vocab": )" + vocab + merges + R"(}, "decoder": {"type": "ByteLevel"})" +
+                               extra + "}",
+                           "");
+  };
+  auto error = [&](const std::string& vocab, const std::string& merges, const std::string& extra = "") {
+    auto v = load(vocab, merges, extra);
+    return v.ok() ? std::string("loaded") : v.status().message();
+  };
+  // Both merge forms, keys in any order, the model's other fields before and after.
+  auto v = load(R"({"a": 0, "b": 1, "ab": 2, "c": 4})", R"(, "merges": ["a b", ["ab", "c"]], "ignore_merges": true)",
+                R"(, "added_tokens": [{"id": 5, "content": "<s>", "special": true}])");
+  ASSERT_TRUE(v.ok()) << v.status().message();
+  EXPECT_EQ(v->tokens, (std::vector<std::string>{"a", "b", "ab", "[UNUSED_3]", "c", "<s>"}));
+  EXPECT_EQ(v->merges, (std::vector<std::pair<std::string, std::string>>{{"a", "b"}, {"ab", "c"}}));
+  EXPECT_TRUE(v->ignore_merges);
+  EXPECT_EQ(v->types[5], TokenType::kControl);
+  auto later = VocabFromHfJson(R"({"decoder": {"type": "ByteLevel"}, "model": {"merges": [" x y"], "vocab": {" x": 0, "y": 1}}})", "");
+  ASSERT_TRUE(later.ok()) << later.status().message();
+  EXPECT_EQ(later->merges, (std::vector<std::pair<std::string, std::string>>{{" x", "y"}}));
+  // Bad ids, whatever their shape (nested values are skipped whole).
+  for (const std::string bad : {R"({"a": 0, "b": "1"})", R"({"a": 0, "b": 1.5})", R"({"a": 0, "b": [1]})",
+                                R"({"a": 0, "b": {"id": [1, {"x": 2}]}})", R"({"a": 0, "b": -1})", R"({"a": 0, "b": null})",
+                                R"({"a": 0, "b": 16777216})", R"({"a": 0, "b": 18446744073709551615})"}) {
+    EXPECT_NE(error(bad, "").find("vocab entry 'b' has a bad id"), std::string::npos) << bad << ": " << error(bad, "");
+  }
+  EXPECT_NE(error("[]", "").find("no 'vocab' object"), std::string::npos);
+  EXPECT_NE(error("3", "").find("no 'vocab' object"), std::string::npos);
+  // Merges of other shapes.
+  const std::string ok = R"({"a": 0, "b": 1})";
+  EXPECT_NE(error(ok, R"(, "merges": ["ab"])").find("merge 'ab' has no space"), std::string::npos);
+  EXPECT_NE(error(ok, R"(, "merges": [" a"])").find("merge ' a' has no space"), std::string::npos);
+  for (const std::string bad : {R"(["a b", ["a"]])", R"([["a", "b", "c"]])", R"([["a", 1]])", R"([["a", ["b"]]])",
+                                R"([["a", {"b": 1}]])", R"([7])", R"([{"a": "b"}])", R"([null])"}) {
+    EXPECT_NE(error(ok, R"(, "merges": )" + bad).find("neither \"a b\" nor [a, b]"), std::string::npos)
+        << bad << ": " << error(ok, R"(, "merges": )" + bad);
+  }
+  EXPECT_NE(error(ok, R"(, "merges": "a b")").find("model.merges is not an array"), std::string::npos);
+  EXPECT_NE(error(ok, R"(, "merges": {"a": "b"})").find("model.merges is not an array"), std::string::npos);
+  // A repeated key: the last value counts, as in a document.
+  auto twice = VocabFromHfJson(R"({"model": {"vocab": {"x": 0}}, "decoder": {"type": "ByteLevel"},
+                                   "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a b"]}})", "");
+  ASSERT_TRUE(twice.ok()) << twice.status().message();
+  EXPECT_EQ(twice->tokens, (std::vector<std::string>{"a", "b"}));
+  // Not JSON, or JSON that stops early or goes on.
+  for (const std::string bad : {"", "{", R"({"model": {"vocab": {"a": 0)", R"({"model": {}} x)", "[1, 2,]"}) {
+    EXPECT_EQ(error(bad, ""), "tokenizer.json is not valid JSON") << bad;
+    auto whole = VocabFromHfJson(bad, "");
+    ASSERT_FALSE(whole.ok());
+    EXPECT_EQ(whole.status().message(), "tokenizer.json is not valid JSON") << bad;
+  }
+  auto top = VocabFromHfJson("[1, 2]", "");
+  ASSERT_FALSE(top.ok());
+  EXPECT_NE(top.status().message().find("no 'model' object"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tlr

@@ -4,11 +4,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "model/gguf/gguf_keys.h"
 #include "model/gguf/gguf_reader.h"
 #include "model/gguf/gguf_writer.h"
+#include "model/tokenizer/hf_json_reader.h"
 #include "model/tokenizer/pretokenize.h"
 #include "util/mapped_file.h"
 
@@ -266,7 +268,8 @@ std::string ConfigToken(const json& cfg, const char* key) {
   return "";
 }
 
-Expected<Vocab> ParseHf(const json& j, const json& cfg) {
+Expected<Vocab> ParseHf(HfTokenizerJson& file, const json& cfg) {
+  const json& j = file.doc;
   Vocab v;
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object()) {
     return Status::Error("tokenizer.json has no 'model' object");
@@ -315,15 +318,14 @@ Expected<Vocab> ParseHf(const json& j, const json& cfg) {
   }
   v.ignore_merges = m.value("ignore_merges", false);
 
-  if (!m.contains("vocab") || !m["vocab"].is_object()) {
-    return Status::Error("tokenizer.json model has no 'vocab' object");
+  if (!file.vocab_streamed) return Status::Error("tokenizer.json model has no 'vocab' object");
+  if (file.has_bad_vocab_entry) {
+    return Status::Error("tokenizer.json vocab entry '" + file.bad_vocab_entry + "' has a bad id");
   }
   int64_t max_id = -1;
-  for (const auto& [tok, id] : m["vocab"].items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (1 << 24)) {
-      return Status::Error("tokenizer.json vocab entry '" + tok + "' has a bad id");
-    }
-    max_id = std::max<int64_t>(max_id, id.get<int64_t>());
+  for (const auto& [tok, id] : file.vocab) {
+    if (id < 0 || id >= (1 << 24)) return Status::Error("tokenizer.json vocab entry '" + tok + "' has a bad id");
+    max_id = std::max(max_id, id);
   }
   const json added = j.value("added_tokens", json::array());
   if (!added.is_array()) return Status::Error("tokenizer.json added_tokens is not an array");
@@ -341,13 +343,13 @@ Expected<Vocab> ParseHf(const json& j, const json& cfg) {
   v.types.assign(n, TokenType::kUnused);
   v.lstrip.assign(n, 0);
   v.rstrip.assign(n, 0);
-  for (const auto& [tok, id] : m["vocab"].items()) {
-    const auto i = id.get<size_t>();
-    v.tokens[i] = tok;
+  for (auto& [tok, id] : file.vocab) {
+    const auto i = static_cast<size_t>(id);
     v.types[i] = TokenType::kNormal;
     if (v.model == VocabModel::kSpm && tok.size() == 6 && tok.rfind("<0x", 0) == 0 && tok[5] == '>') {
       v.types[i] = TokenType::kByte;
     }
+    v.tokens[i] = std::move(tok);
   }
   for (const auto& a : added) {
     const auto i = a["id"].get<size_t>();
@@ -361,26 +363,25 @@ Expected<Vocab> ParseHf(const json& j, const json& cfg) {
       v.tokens[i] = "[UNUSED_" + std::to_string(i) + "]";
     }
   }
-  if (m.contains("merges")) {
-    if (!m["merges"].is_array()) return Status::Error("tokenizer.json model.merges is not an array");
-    for (const auto& mg : m["merges"]) {
-      if (mg.is_string()) {
-        const std::string s = mg;
-        const size_t sp = s.size() > 1 ? s.find(' ', 1) : std::string::npos;
-        if (sp == std::string::npos) return Status::Error("tokenizer.json merge '" + s + "' has no space");
-        v.merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
-      } else if (mg.is_array() && mg.size() == 2 && mg[0].is_string() && mg[1].is_string()) {
-        v.merges.emplace_back(mg[0].get<std::string>(), mg[1].get<std::string>());
-      } else {
-        return Status::Error("tokenizer.json merge entry is neither \"a b\" nor [a, b]");
-      }
-    }
+  if (file.merges_streamed) {
+    if (!file.merges_error.empty()) return Status::Error(file.merges_error);
+    v.merges = std::move(file.merges);
+  } else if (m.contains("merges")) {
+    return Status::Error("tokenizer.json model.merges is not an array");
   }
+  // Token -> id (the first id of a text): an index for the SentencePiece scores' one lookup per
+  // merge; a scan for the few special tokens of byte-level BPE.
   std::unordered_map<std::string, int32_t> index;
-  for (size_t i = 0; i < n; ++i) index.emplace(v.tokens[i], static_cast<int32_t>(i));
-  auto id_of = [&](const std::string& t) {
-    auto it = index.find(t);
-    return it == index.end() ? -1 : it->second;
+  if (v.model == VocabModel::kSpm) {
+    for (size_t i = 0; i < n; ++i) index.emplace(v.tokens[i], static_cast<int32_t>(i));
+  }
+  auto id_of = [&](const std::string& t) -> int32_t {
+    if (v.model == VocabModel::kSpm) {
+      auto it = index.find(t);
+      return it == index.end() ? -1 : it->second;
+    }
+    auto it = std::find(v.tokens.begin(), v.tokens.end(), t);
+    return it == v.tokens.end() ? -1 : static_cast<int32_t>(it - v.tokens.begin());
   };
   if (m.contains("unk_token") && m["unk_token"].is_string()) v.unk_id = id_of(m["unk_token"]);
   if (v.model == VocabModel::kSpm) {
@@ -424,16 +425,16 @@ Expected<Vocab> ParseHf(const json& j, const json& cfg) {
 }
 }  // namespace
 
-Expected<Vocab> VocabFromHfJson(const std::string& json_text, const std::string& config_json) {
-  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Status::Error("tokenizer.json is not valid JSON");
+Expected<Vocab> VocabFromHfJson(std::string_view json_text, const std::string& config_json) {
+  auto file = ReadHfTokenizerJson(json_text);
+  if (!file.ok()) return file.status();
   json cfg;
   if (!config_json.empty()) {
     cfg = json::parse(config_json, nullptr, false);
     if (cfg.is_discarded()) return Status::Error("tokenizer_config.json is not valid JSON");
   }
   try {
-    return ParseHf(j, cfg);
+    return ParseHf(*file, cfg);
   } catch (const json::exception& e) {
     return Status::Error(std::string("tokenizer.json has an unexpected shape: ") + e.what());
   }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -63,7 +64,7 @@ Expected<Vocab> VocabFromGguf(const GgufFile& file);
 void VocabToGguf(const Vocab& vocab, GgufWriter* writer);
 // Parses a Hugging Face tokenizer.json (text). `config_json` is the optional
 // tokenizer_config.json beside it (bos/eos tokens, add_bos_token); pass "" when absent.
-Expected<Vocab> VocabFromHfJson(const std::string& json_text, const std::string& config_json);
+Expected<Vocab> VocabFromHfJson(std::string_view json_text, const std::string& config_json);
 // Loads tokenizer.json from a path, plus tokenizer_config.json from the same folder if any.
 Expected<Vocab> VocabFromHfFile(const std::string& path);
 
