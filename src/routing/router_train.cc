@@ -330,6 +330,9 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const s
   Labelled lab;
   lab.all.dim = H;
   struct Pending { size_t q; int64_t j; int32_t tok; int64_t example; };
+  // Every row's logits and hidden state, kept across batches (grown, never zeroed again: a fresh
+  // [rows x vocabulary] buffer per batch was a fifth of the labelling for a 262k vocabulary).
+  std::vector<float> logits, hidden;
   for (size_t b = 0; b < qs.size(); b += opts.batch_questions) {
     const size_t e = std::min(qs.size(), b + opts.batch_questions);
     std::vector<std::vector<int32_t>> inputs;
@@ -349,7 +352,8 @@ Expected<RouterTrainResult> TrainRouter(const Model& slm, LabelLlm& llm, const s
       }
       inputs.push_back(std::move(in));
     }
-    std::vector<float> logits(rows_total * V), hidden(rows_total * H);
+    if (logits.size() < static_cast<size_t>(rows_total * V)) logits.resize(rows_total * V);
+    if (hidden.size() < static_cast<size_t>(rows_total * H)) hidden.resize(rows_total * H);
     std::vector<SequenceInput> seqs;
     int64_t off = 0;
     for (size_t i = b; i < e; ++i) {
