@@ -214,7 +214,7 @@ void RunDevice(RemoteLlm* llm, const LoadOptions& o, int32_t n_vocab, uint64_t s
     const std::string& why = reply.status().message();
     if (d.failures[static_cast<int>(CallFailure::kPartial)] > 0) {
       ++r->partial;
-    } else if (d.failures[static_cast<int>(CallFailure::kRefused)] > 0 && why.find("--session-quota") != std::string::npos) {
+    } else if (d.failures[static_cast<int>(CallFailure::kQuota)] > 0) {
       ++r->quota_refused;  // the client's session count, not the server's load
       if (r->first_quota.empty()) r->first_quota = why;
     } else if (d.failures[static_cast<int>(CallFailure::kRefused)] > 0) {

@@ -488,6 +488,31 @@ TEST_F(RemoteHostileTest, RefusalsWithRetryAfterAreWaitedOut) {
   }
 }
 
+// A new session refused by the client's quota (429 session_quota) is told apart from overload:
+// its own failure kind and message, the Retry-After waited out all the same.
+TEST_F(RemoteHostileTest, SessionQuotaRefusalIsNotOverload) {
+  Healthy("tlr");
+  server_.SetSpecial("/tlr/v1/sessions", [](httplib::Response& res) {
+    res.status = 429;
+    res.set_header("Retry-After", "1");
+    res.set_content(R"j({"error":{"code":"session_quota","message":"this client (k) already holds 2 open sessions, )j"
+                    R"j(its quota (--session-quota)"}})j",
+                    "application/json");
+  });
+  auto llm = Connect("tlr");
+  ASSERT_TRUE(llm.ok()) << llm.status().message();
+  RemoteLlm* r = llm->get();
+  const std::string e = CallError(r);
+  EXPECT_NE(e.find("refused a new session (429 session_quota"), std::string::npos) << e;
+  EXPECT_EQ(e.find("overloaded"), std::string::npos) << e;
+  EXPECT_EQ(r->stats().failures[static_cast<int>(CallFailure::kQuota)], 1);
+  EXPECT_EQ(r->stats().failures[static_cast<int>(CallFailure::kRefused)], 0);
+  EXPECT_NE(r->stats().FailureSummary().find("refused (this client's session quota)"), std::string::npos)
+      << r->stats().FailureSummary();
+  EXPECT_GT(r->deferred_s(), 0);
+  EXPECT_LE(r->deferred_s(), 1.5 + 0.02 + 1e-3);
+}
+
 TEST(RetryAfter, HeaderValues) {
   EXPECT_DOUBLE_EQ(ParseRetryAfter("250", "3"), 0.25);
   EXPECT_DOUBLE_EQ(ParseRetryAfter("", "3"), 3.0);

@@ -53,6 +53,7 @@ std::string_view CallFailureName(CallFailure f, bool plural) {
     case CallFailure::kRefused: return plural ? "refused (server overloaded)" : "refused (server overloaded)";
     case CallFailure::kDeferred: return "skipped until the server's Retry-After";
     case CallFailure::kPartial: return plural ? "contexts taken in part (prefill longer than --llm-timeout)" : "context taken in part (prefill longer than --llm-timeout)";
+    case CallFailure::kQuota: return "refused (this client's session quota)";
   }
   return "?";
 }
@@ -97,9 +98,16 @@ Status RemoteLlm::ErrorStatus(const HttpResult& h, const std::string& what, Call
   // no server behind it).
   if (h.status == 429 || (h.status == 503 && h.retry_after_s >= 0)) {
     err->outage = false;
-    err->kind = h.status == 503 && remote::ErrorCode(h.body) == "prefill_partial" ? CallFailure::kPartial : CallFailure::kRefused;
+    const std::string code = remote::ErrorCode(h.body);
+    err->kind = h.status == 503 && code == "prefill_partial" ? CallFailure::kPartial
+                : h.status == 429 && code == "session_quota" ? CallFailure::kQuota
+                                                              : CallFailure::kRefused;
     // Trusted up to a minute: a proxy's or rate limiter's hours would silence the LLM for good.
     err->retry_after_s = h.retry_after_s >= 0 ? std::min(h.retry_after_s, 60.0) : 1.0;
+    if (err->kind == CallFailure::kQuota) {
+      return Status::Error("the LLM server refused a new session (429 session_quota, retry after " +
+                           std::to_string(static_cast<int>(err->retry_after_s * 1e3)) + " ms): " + ErrorMessage(h.body));
+    }
     return Status::Error("the LLM server is overloaded (" + std::to_string(h.status) + ", retry after " +
                          std::to_string(static_cast<int>(err->retry_after_s * 1e3)) + " ms): " + ErrorMessage(h.body));
   }
@@ -291,7 +299,7 @@ Expected<LlmReply> RemoteLlm::Run(const LlmRequest& req, LlmCall& call) {
     retry_after_s_ = opts_.retry_after_s;
     stats_.lookahead_tokens += static_cast<int64_t>(r->lookahead.size());
   }
-  if (!r.ok() && (err.kind == CallFailure::kRefused || err.kind == CallFailure::kPartial)) {
+  if (!r.ok() && (err.kind == CallFailure::kRefused || err.kind == CallFailure::kPartial || err.kind == CallFailure::kQuota)) {
     // Not before the server's Retry-After, plus 0-50% of it and up to 20 ms (jitter): refused
     // devices spread out instead of coming back together. (A call the decoder cancelled in
     // flight was refused all the same: its wait holds for the next ones.)

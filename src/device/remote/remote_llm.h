@@ -71,16 +71,18 @@ inline constexpr const char* kCannotReach = "cannot reach the LLM server at ";
 // kRefused: the server was overloaded and said when to come back (429, 503 with Retry-After);
 // kDeferred: not sent, because that time had not come yet; kPartial: the context's prefill takes
 // longer than the call's time, and the server took part of it (503 prefill_partial): the next
-// call goes on from there.
-enum class CallFailure { kUnreachable, kTimeout, kServerError, kMalformed, kFailFast, kUnsendable, kRefused, kDeferred, kPartial };
-inline constexpr int kCallFailureKinds = 9;
+// call goes on from there. kQuota: the server refused a new session because this client holds
+// as many as its --session-quota allows (429 session_quota): the device's count, not the
+// server's load; it comes back after the Retry-After as a refused call does.
+enum class CallFailure { kUnreachable, kTimeout, kServerError, kMalformed, kFailFast, kUnsendable, kRefused, kDeferred, kPartial, kQuota };
+inline constexpr int kCallFailureKinds = 10;
 std::string_view CallFailureName(CallFailure f, bool plural);  // "timeout", "malformed replies", ...
 
 // What a failed call's protocol reports to the common part.
 struct CallError {
   bool outage = false;  // the server is unreachable or failing (no answer, 5xx): fail fast a while
   CallFailure kind = CallFailure::kMalformed;
-  double retry_after_s = -1;  // kRefused: the server's Retry-After
+  double retry_after_s = -1;  // kRefused, kQuota: the server's Retry-After
 };
 
 struct RemoteStats {
