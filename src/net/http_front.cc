@@ -154,6 +154,9 @@ RequestScan ScanRequest(std::string_view buf, const FrontLimits& lim, ScanState*
       st->expect_continue = true;
     }
   }
+  if (st->chunked && st->has_length) {  // RFC 9112 6.1: a sender must not; framing would be ambiguous
+    return fail(400, "bad_http_request", "both Content-Length and Transfer-Encoding: chunked (send one)");
+  }
   out.expect_continue = st->expect_continue;
   const size_t header = st->header_len;
   // 2. The body.

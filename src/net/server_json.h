@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "model/sampler.h"
+#include "net/http_front.h"
 #include "util/json_fields.h"
 #include "util/status.h"
 
@@ -70,9 +71,26 @@ inline void IgnoreRanges(const httplib::Request& req) { const_cast<httplib::Requ
 // 414 until its read timeout; a Connection: close set here is sent but not acted on.)
 inline void DescribeHttpError(const httplib::Request& req, httplib::Response& res, const std::string& too_large) {
   if (!res.body.empty()) return;
+  // A request httplib itself could not read: whatever follows it on the connection cannot be
+  // trusted to start a request (bytes after a bad request line were served as the next request:
+  // smuggling behind a proxy), so the connection closes after the reply.
+  if (res.status == 400 || res.status == 413 || res.status == 414 || res.status == 431) {
+    res.set_header("Connection", "close");
+    HttpFront::CloseAfterReply();
+  }
   switch (res.status) {
     case 404: SendError(res, 404, "not_found", "no endpoint " + req.method + " " + req.path); break;
-    case 413: SendError(res, 413, "body_too_large", too_large); break;
+    case 413:
+      // The body limits are the front's (HttpFront); Debian's httplib refuses a form body
+      // (curl -d sends one) past 8 KiB on its own, whatever the server's limit.
+      if (req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0) {
+        SendError(res, 413, "body_too_large",
+                  "a body sent as a form (Content-Type: application/x-www-form-urlencoded, what curl -d sends) "
+                  "is limited to 8 KiB by the HTTP library; send it as JSON (-H 'Content-Type: application/json')");
+        break;
+      }
+      SendError(res, 413, "body_too_large", too_large);
+      break;
     case 400:
       SendError(res, 400, "bad_http_request",
                 "malformed HTTP request: the request line (METHOD /path HTTP/1.1) or a header line (8 KB at most "

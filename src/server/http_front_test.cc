@@ -71,6 +71,7 @@ TEST(RequestScanTest, RefusesWhatItCannotFrameExactly) {
   EXPECT_EQ(status("POST /x HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}"), 400);
   EXPECT_EQ(status("POST /x HTTP/1.1\r\nContent-Length: +2\r\n\r\n{}"), 400);
   EXPECT_EQ(status("POST /x HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"), 400);
+  EXPECT_EQ(status("POST /x HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"), 400);
   EXPECT_EQ(status("POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"), 400);
   EXPECT_EQ(status("POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: y\r\n\r\n"), 400);
   EXPECT_EQ(status("POST /x HTTP/1.1\r\nContent-Length: 2000\r\n\r\n", 1000), 413);
@@ -355,6 +356,38 @@ TEST_F(ConnTest, RequestThatNeverEndsGets408AndPostWithoutLengthGets400) {
                                               "Transfer-Encoding: " + coding + "\r\n\r\n2\r\n{}\r\n0\r\n\r\n");
     EXPECT_EQ(StatusOf(c), 201) << coding << ": " << c;
   }
+}
+
+// A request that cannot be read (a bad request line, a target past 8 KiB, both Content-Length
+// and chunked) is answered, and its connection closed: what follows on it is not served as a
+// request (smuggling behind a proxy). A form body (curl -d) past httplib's 8 KiB is told apart.
+TEST_F(ConnTest, UnreadableRequestsCloseTheConnection) {
+  Start(ServerOptions{});
+  const std::string then = Post("/tlr/v1/sessions", "{}");
+  for (const std::string bad :
+       {std::string("GET /health HTTP/9.9\r\n\r\n"), "GET /" + std::string(9000, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n",
+        std::string("POST /tlr/v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+                    "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n")}) {
+    SCOPED_TRACE(bad.substr(0, 40));
+    const int fd = Connect(port_);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(SendAll(fd, bad + then));
+    const std::string first = ReadResponse(fd);
+    EXPECT_TRUE(StatusOf(first) == 400 || StatusOf(first) == 414) << first.substr(0, 300);
+    EXPECT_NE(first.find("Connection: close"), std::string::npos) << first.substr(0, 300);
+    EXPECT_EQ(first.find("HTTP/1.1 201"), std::string::npos) << "the bytes after it were served: " << first;
+    char b;
+    EXPECT_EQ(::recv(fd, &b, 1, 0), 0) << "the connection stayed open";
+    ::close(fd);
+  }
+  const std::string body = R"({"prompt": ")" + std::string(9000, 'a') + R"(", "max_tokens": 1})";
+  const std::string r = Exchange(port_, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                                        "application/x-www-form-urlencoded\r\nContent-Length: " +
+                                            std::to_string(body.size()) + "\r\n\r\n" + body);
+  EXPECT_EQ(StatusOf(r), 413) << r.substr(0, 300);
+  EXPECT_NE(r.find("Content-Type: application/json')"), std::string::npos) << r.substr(0, 600);
+  EXPECT_EQ(r.find("--max-body"), std::string::npos) << r.substr(0, 600);
+  ExpectHealthy();
 }
 
 TEST_F(ConnTest, ChunkedBodyPastMaxBodyIsRefusedWhileItArrives) {
