@@ -18,6 +18,7 @@ void PassTimeModel::Observe(int64_t tokens, int64_t outputs, double seconds) {
   sxx_ = forget_ * sxx_ + x * x;
   sxy_ = forget_ * sxy_ + x * seconds;
   ++n_;
+  if (tokens <= 4 && seconds > 0 && (fastest_step_ == 0 || seconds < fastest_step_)) fastest_step_ = seconds;
   Fit();
 }
 
@@ -142,6 +143,23 @@ AdmissionVerdict Admit(const std::vector<AdmissionWork>& admitted, const Admissi
     steps_only.tokens = 1;
     const double least = ProjectFinish({steps_only}, now, 0, model, policy.pass_tokens).back();
     const double left = std::isfinite(candidate.deadline) ? candidate.deadline - now : 0;
+    // The steps at the fastest pass of their size seen so far: if they fit, the projection (a
+    // line fitted to other passes) is what says never, not the call.
+    const int need = candidate.first_token_only ? 1 : std::max(1, candidate.steps);
+    const bool fits_at_best =
+        model.fastest_step_s() > 0 && now + policy.safety * model.fastest_step_s() * need <= allowed;
+    if (stretched(least) > allowed && fits_at_best) {
+      if (admitted.empty() && pass_left_s <= 0) {  // idle: run it, and measure
+        v.expected_s = policy.safety * model.fastest_step_s() * need;
+        return v;
+      }
+      v.admit = false;
+      v.retry_after_s = std::clamp(pass_left_s, 0.05, 1.0);
+      v.why = "the server projects " + ms(policy.safety * (least - now)) + " ms for it, more than the " + ms(allowed - now) +
+              " ms its timeout leaves, though such steps took " + ms(policy.safety * model.fastest_step_s() * need) +
+              " ms before: it is busy; it is run when idle";
+      return v;
+    }
     if (stretched(least) > allowed) {
       v.admit = false;
       v.never = true;

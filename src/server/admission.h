@@ -46,6 +46,10 @@ class PassTimeModel {
   // Tokens (each sequence's last one with an output row) that fit within `seconds`; at least 1.
   int64_t TokensWithin(double seconds, double outputs_per_token) const;
   bool calibrated() const { return n_ > 0; }
+  // The fastest pass of a few tokens (a generation step) seen so far, or 0: what a step has been
+  // shown to cost, whatever the fitted line now says (fitted to big passes under load, its
+  // fixed part can grow tenfold and more, and calls refused as never run no pass to correct it).
+  double fastest_step_s() const { return fastest_step_; }
   double fixed_s() const { return fixed_; }
   double per_unit_s() const { return unit_; }
   double head_units() const { return head_units_; }
@@ -55,6 +59,7 @@ class PassTimeModel {
   double head_units_, forget_;
   double w_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
   double fixed_ = 0, unit_ = 0;
+  double fastest_step_ = 0;
   int64_t n_ = 0;
 };
 
@@ -90,7 +95,9 @@ struct AdmissionVerdict {
   double expected_s = 0;     // projected time until the candidate is answered
   double retry_after_s = 0;  // refused: when a call like it may fit again
   bool never = false;        // refused: it would not fit its deadline even on an idle server (its
-                             // generation alone does not)
+                             // generation alone does not, neither projected nor at the fastest
+                             // steps seen; fitting only at those, it is refused (busy) or admitted
+                             // (idle) instead, and its passes correct the projection)
   bool partial = false;      // admitted to ingest what it can of its prefill before its deadline
   std::string why;           // refused: in words
 };

@@ -197,6 +197,31 @@ TEST(Admission, ACallWhoseGenerationCannotFitEvenOnAnIdleServerIsToldSo) {
   EXPECT_NE(v.why.find("even when idle"), std::string::npos) << v.why;
 }
 
+// A line fitted to big passes under load can price a step at seconds (its fixed part): calls
+// that steps as fast as measured before would answer in time are not refused as never (a 400
+// tells the client not to retry, and a call refused runs no pass to correct the line). An idle
+// server runs such a call; a busy one refuses it for now (429).
+TEST(Admission, AStaleProjectionDoesNotRefuseAsNeverWhatTheFastestStepsWouldAnswer) {
+  PassTimeModel m(0.0, 0.9);
+  for (int i = 0; i < 5; ++i) m.Observe(1, 1, 0.001);
+  for (int i = 0; i < 40; ++i) m.Observe(i % 2 ? 400 : 512, 1, i % 2 ? 4.0 : 4.1);
+  ASSERT_GT(m.Predict(1, 1), 1.0);  // the line now says a step takes seconds
+  EXPECT_DOUBLE_EQ(m.fastest_step_s(), 0.001);
+  const AdmissionWork call = Call(0, 0.5, 1, true, 0, 128);  // 128 steps: 0.128 s at 1 ms a step
+  const AdmissionVerdict idle = Admit({}, call, 0, 0, m, Exact());
+  EXPECT_TRUE(idle.admit) << idle.why;
+  EXPECT_FALSE(idle.never);
+  const AdmissionVerdict busy = Admit({Call(0, 10.0, 1, true, 1, 4)}, call, 0, 0, m, Exact());
+  EXPECT_FALSE(busy.admit);
+  EXPECT_FALSE(busy.never) << busy.why;
+  EXPECT_GT(busy.retry_after_s, 0);
+  EXPECT_NE(busy.why.find("took 128 ms before"), std::string::npos) << busy.why;
+  // What even the fastest steps cannot answer in time is still never: 1000 steps, 1 s.
+  const AdmissionVerdict never = Admit({}, Call(0, 0.5, 1, true, 0, 1000), 0, 0, m, Exact());
+  EXPECT_FALSE(never.admit);
+  EXPECT_TRUE(never.never);
+}
+
 TEST(Admission, CallsWithoutDeadlineAreAlwaysAdmittedAndGoLast) {
   const PassTimeModel m = LinearModel();
   AdmissionWork forever;
