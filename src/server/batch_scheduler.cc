@@ -207,7 +207,8 @@ std::vector<BatchOutcome> BatchScheduler::RunAll(std::vector<BatchCall> calls) {
         outs[i].too_long = v.never;
         outs[i].retry_after_s = v.retry_after_s;
         outs[i].error = v.never ? "the call cannot be answered in its time: " + v.why : "the server is overloaded: " + v.why;
-        if (metrics_) metrics_->Add("tlr_calls_refused_total", 1, {{"class", job.warm ? "warm" : "cold"}});
+        // (A call that cannot fit at all is a 400, not a refusal: not counted as one.)
+        if (metrics_ && !v.never) metrics_->Add("tlr_calls_refused_total", 1, {{"class", job.warm ? "warm" : "cold"}});
         continue;
       }
       admitted[i] = true;

@@ -425,7 +425,10 @@ EngineResult LlmEngine::Run(EngineSession* s, int64_t keep, std::vector<int32_t>
     EngineResult r = Fail(v.never ? EngineCode::kBadRequest : EngineCode::kBusy,
                           (v.never ? "the call cannot be answered in its time: " : "the server is overloaded: ") + v.why);
     r.retry_after_s = v.retry_after_s;
-    if (metrics_) metrics_->Add("tlr_calls_refused_total", 1, {{"class", static_cast<int64_t>(call.feed.size()) <= AdmissionPolicy{}.warm_tokens ? "warm" : "cold"}});
+    if (metrics_ && !v.never) {  // a 400 (it cannot fit at all) is not a refusal
+      metrics_->Add("tlr_calls_refused_total", 1,
+                    {{"class", static_cast<int64_t>(call.feed.size()) <= AdmissionPolicy{}.warm_tokens ? "warm" : "cold"}});
+    }
     return r;
   }
   std::string why;

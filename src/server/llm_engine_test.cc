@@ -338,6 +338,9 @@ TEST_F(EngineTest, CallsThatCannotBeAnsweredInTimeAreRefusedAtOnce) {
   EngineResult never = engine.Next(slow);
   EXPECT_EQ(never.code, EngineCode::kBadRequest) << never.message;
   EXPECT_NE(never.message.find("even when idle"), std::string::npos) << never.message;
+  // A 400 is not a refusal (429): tlr_calls_refused_total counts refusals only.
+  EXPECT_EQ(metrics.Value("tlr_calls_refused_total", {{"class", "warm"}}), 0);
+  EXPECT_EQ(metrics.Value("tlr_calls_refused_total", {{"class", "cold"}}), 1);
 }
 
 TEST_F(EngineTest, AdmittedCallsPastTheirDeadlineAreDroppedBeforeTheyRun) {
