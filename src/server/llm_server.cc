@@ -228,6 +228,9 @@ void LlmServer::Routes() {
                res.set_content(vocabulary_gguf_, "application/octet-stream");
              }));
   http_->Post("/tlr/v1/sessions", timed("/tlr/v1/sessions", [this, model_json](const httplib::Request& req, httplib::Response& res) {
+                // The body is {} (or empty); anything else that is not a JSON object is refused as
+                // on every other endpoint.
+                if (!req.body.empty() && !server::ParseBody(req, res)) return;
                 // Who the session counts against (and shares prefixes with): its API key, else
                 // the client's address.
                 const std::string client = ClientOf(req);

@@ -181,6 +181,8 @@ TEST_F(ServerTest, BadRequestsGetTheRight4xxAndTheServerKeepsServing) {
     std::string code;
   };
   std::vector<Case> cases = {
+      {post("/tlr/v1/sessions", "{not json"), 400, "invalid_json"},
+      {post("/tlr/v1/sessions", "[]"), 400, "invalid_request"},
       {post("/tlr/v1/next", "{not json"), 400, "invalid_json"},
       {post("/tlr/v1/next", "[1,2]"), 400, "invalid_request"},
       {post("/tlr/v1/next", std::string(100 << 10, ' ')), 413, "body_too_large"},
