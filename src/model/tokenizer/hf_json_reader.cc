@@ -7,6 +7,8 @@ namespace {
 
 using nlohmann::json;
 
+constexpr char kBadMerge[] = "tokenizer.json merge entry is neither \"a b\" nor [a, b]";
+
 class Reader {
  public:
   explicit Reader(HfTokenizerJson* out) : out_(out) {}
@@ -61,7 +63,6 @@ class Reader {
       mode_ = Mode::kVocab;
       out_->vocab_streamed = true;
       out_->vocab.clear();
-      out_->has_bad_vocab_entry = false;
       return true;
     }
     const bool model = stack_.size() == 1 && stack_[0]->is_object() && key_ == "model";
@@ -114,7 +115,7 @@ class Reader {
       if (pair_items_ == 2 && pair_.size() == 2 && !pair_bad_) {
         out_->merges.emplace_back(std::move(pair_[0]), std::move(pair_[1]));
       } else {
-        MergesError("tokenizer.json merge entry is neither \"a b\" nor [a, b]");
+        MergesError(kBadMerge);
       }
       pair_bad_ = false;
       mode_ = Mode::kMerges;
@@ -139,7 +140,7 @@ class Reader {
         VocabEntry(-1);
         break;
       case Mode::kMerges:
-        MergesError("tokenizer.json merge entry is neither \"a b\" nor [a, b]");
+        MergesError(kBadMerge);
         break;
       case Mode::kMergePair:
         pair_bad_ = true;
@@ -158,7 +159,7 @@ class Reader {
       case Mode::kVocab:
         return VocabEntry(-1);
       case Mode::kMerges:
-        MergesError("tokenizer.json merge entry is neither \"a b\" nor [a, b]");
+        MergesError(kBadMerge);
         return true;
       case Mode::kMergePair:
         pair_bad_ = true;
@@ -172,10 +173,6 @@ class Reader {
   }
 
   bool VocabEntry(int64_t id) {
-    if (id < 0 && !out_->has_bad_vocab_entry) {
-      out_->has_bad_vocab_entry = true;
-      out_->bad_vocab_entry = key_;
-    }
     out_->vocab.emplace_back(std::move(key_), id);
     key_.clear();
     return true;

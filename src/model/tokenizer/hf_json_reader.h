@@ -23,11 +23,9 @@ struct HfTokenizerJson {
   // array (any other shape of those stays here, for the caller to refuse).
   nlohmann::json doc;
   // model.vocab was an object: its entries in file order; an entry whose value is not an
-  // integer has id -1 and is named in bad_vocab_entry (the first such one).
+  // integer (or is past int64) has id -1.
   bool vocab_streamed = false;
   std::vector<std::pair<std::string, int64_t>> vocab;
-  std::string bad_vocab_entry;
-  bool has_bad_vocab_entry = false;
   // model.merges was an array: each merge as its two parts ("a b" split at its first space
   // after the first byte, or ["a", "b"]); merges_error describes the first entry of another shape.
   bool merges_streamed = false;

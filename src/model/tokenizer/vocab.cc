@@ -319,9 +319,6 @@ Expected<Vocab> ParseHf(HfTokenizerJson& file, const json& cfg) {
   v.ignore_merges = m.value("ignore_merges", false);
 
   if (!file.vocab_streamed) return Status::Error("tokenizer.json model has no 'vocab' object");
-  if (file.has_bad_vocab_entry) {
-    return Status::Error("tokenizer.json vocab entry '" + file.bad_vocab_entry + "' has a bad id");
-  }
   int64_t max_id = -1;
   for (const auto& [tok, id] : file.vocab) {
     if (id < 0 || id >= (1 << 24)) return Status::Error("tokenizer.json vocab entry '" + tok + "' has a bad id");
